@@ -1,0 +1,167 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Why a run lost its right to continue.
+///
+/// Carried by [`Error::LeaseLost`] and by a cancelled
+/// `FenceGuard`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CancelReason {
+    /// Another holder took the lease over (a renewal found a newer tenure,
+    /// or a fenced write met a newer fence).
+    Stolen,
+    /// The lease expired on the server before it could be renewed.
+    Expired,
+    /// Renewals kept failing and the local safety deadline passed: the run
+    /// was stopped *before* any other replica could claim the lease.
+    Deadline,
+    /// The runtime is shutting down.
+    Shutdown,
+}
+
+impl CancelReason {
+    /// A stable lower-case name, used as a metrics label and in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelReason::Stolen => "stolen",
+            CancelReason::Expired => "expired",
+            CancelReason::Deadline => "deadline",
+            CancelReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+impl std::fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Everything that can go wrong in leasehold.
+///
+/// Match on the variant to decide what to do: [`Error::StaleFence`] and
+/// [`Error::LeaseLost`] mean *stop, someone newer owns this work*;
+/// [`Error::Database`] is usually transient; [`Error::InvalidInput`] is a bug
+/// or a configuration mistake to fix before retrying.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A value passed to leasehold is out of range. Nothing was sent to the
+    /// database.
+    #[error("invalid {what} {value}: {problem}")]
+    InvalidInput {
+        /// What the value is (`"lease key"`, `"lease duration"`, …).
+        what: &'static str,
+        /// The offending value, as the caller wrote it (shortened if huge).
+        value: String,
+        /// The rule it breaks and how to fix it.
+        problem: String,
+    },
+
+    /// The run no longer holds its lease: another replica may be running the
+    /// same job. Stop writing; the work will be redone under a newer fence.
+    #[error(
+        "lease {key:?} lost ({reason}) by holder {holder} at fence {fence}: stop this run, \
+         a newer tenure may already be running"
+    )]
+    LeaseLost {
+        /// The lease key.
+        key: String,
+        /// The holder that lost it.
+        holder: String,
+        /// The fence of the lost tenure.
+        fence: i64,
+        /// How it was lost.
+        reason: CancelReason,
+    },
+
+    /// A fenced write was rejected because the resource has already seen a
+    /// newer fence: a newer holder of the lease wrote there. Nothing was
+    /// written; stop the run.
+    #[error(
+        "stale fence {fence} for {resource}: it already accepted fence {newer}; \
+         a newer holder owns this work, nothing was written"
+    )]
+    StaleFence {
+        /// The resource (fence row or table) that rejected the write.
+        resource: String,
+        /// The fence the write carried.
+        fence: i64,
+        /// The newer fence the resource had already accepted.
+        newer: i64,
+    },
+
+    /// The lease still has less time left than a step needs
+    /// (`FenceGuard::ensure`).
+    #[error(
+        "lease {key:?} has {remaining:?} left but the next step needs {needed:?}: \
+         renew more often or use a longer lease"
+    )]
+    InsufficientLease {
+        /// The lease key.
+        key: String,
+        /// Server-measured time left after the latest renewal.
+        remaining: Duration,
+        /// What the caller asked for.
+        needed: Duration,
+    },
+
+    /// leasehold's tables are not in this database.
+    #[error(
+        "leasehold schema is missing in this database: call leasehold::migrate(&pool), \
+         or apply migrations/*.sql with your migration tool, before starting"
+    )]
+    SchemaMissing,
+
+    /// The database was migrated by a newer leasehold than this one.
+    #[error(
+        "leasehold schema version {found} in the database is newer than this library \
+         supports ({supported}): upgrade leasehold in this service"
+    )]
+    SchemaTooNew {
+        /// Version recorded in `leasehold_schema_version`.
+        found: i32,
+        /// Highest version this library knows.
+        supported: i32,
+    },
+
+    /// The job's key is not registered in this runtime.
+    #[error("no job with key {0:?} is registered in this runtime")]
+    UnknownJob(String),
+
+    /// The Prometheus exporter could not start (port taken, bad address).
+    #[error("metrics exporter: {0}")]
+    Metrics(String),
+
+    /// The database failed or could not be reached. Usually transient: the
+    /// heartbeat retries it, and callers may retry too.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+impl Error {
+    /// Builds [`Error::InvalidInput`], shortening huge values for the message.
+    pub(crate) fn invalid(what: &'static str, value: impl std::fmt::Debug, problem: impl Into<String>) -> Self {
+        let mut value = format!("{value:?}");
+        if value.len() > 80 {
+            let cut = (0..=77).rev().find(|i| value.is_char_boundary(*i)).unwrap_or(0);
+            value.truncate(cut);
+            value.push_str("...");
+        }
+        Error::InvalidInput {
+            what,
+            value,
+            problem: problem.into(),
+        }
+    }
+
+    /// True for errors that say "stop: a newer holder owns this work".
+    pub fn is_fencing(&self) -> bool {
+        matches!(self, Error::StaleFence { .. } | Error::LeaseLost { .. })
+    }
+}
+
+/// Shorthand for `Result<T, leasehold::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,509 @@
+//! The lease store: claim, renew, release and inspect leases, one SQL
+//! statement each.
+//!
+//! # Invariants (DESIGN §3), and where each is enforced
+//!
+//! 1. *Server clock only*: every comparison and expiry below uses
+//!    `clock_timestamp()`; durations are sent as seconds and added on the
+//!    server. The only times returned to Rust are for display and for
+//!    computing the next cron slot from the server's own `now`.
+//! 2. *One round trip*: every method runs exactly one statement on a pooled
+//!    connection and returns it to the pool before returning.
+//! 3. *Claim* succeeds iff the row is absent, expired, or (re-entrant claim
+//!    only) held by the same holder: the `WHERE` of `ON CONFLICT DO UPDATE`.
+//! 4. *Fence monotonicity*: fences come from the `leasehold_fence_seq`
+//!    sequence, never from `fence + 1`, so deleting a row cannot reset them.
+//! 5. *Every run gets a new fence*: [`LeaseStore::claim_run`] always takes
+//!    `nextval`, even from the same holder.
+//! 6. *Renew* needs holder, fence and non-expiry.
+//! 7. *Release* needs key, holder and fence.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+use crate::error::Result;
+use crate::validate;
+
+/// A lease this caller holds: the tenure identified by `(key, holder, fence)`.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Lease {
+    /// The lease key.
+    pub key: String,
+    /// The holder id that claimed it.
+    pub holder: String,
+    /// The fencing token of this tenure. Send it with every downstream write.
+    pub fence: i64,
+    /// Server time when this tenure began.
+    pub acquired_at: DateTime<Utc>,
+    /// Server time when the lease expires unless renewed.
+    pub expires_at: DateTime<Utc>,
+    /// Time left on the lease, measured by the server when the statement ran.
+    /// Measured from when the request was *sent*, this is a safe local
+    /// deadline (see the runtime's heartbeat).
+    pub remaining: Duration,
+}
+
+/// The row of a key as the server last saw it, for inspection.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LeaseInfo {
+    /// The lease key.
+    pub key: String,
+    /// The current holder, or the last one if the lease is free.
+    pub holder: String,
+    /// The fence of the current (or last) tenure.
+    pub fence: i64,
+    /// Server time the current (or last) tenure began.
+    pub acquired_at: DateTime<Utc>,
+    /// Server time the lease expires (or expired, or was released).
+    pub expires_at: DateTime<Utc>,
+    /// When the next scheduled run is due (server time); `None` means now.
+    pub next_due_at: Option<DateTime<Utc>>,
+    /// The server's clock when this was read.
+    pub server_now: DateTime<Utc>,
+}
+
+impl LeaseInfo {
+    /// Whether some holder holds the lease right now (by the server clock).
+    pub fn is_held(&self) -> bool {
+        self.expires_at > self.server_now
+    }
+
+    /// Time left on the lease by the server clock (zero if free).
+    pub fn remaining(&self) -> Duration {
+        (self.expires_at - self.server_now).to_std().unwrap_or(Duration::ZERO)
+    }
+
+    /// Time until the next scheduled run is due by the server clock (zero if due).
+    pub fn due_in(&self) -> Duration {
+        self.next_due_at
+            .and_then(|due| (due - self.server_now).to_std().ok())
+            .unwrap_or(Duration::ZERO)
+    }
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Claim {
+    /// The caller now holds the lease.
+    Acquired(Lease),
+    /// Another holder holds a valid lease. `current` is the row as of the
+    /// statement's snapshot; it is `None` when the winner's row was committed
+    /// concurrently and is not visible yet.
+    HeldElsewhere {
+        /// The current row, when visible.
+        current: Option<LeaseInfo>,
+    },
+    /// The lease is free but the next scheduled run is not due yet
+    /// ([`LeaseStore::claim_run`] with [`Due::Scheduled`] only).
+    NotDue {
+        /// The current row, with the due time.
+        current: LeaseInfo,
+    },
+}
+
+impl Claim {
+    /// The lease, if the claim acquired it.
+    pub fn acquired(self) -> Option<Lease> {
+        match self {
+            Claim::Acquired(lease) => Some(lease),
+            _ => None,
+        }
+    }
+}
+
+/// The answer to a renewal. A transport failure is not an answer: it comes
+/// back as `Err(Error::Database)` and is worth retrying.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Renewal {
+    /// The lease was extended; the new expiry and time left are inside.
+    Renewed(Lease),
+    /// Definitive: this tenure is over (taken over, released, or expired).
+    /// Renewal never resurrects it; stop the work.
+    Lost,
+}
+
+/// Which leases one [`LeaseStore::renew_many`] statement extended.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct RenewedMany {
+    /// Tenures that were extended, with their new expiry.
+    pub renewed: Vec<Lease>,
+    /// Tenures `(key, fence)` that were lost: definitive, as for [`Renewal::Lost`].
+    pub lost: Vec<(String, i64)>,
+}
+
+/// Whether a [`LeaseStore::claim_run`] must respect the schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Due {
+    /// Claim only if the next run is due by the server clock.
+    Scheduled,
+    /// Claim regardless of the schedule (a manual trigger).
+    Now,
+}
+
+/// What to record about the schedule when a run releases its lease.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[allow(dead_code)] // TODO(runtime): used by the scheduler
+pub(crate) enum NextDue {
+    /// Leave the due time as it is.
+    Unchanged,
+    /// The next run is due at this server time (the next slot).
+    At(DateTime<Utc>),
+    /// The next run is due this long after the release, by the server clock
+    /// (retry backoff).
+    After(Duration),
+}
+
+/// Claims, renews and releases leases in PostgreSQL. Cheap to clone.
+///
+/// Usable on its own, without the runtime: every method is one statement on a
+/// pooled connection, so holding a lease for an hour holds no connection.
+///
+/// Every method is cancel-safe in the sense that dropping its future leaves
+/// the database consistent: the statement either committed or did not. A
+/// claim whose answer was lost to cancellation may have acquired the lease;
+/// it then expires on its own.
+///
+/// ```no_run
+/// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
+/// use std::time::Duration;
+/// use leasehold::{Claim, LeaseStore, Renewal};
+///
+/// let store = LeaseStore::new(pool);
+/// if let Claim::Acquired(lease) = store.claim("nightly-reconcile", "web-1-a8f3", Duration::from_secs(60)).await? {
+///     // ... work, sending lease.fence with every downstream write ...
+///     match store.renew(&lease, Duration::from_secs(60)).await? {
+///         Renewal::Renewed(renewed) => println!("good until {}", renewed.expires_at),
+///         Renewal::Lost => return Ok(()), // someone newer owns the work: stop
+///     }
+///     store.release(&lease.key, &lease.holder, lease.fence).await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LeaseStore {
+    pool: PgPool,
+}
+
+/// Columns every lease-returning statement ends with, so one row type reads
+/// them all. `remaining_secs` is measured on the server after the write.
+#[derive(sqlx::FromRow)]
+struct LeaseRow {
+    key: String,
+    holder: String,
+    fence: i64,
+    acquired_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+    next_due_at: Option<DateTime<Utc>>,
+    server_now: DateTime<Utc>,
+}
+
+#[derive(sqlx::FromRow)]
+struct ClaimRow {
+    acquired: bool,
+    #[sqlx(flatten)]
+    row: LeaseRow,
+}
+
+impl LeaseRow {
+    fn into_lease(self) -> Lease {
+        let remaining = (self.expires_at - self.server_now).to_std().unwrap_or(Duration::ZERO);
+        Lease {
+            key: self.key,
+            holder: self.holder,
+            fence: self.fence,
+            acquired_at: self.acquired_at,
+            expires_at: self.expires_at,
+            remaining,
+        }
+    }
+
+    fn into_info(self) -> LeaseInfo {
+        LeaseInfo {
+            key: self.key,
+            holder: self.holder,
+            fence: self.fence,
+            acquired_at: self.acquired_at,
+            expires_at: self.expires_at,
+            next_due_at: self.next_due_at,
+            server_now: self.server_now,
+        }
+    }
+}
+
+impl LeaseStore {
+    /// A store over `pool`. The schema must exist ([`crate::migrate`]).
+    pub fn new(pool: PgPool) -> Self {
+        LeaseStore { pool }
+    }
+
+    /// The pool this store runs on.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The article's re-entrant claim: acquire `key` for `holder` for `ttl`
+    /// if it is free or expired; if `holder` already holds it, extend it and
+    /// keep the same fence.
+    ///
+    /// Exactly one of any number of concurrent claimers of a free key gets
+    /// [`Claim::Acquired`]. Use [`LeaseStore::claim_run`] to start a new
+    /// *run* (it always takes a fresh fence).
+    ///
+    /// Cancel-safe as described on [`LeaseStore`].
+    pub async fn claim(&self, key: &str, holder: &str, ttl: Duration) -> Result<Claim> {
+        validate::key(key)?;
+        validate::holder(holder)?;
+        let secs = validate::lease_secs("lease duration", ttl)?;
+        // $1 key, $2 holder, $3 ttl seconds.
+        // - VALUES draws the fence from the sequence (invariant 4): a deleted
+        //   row or a released one can never make a fence repeat.
+        // - WHERE (invariant 3): take the row over only if we already hold it
+        //   (re-entrant) or it has expired by the server clock.
+        // - CASE: a holder re-claiming its own live lease keeps its tenure
+        //   (same fence, same acquired_at); any other takeover starts a new
+        //   tenure with the fresh fence.
+        // - The UNION half reports the current row when the claim lost, so
+        //   the caller learns who holds it in the same round trip.
+        const CLAIM: &str = "
+            WITH claimed AS (
+                INSERT INTO leasehold_lease AS l (key, holder, fence, acquired_at, expires_at)
+                VALUES ($1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),
+                        clock_timestamp() + make_interval(secs => $3))
+                ON CONFLICT (key) DO UPDATE
+                   SET holder      = EXCLUDED.holder,
+                       expires_at  = EXCLUDED.expires_at,
+                       acquired_at = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp()
+                                          THEN l.acquired_at ELSE EXCLUDED.acquired_at END,
+                       fence       = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp()
+                                          THEN l.fence ELSE EXCLUDED.fence END
+                 WHERE l.holder = EXCLUDED.holder
+                    OR l.expires_at <= clock_timestamp()
+                RETURNING l.*
+            )
+            SELECT true AS acquired, c.*, clock_timestamp() AS server_now FROM claimed c
+            UNION ALL
+            SELECT false, l.*, clock_timestamp() FROM leasehold_lease l
+             WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)";
+        let row: Option<ClaimRow> = sqlx::query_as(CLAIM)
+            .bind(key)
+            .bind(holder)
+            .bind(secs)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(claim_outcome(row, Due::Now))
+    }
+
+    /// Claims `key` for a new run: like [`LeaseStore::claim`], but the tenure
+    /// always gets a fresh fence, even when `holder` still holds the lease
+    /// (invariant 5), so "same fence" downstream always means "same run".
+    ///
+    /// With [`Due::Scheduled`], the claim also requires the key's next run to
+    /// be due by the server clock, which is what makes a schedule run once
+    /// per slot across the fleet.
+    ///
+    /// The caller must have ended any earlier run of `key` itself before
+    /// claiming again as the same holder: the earlier run's fence is
+    /// superseded and its writes will be rejected.
+    ///
+    /// Cancel-safe as described on [`LeaseStore`].
+    pub async fn claim_run(&self, key: &str, holder: &str, ttl: Duration, due: Due) -> Result<Claim> {
+        validate::key(key)?;
+        validate::holder(holder)?;
+        let secs = validate::lease_secs("lease duration", ttl)?;
+        // $1 key, $2 holder, $3 ttl seconds, $4 "ignore the schedule".
+        // - fence is always the fresh nextval (invariants 4 and 5).
+        // - WHERE (invariant 3): the row is ours or has expired by the server
+        //   clock; a scheduled claim also needs next_due_at to have passed by
+        //   the server clock, so replicas whose timers fire at different
+        //   moments still start one run per slot.
+        const CLAIM_RUN: &str = "
+            WITH claimed AS (
+                INSERT INTO leasehold_lease AS l (key, holder, fence, acquired_at, expires_at)
+                VALUES ($1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),
+                        clock_timestamp() + make_interval(secs => $3))
+                ON CONFLICT (key) DO UPDATE
+                   SET holder      = EXCLUDED.holder,
+                       fence       = EXCLUDED.fence,
+                       acquired_at = EXCLUDED.acquired_at,
+                       expires_at  = EXCLUDED.expires_at
+                 WHERE (l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp())
+                   AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
+                RETURNING l.*
+            )
+            SELECT true AS acquired, c.*, clock_timestamp() AS server_now FROM claimed c
+            UNION ALL
+            SELECT false, l.*, clock_timestamp() FROM leasehold_lease l
+             WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)";
+        let row: Option<ClaimRow> = sqlx::query_as(CLAIM_RUN)
+            .bind(key)
+            .bind(holder)
+            .bind(secs)
+            .bind(due == Due::Now)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(claim_outcome(row, due))
+    }
+
+    /// Extends the tenure `lease` for `ttl` from now (server clock).
+    ///
+    /// [`Renewal::Lost`] is definitive: the lease was taken over, released or
+    /// had already expired — renewal never resurrects an expired lease. A
+    /// database error is transient and worth retrying while the lease lasts.
+    ///
+    /// Cancel-safe as described on [`LeaseStore`].
+    pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Renewal> {
+        let mut renewed = self
+            .renew_many(&lease.holder, &[(&lease.key, lease.fence)], ttl)
+            .await?;
+        Ok(match renewed.renewed.pop() {
+            Some(lease) => Renewal::Renewed(lease),
+            None => Renewal::Lost,
+        })
+    }
+
+    /// Renews every listed tenure `(key, fence)` of `holder` in **one**
+    /// statement, and says which were lost.
+    ///
+    /// This is the heartbeat: one round trip per tick however many leases a
+    /// replica holds. Cancel-safe as described on [`LeaseStore`].
+    pub async fn renew_many<K: AsRef<str>>(
+        &self,
+        holder: &str,
+        tenures: &[(K, i64)],
+        ttl: Duration,
+    ) -> Result<RenewedMany> {
+        validate::holder(holder)?;
+        let secs = validate::lease_secs("lease duration", ttl)?;
+        let mut keys = Vec::with_capacity(tenures.len());
+        let mut fences = Vec::with_capacity(tenures.len());
+        for (key, fence) in tenures {
+            validate::key(key.as_ref())?;
+            validate::fence(*fence)?;
+            keys.push(key.as_ref());
+            fences.push(*fence);
+        }
+        if tenures.is_empty() {
+            return Ok(RenewedMany::default());
+        }
+        // $1 holder, $2 keys, $3 fences, $4 ttl seconds. Invariant 6:
+        // - holder and fence: only the caller's own tenure, not a newer one
+        //   (a takeover, or the same holder's later run);
+        // - expires_at > now: an expired lease stays expired even if nobody
+        //   took it yet — a takeover must advance the fence, so silently
+        //   extending it here would hide a gap in exclusion.
+        const RENEW_MANY: &str = "
+            UPDATE leasehold_lease AS l
+               SET expires_at = clock_timestamp() + make_interval(secs => $4)
+              FROM unnest($2::text[], $3::int8[]) AS t(key, fence)
+             WHERE l.key = t.key
+               AND l.holder = $1
+               AND l.fence = t.fence
+               AND l.expires_at > clock_timestamp()
+            RETURNING l.*, clock_timestamp() AS server_now";
+        let rows: Vec<LeaseRow> = sqlx::query_as(RENEW_MANY)
+            .bind(holder)
+            .bind(&keys)
+            .bind(&fences)
+            .bind(secs)
+            .fetch_all(&self.pool)
+            .await?;
+        let renewed: Vec<Lease> = rows.into_iter().map(LeaseRow::into_lease).collect();
+        let lost = tenures
+            .iter()
+            .filter(|(key, fence)| !renewed.iter().any(|l| l.key == key.as_ref() && l.fence == *fence))
+            .map(|(key, fence)| (key.as_ref().to_owned(), *fence))
+            .collect();
+        Ok(RenewedMany { renewed, lost })
+    }
+
+    /// Ends the tenure `(key, holder, fence)` now, so the next claim (by any
+    /// holder) succeeds at once. Returns whether that tenure was still the
+    /// current one; a late release of an older tenure changes nothing.
+    ///
+    /// The row is kept (not deleted) so the key's schedule survives; fences
+    /// do not depend on it either way. Cancel-safe as described on
+    /// [`LeaseStore`].
+    pub async fn release(&self, key: &str, holder: &str, fence: i64) -> Result<bool> {
+        self.finish(key, holder, fence, NextDue::Unchanged).await
+    }
+
+    /// Releases a run's tenure and records when the key is next due, in one
+    /// statement.
+    pub(crate) async fn finish(&self, key: &str, holder: &str, fence: i64, next: NextDue) -> Result<bool> {
+        validate::key(key)?;
+        validate::holder(holder)?;
+        validate::fence(fence)?;
+        let (at, after) = match next {
+            NextDue::Unchanged => (None, None),
+            NextDue::At(at) => (Some(at), None),
+            NextDue::After(delay) => (None, Some(delay.as_secs_f64())),
+        };
+        // $1 key, $2 holder, $3 fence, $4 next due (absolute), $5 next due
+        // (seconds from now). Invariant 7: holder and fence scope the release
+        // to the caller's own tenure, so a late release — after a takeover,
+        // or from the same holder's earlier run — never frees a newer one.
+        // Expiring at "now" rather than deleting keeps the schedule; GREATEST
+        // keeps the CHECK true even if the server clock stepped backwards.
+        const RELEASE: &str = "
+            UPDATE leasehold_lease
+               SET expires_at  = GREATEST(clock_timestamp(), acquired_at + interval '1 microsecond'),
+                   next_due_at = COALESCE($4, clock_timestamp() + make_interval(secs => $5), next_due_at)
+             WHERE key = $1
+               AND holder = $2
+               AND fence = $3";
+        let done = sqlx::query(RELEASE)
+            .bind(key)
+            .bind(holder)
+            .bind(fence)
+            .bind(at)
+            .bind(after)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Makes `key`'s next scheduled run due now, for the whole fleet.
+    /// Returns false if the key has no row yet (it is then due anyway).
+    #[allow(dead_code)] // TODO(runtime): used by Runtime::trigger
+    pub(crate) async fn make_due(&self, key: &str) -> Result<bool> {
+        validate::key(key)?;
+        const MAKE_DUE: &str = "UPDATE leasehold_lease SET next_due_at = clock_timestamp() WHERE key = $1";
+        let done = sqlx::query(MAKE_DUE).bind(key).execute(&self.pool).await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Reads the row of `key` as the server sees it now, or `None` if the key
+    /// was never claimed (or its row was deleted).
+    pub async fn get(&self, key: &str) -> Result<Option<LeaseInfo>> {
+        validate::key(key)?;
+        const GET: &str = "SELECT l.*, clock_timestamp() AS server_now FROM leasehold_lease l WHERE l.key = $1";
+        let row: Option<LeaseRow> = sqlx::query_as(GET).bind(key).fetch_optional(&self.pool).await?;
+        Ok(row.map(LeaseRow::into_info))
+    }
+}
+
+/// Reads a claim's answer. A lost scheduled claim whose snapshot shows a
+/// free lease that is not due yet is [`Claim::NotDue`]; anything else that lost was
+/// beaten by a holder (possibly one committed after the snapshot).
+fn claim_outcome(row: Option<ClaimRow>, due: Due) -> Claim {
+    match row {
+        Some(ClaimRow { acquired: true, row }) => Claim::Acquired(row.into_lease()),
+        Some(ClaimRow { acquired: false, row }) => {
+            let current = row.into_info();
+            if due == Due::Scheduled && !current.is_held() && current.due_in() > Duration::ZERO {
+                Claim::NotDue { current }
+            } else {
+                Claim::HeldElsewhere { current: Some(current) }
+            }
+        }
+        // The claim lost to a row committed after this statement's snapshot.
+        None => Claim::HeldElsewhere { current: None },
+    }
+}

@@ -1,0 +1,92 @@
+//! Schema migrations, safe when every replica starts at once.
+//!
+//! The migrations are the plain SQL files in `migrations/`, embedded here.
+//! Each file records its own version in `leasehold_schema_version`, so a
+//! schema applied by a user's own migration tool is recognised too. Nothing
+//! here reads or writes sqlx's `_sqlx_migrations` table.
+
+use sqlx::PgPool;
+
+use crate::error::{Error, Result};
+
+/// The migrations, in order: (version, SQL).
+const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../migrations/0001_leases.sql"))];
+
+/// The schema version this library needs and knows.
+pub const SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
+
+/// Key of the transaction-scoped advisory lock that serializes migrations
+/// across replicas ("leasehold" in ASCII, so it is recognisable in
+/// `pg_locks`). Transaction scope is the right tool here: the lock is short
+/// and is released by COMMIT or ROLLBACK, whatever connection runs it.
+const MIGRATION_LOCK: i64 = 0x6c65_6173_6568_6f6c;
+
+/// Creates or upgrades leasehold's tables in the pool's database.
+///
+/// Idempotent and safe to call from every replica at start-up at once: the
+/// whole upgrade runs in one transaction serialized by
+/// `pg_advisory_xact_lock`, so exactly one caller applies each migration and
+/// the others find it done. A database already migrated by a *newer*
+/// leasehold gives [`Error::SchemaTooNew`] and is left untouched.
+///
+/// Not cancel-safe in a useful sense: dropping the future rolls the
+/// transaction back, so nothing is half-applied, but nothing is applied
+/// either.
+///
+/// ```no_run
+/// # async fn demo() -> leasehold::Result<()> {
+/// let pool = sqlx::PgPool::connect("postgres://localhost/app").await?;
+/// leasehold::migrate(&pool).await?;
+/// # Ok(()) }
+/// ```
+pub async fn migrate(pool: &PgPool) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    let current = read_version(&mut tx).await?.unwrap_or(0);
+    if current > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found: current,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+        tracing::info!(version, "applying leasehold migration");
+        sqlx::raw_sql(*sql).execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Checks that the schema exists and is one this library can use, without
+/// changing anything. Used at start-up when automatic migration is off.
+pub async fn check_schema(pool: &PgPool) -> Result<()> {
+    let mut conn = pool.acquire().await?;
+    match read_version(&mut conn).await? {
+        None => Err(Error::SchemaMissing),
+        Some(found) if found > SCHEMA_VERSION => Err(Error::SchemaTooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        Some(found) if found < SCHEMA_VERSION => Err(Error::SchemaMissing),
+        Some(_) => Ok(()),
+    }
+}
+
+/// The highest applied version, or `None` when the version table is absent.
+async fn read_version(conn: &mut sqlx::PgConnection) -> Result<Option<i32>> {
+    // Looking the table up first avoids an error (which would abort the
+    // migration transaction) when it does not exist yet.
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('leasehold_schema_version') IS NOT NULL")
+        .fetch_one(&mut *conn)
+        .await?;
+    if !exists {
+        return Ok(None);
+    }
+    let version: Option<i32> = sqlx::query_scalar("SELECT max(version) FROM leasehold_schema_version")
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(version)
+}

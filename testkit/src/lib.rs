@@ -1,0 +1,363 @@
+//! Throwaway PostgreSQL for leasehold's tests, examples and benchmarks.
+//!
+//! - [`test_db`] gives a fresh, empty database per call: on the server named
+//!   by `DATABASE_URL` if it is set, otherwise on a cluster this process
+//!   starts once from the PostgreSQL binaries on the machine.
+//! - [`PgCluster::start`] starts a private cluster, for tests that stop,
+//!   restart or kill the server.
+//!
+//! Clusters live in a temporary directory and are removed when dropped; a
+//! watchdog process also removes them when the owning process exits without
+//! dropping them (a static, a panic, a killed test binary). When the process
+//! runs as root, `initdb` and `postgres` run as the `postgres` user (or
+//! `nobody`) through `runuser`, since PostgreSQL refuses to run as root.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+use std::net::TcpListener;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::str::FromStr;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool};
+
+/// How to fix a machine without PostgreSQL, printed with every failure to
+/// find or start one.
+pub const HOW_TO_FIX: &str = "install the PostgreSQL server binaries (Debian/Ubuntu: \
+     `apt-get install postgresql`; they are looked up on PATH, then under \
+     /usr/lib/postgresql/*/bin), or set DATABASE_URL to a PostgreSQL server where this \
+     user may CREATE DATABASE";
+
+/// A PostgreSQL cluster in a temporary directory, owned by this process.
+#[derive(Debug)]
+pub struct PgCluster {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    run_as: Option<String>,
+}
+
+/// A database created for one test (or one example run).
+#[derive(Debug)]
+pub struct TestDb {
+    /// Connection options for the database; clone them to open more pools.
+    pub options: PgConnectOptions,
+    /// A pool of up to 10 connections to it.
+    pub pool: PgPool,
+    /// The database's name.
+    pub name: String,
+}
+
+impl TestDb {
+    /// Another pool on the same database with at most `max` connections.
+    pub async fn pool_with(&self, max: u32) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(max)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(self.options.clone())
+            .await
+            .unwrap_or_else(|e| panic!("connecting to test database {}: {e}", self.name))
+    }
+}
+
+static SHARED: OnceLock<Result<PgCluster, String>> = OnceLock::new();
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh database with its own pool: on `DATABASE_URL`'s server if set,
+/// otherwise on this process's shared throwaway cluster (started on first
+/// use). Panics with [`HOW_TO_FIX`] when no PostgreSQL can be found.
+pub async fn test_db() -> TestDb {
+    let server = server_options();
+    create_db(&server).await
+}
+
+/// Options for the server tests should use: `DATABASE_URL`, or the shared
+/// throwaway cluster.
+pub fn server_options() -> PgConnectOptions {
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        return PgConnectOptions::from_str(&url)
+            .unwrap_or_else(|e| panic!("DATABASE_URL={url:?} is not a valid URL: {e}"));
+    }
+    match SHARED.get_or_init(|| PgCluster::start().map_err(|e| e.to_string())) {
+        Ok(cluster) => cluster.options(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Creates a uniquely named database on `server` and connects a pool to it.
+pub async fn create_db(server: &PgConnectOptions) -> TestDb {
+    let name = format!(
+        "leasehold_test_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut admin = server
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connecting to PostgreSQL at {server:?}: {e}; {HOW_TO_FIX}"));
+    // template0: nobody is ever connected to it, so concurrent CREATE
+    // DATABASE calls do not trip over each other.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE \"{name}\" TEMPLATE template0"
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+    let _ = admin.close().await;
+    let options = server.clone().database(&name);
+    let pool = PgPoolOptions::new()
+        .max_connections(10)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect_with(options.clone())
+        .await
+        .unwrap_or_else(|e| panic!("connecting to test database {name}: {e}"));
+    TestDb { options, pool, name }
+}
+
+impl PgCluster {
+    /// Starts a new cluster on a free loopback port. Settings favour speed
+    /// over durability (`fsync=off`); use [`PgCluster::start_durable`] for
+    /// benchmarks that must pay for commits.
+    pub fn start() -> Result<PgCluster, String> {
+        Self::start_with(false)
+    }
+
+    /// Starts a new cluster with PostgreSQL's default durability settings.
+    pub fn start_durable() -> Result<PgCluster, String> {
+        Self::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> Result<PgCluster, String> {
+        let bin = find_bin_dir().ok_or_else(|| format!("no PostgreSQL server binaries found: {HOW_TO_FIX}"))?;
+        let run_as = if is_root() { Some(unprivileged_user()?) } else { None };
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("leasehold-pg-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let cluster = PgCluster {
+            bin,
+            dir,
+            port: free_port()?,
+            run_as,
+        };
+        cluster.spawn_watchdog()?;
+        if let Some(user) = &cluster.run_as {
+            chown_to(&cluster.dir, user)?;
+        }
+        cluster.initdb(durable)?;
+        cluster.start_server()?;
+        Ok(cluster)
+    }
+
+    /// Options to connect to the `postgres` database as the superuser.
+    pub fn options(&self) -> PgConnectOptions {
+        PgConnectOptions::new()
+            .host("127.0.0.1")
+            .port(self.port)
+            .username("postgres")
+            .database("postgres")
+    }
+
+    /// The loopback port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the server. `immediate` skips the shutdown checkpoint (like a
+    /// crash); otherwise it is a fast shutdown (clients are disconnected).
+    pub fn stop(&self, immediate: bool) -> Result<(), String> {
+        let mode = if immediate { "immediate" } else { "fast" };
+        self.pg_ctl(&["stop", "-w", "-m", mode])
+    }
+
+    /// Starts the server again after [`PgCluster::stop`], on the same port.
+    pub fn start_server(&self) -> Result<(), String> {
+        let opts = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -k {}",
+            self.port,
+            self.dir.display()
+        );
+        self.pg_ctl(&[
+            "start",
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            &self.dir.join("server.log").display().to_string(),
+            "-o",
+            &opts,
+        ])
+    }
+
+    fn initdb(&self, durable: bool) -> Result<(), String> {
+        let data = self.data_dir();
+        let out = self
+            .command("initdb")
+            .args([
+                "-D",
+                &data.display().to_string(),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ])
+            .output()
+            .map_err(|e| format!("running initdb: {e}; {HOW_TO_FIX}"))?;
+        if !out.status.success() {
+            return Err(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        let mut conf = String::from("\nmax_connections = 400\nlog_min_messages = warning\n");
+        if !durable {
+            conf.push_str("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n");
+        }
+        if self.bin.join("../lib/pg_stat_statements.so").exists() {
+            conf.push_str("shared_preload_libraries = 'pg_stat_statements'\n");
+        }
+        let path = data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        text.push_str(&conf);
+        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Result<(), String> {
+        let out = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.data_dir())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| format!("running pg_ctl: {e}"))?;
+        if !out.status.success() {
+            let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+            return Err(format!(
+                "pg_ctl {args:?} failed: {}\n{log}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(())
+    }
+
+    /// A command for one of the server binaries, as the unprivileged user
+    /// when this process is root.
+    fn command(&self, program: &str) -> Command {
+        let path = self.bin.join(program);
+        match &self.run_as {
+            Some(user) => {
+                let mut cmd = Command::new("runuser");
+                cmd.args(["-u", user, "--"]).arg(path);
+                cmd
+            }
+            None => Command::new(path),
+        }
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// A detached shell that waits for this process to exit, then stops the
+    /// server and removes the directory: statics are never dropped, and a
+    /// test binary can be killed.
+    fn spawn_watchdog(&self) -> Result<(), String> {
+        let pg_ctl = self.command("pg_ctl");
+        let mut stop = vec![pg_ctl.get_program().to_string_lossy().into_owned()];
+        stop.extend(pg_ctl.get_args().map(|a| a.to_string_lossy().into_owned()));
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; {stop} -D '{data}' stop -m immediate >/dev/null 2>&1; rm -rf '{dir}'",
+            pid = std::process::id(),
+            stop = stop.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(" "),
+            data = self.data_dir().display(),
+            dir = self.dir.display(),
+        );
+        Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map(drop)
+            .map_err(|e| format!("starting the cleanup watchdog: {e}"))
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        let _ = self.stop(true);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The directory holding `initdb`, `pg_ctl` and `postgres`: PATH first
+/// (following symlinks such as Debian's /usr/local/bin ones), then the
+/// newest /usr/lib/postgresql/*/bin.
+fn find_bin_dir() -> Option<PathBuf> {
+    let complete = |dir: &Path| ["initdb", "pg_ctl", "postgres"].iter().all(|b| dir.join(b).exists());
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            if let Ok(initdb) = std::fs::canonicalize(dir.join("initdb"))
+                && let Some(real) = initdb.parent()
+                && complete(real)
+            {
+                return Some(real.to_path_buf());
+            }
+        }
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, bin): &(u32, PathBuf)| complete(bin))
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin)
+}
+
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+}
+
+fn unprivileged_user() -> Result<String, String> {
+    for user in ["postgres", "nobody"] {
+        let known = Command::new("id")
+            .arg("-u")
+            .arg(user)
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if known {
+            return Ok(user.to_owned());
+        }
+    }
+    Err("running as root and neither a `postgres` nor a `nobody` user exists to run PostgreSQL as".to_owned())
+}
+
+fn chown_to(dir: &Path, user: &str) -> Result<(), String> {
+    let status = Command::new("chown")
+        .args(["-R", user])
+        .arg(dir)
+        .status()
+        .map_err(|e| format!("chown: {e}"))?;
+    status
+        .success()
+        .then_some(())
+        .ok_or_else(|| format!("chown -R {user} {} failed", dir.display()))
+}
+
+fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free loopback port: {e}"))?;
+    listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}

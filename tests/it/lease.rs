@@ -1,0 +1,463 @@
+//! Lease store scenarios: one test per invariant of DESIGN §3 (and per guard
+//! clause of the claim, renew and release statements).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::{Claim, Due, Error, Lease, LeaseStore, Renewal};
+use tokio::sync::Barrier;
+
+use crate::support::{self, LONG, expire_now, operator_delete};
+
+fn acquired(claim: Claim) -> Lease {
+    match claim {
+        Claim::Acquired(lease) => lease,
+        other => panic!("expected the claim to acquire the lease, got {other:?}"),
+    }
+}
+
+/// Invariant 3: of 64 claimers on separate connections racing for one free
+/// key, exactly one wins — 50 rounds, a new key each round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_one_of_64_concurrent_claimers_wins() {
+    let db = support::db().await;
+    const CLAIMERS: usize = 64;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .min_connections(CLAIMERS as u32)
+        .max_connections(CLAIMERS as u32)
+        .connect_with(db.options.clone())
+        .await
+        .expect("pool");
+    let store = LeaseStore::new(pool.clone());
+    // Hold all 64 connections once so each claimer below gets its own.
+    let mut warm = Vec::new();
+    for _ in 0..CLAIMERS {
+        warm.push(pool.acquire().await.expect("connection"));
+    }
+    drop(warm);
+    for round in 0..50 {
+        let key = format!("race-{round}");
+        let barrier = Arc::new(Barrier::new(CLAIMERS));
+        let tasks: Vec<_> = (0..CLAIMERS)
+            .map(|i| {
+                let (store, barrier, key) = (store.clone(), barrier.clone(), key.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    store.claim(&key, &format!("replica-{i}"), LONG).await
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for task in tasks {
+            match task.await.expect("task") {
+                Ok(Claim::Acquired(lease)) => winners.push(lease),
+                Ok(Claim::HeldElsewhere { .. }) => {}
+                other => panic!("round {round}: unexpected claim answer {other:?}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
+        let row = store.get(&key).await.unwrap().expect("row");
+        assert_eq!(
+            (row.holder.as_str(), row.fence),
+            (winners[0].holder.as_str(), winners[0].fence)
+        );
+    }
+}
+
+/// Invariant 3 (re-entrance) and 4: the holder re-claiming its live lease
+/// keeps its tenure; another holder is refused while it is valid and takes
+/// over with a greater fence once it expired.
+#[tokio::test]
+async fn reentrant_claim_keeps_fence_and_takeover_after_expiry_advances_it() {
+    let (db, store) = support::store().await;
+    let first = acquired(store.claim("k", "a", LONG).await.unwrap());
+    let again = acquired(store.claim("k", "a", LONG).await.unwrap());
+    assert_eq!(again.fence, first.fence, "re-entrant claim keeps the fence");
+    assert_eq!(
+        again.acquired_at, first.acquired_at,
+        "re-entrant claim keeps the tenure"
+    );
+    assert!(again.expires_at >= first.expires_at);
+
+    match store.claim("k", "b", LONG).await.unwrap() {
+        Claim::HeldElsewhere { current: Some(current) } => {
+            assert_eq!((current.holder.as_str(), current.fence), ("a", first.fence));
+            assert!(current.is_held());
+        }
+        other => panic!("a valid lease must be held elsewhere, got {other:?}"),
+    }
+
+    expire_now(&db.pool, "k").await;
+    let taken = acquired(store.claim("k", "b", LONG).await.unwrap());
+    assert!(taken.fence > first.fence, "takeover must advance the fence");
+    assert_eq!(taken.holder, "b");
+    assert!(
+        taken.remaining > Duration::from_secs(590) && taken.remaining <= LONG,
+        "{:?}",
+        taken.remaining
+    );
+}
+
+/// The re-entrant claim of an *expired* lease by its own former holder is a
+/// new tenure: the CASE must not keep the old fence after expiry.
+#[tokio::test]
+async fn reclaim_by_same_holder_after_expiry_is_a_new_tenure() {
+    let (db, store) = support::store().await;
+    let first = acquired(store.claim("k", "a", LONG).await.unwrap());
+    expire_now(&db.pool, "k").await;
+    let second = acquired(store.claim("k", "a", LONG).await.unwrap());
+    assert!(second.fence > first.fence);
+    assert!(second.acquired_at > first.acquired_at);
+}
+
+/// Invariant 5: a claim for a new run gets a fresh fence even from the
+/// holder that still holds the lease.
+#[tokio::test]
+async fn every_run_claim_gets_a_fresh_fence() {
+    let (_db, store) = support::store().await;
+    let run1 = acquired(store.claim_run("job", "a", LONG, Due::Scheduled).await.unwrap());
+    let run2 = acquired(store.claim_run("job", "a", LONG, Due::Now).await.unwrap());
+    assert!(run2.fence > run1.fence);
+    // ... and the earlier run is now superseded: it can neither renew nor release.
+    assert_eq!(store.renew(&run1, LONG).await.unwrap(), Renewal::Lost);
+    assert!(!store.release("job", "a", run1.fence).await.unwrap());
+    assert!(store.get("job").await.unwrap().unwrap().is_held());
+    // Another holder still cannot start a run while the lease is valid.
+    assert!(matches!(
+        store.claim_run("job", "b", LONG, Due::Now).await.unwrap(),
+        Claim::HeldElsewhere { .. }
+    ));
+}
+
+/// The schedule clause of the run claim: a free lease whose next run is not
+/// due yet (server clock) is not claimed by a scheduled claim, but is by a
+/// manual one.
+#[tokio::test]
+async fn scheduled_claim_waits_for_the_due_time() {
+    let (db, store) = support::store().await;
+    acquired(store.claim_run("job", "a", LONG, Due::Scheduled).await.unwrap());
+    sqlx::query("UPDATE leasehold_lease SET next_due_at = clock_timestamp() + interval '1 hour', expires_at = clock_timestamp()")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    match store.claim_run("job", "b", LONG, Due::Scheduled).await.unwrap() {
+        Claim::NotDue { current } => {
+            assert!(!current.is_held());
+            assert!(current.due_in() > Duration::from_secs(3500), "{:?}", current.due_in());
+        }
+        other => panic!("expected NotDue, got {other:?}"),
+    }
+    acquired(store.claim_run("job", "b", LONG, Due::Now).await.unwrap());
+}
+
+/// Invariant 4: over 1,000 mixed claim / release / expire / re-claim cycles
+/// with operator DELETEs, a key's fence never repeats and never decreases,
+/// and only changes when the tenure changes.
+#[tokio::test]
+async fn fence_never_repeats_or_decreases() {
+    let (db, store) = support::store().await;
+    let mut last: i64 = 0;
+    let mut held: Option<Lease> = None;
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    for cycle in 0..1_000 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let holder = if rng.is_multiple_of(3) { "a" } else { "b" };
+        match (rng >> 8) % 6 {
+            0 => {
+                if let Some(lease) = held.take() {
+                    assert!(store.release("k", &lease.holder, lease.fence).await.unwrap());
+                }
+            }
+            1 => {
+                if held.take().is_some() {
+                    expire_now(&db.pool, "k").await;
+                }
+            }
+            2 => {
+                operator_delete(&db.pool, "k").await;
+                held = None;
+            }
+            3 => {
+                if let Claim::Acquired(lease) = store.claim_run("k", holder, LONG, Due::Now).await.unwrap() {
+                    assert!(
+                        lease.fence > last,
+                        "cycle {cycle}: run fence {} after {last}",
+                        lease.fence
+                    );
+                    last = lease.fence;
+                    held = Some(lease);
+                }
+            }
+            _ => {
+                if let Claim::Acquired(lease) = store.claim("k", holder, LONG).await.unwrap() {
+                    let same_tenure = held.as_ref().is_some_and(|h| h.holder == lease.holder);
+                    if same_tenure {
+                        assert_eq!(lease.fence, last, "cycle {cycle}: re-entrant claim changed the fence");
+                    } else {
+                        assert!(lease.fence > last, "cycle {cycle}: fence {} after {last}", lease.fence);
+                    }
+                    last = lease.fence;
+                    held = Some(lease);
+                }
+            }
+        }
+    }
+    assert!(last > 0);
+}
+
+/// Invariant 6: a renewal of a tenure that was taken over is lost, and the
+/// new holder's lease is untouched.
+#[tokio::test]
+async fn renew_of_a_stolen_lease_is_lost() {
+    let (db, store) = support::store().await;
+    let old = acquired(store.claim("k", "a", LONG).await.unwrap());
+    expire_now(&db.pool, "k").await;
+    let new = acquired(store.claim("k", "b", LONG).await.unwrap());
+    assert_eq!(store.renew(&old, LONG).await.unwrap(), Renewal::Lost);
+    let row = store.get("k").await.unwrap().unwrap();
+    assert_eq!(
+        (row.holder.as_str(), row.fence, row.expires_at),
+        ("b", new.fence, new.expires_at)
+    );
+}
+
+/// Invariant 6: an expired lease that nobody took over is not resurrected
+/// by its holder's late heartbeat.
+#[tokio::test]
+async fn renew_never_resurrects_an_expired_lease() {
+    let (db, store) = support::store().await;
+    let lease = acquired(store.claim("k", "a", LONG).await.unwrap());
+    expire_now(&db.pool, "k").await;
+    assert_eq!(store.renew(&lease, LONG).await.unwrap(), Renewal::Lost);
+    assert!(
+        !store.get("k").await.unwrap().unwrap().is_held(),
+        "the lease must stay expired"
+    );
+}
+
+/// Invariant 6: the same holder renewing its *previous* tenure (an earlier
+/// run) is lost and leaves the current tenure as it was.
+#[tokio::test]
+async fn renew_of_a_previous_tenure_by_the_same_holder_is_lost() {
+    let (_db, store) = support::store().await;
+    let run1 = acquired(
+        store
+            .claim_run("k", "a", Duration::from_secs(60), Due::Now)
+            .await
+            .unwrap(),
+    );
+    let run2 = acquired(
+        store
+            .claim_run("k", "a", Duration::from_secs(60), Due::Now)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(store.renew(&run1, LONG).await.unwrap(), Renewal::Lost);
+    let row = store.get("k").await.unwrap().unwrap();
+    assert_eq!(row.fence, run2.fence);
+    assert_eq!(
+        row.expires_at, run2.expires_at,
+        "the current tenure must not be extended by the old one"
+    );
+}
+
+/// Invariant 6 (holder clause): another replica that learned the current
+/// fence cannot renew a lease it does not hold.
+#[tokio::test]
+async fn renew_by_another_holder_with_the_current_fence_is_lost() {
+    let (_db, store) = support::store().await;
+    let lease = acquired(store.claim("k", "a", Duration::from_secs(60)).await.unwrap());
+    let mut impostor = lease.clone();
+    impostor.holder = "b".to_owned();
+    assert_eq!(store.renew(&impostor, LONG).await.unwrap(), Renewal::Lost);
+    assert_eq!(store.get("k").await.unwrap().unwrap().expires_at, lease.expires_at);
+}
+
+/// A live renewal extends the lease by the server clock and reports the
+/// server-measured time left.
+#[tokio::test]
+async fn renew_extends_a_live_lease() {
+    let (_db, store) = support::store().await;
+    let lease = acquired(store.claim("k", "a", Duration::from_secs(5)).await.unwrap());
+    match store.renew(&lease, LONG).await.unwrap() {
+        Renewal::Renewed(renewed) => {
+            assert_eq!(renewed.fence, lease.fence);
+            assert!(renewed.expires_at > lease.expires_at);
+            assert!(renewed.remaining > Duration::from_secs(590), "{:?}", renewed.remaining);
+        }
+        Renewal::Lost => panic!("a live lease must renew"),
+    }
+}
+
+/// Invariant 7: a holder's late release after a takeover leaves the new
+/// holder's lease intact.
+#[tokio::test]
+async fn late_release_after_takeover_leaves_the_new_holder() {
+    let (db, store) = support::store().await;
+    let old = acquired(store.claim("k", "a", LONG).await.unwrap());
+    expire_now(&db.pool, "k").await;
+    let new = acquired(store.claim("k", "b", LONG).await.unwrap());
+    assert!(!store.release("k", "a", old.fence).await.unwrap());
+    // The impostor variant: the old holder presenting the new fence.
+    assert!(!store.release("k", "a", new.fence).await.unwrap());
+    let row = store.get("k").await.unwrap().unwrap();
+    assert!(row.is_held());
+    assert_eq!((row.holder.as_str(), row.fence), ("b", new.fence));
+    assert!(matches!(
+        store.claim("k", "c", LONG).await.unwrap(),
+        Claim::HeldElsewhere { .. }
+    ));
+}
+
+/// Invariant 7: the same holder's late release of an earlier run leaves the
+/// current run's lease intact.
+#[tokio::test]
+async fn late_release_of_an_old_run_leaves_the_new_run() {
+    let (_db, store) = support::store().await;
+    let run1 = acquired(store.claim_run("k", "a", LONG, Due::Now).await.unwrap());
+    let run2 = acquired(store.claim_run("k", "a", LONG, Due::Now).await.unwrap());
+    assert!(!store.release("k", "a", run1.fence).await.unwrap());
+    let row = store.get("k").await.unwrap().unwrap();
+    assert!(row.is_held());
+    assert_eq!(row.fence, run2.fence);
+    assert!(matches!(
+        store.claim("k", "b", LONG).await.unwrap(),
+        Claim::HeldElsewhere { .. }
+    ));
+}
+
+/// A release frees the lease at once for anyone, and the next tenure gets a
+/// greater fence.
+#[tokio::test]
+async fn release_frees_the_lease_at_once() {
+    let (_db, store) = support::store().await;
+    let lease = acquired(store.claim("k", "a", LONG).await.unwrap());
+    assert!(store.release("k", "a", lease.fence).await.unwrap());
+    assert!(!store.get("k").await.unwrap().unwrap().is_held());
+    let next = acquired(store.claim("k", "b", LONG).await.unwrap());
+    assert!(next.fence > lease.fence);
+}
+
+/// `renew_many` renews 1,000 leases in one statement and names exactly the
+/// ones that were stolen.
+#[tokio::test]
+async fn renew_many_is_one_statement_and_reports_the_lost_set() {
+    let (db, store) = support::store().await;
+    let mut tenures = Vec::new();
+    for i in 0..1_000 {
+        let lease = acquired(store.claim(&format!("k{i}"), "a", LONG).await.unwrap());
+        tenures.push((lease.key, lease.fence));
+    }
+    // Steal every 7th lease.
+    let mut stolen = Vec::new();
+    for (key, fence) in tenures.iter().step_by(7) {
+        expire_now(&db.pool, key).await;
+        acquired(store.claim(key, "b", LONG).await.unwrap());
+        stolen.push((key.clone(), *fence));
+    }
+    support::reset_statement_stats(&db.pool).await;
+    let result = store.renew_many("a", &tenures, LONG).await.unwrap();
+    assert_eq!(
+        support::statement_calls(&db.pool, "leasehold_lease").await,
+        1,
+        "one statement per heartbeat"
+    );
+    let mut lost = result.lost.clone();
+    lost.sort();
+    stolen.sort();
+    assert_eq!(lost, stolen);
+    assert_eq!(result.renewed.len(), 1_000 - stolen.len());
+    assert!(
+        result
+            .renewed
+            .iter()
+            .all(|l| l.holder == "a" && l.remaining > Duration::from_secs(590))
+    );
+}
+
+/// Invariant 2: 500 leases held at once through a 2-connection pool; no
+/// connection stays checked out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_leases_held_through_two_connections_pin_nothing() {
+    let db = support::db().await;
+    let pool = db.pool_with(2).await;
+    let store = LeaseStore::new(pool.clone());
+    let tasks: Vec<_> = (0..500)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move { store.claim(&format!("job-{i}"), "a", LONG).await })
+        })
+        .collect();
+    let mut held = Vec::new();
+    for task in tasks {
+        held.push(acquired(task.await.unwrap().unwrap()));
+    }
+    assert_eq!(held.len(), 500);
+    assert!(pool.size() <= 2);
+    support::assert_pool_idle(&pool).await;
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_lease WHERE expires_at > clock_timestamp()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 500);
+}
+
+/// The CHECK constraint turns a lease that would be expired at birth into an
+/// error rather than a phantom lock.
+#[tokio::test]
+async fn a_lease_expired_at_birth_is_a_constraint_violation() {
+    let db = support::db().await;
+    let err = sqlx::query(
+        "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at)
+         VALUES ('k', 'a', nextval('leasehold_fence_seq'), clock_timestamp(), clock_timestamp() - interval '1 second')",
+    )
+    .execute(&db.pool)
+    .await
+    .expect_err("an already-expired lease must be rejected");
+    assert!(err.to_string().contains("leasehold_lease_validity"), "{err}");
+}
+
+/// Bad input is rejected before any SQL is sent (the pool here cannot reach
+/// a server), with a message naming the value and the limit.
+#[tokio::test]
+async fn invalid_input_is_rejected_before_sql() {
+    let store = LeaseStore::new(support::unreachable_pool());
+    let long_key = "x".repeat(256);
+    let cases: Vec<(&str, &str, Duration, &str)> = vec![
+        ("", "a", LONG, "must not be empty"),
+        (&long_key, "a", LONG, "256 bytes long, the limit is 255"),
+        ("k\0", "a", LONG, "NUL"),
+        ("k", "", LONG, "holder id"),
+        ("k", "a", Duration::ZERO, "at least 10ms"),
+        ("k", "a", Duration::from_secs(365 * 24 * 3600), "at most"),
+    ];
+    for (key, holder, ttl, expect) in cases {
+        let err = store.claim(key, holder, ttl).await.expect_err("must be rejected");
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+        assert!(err.to_string().contains(expect), "{err} should mention {expect:?}");
+    }
+    let err = store.release("k", "a", 0).await.expect_err("fence 0");
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+}
+
+/// A database failure is an error, never "held by someone else".
+#[tokio::test]
+async fn a_database_error_is_never_held_elsewhere() {
+    let store = LeaseStore::new(support::unreachable_pool());
+    let err = store.claim("k", "a", LONG).await.expect_err("unreachable");
+    assert!(matches!(err, Error::Database(_)), "{err:?}");
+    // Schema missing: also an error, not a refusal.
+    let db = leasehold_testkit::test_db().await;
+    let err = LeaseStore::new(db.pool.clone())
+        .claim("k", "a", LONG)
+        .await
+        .expect_err("no schema");
+    assert!(matches!(err, Error::Database(_)), "{err:?}");
+    let lease_err = LeaseStore::new(db.pool.clone())
+        .renew_many("a", &[("k", 1)], LONG)
+        .await
+        .expect_err("no schema");
+    assert!(matches!(lease_err, Error::Database(_)), "{lease_err:?}");
+}

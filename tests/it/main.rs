@@ -1,0 +1,8 @@
+//! Integration tests, one binary (each test binary links sqlx and tokio
+//! again). Every test runs against a real PostgreSQL: `DATABASE_URL` if set,
+//! otherwise a throwaway cluster (see `leasehold-testkit`).
+
+mod support;
+
+mod lease;
+mod migrate;
