@@ -149,7 +149,6 @@ pub enum Due {
 
 /// What to record about the schedule when a run releases its lease.
 #[derive(Debug, Clone, Copy, PartialEq)]
-#[allow(dead_code)] // TODO(runtime): used by the scheduler
 pub(crate) enum NextDue {
     /// Leave the due time as it is.
     Unchanged,
@@ -379,14 +378,22 @@ impl LeaseStore {
         tenures: &[(K, i64)],
         ttl: Duration,
     ) -> Result<RenewedMany> {
+        let each: Vec<(&str, i64, Duration)> = tenures.iter().map(|(k, f)| (k.as_ref(), *f, ttl)).collect();
+        self.renew_each(holder, &each).await
+    }
+
+    /// [`LeaseStore::renew_many`] with a lease length per tenure, so one
+    /// heartbeat statement serves jobs with different leases.
+    pub(crate) async fn renew_each(&self, holder: &str, tenures: &[(&str, i64, Duration)]) -> Result<RenewedMany> {
         validate::holder(holder)?;
-        let secs = validate::lease_secs("lease duration", ttl)?;
         let mut keys = Vec::with_capacity(tenures.len());
         let mut fences = Vec::with_capacity(tenures.len());
-        for (key, fence) in tenures {
-            validate::key(key.as_ref())?;
+        let mut ttls = Vec::with_capacity(tenures.len());
+        for (key, fence, ttl) in tenures {
+            validate::key(key)?;
             validate::fence(*fence)?;
-            keys.push(key.as_ref());
+            ttls.push(validate::lease_secs("lease duration", *ttl)?);
+            keys.push(*key);
             fences.push(*fence);
         }
         if tenures.is_empty() {
@@ -400,8 +407,8 @@ impl LeaseStore {
         //   extending it here would hide a gap in exclusion.
         const RENEW_MANY: &str = "
             UPDATE leasehold_lease AS l
-               SET expires_at = clock_timestamp() + make_interval(secs => $4)
-              FROM unnest($2::text[], $3::int8[]) AS t(key, fence)
+               SET expires_at = clock_timestamp() + make_interval(secs => t.ttl)
+              FROM unnest($2::text[], $3::int8[], $4::float8[]) AS t(key, fence, ttl)
              WHERE l.key = t.key
                AND l.holder = $1
                AND l.fence = t.fence
@@ -411,14 +418,14 @@ impl LeaseStore {
             .bind(holder)
             .bind(&keys)
             .bind(&fences)
-            .bind(secs)
+            .bind(&ttls)
             .fetch_all(&self.pool)
             .await?;
         let renewed: Vec<Lease> = rows.into_iter().map(LeaseRow::into_lease).collect();
         let lost = tenures
             .iter()
-            .filter(|(key, fence)| !renewed.iter().any(|l| l.key == key.as_ref() && l.fence == *fence))
-            .map(|(key, fence)| (key.as_ref().to_owned(), *fence))
+            .filter(|(key, fence, _)| !renewed.iter().any(|l| l.key == *key && l.fence == *fence))
+            .map(|(key, fence, _)| ((*key).to_owned(), *fence))
             .collect();
         Ok(RenewedMany { renewed, lost })
     }
@@ -469,9 +476,38 @@ impl LeaseStore {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Creates the row of a scheduled key unless it exists: a free lease
+    /// whose first run is due at `first_due`, so a nightly job does not run
+    /// at deploy time. An existing row keeps its schedule: restarts never
+    /// reset it (that is what keeps long periods from starving).
+    pub(crate) async fn register(&self, key: &str, holder: &str, first_due: DateTime<Utc>) -> Result<()> {
+        validate::key(key)?;
+        validate::holder(holder)?;
+        // Expiring 1 µs after "acquired" keeps the validity CHECK true while
+        // leaving the lease free; the fence still comes from the sequence.
+        const REGISTER: &str = "
+            INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at)
+            VALUES ($1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),
+                    clock_timestamp() + interval '1 microsecond', $3)
+            ON CONFLICT (key) DO NOTHING";
+        sqlx::query(REGISTER)
+            .bind(key)
+            .bind(holder)
+            .bind(first_due)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The server's clock: schedules are computed from it, never from ours.
+    pub(crate) async fn server_now(&self) -> Result<DateTime<Utc>> {
+        Ok(sqlx::query_scalar("SELECT clock_timestamp()")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
     /// Makes `key`'s next scheduled run due now, for the whole fleet.
     /// Returns false if the key has no row yet (it is then due anyway).
-    #[allow(dead_code)] // TODO(runtime): used by Runtime::trigger
     pub(crate) async fn make_due(&self, key: &str) -> Result<bool> {
         validate::key(key)?;
         const MAKE_DUE: &str = "UPDATE leasehold_lease SET next_due_at = clock_timestamp() WHERE key = $1";

@@ -15,11 +15,25 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod error;
+mod guard;
+mod heartbeat;
+mod job;
 mod lease;
+pub mod metrics;
 mod migrate;
+mod runtime;
+mod schedule;
+mod tenure;
 mod validate;
 
 pub use error::{CancelReason, Error, Result};
+pub use guard::{FenceGuard, FencedUpdate};
+pub use job::{FencedJob, JobError, JobSettings};
 pub use lease::{Claim, Due, Lease, LeaseInfo, LeaseStore, Renewal, RenewedMany};
+// TODO(derive): pub use leasehold_macros::FencedJob;
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate};
+#[doc(hidden)]
+pub use runtime::__private;
+pub use runtime::{Faults, Health, Runtime, RuntimeBuilder, ShutdownReport};
+pub use schedule::Schedule;
 pub use validate::{MAX_KEY_BYTES, MAX_LEASE, MIN_LEASE};

@@ -27,7 +27,6 @@ pub(crate) fn holder(holder: &str) -> Result<()> {
     identifier("holder id", holder)
 }
 
-#[allow(dead_code)] // TODO(runtime): used by fenced writes
 pub(crate) fn resource(resource: &str) -> Result<()> {
     identifier("fenced resource", resource)
 }

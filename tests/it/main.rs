@@ -4,5 +4,8 @@
 
 mod support;
 
+mod derive;
+mod fenced;
 mod lease;
 mod migrate;
+mod runtime;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use leasehold::LeaseStore;
-use leasehold_testkit::TestDb;
+pub use leasehold_testkit::{PgCluster, TestDb};
 use sqlx::PgPool;
 
 /// A fresh database with leasehold's schema.
@@ -47,7 +47,8 @@ pub async fn operator_delete(pool: &PgPool, key: &str) {
         .expect("delete lease");
 }
 
-/// Enables pg_stat_statements in this database and clears its counters.
+/// Enables pg_stat_statements in this database and clears its counters
+/// (this database's only: other tests run at the same time).
 pub async fn reset_statement_stats(pool: &PgPool) {
     sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         .execute(pool)
@@ -100,4 +101,192 @@ pub async fn assert_pool_idle(pool: &PgPool) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+// ---------------------------------------------------------------------------
+// Replicas and scripted jobs
+// ---------------------------------------------------------------------------
+
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use leasehold::{FenceGuard, FencedJob, JobError, JobSettings, Runtime, Schedule};
+use tokio::time::Instant;
+
+type Body = Arc<dyn Fn(FenceGuard) -> BoxFuture<'static, Result<(), JobError>> + Send + Sync>;
+
+/// A job whose body is a closure, so each scenario scripts its behaviour.
+#[derive(Clone)]
+pub struct ScriptedJob {
+    pub name: String,
+    pub key: String,
+    pub settings: JobSettings,
+    body: Body,
+}
+
+impl FencedJob for ScriptedJob {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn key(&self) -> String {
+        self.key.clone()
+    }
+    fn settings(&self) -> JobSettings {
+        self.settings.clone()
+    }
+    async fn run(&self, guard: FenceGuard) -> Result<(), JobError> {
+        (self.body)(guard).await
+    }
+}
+
+/// A scripted job named after its key.
+pub fn job<F, Fut>(key: &str, settings: JobSettings, body: F) -> ScriptedJob
+where
+    F: Fn(FenceGuard) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), JobError>> + Send + 'static,
+{
+    ScriptedJob {
+        name: key.split(':').next().unwrap_or(key).to_owned(),
+        key: key.to_owned(),
+        settings,
+        body: Arc::new(move |guard| Box::pin(body(guard))),
+    }
+}
+
+/// Settings with a short lease for fault scenarios: heartbeat lease/3,
+/// margin lease/10, short grace and backoff.
+pub fn quick(schedule: Schedule, lease: Duration) -> JobSettings {
+    JobSettings::new(schedule)
+        .lease(lease)
+        .grace(Duration::from_millis(300))
+        .retry(Duration::from_millis(200), Duration::from_secs(1))
+}
+
+/// One run as its job saw it.
+#[derive(Debug, Clone)]
+pub struct RunRecord {
+    pub holder: String,
+    pub key: String,
+    pub fence: i64,
+    pub started: Instant,
+    pub ended: Option<Instant>,
+    /// When the run observed its cancellation, and why.
+    pub cancelled: Option<(Instant, leasehold::CancelReason)>,
+}
+
+/// Shared log of runs, written by [`Runs::body`] jobs.
+#[derive(Clone, Default)]
+pub struct Runs(Arc<Mutex<Vec<RunRecord>>>);
+
+impl Runs {
+    pub fn all(&self) -> Vec<RunRecord> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Records the start of a run; returns its index.
+    pub fn start(&self, guard: &FenceGuard) -> usize {
+        let mut runs = self.0.lock().unwrap();
+        runs.push(RunRecord {
+            holder: guard.holder().to_owned(),
+            key: guard.key().to_owned(),
+            fence: guard.fence(),
+            started: Instant::now(),
+            ended: None,
+            cancelled: None,
+        });
+        runs.len() - 1
+    }
+
+    pub fn end(&self, i: usize) {
+        self.0.lock().unwrap()[i].ended = Some(Instant::now());
+    }
+
+    pub fn cancelled(&self, i: usize, reason: Option<leasehold::CancelReason>) {
+        let reason = reason.expect("a cancelled guard has a reason");
+        self.0.lock().unwrap()[i].cancelled = Some((Instant::now(), reason));
+    }
+
+    /// A job body that records its run and works for `work` — or until it
+    /// is cancelled, which it records too.
+    pub fn body(
+        &self,
+        work: Duration,
+    ) -> impl Fn(FenceGuard) -> BoxFuture<'static, Result<(), JobError>> + Send + Sync + 'static {
+        let runs = self.clone();
+        move |guard: FenceGuard| {
+            let runs = runs.clone();
+            Box::pin(async move {
+                let i = runs.start(&guard);
+                tokio::select! {
+                    _ = tokio::time::sleep(work) => {
+                        runs.end(i);
+                        Ok(())
+                    }
+                    _ = guard.cancelled() => {
+                        runs.cancelled(i, guard.reason());
+                        runs.end(i);
+                        Err("cancelled".into())
+                    }
+                }
+            })
+        }
+    }
+
+    /// Waits until `n` runs have started (panics after `within`).
+    pub async fn wait_started(&self, n: usize, within: Duration) -> Vec<RunRecord> {
+        eventually(within, || (self.all().len() >= n).then(|| self.all())).await
+    }
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, or panics after
+/// `within`. For waiting on an outcome, never for asserting a speed.
+pub async fn eventually<T>(within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "condition not reached within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Starts a replica: a runtime with holder id `holder` on its own pool of
+/// `connections` connections to `db`.
+pub async fn replica(db: &TestDb, holder: &str, connections: u32, jobs: Vec<ScriptedJob>) -> Runtime {
+    let pool = db.pool_with(connections).await;
+    let mut builder = Runtime::builder(pool)
+        .holder(holder)
+        .poll_interval(Duration::from_millis(100));
+    for job in jobs {
+        builder = builder.register(job);
+    }
+    builder.start().await.expect("runtime starts")
+}
+
+/// A replica `holder` running the manual job `key` right now, and the
+/// guard of that run, which stays open until the runtime shuts down.
+pub async fn held_guard(db: &TestDb, holder: &str, key: &str) -> (Runtime, FenceGuard) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let body = move |guard: FenceGuard| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(guard.clone());
+            guard.cancelled().await;
+            Ok(())
+        }
+    };
+    let rt = replica(
+        db,
+        holder,
+        2,
+        vec![job(key, quick(Schedule::Manual, Duration::from_secs(10)), body)],
+    )
+    .await;
+    rt.trigger(key).await.expect("trigger");
+    let guard = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("the run starts")
+        .expect("guard");
+    (rt, guard)
 }

@@ -1,0 +1,423 @@
+//! [`FenceGuard`]: a run's proof of tenure, and the fenced writes that make
+//! a stale run harmless.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgArguments;
+use sqlx::{Arguments, Encode, PgPool, Postgres, Transaction, Type};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use crate::error::{CancelReason, Error, Result};
+use crate::tenure::Tenure;
+use crate::{metrics, validate};
+
+/// A run's tenure: its lease key, holder and fencing token, its
+/// cancellation, and fenced writes.
+///
+/// Every run gets a new guard with a new fence (invariant 5), so "same
+/// fence" downstream means "same run". Cloning is cheap; clones share the
+/// same tenure.
+///
+/// A fenced resource (a fence row, or a table's `last_fence` column) must
+/// belong to **one** lease key: fences are ordered within a key, not across
+/// keys. The default resource of [`FenceGuard::begin_fenced`] is the key.
+///
+/// For downstreams that are not PostgreSQL (an HTTP API, an object store),
+/// send [`FenceGuard::fence`] along with each request and have the receiver
+/// keep the highest fence it has seen per key and refuse lower ones — the
+/// same rule as the helpers below.
+#[derive(Clone)]
+pub struct FenceGuard {
+    tenure: Arc<Tenure>,
+}
+
+impl std::fmt::Debug for FenceGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FenceGuard")
+            .field("job", &self.tenure.job)
+            .field("key", &self.tenure.key)
+            .field("holder", &self.tenure.holder)
+            .field("fence", &self.tenure.fence)
+            .field("reason", &self.tenure.reason())
+            .finish()
+    }
+}
+
+impl FenceGuard {
+    pub(crate) fn new(tenure: Arc<Tenure>) -> Self {
+        FenceGuard { tenure }
+    }
+
+    /// The fencing token of this run. Greater than every fence of earlier
+    /// runs of the same key.
+    pub fn fence(&self) -> i64 {
+        self.tenure.fence
+    }
+
+    /// The lease key.
+    pub fn key(&self) -> &str {
+        &self.tenure.key
+    }
+
+    /// This replica's holder id.
+    pub fn holder(&self) -> &str {
+        &self.tenure.holder
+    }
+
+    /// The job's name (the metrics label).
+    pub fn job(&self) -> &str {
+        &self.tenure.job
+    }
+
+    /// Server-side expiry after the latest successful renewal.
+    pub fn expires_at(&self) -> DateTime<Utc> {
+        self.tenure.expires_at()
+    }
+
+    /// Time left before the local safety deadline, measured on the local
+    /// monotonic clock from the latest renewal.
+    pub fn remaining(&self) -> Duration {
+        self.tenure.remaining()
+    }
+
+    /// Resolves when the run is cancelled (lease lost, deadline, shutdown).
+    /// Cancel-safe.
+    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.tenure.token().cancelled()
+    }
+
+    /// Whether the run has been cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.tenure.token().is_cancelled()
+    }
+
+    /// Why the run was cancelled, once it was.
+    pub fn reason(&self) -> Option<CancelReason> {
+        self.tenure.reason()
+    }
+
+    /// A child token, cancelled with the run, to hand to code that takes a
+    /// `CancellationToken`.
+    pub fn token(&self) -> CancellationToken {
+        self.tenure.token().child_token()
+    }
+
+    /// `Ok` while the run may go on; [`Error::LeaseLost`] once the lease was
+    /// lost (stolen, expired, or past the local deadline). A run cancelled
+    /// for shutdown still holds its lease and may finish its writes.
+    pub fn check(&self) -> Result<()> {
+        match self.tenure.reason() {
+            None | Some(CancelReason::Shutdown) => Ok(()),
+            Some(reason) => Err(self.lost(reason)),
+        }
+    }
+
+    fn lost(&self, reason: CancelReason) -> Error {
+        Error::LeaseLost {
+            key: self.tenure.key.clone(),
+            holder: self.tenure.holder.clone(),
+            fence: self.tenure.fence,
+            reason,
+        }
+    }
+
+    /// Confirms the lease has at least `needed` left before a step that
+    /// cannot be fenced, renewing it now if it has less. Fails with
+    /// [`Error::InsufficientLease`] if even a fresh renewal cannot give that
+    /// much, or [`Error::LeaseLost`] if the lease is gone.
+    ///
+    /// Cancel-safe: dropping it at most skips a renewal.
+    pub async fn ensure(&self, needed: Duration) -> Result<()> {
+        self.check()?;
+        if self.remaining() >= needed {
+            return Ok(());
+        }
+        let t = &self.tenure;
+        let sent = tokio::time::Instant::now();
+        let mut renewal = t.store.renew_each(&t.holder, &[(&t.key, t.fence, t.ttl)]).await?;
+        match renewal.renewed.pop() {
+            Some(renewed) => t.renewed(&renewed, sent),
+            None => {
+                let reason = t.loss_reason();
+                t.lose(reason);
+                return Err(self.lost(reason));
+            }
+        }
+        let remaining = self.remaining();
+        if remaining < needed {
+            return Err(Error::InsufficientLease {
+                key: self.tenure.key.clone(),
+                remaining,
+                needed,
+            });
+        }
+        Ok(())
+    }
+
+    /// Opens a transaction fenced on the job's key: see
+    /// [`FenceGuard::begin_fenced_on`].
+    pub async fn begin_fenced(&self, pool: &PgPool) -> Result<Transaction<'static, Postgres>> {
+        self.begin_fenced_on(pool, &self.tenure.key).await
+    }
+
+    /// Opens a transaction whose first statement checks and advances the
+    /// fence of `resource` (a row in `leasehold_fence`) and keeps that row
+    /// locked until commit. Every write in the transaction, to any table, is
+    /// then fenced: if a newer run has already written to `resource`, this
+    /// returns [`Error::StaleFence`], the transaction is rolled back and
+    /// nothing is written. Writes of one run share its fence, so a run may
+    /// open as many fenced transactions as it likes.
+    ///
+    /// A stale fence also cancels the run (a newer holder exists) and is
+    /// counted in `leasehold_fence_rejections_total`.
+    ///
+    /// Cancel-safe: dropping the future rolls the transaction back.
+    ///
+    /// ```no_run
+    /// # async fn demo(guard: leasehold::FenceGuard, pool: sqlx::PgPool) -> Result<(), leasehold::JobError> {
+    /// let mut tx = guard.begin_fenced_on(&pool, "ledger").await?;
+    /// sqlx::query("UPDATE ledger SET balance = balance + 1 WHERE id = 7").execute(&mut *tx).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn begin_fenced_on(&self, pool: &PgPool, resource: &str) -> Result<Transaction<'static, Postgres>> {
+        validate::resource(resource)?;
+        let mut tx = pool.begin().await?;
+        // $1 resource, $2 fence. `<=`, not `<`: the writes of one run share
+        // one fence. The row lock taken here is held until COMMIT, so an
+        // older run's transaction cannot interleave with a newer one's.
+        const ADVANCE_FENCE: &str = "
+            INSERT INTO leasehold_fence AS f (resource, last_fence) VALUES ($1, $2)
+            ON CONFLICT (resource) DO UPDATE
+               SET last_fence = EXCLUDED.last_fence, updated_at = clock_timestamp()
+             WHERE f.last_fence <= EXCLUDED.last_fence
+            RETURNING f.last_fence";
+        let accepted: Option<i64> = sqlx::query_scalar(ADVANCE_FENCE)
+            .bind(resource)
+            .bind(self.tenure.fence)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if accepted.is_some() {
+            return Ok(tx);
+        }
+        const NEWER_FENCE: &str = "SELECT last_fence FROM leasehold_fence WHERE resource = $1";
+        let newer: i64 = sqlx::query_scalar(NEWER_FENCE)
+            .bind(resource)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.rollback().await?;
+        Err(self.rejected(format!("fenced resource {resource:?}"), newer))
+    }
+
+    /// A fenced `UPDATE` of `table`, whose rows carry a `last_fence BIGINT`
+    /// column:
+    /// `UPDATE table SET …, last_fence = fence WHERE … AND last_fence <= fence`.
+    ///
+    /// Identifiers are validated and quoted; values are always bound
+    /// parameters. A row that a newer run already wrote gives
+    /// [`Error::StaleFence`] (and cancels this run), distinct from "no row
+    /// matched" (`Ok(0)`).
+    ///
+    /// ```no_run
+    /// # async fn demo(guard: leasehold::FenceGuard, pool: sqlx::PgPool) -> leasehold::Result<()> {
+    /// let updated = guard
+    ///     .update("accounts")
+    ///     .set("balance", 120_i64)
+    ///     .filter("id", 7_i64)
+    ///     .execute(&pool)
+    ///     .await?;
+    /// assert_eq!(updated, 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn update(&self, table: &str) -> FencedUpdate<'_> {
+        FencedUpdate {
+            guard: self,
+            table: table.to_owned(),
+            sets: Vec::new(),
+            filters: Vec::new(),
+            filter_args: PgArguments::default(),
+            set_values: Vec::new(),
+            error: quote_ident("table", table).err(),
+        }
+    }
+
+    /// Records a stale-fence rejection: log, count, cancel the run.
+    fn rejected(&self, resource: String, newer: i64) -> Error {
+        let t = &self.tenure;
+        tracing::error!(job = %t.job, key = %t.key, holder = %t.holder, fence = t.fence, newer, %resource,
+            "fenced write rejected: a newer run of this key already wrote; cancelling this run");
+        metrics::fence_rejected(&t.job);
+        t.lose(CancelReason::Stolen);
+        Error::StaleFence {
+            resource,
+            fence: t.fence,
+            newer,
+        }
+    }
+}
+
+/// A value to bind later, type-erased so one builder holds many types.
+type Bind = Box<dyn FnOnce(&mut PgArguments) -> std::result::Result<(), sqlx::error::BoxDynError> + Send>;
+
+/// A fenced `UPDATE` being built by [`FenceGuard::update`].
+#[must_use = "a fenced update does nothing until `.execute()`"]
+pub struct FencedUpdate<'g> {
+    guard: &'g FenceGuard,
+    table: String,
+    sets: Vec<String>,
+    filters: Vec<String>,
+    filter_args: PgArguments,
+    set_values: Vec<Bind>,
+    error: Option<Error>,
+}
+
+impl std::fmt::Debug for FencedUpdate<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FencedUpdate")
+            .field("table", &self.table)
+            .field("sets", &self.sets)
+            .field("filters", &self.filters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'g> FencedUpdate<'g> {
+    /// Sets `column` to `value` (bound as a parameter).
+    pub fn set<T>(mut self, column: &str, value: T) -> Self
+    where
+        T: for<'q> Encode<'q, Postgres> + Type<Postgres> + Send + 'static,
+    {
+        match quote_ident("column", column) {
+            Ok(col) if col == "\"last_fence\"" => {
+                self.error.get_or_insert(Error::invalid(
+                    "column",
+                    column,
+                    "last_fence is set by the guard itself",
+                ));
+            }
+            Ok(col) => {
+                self.sets.push(col);
+                self.set_values.push(Box::new(move |args| args.add(value)));
+            }
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+        self
+    }
+
+    /// Adds `column = value` to the `WHERE` clause (all filters are ANDed).
+    pub fn filter<T>(mut self, column: &str, value: T) -> Self
+    where
+        T: for<'q> Encode<'q, Postgres> + Type<Postgres> + Send + 'static,
+    {
+        match quote_ident("column", column) {
+            Ok(col) => {
+                if let Err(e) = self.filter_args.add(value) {
+                    self.error
+                        .get_or_insert(Error::invalid("filter value", column, e.to_string()));
+                }
+                self.filters.push(col);
+            }
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+        self
+    }
+
+    /// Runs the update on a pooled connection; returns the number of rows
+    /// updated. [`Error::StaleFence`] if a matching row already carries a
+    /// newer fence.
+    ///
+    /// Cancel-safe in the sense that the update either committed or did not.
+    pub async fn execute(self, pool: &PgPool) -> Result<u64> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.sets.is_empty() {
+            return Err(Error::invalid(
+                "fenced update",
+                &self.table,
+                "it sets no column: call .set(column, value)",
+            ));
+        }
+        let table = quote_ident("table", &self.table)?;
+        // Filter values are $1..$n (shared with the rejection check below),
+        // then the set values, then the fence.
+        let n = self.filters.len();
+        let filter_sql: String = self
+            .filters
+            .iter()
+            .enumerate()
+            .map(|(i, col)| format!("{col} = ${} AND ", i + 1))
+            .collect();
+        let set_sql: String = self
+            .sets
+            .iter()
+            .enumerate()
+            .map(|(i, col)| format!("{col} = ${}, ", n + i + 1))
+            .collect();
+        let fence_param = n + self.sets.len() + 1;
+        let mut args = self.filter_args.clone();
+        for bind in self.set_values {
+            bind(&mut args).map_err(|e| Error::invalid("set value", &self.table, e.to_string()))?;
+        }
+        args.add(self.guard.fence())
+            .map_err(|e| Error::invalid("fence", self.guard.fence(), e.to_string()))?;
+        // The fence clause is the whole point: a row already written by a
+        // newer run (greater last_fence) is not touched.
+        let update = format!(
+            "UPDATE {table} SET {set_sql}last_fence = ${fence_param} WHERE {filter_sql}last_fence <= ${fence_param}"
+        );
+        let done = sqlx::query_with(sqlx::AssertSqlSafe(update), args)
+            .execute(pool)
+            .await?;
+        if done.rows_affected() > 0 {
+            return Ok(done.rows_affected());
+        }
+        // Nothing updated: no such row, or a newer fence. Only this
+        // (rare) path pays for a second statement.
+        let check = format!("SELECT max(last_fence) FROM {table} WHERE {filter_sql}true");
+        let newest: Option<i64> = sqlx::query_scalar_with(sqlx::AssertSqlSafe(check), self.filter_args)
+            .fetch_one(pool)
+            .await?;
+        match newest {
+            Some(newer) if newer > self.guard.fence() => Err(self.guard.rejected(format!("table {table}"), newer)),
+            _ => Ok(0),
+        }
+    }
+}
+
+/// Validates an identifier and quotes it for SQL (`"` doubled), so names
+/// with spaces, capitals or quotes work and nothing can be injected.
+fn quote_ident(what: &'static str, ident: &str) -> Result<String> {
+    if ident.is_empty() || ident.len() > 63 || ident.contains('\0') {
+        return Err(Error::invalid(
+            what,
+            ident,
+            "identifiers must be 1 to 63 bytes without NUL (PostgreSQL's limit); \
+             pass one name, unquoted, and set search_path for other schemas",
+        ));
+    }
+    Ok(format!("\"{}\"", ident.replace('"', "\"\"")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quote_ident;
+
+    #[test]
+    fn identifiers_are_quoted_never_injected() {
+        assert_eq!(quote_ident("table", "accounts").unwrap(), "\"accounts\"");
+        assert_eq!(quote_ident("table", "my table").unwrap(), "\"my table\"");
+        assert_eq!(
+            quote_ident("table", "x\"; DROP TABLE y; --").unwrap(),
+            "\"x\"\"; DROP TABLE y; --\""
+        );
+        assert!(quote_ident("table", "").is_err());
+        assert!(quote_ident("table", &"t".repeat(64)).is_err());
+    }
+}

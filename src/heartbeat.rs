@@ -1,0 +1,69 @@
+//! The heartbeat service: one renewal statement per tick for every lease
+//! this replica holds.
+//!
+//! Zero rows for a tenure is definitive loss: its run is cancelled at once
+//! (reason *stolen*, or *expired* when the local clock says the lease may
+//! already have run out). A transport error is transient: it is logged and
+//! retried on the next tick, while each run's local deadline (see
+//! [`crate::tenure`]) stops it before another replica could take over.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics;
+use crate::runtime::Shared;
+use crate::tenure::Tenure;
+
+/// Runs until `stop` is cancelled. The runtime cancels it *last*, after every
+/// run has ended, so no lease goes unrenewed while its run is alive.
+pub(crate) async fn run(shared: Arc<Shared>, tick: Duration, stop: CancellationToken) {
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = interval.tick() => {}
+        }
+        if shared.faults.heartbeats_stalled() {
+            continue;
+        }
+        beat(&shared).await;
+    }
+}
+
+/// One tick: renew every live tenure in one statement.
+async fn beat(shared: &Shared) {
+    let tenures: Vec<Arc<Tenure>> = shared.held().into_iter().filter(|t| t.wants_renewal()).collect();
+    if tenures.is_empty() {
+        return;
+    }
+    let batch: Vec<(&str, i64, Duration)> = tenures.iter().map(|t| (t.key.as_str(), t.fence, t.ttl)).collect();
+    let sent = Instant::now();
+    let result = shared.store.renew_each(&shared.holder, &batch).await;
+    let took = sent.elapsed();
+    match result {
+        Ok(result) => {
+            shared.database_ok();
+            for lease in &result.renewed {
+                if let Some(t) = tenures.iter().find(|t| t.key == lease.key && t.fence == lease.fence) {
+                    t.renewed(lease, sent);
+                    metrics::remaining(&t.job, lease.remaining);
+                }
+            }
+            for (key, fence) in &result.lost {
+                if let Some(t) = tenures.iter().find(|t| &t.key == key && t.fence == *fence) {
+                    t.lose(t.loss_reason());
+                }
+            }
+            metrics::heartbeat(if result.lost.is_empty() { "renewed" } else { "lost" }, took);
+        }
+        Err(error) => {
+            tracing::warn!(holder = %shared.holder, leases = tenures.len(), %error,
+                "lease heartbeat failed; retrying next tick, runs stop at their local deadline if it keeps failing");
+            metrics::heartbeat("error", took);
+        }
+    }
+}

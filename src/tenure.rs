@@ -1,0 +1,164 @@
+//! The state of one run's tenure, shared by the run's guard, the job loop
+//! that started it, and the heartbeat. Private: [`FenceGuard`] is the handle.
+//!
+//! # Invariants
+//!
+//! - The fence never changes: a tenure is one run (invariant 5). A new run
+//!   is a new `Tenure`.
+//! - The cancel reason is set at most once, and always *before* the token is
+//!   cancelled, so whoever observes the cancellation reads the reason.
+//! - The local deadline only moves forward, and only from a successful
+//!   renewal: `deadline = sent + remaining - margin`, where `sent` is the
+//!   local monotonic instant the renewal (or claim) was sent and `remaining`
+//!   the time left measured by the server after the write. The server's
+//!   expiry cannot come before `sent + remaining` in real time, so the run is
+//!   stopped `margin` before anyone else can claim the lease.
+//! - A tenure cancelled for any reason but shutdown is never renewed again:
+//!   after a loss, silently extending the lease would hide a gap in
+//!   exclusion.
+//!
+//! [`FenceGuard`]: crate::FenceGuard
+
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::CancelReason;
+use crate::lease::{Lease, LeaseStore};
+use crate::metrics;
+
+pub(crate) struct Tenure {
+    pub(crate) job: String,
+    pub(crate) key: String,
+    pub(crate) holder: String,
+    pub(crate) fence: i64,
+    /// Server time the tenure began: the "now" its next slot is computed from.
+    pub(crate) acquired_at: DateTime<Utc>,
+    pub(crate) ttl: Duration,
+    margin: Duration,
+    pub(crate) store: LeaseStore,
+    token: CancellationToken,
+    reason: OnceLock<CancelReason>,
+    times: Mutex<Times>,
+}
+
+#[derive(Clone, Copy)]
+struct Times {
+    /// Server expiry after the latest renewal (for display and metrics).
+    expires_at: DateTime<Utc>,
+    /// Local instant by which the server expiry has certainly not passed.
+    valid_until: Instant,
+}
+
+impl Tenure {
+    /// A tenure from a claim sent at `sent`.
+    pub(crate) fn new(
+        job: &str,
+        lease: Lease,
+        sent: Instant,
+        ttl: Duration,
+        margin: Duration,
+        store: LeaseStore,
+    ) -> Self {
+        Tenure {
+            job: job.to_owned(),
+            times: Mutex::new(Times {
+                expires_at: lease.expires_at,
+                valid_until: sent + lease.remaining,
+            }),
+            key: lease.key,
+            holder: lease.holder,
+            fence: lease.fence,
+            acquired_at: lease.acquired_at,
+            ttl,
+            margin,
+            store,
+            token: CancellationToken::new(),
+            reason: OnceLock::new(),
+        }
+    }
+
+    fn times(&self) -> Times {
+        // A poisoned lock only means a panic elsewhere while writing two
+        // plain values; they are still consistent.
+        *self.times.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a successful renewal sent at `sent`. Never moves the deadline
+    /// back, and is ignored once the tenure is lost.
+    pub(crate) fn renewed(&self, lease: &Lease, sent: Instant) {
+        if self.reason().is_some_and(|r| r != CancelReason::Shutdown) {
+            return;
+        }
+        let mut times = self.times.lock().unwrap_or_else(|p| p.into_inner());
+        let valid_until = sent + lease.remaining;
+        if valid_until > times.valid_until {
+            *times = Times {
+                expires_at: lease.expires_at,
+                valid_until,
+            };
+        }
+    }
+
+    /// Cancels the run for `reason`. The first reason wins; returns whether
+    /// this call set it.
+    pub(crate) fn cancel(&self, reason: CancelReason) -> bool {
+        let first = self.reason.set(reason).is_ok();
+        self.token.cancel();
+        first
+    }
+
+    /// Cancels the run because its lease is gone (or about to be): logged
+    /// at ERROR and counted once, however many parts of the runtime notice.
+    pub(crate) fn lose(&self, reason: CancelReason) {
+        if self.cancel(reason) {
+            tracing::error!(job = %self.job, key = %self.key, holder = %self.holder, fence = self.fence,
+                %reason, "lease lost; cancelling the run");
+            metrics::lost(&self.job, reason);
+        }
+    }
+
+    /// Why the lease was lost, when a renewal finds the tenure gone:
+    /// expired if the local clock says it may have run out, else stolen.
+    pub(crate) fn loss_reason(&self) -> CancelReason {
+        if Instant::now() >= self.times().valid_until {
+            CancelReason::Expired
+        } else {
+            CancelReason::Stolen
+        }
+    }
+
+    pub(crate) fn reason(&self) -> Option<CancelReason> {
+        self.reason.get().copied()
+    }
+
+    /// Whether the heartbeat should keep renewing this tenure.
+    pub(crate) fn wants_renewal(&self) -> bool {
+        matches!(self.reason(), None | Some(CancelReason::Shutdown))
+    }
+
+    pub(crate) fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    /// The local instant at which the run must be stopped if no renewal
+    /// arrives: `margin` before the lease can expire on the server.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.times()
+            .valid_until
+            .checked_sub(self.margin)
+            .unwrap_or_else(Instant::now)
+    }
+
+    pub(crate) fn expires_at(&self) -> DateTime<Utc> {
+        self.times().expires_at
+    }
+
+    /// Time left before the local deadline.
+    pub(crate) fn remaining(&self) -> Duration {
+        self.deadline().saturating_duration_since(Instant::now())
+    }
+}

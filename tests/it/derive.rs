@@ -1,0 +1,8 @@
+//! `#[derive(FencedJob)]`: compile-pass and compile-fail cases (trybuild).
+
+#[test]
+fn ui() {
+    let t = trybuild::TestCases::new();
+    t.pass("tests/ui/pass/*.rs");
+    t.compile_fail("tests/ui/fail/*.rs");
+}

@@ -1,0 +1,532 @@
+//! Runtime scenarios: replicas, schedules, faults, shutdown.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use leasehold::{CancelReason, Error, FenceGuard, JobSettings, Runtime, Schedule};
+use tokio::time::Instant;
+
+use crate::support::{self, Runs, eventually, job, quick, replica};
+
+/// Three replicas, a job every second that takes 10 ms, for ~12 s: it runs
+/// once per slot across the fleet (not three times), and no two runs of the
+/// key ever overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_run_a_job_once_per_slot() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let every_second = quick(Schedule::every(Duration::from_secs(1)), Duration::from_secs(3));
+    let mut replicas = Vec::new();
+    for r in 0..3 {
+        let job = job("tick", every_second.clone(), runs.body(Duration::from_millis(10)));
+        replicas.push(replica(&db, &format!("r{r}"), 3, vec![job]).await);
+    }
+    let window = Instant::now();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let window_end = Instant::now();
+    let elapsed = (window_end - window).as_secs_f64();
+    for r in replicas {
+        r.shutdown().await;
+    }
+    let mut all = runs.all();
+    all.sort_by_key(|r| r.started);
+    // Count the slots that ran inside the window. (A run interrupted by the
+    // shutdown at the end is run again by the replica still up: the slot
+    // was not done. That is right, but outside the window.)
+    let in_window = all
+        .iter()
+        .filter(|r| r.started < window_end && r.cancelled.is_none())
+        .count();
+    let slots = elapsed.floor() as usize;
+    assert!(
+        in_window + 1 >= slots && in_window <= slots + 1,
+        "{in_window} runs in {elapsed:.1}s ({slots} slots): {:?}",
+        all.iter().map(|r| (&r.holder, r.fence)).collect::<Vec<_>>()
+    );
+    for pair in all.windows(2) {
+        let first_end = pair[0].ended.expect("every run ended");
+        assert!(pair[1].started >= first_end, "runs overlap: {pair:?}");
+        assert!(
+            pair[1].fence > pair[0].fence,
+            "fences must grow run after run: {pair:?}"
+        );
+    }
+}
+
+/// A replica cut off from the database (no heartbeat, no release) cancels
+/// its run (reason deadline) *before* another replica can claim the lease
+/// after it expires; the new run has a greater
+/// fence; and a late write with the stalled run's guard is rejected as
+/// stale and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_holder_stops_before_takeover_and_its_late_writes_are_rejected() {
+    let db = support::db().await;
+    sqlx::query(
+        "CREATE TABLE account (id INT PRIMARY KEY, balance BIGINT NOT NULL, last_fence BIGINT NOT NULL DEFAULT 0)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO account VALUES (1, 0, 0)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    let runs = Runs::default();
+    let guards: Arc<std::sync::Mutex<Vec<FenceGuard>>> = Default::default();
+    let pool = db.pool.clone();
+    let make_job = || {
+        let (runs, guards, pool) = (runs.clone(), guards.clone(), pool.clone());
+        job(
+            "settle",
+            quick(Schedule::Manual, Duration::from_secs(2)),
+            move |guard: FenceGuard| {
+                let (runs, guards, pool) = (runs.clone(), guards.clone(), pool.clone());
+                async move {
+                    guards.lock().unwrap().push(guard.clone());
+                    let i = runs.start(&guard);
+                    guard
+                        .update("account")
+                        .set("balance", guard.fence())
+                        .filter("id", 1_i32)
+                        .execute(&pool)
+                        .await?;
+                    guard.cancelled().await;
+                    runs.cancelled(i, guard.reason());
+                    runs.end(i);
+                    Err("cancelled".into())
+                }
+            },
+        )
+    };
+    let a = replica(&db, "a", 2, vec![make_job()]).await;
+    a.trigger("settle").await.unwrap();
+    let first = runs.wait_started(1, Duration::from_secs(10)).await.remove(0);
+    assert_eq!(first.holder, "a");
+
+    let b = replica(&db, "b", 2, vec![make_job()]).await;
+    a.faults().partition(true);
+    let all = runs.wait_started(2, Duration::from_secs(15)).await;
+    let (stalled, takeover) = (&all[0], &all[1]);
+    let (cancelled_at, reason) = stalled.cancelled.expect("the stalled run was cancelled");
+    assert_eq!(reason, CancelReason::Deadline);
+    assert!(
+        cancelled_at < takeover.started,
+        "the stalled run must stop before the takeover starts"
+    );
+    assert_eq!(takeover.holder, "b");
+    assert!(takeover.fence > stalled.fence);
+
+    // The stalled run's guard, used late (a paused process waking up).
+    let stale = guards.lock().unwrap()[0].clone();
+    let err = stale
+        .update("account")
+        .set("balance", -1_i64)
+        .filter("id", 1_i32)
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::StaleFence { fence, newer, .. } if fence == stalled.fence && newer == takeover.fence),
+        "{err:?}"
+    );
+    // Fenced transactions: once the new run has committed one on the key,
+    // the stale run's transaction is refused.
+    let newer = guards.lock().unwrap()[1].clone();
+    newer.begin_fenced(&db.pool).await.unwrap().commit().await.unwrap();
+    let err = stale.begin_fenced(&db.pool).await.unwrap_err();
+    assert!(matches!(err, Error::StaleFence { .. }), "{err:?}");
+    let (balance, last_fence): (i64, i64) = sqlx::query_as("SELECT balance, last_fence FROM account WHERE id = 1")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        (balance, last_fence),
+        (takeover.fence, takeover.fence),
+        "the stale writes changed nothing"
+    );
+
+    a.faults().partition(false);
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+/// Killing every connection of the runtime's pool mid-run does not cost
+/// the run its lease: heartbeats reconnect and the run completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_backends_do_not_cost_the_lease() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let rt = replica(
+        &db,
+        "a",
+        2,
+        vec![job(
+            "long",
+            quick(Schedule::Manual, Duration::from_secs(2)),
+            runs.body(Duration::from_secs(4)),
+        )],
+    )
+    .await;
+    rt.trigger("long").await.unwrap();
+    runs.wait_started(1, Duration::from_secs(10)).await;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let killed: i64 = sqlx::query_scalar(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+              WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert!(killed >= 1, "the runtime's connections were terminated");
+    }
+    let run = eventually(Duration::from_secs(10), || {
+        runs.all()[0].ended.map(|_| runs.all().remove(0))
+    })
+    .await;
+    assert!(run.cancelled.is_none(), "the run kept its lease: {run:?}");
+    rt.shutdown().await;
+}
+
+/// Shutdown releases the lease at once: another replica runs the job long
+/// before the (long) lease would have expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_releases_so_another_replica_takes_over_at_once() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let settings = quick(Schedule::Manual, Duration::from_secs(60));
+    let a = replica(
+        &db,
+        "a",
+        2,
+        vec![job("report", settings.clone(), runs.body(Duration::from_secs(3600)))],
+    )
+    .await;
+    a.trigger("report").await.unwrap();
+    runs.wait_started(1, Duration::from_secs(10)).await;
+    let b = replica(
+        &db,
+        "b",
+        2,
+        vec![job("report", settings, runs.body(Duration::from_secs(3600)))],
+    )
+    .await;
+
+    let stopped = Instant::now();
+    let report = a.shutdown().await;
+    assert_eq!((report.runs_cancelled, report.leases_released), (1, 1), "{report:?}");
+    let all = runs.wait_started(2, Duration::from_secs(20)).await;
+    assert_eq!(all[0].cancelled.map(|c| c.1), Some(CancelReason::Shutdown));
+    assert_eq!(all[1].holder, "b");
+    assert!(all[1].fence > all[0].fence);
+    assert!(
+        all[1].started.duration_since(stopped) < Duration::from_secs(20),
+        "took over without waiting out the 60 s lease"
+    );
+    b.shutdown().await;
+}
+
+/// The due time lives in the database: replicas restarted more often than
+/// the job's period still run it once per slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarts_do_not_starve_long_periods() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let settings = quick(Schedule::every(Duration::from_secs(4)), Duration::from_secs(2));
+    let window = Instant::now();
+    let mut generation = 0;
+    while window.elapsed() < Duration::from_secs(13) {
+        let rt = replica(
+            &db,
+            &format!("gen{generation}"),
+            2,
+            vec![job("hourly", settings.clone(), runs.body(Duration::from_millis(10)))],
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        rt.shutdown().await;
+        generation += 1;
+    }
+    let slots = (window.elapsed().as_secs_f64() / 4.0).floor() as usize;
+    let all = runs.all();
+    assert!(
+        all.len() + 1 >= slots && all.len() <= slots + 1 && !all.is_empty(),
+        "{} runs for {slots} slots over {generation} restarts",
+        all.len()
+    );
+}
+
+/// 50 long jobs at once on a 2-connection pool: all run together, the
+/// heartbeat keeps every lease, and a job's own query still gets a
+/// connection while they run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_long_jobs_share_a_two_connection_pool() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let pool = db.pool_with(2).await;
+    let queried = Arc::new(AtomicUsize::new(0));
+    let settings = quick(Schedule::Manual, Duration::from_secs(1)).heartbeat(Duration::from_millis(300));
+    let mut builder = Runtime::builder(pool.clone())
+        .holder("a")
+        .poll_interval(Duration::from_millis(200));
+    for i in 0..50 {
+        let (runs, pool, queried) = (runs.clone(), pool.clone(), queried.clone());
+        builder = builder.register(job(&format!("long:{i}"), settings.clone(), move |guard: FenceGuard| {
+            let (runs, pool, queried) = (runs.clone(), pool.clone(), queried.clone());
+            async move {
+                let i = runs.start(&guard);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&pool).await?;
+                queried.fetch_add(one as usize, Ordering::SeqCst);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(3)) => {}
+                    _ = guard.cancelled() => runs.cancelled(i, guard.reason()),
+                }
+                runs.end(i);
+                Ok(())
+            }
+        }));
+    }
+    let rt = builder.start().await.unwrap();
+    support::reset_statement_stats(&db.pool).await;
+    for i in 0..50 {
+        rt.trigger(&format!("long:{i}")).await.unwrap();
+    }
+    let all = runs.wait_started(50, Duration::from_secs(20)).await;
+    let last_start = all.iter().map(|r| r.started).max().unwrap();
+    let first_end = eventually(Duration::from_secs(30), || {
+        let all = runs.all();
+        all.iter()
+            .all(|r| r.ended.is_some())
+            .then(|| all.iter().filter_map(|r| r.ended).min().unwrap())
+    })
+    .await;
+    assert!(last_start < first_end, "all 50 ran at the same time");
+    assert_eq!(queried.load(Ordering::SeqCst), 50, "every job's own query completed");
+    assert!(runs.all().iter().all(|r| r.cancelled.is_none()), "no lease was lost");
+    let beats = support::statement_calls(&db.pool, "unnest($2::text[]").await;
+    assert!(beats >= 5, "heartbeats ran ({beats})");
+    rt.shutdown().await;
+}
+
+/// A panicking job and a failing job do not take the runtime down; the
+/// failing one is retried with a growing backoff, not hammered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panics_and_failures_are_contained_and_backed_off() {
+    let db = support::db().await;
+    let attempts: Arc<std::sync::Mutex<Vec<Instant>>> = Default::default();
+    let panics = Arc::new(AtomicUsize::new(0));
+    let healthy = Runs::default();
+    let failing = {
+        let attempts = attempts.clone();
+        job(
+            "failing",
+            quick(Schedule::Manual, Duration::from_secs(2))
+                .retry(Duration::from_millis(200), Duration::from_millis(800)),
+            move |_| {
+                let attempts = attempts.clone();
+                async move {
+                    attempts.lock().unwrap().push(Instant::now());
+                    Err("downstream refused".into())
+                }
+            },
+        )
+    };
+    let panicking = {
+        let panics = panics.clone();
+        job(
+            "panicking",
+            quick(Schedule::Manual, Duration::from_secs(2)),
+            move |_| {
+                let panics = panics.clone();
+                async move {
+                    panics.fetch_add(1, Ordering::SeqCst);
+                    panic!("bug in a job");
+                }
+            },
+        )
+    };
+    let steady = job(
+        "steady",
+        quick(Schedule::every(Duration::from_secs(1)), Duration::from_secs(2)),
+        healthy.body(Duration::from_millis(5)),
+    );
+    let rt = replica(&db, "a", 2, vec![failing, panicking, steady]).await;
+    rt.trigger("failing").await.unwrap();
+    rt.trigger("panicking").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(panics.load(Ordering::SeqCst) >= 1);
+    assert!(healthy.all().len() >= 2, "other jobs kept running");
+    assert!(rt.health().healthy, "{:?}", rt.health());
+    let attempts = attempts.lock().unwrap().clone();
+    assert!(
+        (3..=8).contains(&attempts.len()),
+        "{} attempts in 3.5 s",
+        attempts.len()
+    );
+    let gaps: Vec<Duration> = attempts.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().all(|g| *g >= Duration::from_millis(190)),
+        "backoff respected: {gaps:?}"
+    );
+    assert!(
+        gaps.last().unwrap() >= &Duration::from_millis(700),
+        "backoff grew to its cap: {gaps:?}"
+    );
+    rt.shutdown().await;
+}
+
+/// Bad settings and duplicate keys are refused before anything starts (the
+/// pool here cannot even reach a server).
+#[tokio::test]
+async fn bad_settings_are_refused_at_start() {
+    let noop = |_: FenceGuard| async { Ok(()) };
+    let cases: Vec<(Vec<support::ScriptedJob>, &str)> = vec![
+        (
+            vec![job("a", JobSettings::new(Schedule::Manual).lease(Duration::ZERO), noop)],
+            "lease duration",
+        ),
+        (
+            vec![job(
+                "a",
+                JobSettings::new(Schedule::Manual).heartbeat(Duration::from_secs(30)),
+                noop,
+            )],
+            "heartbeat interval",
+        ),
+        (
+            vec![job(
+                "a",
+                JobSettings::new(Schedule::Manual).deadline_margin(Duration::from_secs(50)),
+                noop,
+            )],
+            "deadline margin",
+        ),
+        (
+            vec![job("a", JobSettings::new(Schedule::every(Duration::ZERO)), noop)],
+            "schedule period",
+        ),
+        (
+            vec![
+                job("a", JobSettings::new(Schedule::Manual), noop),
+                job("a", JobSettings::new(Schedule::Manual), noop),
+            ],
+            "registered twice",
+        ),
+        (vec![job("", JobSettings::new(Schedule::Manual), noop)], "lease key"),
+    ];
+    for (jobs, expect) in cases {
+        let mut builder = Runtime::builder(support::unreachable_pool());
+        for j in jobs {
+            builder = builder.register(j);
+        }
+        let err = builder.start().await.expect_err(expect);
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+        assert!(err.to_string().contains(expect), "{err} should mention {expect}");
+    }
+    assert!(Schedule::cron("61 * * * *").is_err());
+}
+
+/// With automatic migration off, a database without the schema fails at
+/// start with an error naming the fix.
+#[tokio::test]
+async fn missing_schema_without_auto_migrate_is_a_clear_error() {
+    let db = leasehold_testkit::test_db().await;
+    let err = Runtime::builder(db.pool.clone())
+        .migrate(false)
+        .register(job("a", JobSettings::new(Schedule::Manual), |_| async { Ok(()) }))
+        .start()
+        .await
+        .expect_err("no schema");
+    assert!(matches!(err, Error::SchemaMissing), "{err:?}");
+}
+
+/// `trigger` runs a job once across the fleet, under its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trigger_runs_once_across_the_fleet() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let settings = quick(Schedule::Manual, Duration::from_secs(2));
+    let a = replica(
+        &db,
+        "a",
+        2,
+        vec![job("adhoc", settings.clone(), runs.body(Duration::from_millis(10)))],
+    )
+    .await;
+    let b = replica(
+        &db,
+        "b",
+        2,
+        vec![job("adhoc", settings, runs.body(Duration::from_millis(10)))],
+    )
+    .await;
+    b.trigger("adhoc").await.unwrap();
+    runs.wait_started(1, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(runs.all().len(), 1, "one run for one trigger: {:?}", runs.all());
+    assert!(matches!(a.trigger("nope").await, Err(Error::UnknownJob(_))));
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// A database outage shorter than the lease is survived; a longer one stops
+/// the run at its local deadline, and the job runs again under a fresh
+/// fence once the server is back. (A cluster of its own: it is stopped.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_outages_short_ones_are_survived_long_ones_stop_the_run() {
+    let cluster = tokio::task::spawn_blocking(support::PgCluster::start)
+        .await
+        .unwrap()
+        .expect("own cluster");
+    let cluster = Arc::new(cluster);
+    let db = leasehold_testkit::create_db(&cluster.options()).await;
+    leasehold::migrate(&db.pool).await.unwrap();
+    let runs = Runs::default();
+    let rt = replica(
+        &db,
+        "a",
+        2,
+        vec![job(
+            "etl",
+            quick(Schedule::Manual, Duration::from_secs(3)),
+            runs.body(Duration::from_secs(3600)),
+        )],
+    )
+    .await;
+    rt.trigger("etl").await.unwrap();
+    runs.wait_started(1, Duration::from_secs(10)).await;
+
+    let stop = |immediate| {
+        let c = cluster.clone();
+        tokio::task::spawn_blocking(move || c.stop(immediate).expect("stop"))
+    };
+    let start = || {
+        let c = cluster.clone();
+        tokio::task::spawn_blocking(move || c.start_server().expect("start"))
+    };
+
+    // Shorter than the lease (3 s): the run survives.
+    stop(false).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    start().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        runs.all()[0].cancelled.is_none(),
+        "a short outage must not cost the lease: {:?}",
+        runs.all()
+    );
+
+    // Longer than the lease: cancelled by the local deadline while the
+    // server is still down, then run again with a fresh fence.
+    stop(true).await.unwrap();
+    let cancelled = eventually(Duration::from_secs(6), || runs.all()[0].cancelled).await;
+    assert_eq!(cancelled.1, CancelReason::Deadline);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    start().await.unwrap();
+    let all = runs.wait_started(2, Duration::from_secs(20)).await;
+    assert!(all[1].fence > all[0].fence);
+    rt.shutdown().await;
+}
