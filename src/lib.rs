@@ -15,6 +15,8 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod error;
+#[cfg(feature = "prometheus")]
+mod exporter;
 mod guard;
 mod heartbeat;
 mod job;

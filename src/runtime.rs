@@ -85,6 +85,8 @@ pub struct RuntimeBuilder {
     migrate: bool,
     poll_interval: Duration,
     jobs: Vec<JobEntry>,
+    #[cfg(feature = "prometheus")]
+    prometheus: Option<String>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -213,6 +215,8 @@ impl Runtime {
             migrate: true,
             poll_interval: Duration::from_secs(5),
             jobs: Vec::new(),
+            #[cfg(feature = "prometheus")]
+            prometheus: None,
         }
     }
 
@@ -339,6 +343,18 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Serves every leasehold metric for Prometheus on `addr` (e.g.
+    /// `"127.0.0.1:9464"`; keep it on loopback or a private interface),
+    /// installing the process-wide `metrics` recorder. Skip this if your
+    /// service installs its own recorder: leasehold's metrics go to it.
+    /// Fails at [`start`](RuntimeBuilder::start) if the address is bad or
+    /// the port is taken.
+    #[cfg(feature = "prometheus")]
+    pub fn prometheus(mut self, addr: impl Into<String>) -> Self {
+        self.prometheus = Some(addr.into());
+        self
+    }
+
     /// Checks every setting, migrates (or checks the schema), registers each
     /// job's schedule, and starts the job loops and the heartbeat.
     ///
@@ -368,6 +384,10 @@ impl RuntimeBuilder {
                     "it is registered twice; give each instance its own key (e.g. \"reconcile:{tenant}\")",
                 ));
             }
+        }
+        #[cfg(feature = "prometheus")]
+        if let Some(addr) = &self.prometheus {
+            crate::exporter::install(addr)?;
         }
         if self.migrate {
             crate::migrate(&self.pool).await?;

@@ -1,0 +1,2 @@
+//! `leasehold`: the operator CLI (work in progress).
+fn main() {}
