@@ -608,24 +608,24 @@ async fn run_once(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>, failure
     // Stop renewing before releasing, so a renewal can never race the release.
     shared.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&job.key);
     metrics::held(&job.name, -1.0);
-    let release = async {
-        if shared.faults.partitioned() {
-            return Err(Error::Database(sqlx::Error::PoolTimedOut));
-        }
-        shared.store.finish(&job.key, &tenure.holder, tenure.fence, next).await
-    };
-    let released = match tokio::time::timeout(RELEASE_TIMEOUT, release).await {
-        Ok(Ok(released)) => {
-            shared.database_ok();
-            released
-        }
-        Ok(Err(error)) => {
-            tracing::warn!(job = %job.name, key = %job.key, %error, "release failed; the lease will expire on its own");
-            false
-        }
-        Err(_) => {
-            tracing::warn!(job = %job.name, key = %job.key, "release timed out; the lease will expire on its own");
-            false
+    let released = if shared.faults.partitioned() {
+        tracing::warn!(job = %job.name, key = %job.key, "partitioned (fault injection): release skipped, the lease will expire");
+        false
+    } else {
+        let release = shared.store.finish(&job.key, &tenure.holder, tenure.fence, next);
+        match tokio::time::timeout(RELEASE_TIMEOUT, release).await {
+            Ok(Ok(released)) => {
+                shared.database_ok();
+                released
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(job = %job.name, key = %job.key, %error, "release failed; the lease will expire on its own");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(job = %job.name, key = %job.key, "release timed out; the lease will expire on its own");
+                false
+            }
         }
     };
     tracing::info!(job = %job.name, key = %job.key, fence = tenure.fence, outcome = outcome.as_str(), released,
