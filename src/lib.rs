@@ -32,7 +32,7 @@ pub use error::{CancelReason, Error, Result};
 pub use guard::{FenceGuard, FencedUpdate};
 pub use job::{FencedJob, JobError, JobSettings};
 pub use lease::{Claim, Due, Lease, LeaseInfo, LeaseStore, Renewal, RenewedMany};
-// TODO(derive): pub use leasehold_macros::FencedJob;
+pub use leasehold_macros::FencedJob;
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate};
 #[doc(hidden)]
 pub use runtime::__private;

@@ -1,2 +1,109 @@
-//! `leasehold`: the operator CLI (work in progress).
-fn main() {}
+//! `leasehold`: the operator CLI for [leasehold](https://docs.rs/leasehold).
+//!
+//! See who holds which lease (`status`), end a tenure so another replica takes
+//! over with a higher fence (`release`), create the schema (`migrate`), and
+//! check a database and this machine's clock (`check`). `cli/README.md` has
+//! example sessions.
+//!
+//! # Exit codes
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success |
+//! | 1 | error: database unreachable, schema missing, a failed check, … |
+//! | 2 | usage: bad arguments, no database URL, an invalid URL |
+//! | 3 | refused: `release` of a lease that is held, without `--force` |
+//! | 4 | not found: `release` of a key that has no lease row |
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod check;
+mod db;
+mod failure;
+mod release;
+mod status;
+mod text;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::failure::Failure;
+
+/// Operate leasehold's leases in a PostgreSQL database.
+///
+/// Exit codes: 0 ok, 1 error, 2 usage, 3 refused (held lease without --force), 4 key not found.
+#[derive(Debug, Parser)]
+#[command(name = "leasehold", version, about, long_about)]
+struct Cli {
+    /// PostgreSQL URL, e.g. postgres://user@host:5432/app. Prefer the
+    /// environment variable for URLs with a password (argv is visible to
+    /// other users in `ps`).
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        global = true,
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    database_url: Option<String>,
+
+    /// Seconds to wait for a database connection before giving up.
+    #[arg(long, global = true, default_value_t = 10.0, value_name = "SECS")]
+    connect_timeout: f64,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show every lease: holder, fence, expiry and next due time, by the server clock.
+    Status(status::Args),
+    /// End the current tenure of a lease; the next claim gets a higher fence.
+    Release(release::Args),
+    /// Create or upgrade leasehold's tables (safe while replicas run).
+    Migrate,
+    /// Check the schema, the server clock against this machine's, and a
+    /// claim/renew/release round trip on a scratch key.
+    Check,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return Failure::error(format!("cannot start the async runtime: {e}")).exit(),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => failure.exit(),
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let Some(url) = cli.database_url.as_deref() else {
+        return Err(Failure::usage(
+            "no database: set DATABASE_URL or pass --database-url postgres://user@host:5432/db",
+        ));
+    };
+    if !(cli.connect_timeout.is_finite() && cli.connect_timeout > 0.0 && cli.connect_timeout <= 3600.0) {
+        return Err(Failure::usage(format!(
+            "--connect-timeout {}: it must be between 0 and 3600 seconds",
+            cli.connect_timeout
+        )));
+    }
+    if let Command::Release(args) = &cli.command {
+        args.validate()?;
+    }
+    let target = db::Target::parse(url)?;
+    let db = target.connect(Duration::from_secs_f64(cli.connect_timeout)).await?;
+    match cli.command {
+        Command::Status(args) => status::run(&db, &args).await,
+        Command::Release(args) => release::run(&db, &args).await,
+        Command::Migrate => db.migrate().await,
+        Command::Check => check::run(&db).await,
+    }
+}

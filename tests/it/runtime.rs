@@ -118,7 +118,24 @@ async fn a_stalled_holder_stops_before_takeover_and_its_late_writes_are_rejected
     assert_eq!(takeover.holder, "b");
     assert!(takeover.fence > stalled.fence);
 
-    // The stalled run's guard, used late (a paused process waking up).
+    // The takeover's first write lands; then the stalled run's guard is
+    // used late (a paused process waking up).
+    let takeover_fence = takeover.fence;
+    let pool = db.pool.clone();
+    loop {
+        let last: i64 = sqlx::query_scalar("SELECT last_fence FROM account WHERE id = 1")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if last == takeover_fence {
+            break;
+        }
+        assert!(
+            takeover.started.elapsed() < Duration::from_secs(10),
+            "the takeover never wrote"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let stale = guards.lock().unwrap()[0].clone();
     let err = stale
         .update("account")
@@ -171,6 +188,7 @@ async fn terminated_backends_do_not_cost_the_lease() {
     .await;
     rt.trigger("long").await.unwrap();
     runs.wait_started(1, Duration::from_secs(10)).await;
+    let mut killed_total = 0;
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(600)).await;
         let killed: i64 = sqlx::query_scalar(
@@ -180,8 +198,10 @@ async fn terminated_backends_do_not_cost_the_lease() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
-        assert!(killed >= 1, "the runtime's connections were terminated");
+        killed_total += killed;
     }
+    // (The pool reconnects lazily, so a later round may find nothing to kill.)
+    assert!(killed_total >= 1, "the runtime's connections were terminated");
     let run = eventually(Duration::from_secs(10), || {
         runs.all()[0].ended.map(|_| runs.all().remove(0))
     })
@@ -529,4 +549,47 @@ async fn database_outages_short_ones_are_survived_long_ones_stop_the_run() {
     let all = runs.wait_started(2, Duration::from_secs(20)).await;
     assert!(all[1].fence > all[0].fence);
     rt.shutdown().await;
+}
+
+/// A fleet that was down for many slots runs the job once on return, not
+/// once per missed slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missed_slots_run_once_on_return() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let settings = quick(Schedule::every(Duration::from_secs(60)), Duration::from_secs(2));
+    let first = replica(
+        &db,
+        "old",
+        2,
+        vec![job("minutely", settings.clone(), runs.body(Duration::from_millis(5)))],
+    )
+    .await;
+    first.shutdown().await;
+    // The fleet was down for ten slots.
+    sqlx::query(
+        "UPDATE leasehold_lease SET next_due_at = clock_timestamp() - interval '10 minutes' WHERE key = 'minutely'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let back = replica(
+        &db,
+        "new",
+        2,
+        vec![job("minutely", settings, runs.body(Duration::from_millis(5)))],
+    )
+    .await;
+    runs.wait_started(1, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    back.shutdown().await;
+    // One catch-up run (two only if a new minute began in this window).
+    let n = runs.all().len();
+    assert!((1..=2).contains(&n), "{n} runs after ten missed slots");
+    let due: bool =
+        sqlx::query_scalar("SELECT next_due_at > clock_timestamp() FROM leasehold_lease WHERE key = 'minutely'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(due, "the next run is due in the future, at the next slot");
 }

@@ -54,10 +54,12 @@ pub async fn reset_statement_stats(pool: &PgPool) {
         .execute(pool)
         .await
         .expect("pg_stat_statements must be preloaded (the testkit cluster does; for DATABASE_URL set shared_preload_libraries)");
-    sqlx::query("SELECT pg_stat_statements_reset()")
-        .execute(pool)
-        .await
-        .expect("reset statement stats");
+    sqlx::query(
+        "SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)",
+    )
+    .execute(pool)
+    .await
+    .expect("reset statement stats");
 }
 
 /// How many times statements whose text contains `needle` ran in this

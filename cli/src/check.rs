@@ -1,0 +1,226 @@
+//! `leasehold check`: is this database ready for leasehold, and what does
+//! its clock say?
+//!
+//! - the server: PostgreSQL 13 or newer, and a primary (leases are writes);
+//! - the schema version, read from `leasehold_schema_version`;
+//! - the server clock against this machine's. leasehold never compares the
+//!   two (every expiry is computed on the server), so skew is reported, not
+//!   failed: it matters for reading logs and dashboards side by side;
+//! - a claim / claim-by-another / renew / release / reclaim round trip on a
+//!   scratch key through `leasehold::LeaseStore`, whose row is deleted after.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use leasehold::{Claim, LeaseStore, Renewal};
+
+use crate::db::Db;
+use crate::failure::{Failure, describe};
+use crate::text;
+
+/// Scratch keys start with this; a row left behind by a killed check can be
+/// deleted safely.
+pub(crate) const SCRATCH_PREFIX: &str = "leasehold-cli-check:";
+
+/// Skew above this is worth a warning (but leasehold does not depend on it).
+const SKEW_WARNING_SECS: f64 = 1.0;
+
+/// Clock samples; the one with the shortest round trip is kept.
+const CLOCK_SAMPLES: usize = 5;
+
+pub(crate) async fn run(db: &Db) -> Result<(), Failure> {
+    let mut failed = 0;
+    let mut report = |label: &str, outcome: Result<String, String>| match outcome {
+        Ok(line) => println!("{label:<8} ok    {line}"),
+        Err(line) => {
+            failed += 1;
+            println!("{label:<8} FAIL  {line}");
+        }
+    };
+
+    report("server", server(db).await);
+    let schema = schema(db).await;
+    let schema_ok = schema.is_ok();
+    report("schema", schema);
+    report("clock", clock(db).await);
+    if schema_ok {
+        report("lease", lease_round_trip(db).await);
+    } else {
+        println!("{:<8} skip  no usable schema (run `leasehold migrate`)", "lease");
+    }
+    if failed > 0 {
+        return Err(Failure::error(format!(
+            "{failed} check{} failed on {}",
+            if failed == 1 { "" } else { "s" },
+            db.name
+        )));
+    }
+    println!("all checks passed on {}", db.name);
+    Ok(())
+}
+
+async fn server(db: &Db) -> Result<String, String> {
+    let (version, number, standby): (String, i32, bool) = sqlx::query_as(
+        "SELECT current_setting('server_version'), current_setting('server_version_num')::int, pg_is_in_recovery()",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .map_err(|e| format!("database error: {}", describe(&e)))?;
+    if number < 130_000 {
+        return Err(format!("PostgreSQL {version}: leasehold needs 13 or newer"));
+    }
+    if standby {
+        return Err(format!(
+            "PostgreSQL {version} is a standby (read-only): leases are writes, connect to the primary"
+        ));
+    }
+    Ok(format!("PostgreSQL {version}, primary, at {}", db.name))
+}
+
+async fn schema(db: &Db) -> Result<String, String> {
+    let version = db.schema_version().await.map_err(|f| f.message)?;
+    let verdict = leasehold::check_schema(&db.pool).await;
+    let supported = leasehold::SCHEMA_VERSION;
+    match (version, verdict) {
+        (Some(v), Ok(())) => Ok(format!("version {v} (this CLI supports {supported})")),
+        (_, Err(e)) => Err(db.failure(e).message),
+        (None, Ok(())) => Err("no version recorded".to_owned()),
+    }
+}
+
+/// One reading of the server clock: the server's time and this machine's
+/// at the midpoint of the round trip.
+struct Sample {
+    rtt: Duration,
+    server: DateTime<Utc>,
+    local_midpoint: DateTime<Utc>,
+}
+
+async fn clock(db: &Db) -> Result<String, String> {
+    let mut best: Option<Sample> = None;
+    for _ in 0..CLOCK_SAMPLES {
+        let local_before = Utc::now();
+        let sent = Instant::now();
+        let server: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+            .fetch_one(&db.pool)
+            .await
+            .map_err(|e| format!("database error: {}", describe(&e)))?;
+        let rtt = sent.elapsed();
+        let half = chrono::TimeDelta::from_std(rtt / 2).unwrap_or_default();
+        let sample = Sample {
+            rtt,
+            server,
+            local_midpoint: local_before + half,
+        };
+        if best.as_ref().is_none_or(|b| sample.rtt < b.rtt) {
+            best = Some(sample);
+        }
+    }
+    let Some(best) = best else {
+        return Err("no clock sample".to_owned());
+    };
+    let skew = text::secs(best.server - best.local_midpoint);
+    let rtt_ms = best.rtt.as_secs_f64() * 1e3;
+    let direction = if skew >= 0.0 { "ahead of" } else { "behind" };
+    let amount = if skew.abs() < 1.0 {
+        format!("{:.1}ms", skew.abs() * 1e3)
+    } else {
+        text::span(skew)
+    };
+    let mut line = format!(
+        "server clock is {amount} {direction} this machine's (skew {skew:+.4}s, round trip {rtt_ms:.2}ms so \
+         ±{:.2}ms); server time {}",
+        rtt_ms / 2.0,
+        best.server.format("%Y-%m-%d %H:%M:%S%.3fZ"),
+    );
+    if skew.abs() > SKEW_WARNING_SECS {
+        line.push_str(
+            "\n               warning: leasehold itself only uses the server clock, but logs and dashboards \
+             from this machine will disagree with the database by that much; check NTP",
+        );
+    }
+    Ok(line)
+}
+
+fn random_suffix() -> String {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}
+
+async fn lease_round_trip(db: &Db) -> Result<String, String> {
+    let suffix = random_suffix();
+    let key = format!("{SCRATCH_PREFIX}{suffix}");
+    let store = LeaseStore::new(db.pool.clone());
+    let started = Instant::now();
+    let outcome = round_trip(&store, &key, &suffix).await;
+    let took = started.elapsed();
+    // Whatever happened, leave no scratch row behind.
+    let cleanup = sqlx::query("DELETE FROM leasehold_lease WHERE key = $1")
+        .bind(&key)
+        .execute(&db.pool)
+        .await;
+    let (first, second) = outcome?;
+    if let Err(e) = cleanup {
+        return Err(format!("round trip ok, but deleting scratch key {key} failed: {e}"));
+    }
+    Ok(format!(
+        "round trip ok on {key}: claim (fence {first}), refused to a second holder, renew, release, \
+         reclaim (fence {second}) in {:.1}ms; scratch row deleted",
+        took.as_secs_f64() * 1e3
+    ))
+}
+
+/// The round trip itself: fences of the two tenures.
+async fn round_trip(store: &LeaseStore, key: &str, suffix: &str) -> Result<(i64, i64), String> {
+    let ttl = Duration::from_secs(30);
+    let a = format!("leasehold-cli-check-{suffix}-a");
+    let b = format!("leasehold-cli-check-{suffix}-b");
+    let step = |what: &'static str| move |e: leasehold::Error| format!("{what} failed: {e}");
+
+    let first = match store.claim(key, &a, ttl).await.map_err(step("claim"))? {
+        Claim::Acquired(lease) => lease,
+        other => return Err(format!("claim of a new scratch key did not acquire it: {other:?}")),
+    };
+    match store.claim(key, &b, ttl).await.map_err(step("second claim"))? {
+        Claim::HeldElsewhere { .. } => {}
+        other => {
+            return Err(format!(
+                "a second holder's claim of a held lease was not refused: {other:?}"
+            ));
+        }
+    }
+    match store.renew(&first, ttl).await.map_err(step("renew"))? {
+        Renewal::Renewed(_) => {}
+        Renewal::Lost => return Err("renewal of a lease just claimed reported it lost".to_owned()),
+    }
+    if !store.release(key, &a, first.fence).await.map_err(step("release"))? {
+        return Err("release of a lease just claimed found no tenure to end".to_owned());
+    }
+    let second = match store.claim(key, &b, ttl).await.map_err(step("reclaim"))? {
+        Claim::Acquired(lease) => lease,
+        other => return Err(format!("claim after release did not acquire the lease: {other:?}")),
+    };
+    if second.fence <= first.fence {
+        return Err(format!(
+            "fence did not grow: {} after {}: fencing is broken in this database",
+            second.fence, first.fence
+        ));
+    }
+    if !store
+        .release(key, &b, second.fence)
+        .await
+        .map_err(step("second release"))?
+    {
+        return Err("release of the second tenure found nothing to end".to_owned());
+    }
+    Ok((first.fence, second.fence))
+}

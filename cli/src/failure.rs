@@ -1,0 +1,78 @@
+//! Failures and the exit codes they map to.
+
+use std::process::ExitCode;
+
+/// How the process ends when a command fails. The values are documented
+/// in the crate docs and `cli/README.md`; scripts rely on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Code {
+    /// Anything that went wrong: database, schema, a failed check.
+    Error = 1,
+    /// The command line is wrong (clap uses 2 for its own usage errors too).
+    Usage = 2,
+    /// The command would break a live tenure and `--force` was not given.
+    Refused = 3,
+    /// The lease key has no row.
+    NotFound = 4,
+}
+
+/// A failed command: an exit code and a message for standard error.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) code: Code,
+    pub(crate) message: String,
+}
+
+impl Failure {
+    pub(crate) fn error(message: impl Into<String>) -> Self {
+        Failure {
+            code: Code::Error,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
+        Failure {
+            code: Code::Usage,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn refused(message: impl Into<String>) -> Self {
+        Failure {
+            code: Code::Refused,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+        Failure {
+            code: Code::NotFound,
+            message: message.into(),
+        }
+    }
+
+    /// Prints the message and returns the exit code.
+    pub(crate) fn exit(self) -> ExitCode {
+        eprintln!("leasehold: {}", self.message);
+        ExitCode::from(self.code as u8)
+    }
+}
+
+/// A database error for people: the server's own message and SQLSTATE
+/// rather than sqlx's wrapping (which adds the server's C source line).
+pub(crate) fn describe(e: &sqlx::Error) -> String {
+    match e.as_database_error() {
+        Some(db) => match db.code() {
+            Some(code) => format!("the server said: {} (SQLSTATE {code})", db.message()),
+            None => format!("the server said: {}", db.message()),
+        },
+        None => e.to_string(),
+    }
+}
+
+impl From<sqlx::Error> for Failure {
+    fn from(e: sqlx::Error) -> Self {
+        Failure::error(format!("database error: {}", describe(&e)))
+    }
+}

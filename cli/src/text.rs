@@ -1,0 +1,125 @@
+//! Human-readable durations, times and aligned tables.
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+/// Seconds in a signed time difference, with microsecond precision.
+pub(crate) fn secs(d: TimeDelta) -> f64 {
+    match d.num_microseconds() {
+        Some(us) => us as f64 / 1e6,
+        None => d.num_seconds() as f64,
+    }
+}
+
+/// A length of time, rounded for reading: `0.4s`, `41s`, `4m 10s`, `3h 12m`,
+/// `2d 4h`. The sign is dropped: callers say "in" or "ago".
+pub(crate) fn span(seconds: f64) -> String {
+    let s = seconds.abs();
+    if s < 10.0 {
+        return format!("{s:.1}s");
+    }
+    let whole = s.round() as u64;
+    let (d, h, m, sec) = (whole / 86_400, whole / 3600 % 24, whole / 60 % 60, whole % 60);
+    if whole < 60 {
+        format!("{sec}s")
+    } else if whole < 3600 {
+        format!("{m}m {sec}s")
+    } else if whole < 86_400 {
+        format!("{h}h {m}m")
+    } else {
+        format!("{d}d {h}h")
+    }
+}
+
+/// `in 41s` / `41s ago`, from a signed number of seconds.
+pub(crate) fn relative(seconds: f64) -> String {
+    if seconds >= 0.0 {
+        format!("in {}", span(seconds))
+    } else {
+        format!("{} ago", span(seconds))
+    }
+}
+
+/// A server timestamp as `2025-06-01 03:00:00Z`.
+pub(crate) fn time(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%SZ").to_string()
+}
+
+/// A value from the database made safe for one table cell: control
+/// characters (newlines, escapes) are shown escaped, never sent to the
+/// terminal.
+pub(crate) fn cell(value: &str) -> String {
+    if value.chars().any(char::is_control) {
+        format!("{value:?}")
+    } else {
+        value.to_owned()
+    }
+}
+
+/// Left or right alignment of a column.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Align {
+    Left,
+    Right,
+}
+
+/// Renders rows under a header, columns separated by two spaces, trailing
+/// spaces trimmed.
+pub(crate) fn table(header: &[(&str, Align)], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|(h, _)| h.chars().count()).collect();
+    for row in rows {
+        for (w, value) in widths.iter_mut().zip(row) {
+            *w = (*w).max(value.chars().count());
+        }
+    }
+    let line = |values: &mut dyn Iterator<Item = &str>| {
+        let mut out = String::new();
+        for ((value, (_, align)), width) in values.zip(header).zip(&widths) {
+            let pad = width - value.chars().count();
+            if !out.is_empty() {
+                out.push_str("  ");
+            }
+            if *align == Align::Right {
+                out.extend(std::iter::repeat_n(' ', pad));
+                out.push_str(value);
+            } else {
+                out.push_str(value);
+                out.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.truncate(out.trim_end().len());
+        out.push('\n');
+        out
+    };
+    let mut out = line(&mut header.iter().map(|(h, _)| *h));
+    for row in rows {
+        out.push_str(&line(&mut row.iter().map(String::as_str)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_read_naturally() {
+        assert_eq!(span(0.42), "0.4s");
+        assert_eq!(span(-41.2), "41s");
+        assert_eq!(span(250.0), "4m 10s");
+        assert_eq!(span(3.0 * 3600.0 + 12.0 * 60.0 + 5.0), "3h 12m");
+        assert_eq!(span(2.0 * 86_400.0 + 4.0 * 3600.0), "2d 4h");
+        assert_eq!(relative(5.0), "in 5.0s");
+        assert_eq!(relative(-75.0), "1m 15s ago");
+    }
+
+    #[test]
+    fn tables_align_and_escape() {
+        let header = [("KEY", Align::Left), ("FENCE", Align::Right)];
+        let rows = vec![
+            vec!["a".to_owned(), "7".to_owned()],
+            vec![cell("long\nkey"), "12345".to_owned()],
+        ];
+        let out = table(&header, &rows);
+        assert_eq!(out, "KEY          FENCE\na                7\n\"long\\nkey\"  12345\n");
+    }
+}

@@ -1,0 +1,458 @@
+//! The `leasehold` binary against a real PostgreSQL (the testkit's
+//! throwaway cluster, or `DATABASE_URL`'s server).
+
+use std::process::Output;
+use std::time::Duration;
+
+use leasehold::{Claim, Error, FenceGuard, FencedJob, JobError, JobSettings, LeaseStore, Renewal, Runtime, Schedule};
+use leasehold_testkit::TestDb;
+use tokio::sync::mpsc;
+
+const LONG: Duration = Duration::from_secs(600);
+
+/// A URL for the test database. With `DATABASE_URL` set, its URL with the
+/// database swapped (so a password in it carries over); otherwise built from
+/// the throwaway cluster's options (no password there).
+fn url(db: &TestDb) -> String {
+    if let Ok(server) = std::env::var("DATABASE_URL") {
+        let (base, query) = match server.split_once('?') {
+            Some((base, query)) => (base, format!("?{query}")),
+            None => (server.as_str(), String::new()),
+        };
+        let scheme_end = base.find("://").map_or(0, |i| i + 3);
+        let authority_end = base[scheme_end..].find('/').map_or(base.len(), |i| scheme_end + i);
+        return format!("{}/{}{query}", &base[..authority_end], db.name);
+    }
+    let o = &db.options;
+    format!(
+        "postgres://{}@{}:{}/{}",
+        o.get_username(),
+        o.get_host(),
+        o.get_port(),
+        o.get_database().unwrap_or(&db.name)
+    )
+}
+
+async fn migrated_db() -> TestDb {
+    let db = leasehold_testkit::test_db().await;
+    leasehold::migrate(&db.pool).await.expect("migrate");
+    db
+}
+
+/// Runs the binary with `DATABASE_URL` set to `url` (or removed when `None`).
+async fn leasehold(url: Option<&str>, args: &[&str]) -> Output {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    cmd.args(args);
+    match url {
+        Some(url) => cmd.env("DATABASE_URL", url),
+        None => cmd.env_remove("DATABASE_URL"),
+    };
+    tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("the CLI finished within 60s")
+        .expect("the CLI binary runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[track_caller]
+fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "exit status\n--- stdout\n{}\n--- stderr\n{}",
+        stdout(out),
+        stderr(out)
+    );
+}
+
+fn acquired(claim: Claim) -> leasehold::Lease {
+    match claim {
+        Claim::Acquired(lease) => lease,
+        other => panic!("expected to acquire, got {other:?}"),
+    }
+}
+
+/// The table row of `key` in `status` output, split into cells.
+fn table_row(out: &str, key: &str) -> Vec<String> {
+    let line = out
+        .lines()
+        .find(|l| l.split("  ").next() == Some(key) || l.starts_with(&format!("{key} ")))
+        .unwrap_or_else(|| panic!("no row for {key} in\n{out}"));
+    line.split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_held_and_free_leases_as_a_table_and_as_json() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let store = LeaseStore::new(db.pool.clone());
+    let alpha = acquired(store.claim("alpha", "web-1", LONG).await.unwrap());
+    let beta = acquired(store.claim("beta", "web-2", LONG).await.unwrap());
+    assert!(store.release("beta", "web-2", beta.fence).await.unwrap());
+    acquired(store.claim("other:gamma", "web-3", LONG).await.unwrap());
+
+    let out = leasehold(Some(&url), &["status"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("3 leases (2 held, 1 free)"), "{text}");
+    let header = text.lines().find(|l| l.starts_with("KEY")).expect("a header");
+    for column in ["STATE", "HOLDER", "FENCE", "ACQUIRED", "EXPIRES", "NEXT DUE"] {
+        assert!(header.contains(column), "{header}");
+    }
+    let row = table_row(&text, "alpha");
+    assert_eq!(
+        &row[..4],
+        ["alpha", "held", "web-1", &alpha.fence.to_string()],
+        "{text}"
+    );
+    assert!(row[5].starts_with("in 9m") || row[5].starts_with("in 10m"), "{row:?}");
+    assert_eq!(row[6], "now", "never scheduled: due now");
+    let row = table_row(&text, "beta");
+    assert_eq!(&row[..4], ["beta", "free", "web-2", &beta.fence.to_string()], "{text}");
+    assert!(row[5].starts_with("expired ") && row[5].ends_with(" ago"), "{row:?}");
+    // Columns line up: every row's FENCE column ends where the header's does.
+    let fence_end = header.find("FENCE").unwrap() + "FENCE".len();
+    for key in ["alpha", "beta", "other:gamma"] {
+        let line = text.lines().find(|l| l.starts_with(key)).unwrap();
+        let fence = table_row(&text, key)[3].clone();
+        assert_eq!(line[..fence_end].trim_end(), line[..fence_end].to_owned(), "{text}");
+        assert!(line[..fence_end].ends_with(&fence), "{text}");
+    }
+
+    let out = leasehold(Some(&url), &["status", "--json"]).await;
+    assert_exit(&out, 0);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert!(doc["server_now"].is_string(), "{doc}");
+    let leases = doc["leases"].as_array().expect("a leases array");
+    assert_eq!(leases.len(), 3);
+    let a = &leases[0];
+    assert_eq!(a["key"], "alpha");
+    assert_eq!(a["holder"], "web-1");
+    assert_eq!(a["fence"], alpha.fence);
+    assert_eq!(a["state"], "held");
+    assert!(a["expires_in_seconds"].as_f64().unwrap() > 500.0, "{a}");
+    assert!(a["next_due_at"].is_null() && a["due_in_seconds"].is_null(), "{a}");
+    assert!(a["acquired_at"].is_string() && a["expires_at"].is_string(), "{a}");
+    let b = &leases[1];
+    assert_eq!((b["key"].as_str(), b["state"].as_str()), (Some("beta"), Some("free")));
+    assert!(b["expires_in_seconds"].as_f64().unwrap() <= 0.0, "{b}");
+
+    let out = leasehold(Some(&url), &["status", "--json", "--prefix", "other:"]).await;
+    assert_exit(&out, 0);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let keys: Vec<&str> = doc["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["other:gamma"]);
+
+    // LIKE wildcards in a prefix are literal.
+    let out = leasehold(Some(&url), &["status", "--prefix", "%"]).await;
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("0 leases with prefix \"%\""), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_of_a_held_lease_without_force_is_refused_and_changes_nothing() {
+    let db = migrated_db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let lease = acquired(store.claim("nightly", "web-1", LONG).await.unwrap());
+    let before = store.get("nightly").await.unwrap().unwrap();
+
+    let out = leasehold(Some(&url(&db)), &["release", "nightly"]).await;
+    assert_exit(&out, 3);
+    let err = stderr(&out);
+    assert!(err.contains("held by web-1") && err.contains("--force"), "{err}");
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+
+    let after = store.get("nightly").await.unwrap().unwrap();
+    assert_eq!(
+        (after.holder.as_str(), after.fence, after.acquired_at, after.expires_at),
+        (
+            before.holder.as_str(),
+            before.fence,
+            before.acquired_at,
+            before.expires_at
+        )
+    );
+    let fence_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_fence")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(fence_rows, 0, "a refused release raises no fence");
+    assert!(matches!(store.renew(&lease, LONG).await.unwrap(), Renewal::Renewed(_)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_release_ends_the_tenure_and_the_next_claim_gets_a_higher_fence() {
+    let db = migrated_db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let lease = acquired(store.claim("nightly", "web-1", LONG).await.unwrap());
+
+    let out = leasehold(
+        Some(&url(&db)),
+        &["release", "nightly", "--force", "--resource", "ledger"],
+    )
+    .await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let new_fence: i64 = store.get("nightly").await.unwrap().unwrap().fence;
+    assert!(new_fence > lease.fence);
+    assert!(
+        text.contains(&format!(
+            "released \"nightly\": holder web-1 lost fence {}",
+            lease.fence
+        )) && text.contains(&format!("new fence {new_fence}")),
+        "{text}"
+    );
+
+    // The old holder's renewal and late release find nothing.
+    assert_eq!(store.renew(&lease, LONG).await.unwrap(), Renewal::Lost);
+    assert!(!store.release("nightly", "web-1", lease.fence).await.unwrap());
+    let info = store.get("nightly").await.unwrap().unwrap();
+    assert!(!info.is_held(), "released: free");
+    // The key's resource and the named one are raised to the new fence.
+    let fences: Vec<(String, i64)> =
+        sqlx::query_as("SELECT resource, last_fence FROM leasehold_fence ORDER BY resource")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        fences,
+        [("ledger".to_owned(), new_fence), ("nightly".to_owned(), new_fence)]
+    );
+
+    // Any holder, the old one included, now claims with a higher fence.
+    let next = acquired(store.claim("nightly", "web-2", LONG).await.unwrap());
+    assert!(next.fence > new_fence, "{} > {new_fence}", next.fence);
+    assert_eq!(next.holder, "web-2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_of_a_free_lease_needs_no_force_and_still_fences_out_the_last_holder() {
+    let db = migrated_db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let lease = acquired(store.claim("hourly", "web-1", LONG).await.unwrap());
+    // The holder stalls past its lease: expired on the server, row intact.
+    sqlx::query("UPDATE leasehold_lease SET expires_at = acquired_at + interval '1 microsecond' WHERE key = 'hourly'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let expired_at = store.get("hourly").await.unwrap().unwrap().expires_at;
+
+    let out = leasehold(Some(&url(&db)), &["release", "hourly"]).await;
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("was already free"), "{}", stdout(&out));
+    let info = store.get("hourly").await.unwrap().unwrap();
+    assert!(info.fence > lease.fence);
+    assert_eq!(info.expires_at, expired_at, "a free lease keeps its expiry");
+    let raised: i64 = sqlx::query_scalar("SELECT last_fence FROM leasehold_fence WHERE resource = 'hourly'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(raised, info.fence);
+}
+
+/// A job that hands its guard to the test and waits to be cancelled.
+struct Holding {
+    guards: mpsc::UnboundedSender<FenceGuard>,
+}
+
+impl FencedJob for Holding {
+    fn name(&self) -> &str {
+        "held-job"
+    }
+
+    fn settings(&self) -> JobSettings {
+        JobSettings::new(Schedule::Manual).lease(Duration::from_secs(10))
+    }
+
+    async fn run(&self, guard: FenceGuard) -> Result<(), JobError> {
+        let _ = self.guards.send(guard.clone());
+        guard.cancelled().await;
+        Ok(())
+    }
+}
+
+async fn running_job(db: &TestDb) -> (Runtime, mpsc::UnboundedReceiver<FenceGuard>, FenceGuard) {
+    let (tx, mut guards) = mpsc::unbounded_channel();
+    let rt = Runtime::builder(db.pool.clone())
+        .holder("a")
+        .poll_interval(Duration::from_millis(100))
+        .register(Holding { guards: tx })
+        .start()
+        .await
+        .expect("runtime starts");
+    rt.trigger("held-job").await.expect("trigger");
+    let guard = tokio::time::timeout(Duration::from_secs(10), guards.recv())
+        .await
+        .expect("the job starts within 10s")
+        .expect("a guard");
+    (rt, guards, guard)
+}
+
+/// The key scenario: after `release --force`, the running job's next
+/// fenced write is rejected at once, before any newer run has written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_jobs_next_fenced_write_fails_with_stale_fence_after_forced_release() {
+    let db = migrated_db().await;
+    let (rt, mut guards, guard) = running_job(&db).await;
+    // The run can write before the release.
+    guard
+        .begin_fenced(&db.pool)
+        .await
+        .expect("fenced tx")
+        .commit()
+        .await
+        .unwrap();
+
+    let out = leasehold(Some(&url(&db)), &["release", "held-job"]).await;
+    assert_exit(&out, 3);
+    assert!(stderr(&out).contains("held by a"), "{}", stderr(&out));
+    let out = leasehold(Some(&url(&db)), &["release", "held-job", "--force"]).await;
+    assert_exit(&out, 0);
+
+    let err = guard
+        .begin_fenced(&db.pool)
+        .await
+        .expect_err("a stale run writes nothing");
+    assert!(
+        matches!(&err, Error::StaleFence { fence, newer, .. } if *fence == guard.fence() && *newer > guard.fence()),
+        "{err:?}"
+    );
+    assert!(guard.is_cancelled(), "a stale fence cancels the run");
+
+    // The job is still due, so a new run starts with a higher fence and
+    // its fenced writes go through.
+    let next = tokio::time::timeout(Duration::from_secs(10), guards.recv())
+        .await
+        .expect("a new run within 10s")
+        .expect("a guard");
+    assert!(next.fence() > guard.fence());
+    next.begin_fenced(&db.pool)
+        .await
+        .expect("the new run writes")
+        .commit()
+        .await
+        .unwrap();
+    rt.shutdown().await;
+}
+
+/// Without any fenced write, the old holder learns of the release from its
+/// own heartbeat: the renewal finds the lease gone and cancels the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_old_holders_heartbeat_reports_the_loss_after_forced_release() {
+    let db = migrated_db().await;
+    let (rt, _guards, guard) = running_job(&db).await;
+    let out = leasehold(Some(&url(&db)), &["release", "held-job", "--force"]).await;
+    assert_exit(&out, 0);
+    // Heartbeat every lease/3 = 3.3s.
+    tokio::time::timeout(Duration::from_secs(8), guard.cancelled())
+        .await
+        .expect("the heartbeat cancels the run");
+    assert_eq!(guard.reason(), Some(leasehold::CancelReason::Stolen));
+    assert!(matches!(guard.check(), Err(Error::LeaseLost { .. })));
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_of_an_unknown_key_exits_4() {
+    let db = migrated_db().await;
+    let out = leasehold(Some(&url(&db)), &["release", "no-such-job", "--force"]).await;
+    assert_exit(&out, 4);
+    assert!(
+        stderr(&out).contains("no lease with key \"no-such-job\""),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_is_a_clear_error() {
+    // Port 1 on loopback: nothing listens there.
+    let url = "postgres://nobody:secret-password@127.0.0.1:1/app";
+    for args in [&["status"][..], &["check"], &["migrate"], &["release", "k"]] {
+        let mut all = args.to_vec();
+        all.extend(["--connect-timeout", "5"]);
+        let out = leasehold(Some(url), &all).await;
+        assert_exit(&out, 1);
+        let err = stderr(&out);
+        assert!(
+            err.contains("cannot connect to PostgreSQL at nobody@127.0.0.1:1/app"),
+            "{err}"
+        );
+        assert!(!err.contains("secret-password"), "the password is never printed: {err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_errors_exit_2() {
+    let out = leasehold(None, &["status"]).await;
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("DATABASE_URL"), "{}", stderr(&out));
+    let out = leasehold(Some("mysql://x@y/z"), &["status"]).await;
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("invalid database URL"), "{}", stderr(&out));
+    let out = leasehold(Some("postgres://u@127.0.0.1:1/d"), &["frobnicate"]).await;
+    assert_exit(&out, 2);
+    let out = leasehold(Some("postgres://u@127.0.0.1:1/d"), &["release"]).await;
+    assert_exit(&out, 2);
+    let out = leasehold(Some("postgres://u@127.0.0.1:1/d"), &["release", ""]).await;
+    assert_exit(&out, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_schema_names_leasehold_migrate_which_creates_it() {
+    let db = leasehold_testkit::test_db().await;
+    let url = url(&db);
+    for args in [&["status"][..], &["release", "k", "--force"]] {
+        let out = leasehold(Some(&url), args).await;
+        assert_exit(&out, 1);
+        assert!(stderr(&out).contains("run `leasehold migrate`"), "{}", stderr(&out));
+    }
+    let out = leasehold(Some(&url), &["check"]).await;
+    assert_exit(&out, 1);
+    assert!(stdout(&out).contains("leasehold migrate"), "{}", stdout(&out));
+
+    let out = leasehold(Some(&url), &["migrate"]).await;
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("from nothing to version 1"), "{}", stdout(&out));
+    leasehold::check_schema(&db.pool).await.expect("schema exists now");
+    let out = leasehold(Some(&url), &["migrate"]).await;
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("already at version 1"), "{}", stdout(&out));
+    let out = leasehold(Some(&url), &["status"]).await;
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("0 leases"), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reports_skew_and_a_clean_round_trip() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let out = leasehold(None, &["check", "--database-url", &url]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("schema   ok    version 1"), "{text}");
+    assert!(text.contains("clock    ok") && text.contains("skew "), "{text}");
+    assert!(text.contains("lease    ok    round trip ok"), "{text}");
+    assert!(text.contains("all checks passed"), "{text}");
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_lease")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the scratch row is deleted");
+}
