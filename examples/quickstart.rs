@@ -71,7 +71,12 @@ impl FencedJob for Billing {
                 _ = tokio::time::sleep(Duration::from_millis(250)) => {}
                 _ = guard.cancelled() => return Err("cancelled".into()),
             }
-            guard.update("invoice_batch").set("step", step).filter("id", 1_i32).execute(&self.db).await?;
+            guard
+                .update("invoice_batch")
+                .set("step", step)
+                .filter("id", 1_i32)
+                .execute(&self.db)
+                .await?;
         }
         Ok(())
     }
@@ -90,20 +95,31 @@ struct Stat {
 impl Stats {
     fn started(&self, guard: &FenceGuard) {
         let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        s.runs.entry((guard.holder().to_owned(), guard.job().to_owned())).or_default().push(guard.fence());
+        s.runs
+            .entry((guard.holder().to_owned(), guard.job().to_owned()))
+            .or_default()
+            .push(guard.fence());
         s.guards.push(guard.clone());
     }
 
     /// The guard of the latest `billing` run of `holder`.
     fn billing_guard(&self, holder: &str) -> Option<FenceGuard> {
         let s = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        s.guards.iter().rev().find(|g| g.holder() == holder && g.job() == "billing").cloned()
+        s.guards
+            .iter()
+            .rev()
+            .find(|g| g.holder() == holder && g.job() == "billing")
+            .cloned()
     }
 
     /// Who runs `billing` right now.
     fn billing_holder(&self) -> Option<String> {
         let s = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        s.guards.iter().rev().find(|g| g.job() == "billing" && !g.is_cancelled()).map(|g| g.holder().to_owned())
+        s.guards
+            .iter()
+            .rev()
+            .find(|g| g.job() == "billing" && !g.is_cancelled())
+            .map(|g| g.holder().to_owned())
     }
 }
 
@@ -137,8 +153,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let runtime = Runtime::builder(pool.clone())
             .holder(name)
             .poll_interval(Duration::from_millis(500))
-            .register(Reconcile { db: pool.clone(), stats: stats.clone() })
-            .register(Billing { db: pool.clone(), stats: stats.clone() })
+            .register(Reconcile {
+                db: pool.clone(),
+                stats: stats.clone(),
+            })
+            .register(Billing {
+                db: pool.clone(),
+                stats: stats.clone(),
+            })
             .start()
             .await?;
         replicas.push(runtime);
@@ -149,12 +171,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::time::sleep(Duration::from_secs(6)).await;
     let victim = stats.billing_holder().ok_or("billing is not running")?;
     let stale = stats.billing_guard(&victim).ok_or("no billing guard")?;
-    let victim_rt = replicas.iter().find(|r| r.holder() == victim).ok_or("unknown replica")?;
-    println!("t=6s  {victim} (billing, fence {}) is cut off from the database", stale.fence());
+    let victim_rt = replicas
+        .iter()
+        .find(|r| r.holder() == victim)
+        .ok_or("unknown replica")?;
+    println!(
+        "t=6s  {victim} (billing, fence {}) is cut off from the database",
+        stale.fence()
+    );
     victim_rt.faults().partition(true);
 
     stale.cancelled().await;
-    println!("      {victim} stopped its run: {:?} (local deadline, before the lease expired)", stale.reason());
+    println!(
+        "      {victim} stopped its run: {:?} (local deadline, before the lease expired)",
+        stale.reason()
+    );
     let takeover = loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         if let Some(holder) = stats.billing_holder().filter(|h| *h != victim) {
@@ -167,10 +198,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The partitioned replica wakes up and tries one more write.
     victim_rt.faults().partition(false);
-    let late = stale.update("invoice_batch").set("step", -1_i64).filter("id", 1_i32).execute(&db.pool).await;
+    let late = stale
+        .update("invoice_batch")
+        .set("step", -1_i64)
+        .filter("id", 1_i32)
+        .execute(&db.pool)
+        .await;
     let rejections = match late {
         Err(e @ Error::StaleFence { .. }) => {
-            println!("      {victim}'s late write with fence {} was rejected: {e}", stale.fence());
+            println!(
+                "      {victim}'s late write with fence {} was rejected: {e}",
+                stale.fence()
+            );
             1
         }
         other => return Err(format!("the stale write should have been rejected, got {other:?}").into()),
@@ -181,9 +220,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         runtime.shutdown().await;
     }
 
-    let (step, last_fence): (i64, i64) =
-        sqlx::query_as("SELECT step, last_fence FROM invoice_batch WHERE id = 1").fetch_one(&db.pool).await?;
-    let ledger: Vec<(i64, String)> = sqlx::query_as("SELECT fence, holder FROM ledger ORDER BY id").fetch_all(&db.pool).await?;
+    let (step, last_fence): (i64, i64) = sqlx::query_as("SELECT step, last_fence FROM invoice_batch WHERE id = 1")
+        .fetch_one(&db.pool)
+        .await?;
+    let ledger: Vec<(i64, String)> = sqlx::query_as("SELECT fence, holder FROM ledger ORDER BY id")
+        .fetch_all(&db.pool)
+        .await?;
     println!();
     println!("{:<10} {:<10} {:>5}  fences", "replica", "job", "runs");
     let s = stats.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -192,7 +234,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{holder:<10} {job:<10} {:>5}  {}", fences.len(), list.join(" "));
     }
     println!();
-    println!("ledger rows: {} (one per reconcile slot), fences increasing: {}", ledger.len(), ledger.windows(2).all(|w| w[0].0 < w[1].0));
+    println!(
+        "ledger rows: {} (one per reconcile slot), fences increasing: {}",
+        ledger.len(),
+        ledger.windows(2).all(|w| w[0].0 < w[1].0)
+    );
     println!("invoice batch: step {step} written under fence {last_fence} (the takeover's, never the stale one's)");
     println!("stale writes rejected: {rejections}");
     if step < 0 || last_fence < newer.fence() {
