@@ -115,6 +115,18 @@ pub enum Error {
     )]
     SchemaMissing,
 
+    /// leasehold's tables exist but are older than this library needs.
+    #[error(
+        "leasehold schema version {found} in this database is older than this library needs ({needed}): \
+         call leasehold::migrate(&pool), or apply the newer migrations/*.sql with your migration tool"
+    )]
+    SchemaOutdated {
+        /// Version recorded in `leasehold_schema_version`.
+        found: i32,
+        /// Version this library needs.
+        needed: i32,
+    },
+
     /// The database was migrated by a newer leasehold than this one.
     #[error(
         "leasehold schema version {found} in the database is newer than this library \

@@ -103,3 +103,16 @@ async fn a_missing_schema_names_the_fix_and_hand_applied_sql_counts() {
         .await
         .expect("and migrate has nothing left to do");
 }
+
+/// A schema older than the library is reported as such (the fix is the
+/// same: migrate), and `migrate` brings it up to date.
+#[tokio::test]
+async fn an_older_schema_is_reported_and_upgraded() {
+    let db = support::db().await;
+    sqlx::query("UPDATE leasehold_schema_version SET version = 0").execute(&db.pool).await.unwrap();
+    let err = leasehold::check_schema(&db.pool).await.expect_err("older schema");
+    assert!(matches!(err, Error::SchemaOutdated { found: 0, .. }), "{err:?}");
+    assert!(err.to_string().contains("leasehold::migrate"), "{err}");
+    leasehold::migrate(&db.pool).await.expect("upgrade");
+    leasehold::check_schema(&db.pool).await.expect("up to date");
+}
