@@ -1,9 +1,282 @@
 //! The optional Prometheus exporter (feature `prometheus`).
+//!
+//! [`install`] makes a `metrics-exporter-prometheus` recorder the
+//! process-wide `metrics` recorder and serves it over HTTP on the address
+//! given to `RuntimeBuilder::prometheus`. The listener runs on a thread of
+//! its own (a one-thread tokio runtime named `leasehold-metrics`), so it
+//! keeps serving whatever runtime the service uses, and it never competes
+//! with the job loops for a worker.
+//!
+//! Everything that can go wrong is reported by `RuntimeBuilder::start`
+//! before any job starts: a malformed address (`Error::InvalidInput`), a
+//! port that is taken or cannot be bound, a second installation in the same
+//! process, or another `metrics` recorder already installed
+//! (`Error::Metrics`). A failed installation leaves nothing listening.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::sync::Mutex;
+use std::sync::mpsc;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 use crate::error::{Error, Result};
+use crate::metrics::{buckets, describe, names};
+
+/// Where this process serves its metrics, once installed.
+static INSTALLED: Mutex<Option<SocketAddr>> = Mutex::new(None);
+
+/// The exporter's settings: true histograms (not summaries) for the two
+/// histogram metrics, with leasehold's buckets.
+pub(crate) fn builder() -> Result<PrometheusBuilder> {
+    let bounds = |e: metrics_exporter_prometheus::BuildError| Error::Metrics(format!("histogram buckets: {e}"));
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(names::HEARTBEAT_DURATION.to_owned()),
+            buckets::HEARTBEAT_DURATION,
+        )
+        .map_err(bounds)?
+        .set_buckets_for_metric(Matcher::Full(names::RUN_DURATION.to_owned()), buckets::RUN_DURATION)
+        .map_err(bounds)
+}
+
+/// Parses the listen address: an IP address and a port (`127.0.0.1:9464`,
+/// `[::1]:9464`), or `localhost:<port>` for the IPv4 loopback. Host names
+/// are not resolved, and port 0 is refused (Prometheus could not be told
+/// which port was picked).
+pub(crate) fn parse_addr(addr: &str) -> Result<SocketAddr> {
+    let trimmed = addr.trim();
+    let parsed = match trimmed.strip_prefix("localhost:") {
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .map(|port| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)),
+        None => trimmed.parse::<SocketAddr>().ok(),
+    };
+    match parsed {
+        Some(socket) if socket.port() == 0 => Err(Error::invalid(
+            "Prometheus listen address",
+            addr,
+            "port 0 would pick a random port that Prometheus cannot be told about; give a fixed port, e.g. \"127.0.0.1:9464\"",
+        )),
+        Some(socket) => Ok(socket),
+        None => Err(Error::invalid(
+            "Prometheus listen address",
+            addr,
+            "it must be an IP address and a port, e.g. \"127.0.0.1:9464\" (loopback only) or \"0.0.0.0:9464\" \
+             (every interface); host names other than localhost are not resolved",
+        )),
+    }
+}
 
 /// Installs the process-wide Prometheus recorder and its HTTP listener on
-/// `addr`.
+/// `addr`, then describes every metric to it.
 pub(crate) fn install(addr: &str) -> Result<()> {
-    Err(Error::Metrics(format!("exporter on {addr}: not implemented yet")))
+    // Held throughout, so two runtimes starting at once cannot both try.
+    let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(serving) = *installed {
+        return Err(Error::Metrics(format!(
+            "the Prometheus exporter is already installed in this process (serving on {serving}); \
+             the metrics recorder is process-wide, so call .prometheus(..) on one runtime only: \
+             every runtime's metrics are served there"
+        )));
+    }
+    let socket = parse_addr(addr)?;
+    // Bind once first, for an error that says what is wrong; the listener
+    // is closed again at once, and the exporter binds the same address.
+    if let Err(e) = TcpListener::bind(socket) {
+        return Err(Error::Metrics(bind_problem(socket, &e)));
+    }
+    let builder = builder()?.with_http_listener(socket);
+
+    // The exporter's thread builds the recorder and the listener inside its
+    // own runtime, installs the recorder, and reports back. Only once the
+    // recorder is installed does it start serving; on any failure it drops
+    // its runtime and listener *before* reporting: nothing is left behind.
+    let (report, outcome) = mpsc::sync_channel::<Result<()>>(1);
+    let spawned = std::thread::Builder::new()
+        .name("leasehold-metrics".to_owned())
+        .spawn(move || match start_serving(builder, socket) {
+            Ok((runtime, exporter)) => {
+                let _ = report.send(Ok(()));
+                // Serves until the process exits; it only returns on a
+                // fatal listener error.
+                if let Err(e) = runtime.block_on(exporter) {
+                    tracing::error!(addr = %socket, error = ?e, "the Prometheus exporter stopped serving");
+                }
+            }
+            Err(e) => {
+                let _ = report.send(Err(e));
+            }
+        });
+    if let Err(e) = spawned {
+        return Err(Error::Metrics(format!("could not start its thread: {e}")));
+    }
+    match outcome.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err(Error::Metrics("its thread stopped while starting".to_owned())),
+    }
+    *installed = Some(socket);
+    describe();
+    tracing::info!(addr = %socket, "serving leasehold metrics for Prometheus");
+    Ok(())
+}
+
+/// On the exporter's thread: builds the recorder and the listener in a
+/// runtime of their own and installs the recorder. On failure, everything
+/// built is dropped (the listener closed) before this returns.
+fn start_serving(
+    builder: PrometheusBuilder,
+    socket: SocketAddr,
+) -> Result<(tokio::runtime::Runtime, metrics_exporter_prometheus::ExporterFuture)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Metrics(format!("could not start its runtime: {e}")))?;
+    let built = {
+        let _entered = runtime.enter();
+        builder.build()
+    };
+    let (recorder, exporter) = match built {
+        Ok(built) => built,
+        Err(e) => {
+            drop(runtime);
+            return Err(Error::Metrics(format!("could not serve on {socket}: {e}")));
+        }
+    };
+    if metrics::set_global_recorder(recorder).is_err() {
+        drop(exporter);
+        drop(runtime);
+        return Err(Error::Metrics(
+            "another `metrics` recorder is already installed in this process: leasehold's metrics \
+             already go to it (call leasehold::metrics::describe() once for their help texts); \
+             remove .prometheus(..) or serve that recorder instead"
+                .to_owned(),
+        ));
+    }
+    Ok((runtime, exporter))
+}
+
+/// A bind failure, in words that name the fix.
+fn bind_problem(socket: SocketAddr, e: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::AddrInUse => format!(
+            "port {} is already in use on {}: another process (or another exporter in this one) listens \
+             there; pick a free port in .prometheus(..)",
+            socket.port(),
+            socket.ip()
+        ),
+        ErrorKind::PermissionDenied => {
+            format!("not allowed to listen on {socket} ({e}): ports below 1024 need privileges; pick a port above 1024")
+        }
+        ErrorKind::AddrNotAvailable => format!(
+            "cannot listen on {socket}: {} is not an address of this machine ({e}); use 127.0.0.1, \
+             a local interface address, or 0.0.0.0",
+            socket.ip()
+        ),
+        _ => format!("cannot listen on {socket}: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::error::CancelReason;
+    use crate::metrics::{self as m, RunOutcome};
+
+    #[test]
+    fn addresses_are_checked_before_anything_binds() {
+        assert_eq!(
+            parse_addr("127.0.0.1:9464").ok(),
+            Some(SocketAddr::from(([127, 0, 0, 1], 9464)))
+        );
+        assert_eq!(
+            parse_addr(" localhost:9464 ").ok(),
+            Some(SocketAddr::from(([127, 0, 0, 1], 9464)))
+        );
+        assert!(parse_addr("[::1]:9464").is_ok());
+        for bad in [
+            "",
+            "9464",
+            "127.0.0.1",
+            "example.com:9464",
+            "127.0.0.1:99999",
+            "localhost:x",
+            "127.0.0.1:0",
+        ] {
+            let err = parse_addr(bad).expect_err(bad);
+            assert!(matches!(err, Error::InvalidInput { .. }), "{bad}: {err:?}");
+            assert!(err.to_string().contains("Prometheus listen address"), "{err}");
+        }
+    }
+
+    /// What a scrape shows, through the exporter's own settings: every
+    /// name, help texts, and the two histograms as histograms with their
+    /// buckets (not summaries).
+    #[test]
+    fn render_shows_every_metric_with_its_type() {
+        let recorder = builder().expect("builder").build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            describe();
+            m::claim("nightly", "acquired");
+            m::lost("nightly", CancelReason::Deadline);
+            m::heartbeat("renewed", Duration::from_millis(3));
+            m::run_finished("nightly", RunOutcome::Succeeded, Duration::from_secs(2));
+            m::held("nightly", 1.0);
+            m::remaining("nightly", Duration::from_secs(59));
+            m::fence_rejected("nightly");
+        });
+        let text = handle.render();
+        for name in names::ALL {
+            assert!(text.contains(&format!("# HELP {name} ")), "no help for {name}:\n{text}");
+        }
+        let types = [
+            (names::CLAIMS, "counter"),
+            (names::LOST, "counter"),
+            (names::HEARTBEATS, "counter"),
+            (names::HEARTBEAT_DURATION, "histogram"),
+            (names::RUNS, "counter"),
+            (names::RUN_DURATION, "histogram"),
+            (names::HELD, "gauge"),
+            (names::REMAINING, "gauge"),
+            (names::FENCE_REJECTIONS, "counter"),
+            (names::LAST_SUCCESS, "gauge"),
+        ];
+        assert_eq!(types.len(), names::ALL.len());
+        for (name, kind) in types {
+            assert!(
+                text.contains(&format!("# TYPE {name} {kind}\n")),
+                "{name} is not a {kind}:\n{text}"
+            );
+        }
+        assert!(
+            text.contains("leasehold_heartbeat_duration_seconds_bucket{le=\"0.001\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("leasehold_heartbeat_duration_seconds_bucket{le=\"0.005\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("leasehold_job_duration_seconds_bucket{job=\"nightly\",le=\"2.5\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("leasehold_job_duration_seconds_bucket{job=\"nightly\",le=\"+Inf\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("leasehold_job_duration_seconds_count{job=\"nightly\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("leasehold_lease_lost_total{job=\"nightly\",reason=\"deadline\"} 1\n"),
+            "{text}"
+        );
+        assert!(!text.contains("quantile="), "no summaries:\n{text}");
+    }
 }

@@ -1,36 +1,81 @@
-//! Every metric leasehold records, through the `metrics` facade: whatever
+//! Every metric leasehold records, through the [`metrics`] facade: whatever
 //! recorder the process installs receives them.
 //!
 //! Labels are the job *name* and fixed outcome/reason words only — never a
 //! lease key, which can be per tenant (cardinality).
+//!
+//! | metric | type | labels | meaning |
+//! |---|---|---|---|
+//! | `leasehold_lease_claims_total` | counter | job_name, outcome | claim attempts: `acquired`, `held_elsewhere`, `not_due`, `error` |
+//! | `leasehold_lease_lost_total` | counter | job_name, reason | runs stopped because their lease was lost: `stolen`, `expired`, `deadline` |
+//! | `leasehold_heartbeats_total` | counter | outcome | heartbeat statements (one per tick for all leases): `renewed`, `lost`, `error` |
+//! | `leasehold_heartbeat_duration_seconds` | histogram | | duration of one heartbeat statement |
+//! | `leasehold_job_runs_total` | counter | job_name, outcome | finished runs: `succeeded`, `failed`, `cancelled`, `panicked` |
+//! | `leasehold_job_duration_seconds` | histogram | job_name | run duration, whatever the outcome |
+//! | `leasehold_leases_held` | gauge | job_name | leases this process holds right now |
+//! | `leasehold_lease_remaining_seconds` | gauge | job_name | server time left on the lease right after its last renewal |
+//! | `leasehold_fence_rejections_total` | counter | job_name | fenced writes refused for a stale fence |
+//! | `leasehold_job_last_success_timestamp_seconds` | gauge | job_name | Unix time of the last successful run in this process |
+//!
+//! # Getting them out
+//!
+//! - With the `prometheus` feature (on by default),
+//!   [`RuntimeBuilder::prometheus`](crate::RuntimeBuilder::prometheus)
+//!   installs a Prometheus exporter as the process-wide recorder, with the
+//!   histogram buckets of [`buckets`] and the descriptions of [`describe`].
+//! - If your service installs its own recorder, leasehold's metrics go to it
+//!   as they are. Call [`describe()`] once after installing it to attach the
+//!   help texts and units, and give the two histograms the bounds in
+//!   [`buckets`] (a Prometheus exporter otherwise renders them as
+//!   summaries, which cannot be aggregated across replicas):
+//!
+//! ```no_run
+//! # #[cfg(feature = "prometheus")]
+//! # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use leasehold::metrics::{buckets, names};
+//! use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+//!
+//! PrometheusBuilder::new()
+//!     .set_buckets_for_metric(Matcher::Full(names::HEARTBEAT_DURATION.into()), buckets::HEARTBEAT_DURATION)?
+//!     .set_buckets_for_metric(Matcher::Full(names::RUN_DURATION.into()), buckets::RUN_DURATION)?
+//!     // ... your own settings ...
+//!     .install()?;
+//! leasehold::metrics::describe();
+//! # Ok(()) }
+//! ```
+//!
+//! The ready-made Grafana dashboard and Prometheus alert rules are in the
+//! repository's `grafana/` folder.
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram};
+use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
 use crate::error::CancelReason;
 
 /// Metric names, exported so dashboards and tests name them once.
 pub mod names {
-    /// Counter: claims by `job` and `outcome` (acquired, held_elsewhere, not_due, error).
+    /// Counter: claims by `job_name` and `outcome` (acquired, held_elsewhere, not_due, error).
     pub const CLAIMS: &str = "leasehold_lease_claims_total";
-    /// Counter: lost leases by `job` and `reason` (stolen, expired, deadline).
+    /// Counter: lost leases by `job_name` and `reason` (stolen, expired, deadline).
     pub const LOST: &str = "leasehold_lease_lost_total";
     /// Counter: heartbeat statements by `outcome` (renewed, lost, error).
     pub const HEARTBEATS: &str = "leasehold_heartbeats_total";
     /// Histogram: duration of one heartbeat statement, in seconds.
     pub const HEARTBEAT_DURATION: &str = "leasehold_heartbeat_duration_seconds";
-    /// Counter: finished runs by `job` and `outcome` (succeeded, failed, cancelled, panicked).
+    /// Counter: finished runs by `job_name` and `outcome` (succeeded, failed, cancelled, panicked).
     pub const RUNS: &str = "leasehold_job_runs_total";
-    /// Histogram: run duration by `job`, in seconds.
+    /// Histogram: run duration by `job_name`, in seconds.
     pub const RUN_DURATION: &str = "leasehold_job_duration_seconds";
-    /// Gauge: leases this replica holds, by `job`.
+    /// Gauge: leases this replica holds, by `job_name`.
     pub const HELD: &str = "leasehold_leases_held";
-    /// Gauge: server time left on the lease at the last renewal, by `job`.
+    /// Gauge: server time left on the lease at the last renewal, by `job_name`.
     pub const REMAINING: &str = "leasehold_lease_remaining_seconds";
-    /// Counter: fenced writes rejected for a stale fence, by `job`.
+    /// Counter: fenced writes rejected for a stale fence, by `job_name`.
     pub const FENCE_REJECTIONS: &str = "leasehold_fence_rejections_total";
-    /// Gauge: Unix time of the last successful run, by `job`.
+    /// Gauge: Unix time of the last successful run, by `job_name`.
     pub const LAST_SUCCESS: &str = "leasehold_job_last_success_timestamp_seconds";
 
     /// All of the above.
@@ -46,6 +91,80 @@ pub mod names {
         FENCE_REJECTIONS,
         LAST_SUCCESS,
     ];
+}
+
+/// Histogram bucket upper bounds, in seconds, as the Prometheus exporter of
+/// [`RuntimeBuilder::prometheus`](crate::RuntimeBuilder::prometheus) uses
+/// them. Reuse them if you install your own recorder.
+pub mod buckets {
+    /// For [`super::names::HEARTBEAT_DURATION`]: 1 ms to 5 s. One renewal
+    /// statement normally takes a few milliseconds; anything near the
+    /// deadline margin (lease/10 by default) puts runs at risk.
+    pub const HEARTBEAT_DURATION: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
+    /// For [`super::names::RUN_DURATION`]: 10 ms to 8 hours, roughly
+    /// ×2–×3 per step.
+    pub const RUN_DURATION: &[f64] = &[
+        0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
+        3600.0, 7200.0, 14400.0, 28800.0,
+    ];
+}
+
+/// Describes every leasehold metric (help text and unit) to the recorder
+/// installed now.
+///
+/// The Prometheus exporter of
+/// [`RuntimeBuilder::prometheus`](crate::RuntimeBuilder::prometheus) calls
+/// it for you. If you install your own `metrics` recorder, call it once,
+/// after installing it; calling it again only repeats the same
+/// descriptions.
+pub fn describe() {
+    describe_counter!(
+        names::CLAIMS,
+        Unit::Count,
+        "Lease claim attempts by job and outcome (acquired, held_elsewhere, not_due, error)."
+    );
+    describe_counter!(
+        names::LOST,
+        Unit::Count,
+        "Runs stopped because their lease was lost, by job and reason (stolen, expired, deadline)."
+    );
+    describe_counter!(
+        names::HEARTBEATS,
+        Unit::Count,
+        "Heartbeat statements (one per tick renews every lease of this replica) by outcome (renewed, lost, error)."
+    );
+    describe_histogram!(
+        names::HEARTBEAT_DURATION,
+        Unit::Seconds,
+        "Duration of one heartbeat (renewal) statement, in seconds."
+    );
+    describe_counter!(
+        names::RUNS,
+        Unit::Count,
+        "Finished runs by job and outcome (succeeded, failed, cancelled, panicked)."
+    );
+    describe_histogram!(
+        names::RUN_DURATION,
+        Unit::Seconds,
+        "Run duration by job, in seconds, whatever the outcome."
+    );
+    describe_gauge!(names::HELD, Unit::Count, "Leases this replica holds right now, by job.");
+    describe_gauge!(
+        names::REMAINING,
+        Unit::Seconds,
+        "Server time left on the lease right after its last successful renewal, by job, in seconds."
+    );
+    describe_counter!(
+        names::FENCE_REJECTIONS,
+        Unit::Count,
+        "Fenced writes rejected because a newer run of the key already wrote, by job."
+    );
+    describe_gauge!(
+        names::LAST_SUCCESS,
+        Unit::Seconds,
+        "Unix time of the last successful run of the job in this replica, in seconds."
+    );
 }
 
 /// How a run ended, as counted in [`names::RUNS`].
@@ -68,12 +187,54 @@ impl RunOutcome {
     }
 }
 
+/// Job names whose series have been created at zero (see [`prime`]).
+static PRIMED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// Creates the job's counters (and the heartbeat counters) at zero the
+/// first time the job is seen, so that Prometheus sees each series *before*
+/// its first event: `increase()` cannot count the first event of a series
+/// that appears already at 1, and an alert on the first lease loss of a job
+/// would never fire. The last-success and remaining-time gauges are not
+/// primed: a zero there would read as "never succeeded" or "expired".
+fn prime(job: &str) {
+    let mut primed = PRIMED.lock().unwrap_or_else(|p| p.into_inner());
+    if primed.contains(job) {
+        return;
+    }
+    if primed.is_empty() {
+        for outcome in ["renewed", "lost", "error"] {
+            counter!(names::HEARTBEATS, "outcome" => outcome).increment(0);
+        }
+    }
+    primed.insert(job.to_owned());
+    drop(primed);
+    for outcome in ["acquired", "held_elsewhere", "not_due", "error"] {
+        counter!(names::CLAIMS, "job_name" => job.to_owned(), "outcome" => outcome).increment(0);
+    }
+    for reason in [CancelReason::Stolen, CancelReason::Expired, CancelReason::Deadline] {
+        counter!(names::LOST, "job_name" => job.to_owned(), "reason" => reason.as_str()).increment(0);
+    }
+    for outcome in [
+        RunOutcome::Succeeded,
+        RunOutcome::Failed,
+        RunOutcome::Cancelled,
+        RunOutcome::Panicked,
+    ] {
+        counter!(names::RUNS, "job_name" => job.to_owned(), "outcome" => outcome.as_str()).increment(0);
+    }
+    counter!(names::FENCE_REJECTIONS, "job_name" => job.to_owned()).increment(0);
+    gauge!(names::HELD, "job_name" => job.to_owned()).increment(0.0);
+}
+
+/// Counts a claim attempt. The first claim of a job (the first thing its
+/// job loop does) also creates its series at zero.
 pub(crate) fn claim(job: &str, outcome: &'static str) {
-    counter!(names::CLAIMS, "job" => job.to_owned(), "outcome" => outcome).increment(1);
+    prime(job);
+    counter!(names::CLAIMS, "job_name" => job.to_owned(), "outcome" => outcome).increment(1);
 }
 
 pub(crate) fn lost(job: &str, reason: CancelReason) {
-    counter!(names::LOST, "job" => job.to_owned(), "reason" => reason.as_str()).increment(1);
+    counter!(names::LOST, "job_name" => job.to_owned(), "reason" => reason.as_str()).increment(1);
 }
 
 pub(crate) fn heartbeat(outcome: &'static str, took: Duration) {
@@ -82,24 +243,24 @@ pub(crate) fn heartbeat(outcome: &'static str, took: Duration) {
 }
 
 pub(crate) fn run_finished(job: &str, outcome: RunOutcome, took: Duration) {
-    counter!(names::RUNS, "job" => job.to_owned(), "outcome" => outcome.as_str()).increment(1);
-    histogram!(names::RUN_DURATION, "job" => job.to_owned()).record(took.as_secs_f64());
+    counter!(names::RUNS, "job_name" => job.to_owned(), "outcome" => outcome.as_str()).increment(1);
+    histogram!(names::RUN_DURATION, "job_name" => job.to_owned()).record(took.as_secs_f64());
     if outcome == RunOutcome::Succeeded {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        gauge!(names::LAST_SUCCESS, "job" => job.to_owned()).set(now.as_secs_f64());
+        gauge!(names::LAST_SUCCESS, "job_name" => job.to_owned()).set(now.as_secs_f64());
     }
 }
 
 pub(crate) fn held(job: &str, delta: f64) {
-    gauge!(names::HELD, "job" => job.to_owned()).increment(delta);
+    gauge!(names::HELD, "job_name" => job.to_owned()).increment(delta);
 }
 
 pub(crate) fn remaining(job: &str, left: Duration) {
-    gauge!(names::REMAINING, "job" => job.to_owned()).set(left.as_secs_f64());
+    gauge!(names::REMAINING, "job_name" => job.to_owned()).set(left.as_secs_f64());
 }
 
 pub(crate) fn fence_rejected(job: &str) {
-    counter!(names::FENCE_REJECTIONS, "job" => job.to_owned()).increment(1);
+    counter!(names::FENCE_REJECTIONS, "job_name" => job.to_owned()).increment(1);
 }

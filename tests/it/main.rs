@@ -7,5 +7,7 @@ mod support;
 mod derive;
 mod fenced;
 mod lease;
+mod metrics;
 mod migrate;
 mod runtime;
+mod pgbouncer;
