@@ -70,7 +70,10 @@ pub async fn check_schema(pool: &PgPool) -> Result<()> {
             found,
             supported: SCHEMA_VERSION,
         }),
-        Some(found) if found < SCHEMA_VERSION => Err(Error::SchemaOutdated { found, needed: SCHEMA_VERSION }),
+        Some(found) if found < SCHEMA_VERSION => Err(Error::SchemaOutdated {
+            found,
+            needed: SCHEMA_VERSION,
+        }),
         Some(_) => Ok(()),
     }
 }

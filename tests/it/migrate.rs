@@ -109,7 +109,10 @@ async fn a_missing_schema_names_the_fix_and_hand_applied_sql_counts() {
 #[tokio::test]
 async fn an_older_schema_is_reported_and_upgraded() {
     let db = support::db().await;
-    sqlx::query("UPDATE leasehold_schema_version SET version = 0").execute(&db.pool).await.unwrap();
+    sqlx::query("UPDATE leasehold_schema_version SET version = 0")
+        .execute(&db.pool)
+        .await
+        .unwrap();
     let err = leasehold::check_schema(&db.pool).await.expect_err("older schema");
     assert!(matches!(err, Error::SchemaOutdated { found: 0, .. }), "{err:?}");
     assert!(err.to_string().contains("leasehold::migrate"), "{err}");
