@@ -47,8 +47,6 @@
 //! The ready-made Grafana dashboard and Prometheus alert rules are in the
 //! repository's `grafana/` folder.
 
-use std::collections::BTreeSet;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
@@ -187,27 +185,17 @@ impl RunOutcome {
     }
 }
 
-/// Job names whose series have been created at zero (see [`prime`]).
-static PRIMED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
-
-/// Creates the job's counters (and the heartbeat counters) at zero the
-/// first time the job is seen, so that Prometheus sees each series *before*
-/// its first event: `increase()` cannot count the first event of a series
-/// that appears already at 1, and an alert on the first lease loss of a job
-/// would never fire. The last-success and remaining-time gauges are not
-/// primed: a zero there would read as "never succeeded" or "expired".
-fn prime(job: &str) {
-    let mut primed = PRIMED.lock().unwrap_or_else(|p| p.into_inner());
-    if primed.contains(job) {
-        return;
+/// Creates a job's counters (and the heartbeat counters) at zero when the
+/// runtime starts, so that Prometheus sees each series *before* its first
+/// event: `increase()` cannot count the first event of a series that
+/// appears already at 1, and an alert on the first lease loss of a job would
+/// never fire. The last-success and remaining-time gauges are not primed: a
+/// zero there would read as "never succeeded" or "expired". Priming twice is
+/// harmless (it adds zero).
+pub(crate) fn prime(job: &str) {
+    for outcome in ["renewed", "lost", "error"] {
+        counter!(names::HEARTBEATS, "outcome" => outcome).increment(0);
     }
-    if primed.is_empty() {
-        for outcome in ["renewed", "lost", "error"] {
-            counter!(names::HEARTBEATS, "outcome" => outcome).increment(0);
-        }
-    }
-    primed.insert(job.to_owned());
-    drop(primed);
     for outcome in ["acquired", "held_elsewhere", "not_due", "error"] {
         counter!(names::CLAIMS, "job_name" => job.to_owned(), "outcome" => outcome).increment(0);
     }
@@ -226,10 +214,8 @@ fn prime(job: &str) {
     gauge!(names::HELD, "job_name" => job.to_owned()).increment(0.0);
 }
 
-/// Counts a claim attempt. The first claim of a job (the first thing its
-/// job loop does) also creates its series at zero.
+/// Counts a claim attempt.
 pub(crate) fn claim(job: &str, outcome: &'static str) {
-    prime(job);
     counter!(names::CLAIMS, "job_name" => job.to_owned(), "outcome" => outcome).increment(1);
 }
 

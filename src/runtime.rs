@@ -400,6 +400,7 @@ impl RuntimeBuilder {
             store
                 .register(&job.key, &holder, first_due(&job.settings.schedule, server_now))
                 .await?;
+            metrics::prime(&job.name);
         }
         let tick = self
             .jobs
