@@ -21,22 +21,18 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::{Error, FenceGuard, FencedJob, JobError, JobSettings, Runtime, Schedule};
+use leasehold::{Error, FenceGuard, FencedJob, JobError, Runtime};
 use sqlx::PgPool;
 
 /// Appends one ledger row per slot, fenced on the job's key.
+#[derive(FencedJob)]
+#[job(every = "2s", lease = "3s")]
 struct Reconcile {
     db: PgPool,
     stats: Stats,
 }
 
-impl FencedJob for Reconcile {
-    fn name(&self) -> &str {
-        "reconcile"
-    }
-    fn settings(&self) -> JobSettings {
-        JobSettings::new(Schedule::every(Duration::from_secs(2))).lease(Duration::from_secs(3))
-    }
+impl Reconcile {
     async fn run(&self, guard: FenceGuard) -> Result<(), JobError> {
         self.stats.started(&guard);
         let mut tx = guard.begin_fenced(&self.db).await?; // a stale fence writes nothing
@@ -52,18 +48,14 @@ impl FencedJob for Reconcile {
 
 /// A long job: fenced steps on one invoice batch until it is done or loses
 /// its lease.
+#[derive(FencedJob)]
+#[job(every = "30s", lease = "3s")]
 struct Billing {
     db: PgPool,
     stats: Stats,
 }
 
-impl FencedJob for Billing {
-    fn name(&self) -> &str {
-        "billing"
-    }
-    fn settings(&self) -> JobSettings {
-        JobSettings::new(Schedule::every(Duration::from_secs(30))).lease(Duration::from_secs(3))
-    }
+impl Billing {
     async fn run(&self, guard: FenceGuard) -> Result<(), JobError> {
         self.stats.started(&guard);
         for step in 1..=40_i64 {

@@ -5,12 +5,45 @@
 //! fencing token — so that a replica that lost its right to run cannot
 //! corrupt anything downstream: writes carrying a stale fence are rejected.
 //!
-//! The pieces, from the bottom up:
+//! ```no_run
+//! use leasehold::{FenceGuard, FencedJob, JobError, Runtime};
+//! use sqlx::PgPool;
 //!
-//! - [`migrate`] creates the `leasehold_*` tables (or apply `migrations/*.sql`
-//!   with your own tool);
+//! #[derive(FencedJob)]
+//! #[job(key = "nightly-reconcile", cron = "0 3 * * *", lease = "60s")]
+//! struct NightlyReconcile { db: PgPool }
+//!
+//! impl NightlyReconcile {
+//!     async fn run(&self, guard: FenceGuard) -> Result<(), JobError> {
+//!         let mut tx = guard.begin_fenced(&self.db).await?; // rejects a stale fence
+//!         sqlx::query("UPDATE ledger SET reconciled = true").execute(&mut *tx).await?;
+//!         tx.commit().await?;
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn demo(pool: PgPool) -> leasehold::Result<()> {
+//! let runtime = Runtime::builder(pool.clone())
+//!     .register(NightlyReconcile { db: pool.clone() })
+//!     .start()
+//!     .await?;
+//! // ... on SIGTERM:
+//! runtime.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! The pieces, from the top down:
+//!
+//! - [`FencedJob`] (usually derived) declares a job: name, key, schedule,
+//!   lease; [`Runtime`] runs the registered jobs on this replica — once per
+//!   slot across the fleet, heartbeating, cancelling on loss;
+//! - [`FenceGuard`] is a run's tenure: its fence, its cancellation, and the
+//!   fenced writes ([`FenceGuard::begin_fenced`], [`FenceGuard::update`]);
 //! - [`LeaseStore`] claims, renews and releases leases, one statement each,
-//!   never pinning a connection.
+//!   never pinning a connection — usable on its own;
+//! - [`migrate`] creates the `leasehold_*` tables (or apply
+//!   `migrations/*.sql` with your own tool);
+//! - [`metrics`] names every metric; `RuntimeBuilder::prometheus` serves them.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 

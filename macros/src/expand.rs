@@ -1,0 +1,264 @@
+//! Code generation: a checked [`Job`] → `impl ::leasehold::FencedJob`.
+//!
+//! Generated code names only `::leasehold::…`, `::core::…` and `::std::…`
+//! paths. On any error the caller still gets an impl ([`fallback`]) next to
+//! the `compile_error!`s, so one mistake in `#[job(...)]` is one error and not
+//! also a cascade of "`FencedJob` is not implemented" wherever the job is used.
+
+use std::time::Duration;
+
+use proc_macro2::{Literal, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::{Data, DeriveInput, Fields, Ident, LitStr};
+
+use crate::validate::{Job, Key, Schedule, Segment, snake_case, unraw};
+
+/// The whole derive: parse, check, generate.
+pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
+    let mut errors = crate::Errors::default();
+    let raw = crate::parse::parse(input, &mut errors);
+    let job = crate::validate::validate(input, &raw, &mut errors);
+    match (errors.into_result(), job) {
+        (Ok(()), Some(job)) => implement(input, &job),
+        (result, _) => {
+            let errors = result.err().map(|e| e.to_compile_error());
+            let name = raw.name.map_or_else(|| snake_case(&input.ident), |s| s.value.value());
+            // A borrowing struct cannot be a job at all: an impl would only
+            // add errors about lifetimes to the one that says so.
+            let fallback = input
+                .generics
+                .lifetimes()
+                .next()
+                .is_none()
+                .then(|| fallback(input, &name));
+            quote!(#errors #fallback)
+        }
+    }
+}
+
+/// The impl for a valid `#[job(...)]`.
+fn implement(input: &DeriveInput, job: &Job) -> TokenStream {
+    let name = &job.name;
+    let key = job.key.as_ref().map(|key| key_fn(input, key));
+    let schedule = match &job.schedule {
+        Schedule::Manual => quote!(::leasehold::Schedule::Manual),
+        Schedule::Every(period) => {
+            let period = duration(*period);
+            quote!(::leasehold::Schedule::every(#period))
+        }
+        Schedule::Cron(expr) => quote!(::leasehold::__private::cron(#expr)),
+    };
+    let mut setters = Vec::new();
+    let mut set = |method: &str, value: Option<Duration>| {
+        if let Some(value) = value {
+            let method = Ident::new(method, proc_macro2::Span::call_site());
+            let value = duration(value);
+            setters.push(quote!(.#method(#value)));
+        }
+    };
+    set("lease", job.lease);
+    set("heartbeat", job.heartbeat);
+    set("deadline_margin", job.margin);
+    set("grace", job.grace);
+    if let Some((initial, max)) = job.retry {
+        let (initial, max) = (duration(initial), duration(max));
+        setters.push(quote!(.retry(#initial, #max)));
+    }
+    let settings = quote! {
+        fn settings(&self) -> ::leasehold::JobSettings {
+            ::leasehold::JobSettings::new(#schedule) #(#setters)*
+        }
+    };
+    job_impl(input, name, key, settings)
+}
+
+/// The impl emitted next to errors: the struct's name, a manual schedule,
+/// and the real `run` (or the error about a missing one: a second mistake).
+fn fallback(input: &DeriveInput, name: &str) -> TokenStream {
+    let settings = quote! {
+        fn settings(&self) -> ::leasehold::JobSettings {
+            ::leasehold::JobSettings::new(::leasehold::Schedule::Manual)
+        }
+    };
+    job_impl(input, name, None, settings)
+}
+
+fn job_impl(input: &DeriveInput, name: &str, key: Option<TokenStream>, settings: TokenStream) -> TokenStream {
+    let ident = &input.ident;
+    let mut generics = input.generics.clone();
+    // A generic job is a job for the instantiations that can be one.
+    if !generics.params.is_empty() {
+        let (_, ty_generics, _) = input.generics.split_for_impl();
+        generics
+            .make_where_clause()
+            .predicates
+            .push(syn::parse_quote!(#ident #ty_generics: ::core::marker::Send + ::core::marker::Sync + 'static));
+    }
+    let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
+    let run = run_fn(ident, !input.generics.params.is_empty());
+    quote! {
+        #[automatically_derived]
+        impl #impl_generics ::leasehold::FencedJob for #ident #ty_generics #where_clause {
+            fn name(&self) -> &::core::primitive::str {
+                #name
+            }
+            #key
+            #settings
+            #run
+        }
+    }
+}
+
+/// `fn key`: a literal, or `format!` over fields of `self`.
+fn key_fn(input: &DeriveInput, key: &Key) -> TokenStream {
+    let fields = named_fields(input);
+    let mut format = String::new();
+    let mut args = Vec::new();
+    for segment in &key.segments {
+        match segment {
+            Segment::Text(text) => format.push_str(&text.replace('{', "{{").replace('}', "}}")),
+            Segment::Field(name) => {
+                format.push_str("{}");
+                // `validate` checked that the field exists.
+                if let Some(field) = fields.iter().find(|f| unraw(f) == *name) {
+                    let mut field = (*field).clone();
+                    field.set_span(key.span);
+                    // Type errors (a field that is not `Display`) point at the key string.
+                    args.push(quote_spanned!(key.span=> self.#field));
+                }
+            }
+        }
+    }
+    let body = if args.is_empty() {
+        let text: String = key
+            .segments
+            .iter()
+            .map(|s| match s {
+                Segment::Text(t) => t.as_str(),
+                Segment::Field(_) => "",
+            })
+            .collect();
+        quote!(::std::string::String::from(#text))
+    } else {
+        let format = LitStr::new(&format, key.span);
+        quote!(::std::format!(#format, #(#args),*))
+    };
+    quote! {
+        fn key(&self) -> ::std::string::String {
+            #body
+        }
+    }
+}
+
+fn named_fields(input: &DeriveInput) -> Vec<&Ident> {
+    match &input.data {
+        Data::Struct(s) => match &s.fields {
+            Fields::Named(named) => named.named.iter().filter_map(|f| f.ident.as_ref()).collect(),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+/// `fn run`: calls the struct's inherent `run` and converts its error.
+///
+/// Inside this impl, `<Self>::run` is the inherent method when there is one
+/// (inherent items win) and otherwise *this* trait method — which would
+/// recurse. The probe tells the two apart: the function item types of
+/// `<Self>::run` and `<Self as FencedJob>::run` are equal only when there is
+/// no inherent `run`, and then `PickMissing` (a by-value match) wins over
+/// `PickFound` (an autoref match). A missing method becomes one error, with
+/// a message saying what to write, pointing at the struct's name.
+fn run_fn(ident: &Ident, generic: bool) -> TokenStream {
+    let span = ident.span();
+    let mut note = "add `impl {J} { async fn run(&self, guard: FenceGuard) -> Result<(), E> { .. } }`, \
+                    with any error type `E: Into<leasehold::JobError>`"
+        .replace('{', "{{")
+        .replace('}', "}}")
+        .replace("{{J}}", "{J}");
+    if generic {
+        note.push_str(
+            "; if `run` exists, the bounds of its `impl` block must hold for every type \
+             `#[derive(FencedJob)]` covers (the struct's own bounds)",
+        );
+    }
+    let inherent = quote_spanned!(span=> <Self>::run);
+    let found = quote_spanned!(span=> require_inherent_run::<Self, _>((&__probe).__leasehold_probe()));
+    let call = quote_spanned!(span=> __leasehold_run.__leasehold_call(self, guard));
+    let output =
+        quote_spanned!(span=> ::core::result::Result::map_err(__leasehold_future.await, ::core::convert::Into::into));
+    quote! {
+        fn run(
+            &self,
+            guard: ::leasehold::FenceGuard,
+        ) -> impl ::core::future::Future<Output = ::core::result::Result<(), ::leasehold::JobError>>
+               + ::core::marker::Send {
+            #[allow(dead_code)]
+            struct Probe<A, B>(A, B);
+            #[allow(dead_code)]
+            struct Found<F>(F);
+            #[allow(dead_code)]
+            struct MissingRun;
+            #[diagnostic::on_unimplemented(
+                message = "`{J}` has no inherent `run` method for `#[derive(FencedJob)]` to call",
+                label = "`{J}` needs an inherent `run` method",
+                note = #note
+            )]
+            trait InherentRun<J: ?::core::marker::Sized> {}
+            #[diagnostic::do_not_recommend]
+            impl<J: ?::core::marker::Sized, F> InherentRun<J> for Found<F> {}
+            #[allow(dead_code)]
+            trait PickMissing {
+                fn __leasehold_probe(&self) -> MissingRun {
+                    MissingRun
+                }
+            }
+            impl<F> PickMissing for Probe<F, F> {}
+            #[allow(dead_code)]
+            trait PickFound<F> {
+                fn __leasehold_probe(&self) -> Found<F>;
+            }
+            impl<F: ::core::marker::Copy, G> PickFound<F> for &Probe<F, G> {
+                fn __leasehold_probe(&self) -> Found<F> {
+                    Found(self.0)
+                }
+            }
+            #[allow(dead_code)]
+            fn require_inherent_run<J: ?::core::marker::Sized, P: InherentRun<J>>(probe: P) -> P {
+                probe
+            }
+            #[allow(dead_code)]
+            impl MissingRun {
+                fn __leasehold_call<J>(
+                    self,
+                    _: &J,
+                    _: ::leasehold::FenceGuard,
+                ) -> ::core::future::Ready<::core::result::Result<(), ::leasehold::JobError>> {
+                    ::core::future::ready(::core::result::Result::Ok(()))
+                }
+            }
+            #[allow(dead_code)]
+            impl<F> Found<F> {
+                fn __leasehold_call<'a, J, Fut, E>(self, job: &'a J, guard: ::leasehold::FenceGuard) -> Fut
+                where
+                    F: ::core::ops::FnOnce(&'a J, ::leasehold::FenceGuard) -> Fut,
+                    Fut: ::core::future::Future<Output = ::core::result::Result<(), E>>,
+                {
+                    (self.0)(job, guard)
+                }
+            }
+
+            let __probe = Probe(#inherent, <Self as ::leasehold::FencedJob>::run);
+            let __leasehold_run = #found;
+            let __leasehold_future = #call;
+            async move { #output }
+        }
+    }
+}
+
+/// `::core::time::Duration::from_millis(n)` (every parsed duration is whole
+/// milliseconds).
+fn duration(d: Duration) -> TokenStream {
+    let ms = Literal::u64_suffixed(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    quote!(::core::time::Duration::from_millis(#ms))
+}

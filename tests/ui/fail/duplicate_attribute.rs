@@ -1,0 +1,14 @@
+use leasehold::{FenceGuard, FencedJob, JobError};
+
+#[derive(FencedJob)]
+#[job(cron = "0 3 * * *", lease = "60s")]
+#[job(lease = "30s")]
+struct Nightly;
+
+impl Nightly {
+    async fn run(&self, _guard: FenceGuard) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+fn main() {}
