@@ -461,3 +461,27 @@ async fn a_database_error_is_never_held_elsewhere() {
         .expect_err("no schema");
     assert!(matches!(lease_err, Error::Database(_)), "{lease_err:?}");
 }
+
+/// Invariant 1: no decision reads this machine's wall clock. The library
+/// source never calls it, except to stamp the last-success metric.
+#[test]
+fn no_application_wall_clock_enters_a_decision() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+    let mut offenders = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let wall_clock = ["Utc::now", "SystemTime::now", "Local::now"]
+                .iter()
+                .any(|c| line.contains(c));
+            if wall_clock && !path.ends_with("metrics.rs") && !line.trim_start().starts_with("//") {
+                offenders.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "wall-clock reads in decision code: {offenders:#?}"
+    );
+}
