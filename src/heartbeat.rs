@@ -7,6 +7,7 @@
 //! retried on the next tick, while each run's local deadline (see
 //! [`crate::tenure`]) stops it before another replica could take over.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,14 +48,16 @@ async fn beat(shared: &Shared) {
     match result {
         Ok(result) => {
             shared.database_ok();
+            let by_tenure: HashMap<(&str, i64), &Arc<Tenure>> =
+                tenures.iter().map(|t| ((t.key.as_str(), t.fence), t)).collect();
             for lease in &result.renewed {
-                if let Some(t) = tenures.iter().find(|t| t.key == lease.key && t.fence == lease.fence) {
+                if let Some(t) = by_tenure.get(&(lease.key.as_str(), lease.fence)) {
                     t.renewed(lease, sent);
                     metrics::remaining(&t.job, lease.remaining);
                 }
             }
             for (key, fence) in &result.lost {
-                if let Some(t) = tenures.iter().find(|t| &t.key == key && t.fence == *fence) {
+                if let Some(t) = by_tenure.get(&(key.as_str(), *fence)) {
                     t.lose(t.loss_reason());
                 }
             }

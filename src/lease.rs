@@ -18,6 +18,7 @@
 //! 6. *Renew* needs holder, fence and non-expiry.
 //! 7. *Release* needs key, holder and fence.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -261,10 +262,18 @@ impl LeaseStore {
         validate::holder(holder)?;
         let secs = validate::lease_secs("lease duration", ttl)?;
         // $1 key, $2 holder, $3 ttl seconds.
-        // - VALUES draws the fence from the sequence (invariant 4): a deleted
-        //   row or a released one can never make a fence repeat.
+        // - The SELECT's NOT EXISTS is a cheap pre-check on the statement's
+        //   snapshot: a lease plainly held by another holder is not even
+        //   attempted, so a losing claim locks nothing, writes no WAL and
+        //   draws no fence. It only ever lets *more* claims through; the
+        //   WHERE of DO UPDATE below is what decides.
+        // - The fence is drawn from the sequence (invariant 4): a deleted or
+        //   released row can never make a fence repeat.
         // - WHERE (invariant 3): take the row over only if we already hold it
-        //   (re-entrant) or it has expired by the server clock.
+        //   (re-entrant) or it has expired by the server clock. It is
+        //   evaluated after waiting for the row lock, on the latest row.
+        // - SET times use clock_timestamp() *after* that wait, so a claim
+        //   that waited is not dated before it won.
         // - CASE: a holder re-claiming its own live lease keeps its tenure
         //   (same fence, same acquired_at); any other takeover starts a new
         //   tenure with the fresh fence.
@@ -273,13 +282,15 @@ impl LeaseStore {
         const CLAIM: &str = "
             WITH claimed AS (
                 INSERT INTO leasehold_lease AS l (key, holder, fence, acquired_at, expires_at)
-                VALUES ($1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),
-                        clock_timestamp() + make_interval(secs => $3))
+                SELECT $1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),
+                       clock_timestamp() + make_interval(secs => $3)
+                 WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease c
+                                    WHERE c.key = $1 AND c.holder <> $2 AND c.expires_at > clock_timestamp())
                 ON CONFLICT (key) DO UPDATE
                    SET holder      = EXCLUDED.holder,
-                       expires_at  = EXCLUDED.expires_at,
+                       expires_at  = clock_timestamp() + make_interval(secs => $3),
                        acquired_at = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp()
-                                          THEN l.acquired_at ELSE EXCLUDED.acquired_at END,
+                                          THEN l.acquired_at ELSE clock_timestamp() END,
                        fence       = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp()
                                           THEN l.fence ELSE EXCLUDED.fence END
                  WHERE l.holder = EXCLUDED.holder
@@ -317,21 +328,33 @@ impl LeaseStore {
         validate::holder(holder)?;
         let secs = validate::lease_secs("lease duration", ttl)?;
         // $1 key, $2 holder, $3 ttl seconds, $4 "ignore the schedule".
-        // - fence is always the fresh nextval (invariants 4 and 5).
+        // - The NOT EXISTS pre-check skips, on the statement's snapshot, a
+        //   lease held by another holder or not due yet: an idle replica's
+        //   poll then locks nothing, writes no WAL and draws no fence. It
+        //   only ever lets more claims through; DO UPDATE's WHERE decides.
+        // - fence is always a fresh nextval (invariants 4 and 5).
         // - WHERE (invariant 3): the row is ours or has expired by the server
         //   clock; a scheduled claim also needs next_due_at to have passed by
         //   the server clock, so replicas whose timers fire at different
-        //   moments still start one run per slot.
+        //   moments still start one run per slot. Evaluated after waiting
+        //   for the row lock, on the latest row.
+        // - SET times use clock_timestamp() after that wait, so acquired_at
+        //   is never earlier than the due time the claim consumed: the next
+        //   slot, computed from it, is always a later one.
         const CLAIM_RUN: &str = "
             WITH claimed AS (
                 INSERT INTO leasehold_lease AS l (key, holder, fence, acquired_at, expires_at)
-                VALUES ($1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),
-                        clock_timestamp() + make_interval(secs => $3))
+                SELECT $1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),
+                       clock_timestamp() + make_interval(secs => $3)
+                 WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease c
+                                    WHERE c.key = $1
+                                      AND ((c.holder <> $2 AND c.expires_at > clock_timestamp())
+                                           OR (NOT $4 AND c.next_due_at > clock_timestamp())))
                 ON CONFLICT (key) DO UPDATE
                    SET holder      = EXCLUDED.holder,
                        fence       = EXCLUDED.fence,
-                       acquired_at = EXCLUDED.acquired_at,
-                       expires_at  = EXCLUDED.expires_at
+                       acquired_at = clock_timestamp(),
+                       expires_at  = clock_timestamp() + make_interval(secs => $3)
                  WHERE (l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp())
                    AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
                 RETURNING l.*
@@ -422,9 +445,10 @@ impl LeaseStore {
             .fetch_all(&self.pool)
             .await?;
         let renewed: Vec<Lease> = rows.into_iter().map(LeaseRow::into_lease).collect();
+        let still_held: HashSet<(&str, i64)> = renewed.iter().map(|l| (l.key.as_str(), l.fence)).collect();
         let lost = tenures
             .iter()
-            .filter(|(key, fence, _)| !renewed.iter().any(|l| l.key == *key && l.fence == *fence))
+            .filter(|(key, fence, _)| !still_held.contains(&(*key, *fence)))
             .map(|(key, fence, _)| ((*key).to_owned(), *fence))
             .collect();
         Ok(RenewedMany { renewed, lost })

@@ -485,3 +485,66 @@ fn no_application_wall_clock_enters_a_decision() {
         "wall-clock reads in decision code: {offenders:#?}"
     );
 }
+
+/// A claim that had to wait for the row lock is dated *after* the wait:
+/// its acquired_at is never earlier than the moment it actually won, so
+/// the next slot computed from it cannot be the slot it just consumed
+/// (which would run a key twice in one slot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_waited_for_the_row_lock_is_dated_after_the_wait() {
+    let (db, store) = support::store().await;
+    acquired(store.claim_run("job", "a", LONG, Due::Now).await.unwrap());
+    sqlx::query("UPDATE leasehold_lease SET expires_at = clock_timestamp(), next_due_at = clock_timestamp()")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // Another session holds the row lock for a while.
+    let mut blocker = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM leasehold_lease WHERE key = 'job' FOR UPDATE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let claimer = {
+        let store = store.clone();
+        tokio::spawn(async move { store.claim_run("job", "b", LONG, Due::Scheduled).await })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!claimer.is_finished(), "the claim waits for the row lock");
+    let unblocked: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(&mut *blocker)
+        .await
+        .unwrap();
+    blocker.commit().await.unwrap();
+    let lease = acquired(claimer.await.unwrap().unwrap());
+    assert!(
+        lease.acquired_at >= unblocked,
+        "acquired {} before the lock was free at {unblocked}",
+        lease.acquired_at
+    );
+    assert!(
+        lease.expires_at - lease.acquired_at >= chrono::TimeDelta::seconds(599),
+        "the full lease from the win"
+    );
+}
+
+/// A claim that loses to a live lease draws no fence and writes nothing:
+/// idle replicas polling a held or not-yet-due job cost no WAL and leave
+/// no gaps in the fence sequence.
+#[tokio::test]
+async fn losing_claims_draw_no_fence() {
+    let (db, store) = support::store().await;
+    let held = acquired(store.claim("k", "a", LONG).await.unwrap());
+    for _ in 0..10 {
+        assert!(matches!(
+            store.claim("k", "b", LONG).await.unwrap(),
+            Claim::HeldElsewhere { .. }
+        ));
+        assert!(matches!(
+            store.claim_run("k", "b", LONG, Due::Scheduled).await.unwrap(),
+            Claim::HeldElsewhere { .. }
+        ));
+    }
+    expire_now(&db.pool, "k").await;
+    let next = acquired(store.claim("k", "c", LONG).await.unwrap());
+    assert_eq!(next.fence, held.fence + 1, "the twenty losing claims drew no fence");
+}
