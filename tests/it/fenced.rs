@@ -189,3 +189,37 @@ async fn identifiers_are_quoted_and_validated() {
     assert!(err.to_string().contains("sets no column"), "{err}");
     rt.shutdown().await;
 }
+
+/// `ensure` confirms time left before a step that cannot be fenced: fine
+/// when there is enough, renews when there is not, refuses what no lease
+/// can give, and reports a lost lease (cancelling the run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ensure_renews_refuses_or_reports_loss() {
+    let db = support::db().await;
+    // Lease 10 s: the local deadline is ~9 s (margin lease/10).
+    let (rt, guard) = held_guard(&db, "a", "export").await;
+    guard
+        .ensure(std::time::Duration::from_secs(1))
+        .await
+        .expect("plenty left");
+    let err = guard.ensure(std::time::Duration::from_secs(60)).await.unwrap_err();
+    assert!(matches!(err, Error::InsufficientLease { .. }), "{err:?}");
+    assert!(!guard.is_cancelled(), "asking for too much does not cancel the run");
+
+    // Another holder takes the lease over behind the runtime's back.
+    support::expire_now(&db.pool, "export").await;
+    let thief = leasehold::LeaseStore::new(db.pool.clone());
+    assert!(
+        thief
+            .claim("export", "b", support::LONG)
+            .await
+            .unwrap()
+            .acquired()
+            .is_some()
+    );
+    let err = guard.ensure(std::time::Duration::from_millis(9_500)).await.unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+    assert!(guard.is_cancelled());
+    assert!(guard.check().is_err());
+    rt.shutdown().await;
+}
