@@ -548,3 +548,36 @@ async fn losing_claims_draw_no_fence() {
     let next = acquired(store.claim("k", "c", LONG).await.unwrap());
     assert_eq!(next.fence, held.fence + 1, "the twenty losing claims drew no fence");
 }
+
+/// The due clause is re-checked on the latest row after the lock wait: a
+/// replica that finished the slot and moved the due time while a scheduled
+/// claim was waiting for the row must not see that claim succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduled_claim_rechecks_the_due_time_after_waiting_for_the_row() {
+    let (db, store) = support::store().await;
+    acquired(store.claim_run("job", "a", LONG, Due::Now).await.unwrap());
+    sqlx::query("UPDATE leasehold_lease SET expires_at = clock_timestamp(), next_due_at = clock_timestamp()")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // A replica finishing the slot: it moves the due time an hour ahead, and
+    // commits only after the claim below has started waiting for the row.
+    let mut finisher = db.pool.begin().await.unwrap();
+    sqlx::query("UPDATE leasehold_lease SET next_due_at = clock_timestamp() + interval '1 hour' WHERE key = 'job'")
+        .execute(&mut *finisher)
+        .await
+        .unwrap();
+    let claimer = {
+        let store = store.clone();
+        tokio::spawn(async move { store.claim_run("job", "b", LONG, Due::Scheduled).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!claimer.is_finished(), "the claim waits for the row lock");
+    finisher.commit().await.unwrap();
+    let answer = claimer.await.unwrap().unwrap();
+    assert!(
+        !matches!(answer, Claim::Acquired(_)),
+        "the slot was already done: {answer:?}"
+    );
+    assert!(!store.get("job").await.unwrap().unwrap().is_held());
+}
