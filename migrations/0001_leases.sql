@@ -41,7 +41,11 @@ CREATE TABLE IF NOT EXISTS leasehold_lease (
     -- violation, never a phantom lock.
     CONSTRAINT leasehold_lease_validity
         CHECK (expires_at > acquired_at)
-);
+)
+-- Renewals rewrite every held row once per heartbeat. No index covers
+-- expires_at, so with free space left on each page they are HOT updates
+-- (no index maintenance, fewer pages dirtied).
+WITH (fillfactor = 70);
 
 -- Fences remembered by downstream resources for fenced transactions
 -- (FenceGuard::begin_fenced). One row per resource; a resource belongs to one
