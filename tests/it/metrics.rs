@@ -220,7 +220,10 @@ async fn a_deadline_loss_is_counted_once_with_its_reason() {
     rt.trigger(name).await.unwrap();
     runs.wait_started(1, Duration::from_secs(10)).await;
     assert_eq!(held(m, name), Some(1.0));
-    assert_eq!(m.counter(names::CLAIMS, &[("job_name", name), ("outcome", "acquired")]), 1);
+    assert_eq!(
+        m.counter(names::CLAIMS, &[("job_name", name), ("outcome", "acquired")]),
+        1
+    );
     // Every counter of the job exists at zero before its first event, so
     // that Prometheus's increase() counts that first event.
     for reason in REASONS {
@@ -237,10 +240,17 @@ async fn a_deadline_loss_is_counted_once_with_its_reason() {
     }
     assert!(m.has_counter(names::FENCE_REJECTIONS, &[("job_name", name)]));
     assert!(m.has_counter(names::HEARTBEATS, &[("outcome", "error")]));
-    assert_eq!(m.gauge(names::LAST_SUCCESS, &[("job_name", name)]), None, "no success yet");
+    assert_eq!(
+        m.gauge(names::LAST_SUCCESS, &[("job_name", name)]),
+        None,
+        "no success yet"
+    );
 
     // A renewal (every lease/3) sets the server time left.
-    let left = eventually(Duration::from_secs(5), || m.gauge(names::REMAINING, &[("job_name", name)])).await;
+    let left = eventually(Duration::from_secs(5), || {
+        m.gauge(names::REMAINING, &[("job_name", name)])
+    })
+    .await;
     assert!(left > 0.0 && left <= lease.as_secs_f64(), "remaining {left}");
     assert!(m.counter_sum(names::HEARTBEATS, &[("outcome", "renewed")]) >= 1);
     assert!(!m.samples(names::HEARTBEAT_DURATION, &[]).is_empty());
