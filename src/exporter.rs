@@ -262,19 +262,19 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("leasehold_job_duration_seconds_bucket{job=\"nightly\",le=\"2.5\"} 1\n"),
+            text.contains("leasehold_job_duration_seconds_bucket{job_name=\"nightly\",le=\"2.5\"} 1\n"),
             "{text}"
         );
         assert!(
-            text.contains("leasehold_job_duration_seconds_bucket{job=\"nightly\",le=\"+Inf\"} 1\n"),
+            text.contains("leasehold_job_duration_seconds_bucket{job_name=\"nightly\",le=\"+Inf\"} 1\n"),
             "{text}"
         );
         assert!(
-            text.contains("leasehold_job_duration_seconds_count{job=\"nightly\"} 1\n"),
+            text.contains("leasehold_job_duration_seconds_count{job_name=\"nightly\"} 1\n"),
             "{text}"
         );
         assert!(
-            text.contains("leasehold_lease_lost_total{job=\"nightly\",reason=\"deadline\"} 1\n"),
+            text.contains("leasehold_lease_lost_total{job_name=\"nightly\",reason=\"deadline\"} 1\n"),
             "{text}"
         );
         assert!(!text.contains("quantile="), "no summaries:\n{text}");
