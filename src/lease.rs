@@ -405,6 +405,26 @@ impl LeaseStore {
         self.renew_each(holder, &each).await
     }
 
+    /// The heartbeat statement of [`LeaseStore::renew_many`] (public, hidden,
+    /// only so the benchmarks can time and EXPLAIN the very same text).
+    ///
+    /// $1 holder, $2 keys, $3 fences, $4 ttl seconds. Invariant 6:
+    /// - holder and fence: only the caller's own tenure, not a newer one
+    ///   (a takeover, or the same holder's later run);
+    /// - expires_at > now: an expired lease stays expired even if nobody
+    ///   took it yet — a takeover must advance the fence, so silently
+    ///   extending it here would hide a gap in exclusion.
+    #[doc(hidden)]
+    pub const RENEW_MANY_SQL: &str = "
+    UPDATE leasehold_lease AS l
+       SET expires_at = clock_timestamp() + make_interval(secs => t.ttl)
+      FROM unnest($2::text[], $3::int8[], $4::float8[]) AS t(key, fence, ttl)
+     WHERE l.key = t.key
+       AND l.holder = $1
+       AND l.fence = t.fence
+       AND l.expires_at > clock_timestamp()
+    RETURNING l.*, clock_timestamp() AS server_now";
+
     /// [`LeaseStore::renew_many`] with a lease length per tenure, so one
     /// heartbeat statement serves jobs with different leases.
     pub(crate) async fn renew_each(&self, holder: &str, tenures: &[(&str, i64, Duration)]) -> Result<RenewedMany> {
@@ -422,22 +442,8 @@ impl LeaseStore {
         if tenures.is_empty() {
             return Ok(RenewedMany::default());
         }
-        // $1 holder, $2 keys, $3 fences, $4 ttl seconds. Invariant 6:
-        // - holder and fence: only the caller's own tenure, not a newer one
-        //   (a takeover, or the same holder's later run);
-        // - expires_at > now: an expired lease stays expired even if nobody
-        //   took it yet — a takeover must advance the fence, so silently
-        //   extending it here would hide a gap in exclusion.
-        const RENEW_MANY: &str = "
-            UPDATE leasehold_lease AS l
-               SET expires_at = clock_timestamp() + make_interval(secs => t.ttl)
-              FROM unnest($2::text[], $3::int8[], $4::float8[]) AS t(key, fence, ttl)
-             WHERE l.key = t.key
-               AND l.holder = $1
-               AND l.fence = t.fence
-               AND l.expires_at > clock_timestamp()
-            RETURNING l.*, clock_timestamp() AS server_now";
-        let rows: Vec<LeaseRow> = sqlx::query_as(RENEW_MANY)
+
+        let rows: Vec<LeaseRow> = sqlx::query_as(Self::RENEW_MANY_SQL)
             .bind(holder)
             .bind(&keys)
             .bind(&fences)

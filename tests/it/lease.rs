@@ -494,10 +494,7 @@ fn no_application_wall_clock_enters_a_decision() {
 async fn a_claim_that_waited_for_the_row_lock_is_dated_after_the_wait() {
     let (db, store) = support::store().await;
     acquired(store.claim_run("job", "a", LONG, Due::Now).await.unwrap());
-    sqlx::query("UPDATE leasehold_lease SET expires_at = clock_timestamp(), next_due_at = clock_timestamp()")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    support::free_and_due_now(&db.pool, "job").await;
     // Another session holds the row lock for a while.
     let mut blocker = db.pool.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM leasehold_lease WHERE key = 'job' FOR UPDATE")
@@ -556,10 +553,7 @@ async fn losing_claims_draw_no_fence() {
 async fn scheduled_claim_rechecks_the_due_time_after_waiting_for_the_row() {
     let (db, store) = support::store().await;
     acquired(store.claim_run("job", "a", LONG, Due::Now).await.unwrap());
-    sqlx::query("UPDATE leasehold_lease SET expires_at = clock_timestamp(), next_due_at = clock_timestamp()")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    support::free_and_due_now(&db.pool, "job").await;
     // A replica finishing the slot: it moves the due time an hour ahead, and
     // commits only after the claim below has started waiting for the row.
     let mut finisher = db.pool.begin().await.unwrap();

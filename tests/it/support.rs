@@ -38,6 +38,18 @@ pub async fn expire_now(pool: &PgPool, key: &str) {
     assert_eq!(done.rows_affected(), 1, "no lease row for {key}");
 }
 
+/// Makes the lease of `key` free (expired now) and its next run due now.
+pub async fn free_and_due_now(pool: &PgPool, key: &str) {
+    sqlx::query(
+        "UPDATE leasehold_lease SET expires_at = GREATEST(clock_timestamp(), acquired_at + interval '1 microsecond'),
+                next_due_at = clock_timestamp() WHERE key = $1",
+    )
+    .bind(key)
+    .execute(pool)
+    .await
+    .expect("free and due");
+}
+
 /// Fault: an operator deletes the lease row of `key`.
 pub async fn operator_delete(pool: &PgPool, key: &str) {
     sqlx::query("DELETE FROM leasehold_lease WHERE key = $1")
