@@ -9,5 +9,5 @@ mod fenced;
 mod lease;
 mod metrics;
 mod migrate;
-mod runtime;
 mod pgbouncer;
+mod runtime;

@@ -1,0 +1,194 @@
+//! Command-line flags, parsed by hand (no dependency).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::faults::FaultKind;
+
+/// Every flag of both modes (orchestrator and replica).
+#[derive(Debug, Clone)]
+pub struct Args {
+    pub replicas: usize,
+    pub jobs: usize,
+    pub duration: Duration,
+    pub seed: u64,
+    pub period: Duration,
+    pub lease: Duration,
+    pub steps: u32,
+    pub step_pause: Duration,
+    pub gap_min: Duration,
+    pub gap_max: Duration,
+    pub tail: Option<Duration>,
+    pub unsafe_unfenced: bool,
+    pub async_commit: bool,
+    pub faults: Vec<FaultKind>,
+    pub out: Option<PathBuf>,
+    // Replica mode (set by the orchestrator when it re-executes itself).
+    pub replica: Option<usize>,
+    pub generation: u32,
+    pub database_url: Option<String>,
+    pub database: Option<String>,
+    pub via_port: Option<u16>,
+    pub log: Option<PathBuf>,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Args {
+            replicas: 5,
+            jobs: 20,
+            duration: Duration::from_secs(120),
+            seed: 42,
+            period: Duration::from_secs(2),
+            lease: Duration::from_secs(2),
+            steps: 5,
+            step_pause: Duration::from_millis(250),
+            gap_min: Duration::from_secs(1),
+            gap_max: Duration::from_secs(14),
+            tail: None,
+            unsafe_unfenced: false,
+            async_commit: false,
+            faults: FaultKind::ALL.to_vec(),
+            out: None,
+            replica: None,
+            generation: 0,
+            database_url: None,
+            database: None,
+            via_port: None,
+            log: None,
+        }
+    }
+}
+
+pub const USAGE: &str = "usage: cargo run --release --example chaos -- [--replicas 5] [--jobs 20] [--duration 120s] \
+[--seed 42] [--period 2s] [--lease 2s] [--steps 4] [--step-pause 150ms] [--gap 1s..14s] [--tail 10s] \
+[--faults stop,kill,terminate,pg-fast,pg-immediate,proxy-delay,proxy-blackhole,proxy-reset,expire] \
+[--unsafe-unfenced] [--async-commit] [--out DIR]   (see docs/operations.md)";
+
+impl Args {
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
+        let mut out = Args::default();
+        let mut it = args.into_iter();
+        while let Some(arg) = it.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) if f.starts_with("--") => (f.to_owned(), Some(v.to_owned())),
+                _ => (arg.clone(), None),
+            };
+            let mut value = || -> Result<String, String> {
+                inline
+                    .clone()
+                    .or_else(|| it.next())
+                    .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
+            };
+            match flag.as_str() {
+                "--replicas" => out.replicas = number(&flag, &value()?)?,
+                "--jobs" => out.jobs = number(&flag, &value()?)?,
+                "--duration" => out.duration = duration(&flag, &value()?)?,
+                "--seed" => out.seed = number(&flag, &value()?)?,
+                "--period" => out.period = duration(&flag, &value()?)?,
+                "--lease" => out.lease = duration(&flag, &value()?)?,
+                "--steps" => out.steps = number(&flag, &value()?)?,
+                "--step-pause" => out.step_pause = duration(&flag, &value()?)?,
+                "--gap" => {
+                    let v = value()?;
+                    let (lo, hi) = v
+                        .split_once("..")
+                        .ok_or_else(|| format!("--gap takes MIN..MAX (e.g. 1s..14s), not {v:?}"))?;
+                    out.gap_min = duration(&flag, lo)?;
+                    out.gap_max = duration(&flag, hi)?;
+                }
+                "--tail" => out.tail = Some(duration(&flag, &value()?)?),
+                "--faults" => {
+                    let v = value()?;
+                    out.faults = if v == "none" {
+                        Vec::new()
+                    } else {
+                        v.split(',').map(FaultKind::parse).collect::<Result<_, _>>()?
+                    };
+                }
+                "--unsafe-unfenced" => out.unsafe_unfenced = true,
+                "--async-commit" => out.async_commit = true,
+                "--out" => out.out = Some(PathBuf::from(value()?)),
+                "--replica" => out.replica = Some(number(&flag, &value()?)?),
+                "--generation" => out.generation = number(&flag, &value()?)?,
+                "--database-url" => out.database_url = Some(value()?),
+                "--database" => out.database = Some(value()?),
+                "--via-port" => out.via_port = Some(number(&flag, &value()?)?),
+                "--log" => out.log = Some(PathBuf::from(value()?)),
+                "-h" | "--help" => return Err(USAGE.to_owned()),
+                other => return Err(format!("unknown flag {other:?}\n{USAGE}")),
+            }
+        }
+        out.validate()?;
+        Ok(out)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let bad = |what: &str, why: &str| Err(format!("{what}: {why}\n{USAGE}"));
+        if self.replicas == 0 || self.replicas > 64 {
+            return bad("--replicas", "between 1 and 64");
+        }
+        if self.jobs == 0 || self.jobs > 1000 {
+            return bad("--jobs", "between 1 and 1000");
+        }
+        if self.steps == 0 || self.steps > 100 {
+            return bad("--steps", "between 1 and 100");
+        }
+        if self.period < Duration::from_millis(200) {
+            return bad("--period", "at least 200ms");
+        }
+        if self.lease < Duration::from_millis(300) {
+            return bad("--lease", "at least 300ms");
+        }
+        if self.gap_max < self.gap_min || self.gap_min.is_zero() {
+            return bad("--gap", "MIN must be above zero and MAX at least MIN");
+        }
+        Ok(())
+    }
+
+    /// The flags a replica process needs, to pass when re-executing.
+    pub fn replica_flags(&self) -> Vec<String> {
+        let mut flags = vec![
+            "--jobs".to_owned(),
+            self.jobs.to_string(),
+            "--period".to_owned(),
+            format!("{}ms", self.period.as_millis()),
+            "--lease".to_owned(),
+            format!("{}ms", self.lease.as_millis()),
+            "--steps".to_owned(),
+            self.steps.to_string(),
+            "--step-pause".to_owned(),
+            format!("{}ms", self.step_pause.as_millis()),
+        ];
+        if self.unsafe_unfenced {
+            flags.push("--unsafe-unfenced".to_owned());
+        }
+        flags
+    }
+}
+
+fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+    v.parse()
+        .map_err(|_| format!("{flag}: {v:?} is not a valid number\n{USAGE}"))
+}
+
+/// `500ms`, `2s`, `10m`, `1h`, or a plain number of seconds.
+pub fn duration(flag: &str, v: &str) -> Result<Duration, String> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let num: f64 = num
+        .parse()
+        .map_err(|_| format!("{flag}: {v:?} is not a duration (e.g. 500ms, 2s, 10m)"))?;
+    let secs = match unit {
+        "ms" => num / 1000.0,
+        "" | "s" => num,
+        "m" | "min" => num * 60.0,
+        "h" => num * 3600.0,
+        _ => return Err(format!("{flag}: unknown unit {unit:?} in {v:?} (use ms, s, m or h)")),
+    };
+    if !secs.is_finite() || !(0.0..=86_400.0 * 7.0).contains(&secs) {
+        return Err(format!("{flag}: {v:?} is out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}

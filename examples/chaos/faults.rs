@@ -1,0 +1,513 @@
+//! The replica fleet (processes) and the fault scheduler, deterministic from
+//! the seed: the sequence of gaps, kinds and random picks depends on the seed
+//! alone; which replica a pick lands on depends on which are free (and
+//! running something) at that moment.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_testkit::PgCluster;
+use sqlx::PgPool;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::proxy::{Mode, Proxy};
+use crate::replica::now_us;
+
+/// splitmix64: a tiny, good-enough PRNG, so a seed replays the same
+/// fault schedule without a dependency.
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+
+    pub fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
+        lo + (hi - lo).mul_f64(self.unit())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// SIGSTOP a replica (preferably one running a job) for longer than the
+    /// lease, then SIGCONT: a GC pause / frozen VM.
+    Stop,
+    /// SIGKILL a replica, then start it again (a new holder).
+    Kill,
+    /// `pg_terminate_backend` on random replica connections.
+    Terminate,
+    /// PostgreSQL fast restart (clients disconnected, checkpoint).
+    PgFast,
+    /// PostgreSQL immediate restart (a crash: recovery from WAL).
+    PgImmediate,
+    /// Delay every packet of the proxied replica.
+    ProxyDelay,
+    /// Partition the proxied replica, then heal (resume or reset).
+    ProxyBlackhole,
+    /// Reset every connection of the proxied replica.
+    ProxyReset,
+    /// A running lease expires early on the server, as after an operator's
+    /// `leasehold release --force` or a forward step of the server clock:
+    /// another replica takes over while the holder still runs, and only
+    /// learns at its next heartbeat.
+    Expire,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 9] = [
+        FaultKind::Stop,
+        FaultKind::Kill,
+        FaultKind::Terminate,
+        FaultKind::PgFast,
+        FaultKind::PgImmediate,
+        FaultKind::ProxyDelay,
+        FaultKind::ProxyBlackhole,
+        FaultKind::ProxyReset,
+        FaultKind::Expire,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Stop => "stop",
+            FaultKind::Kill => "kill",
+            FaultKind::Terminate => "terminate",
+            FaultKind::PgFast => "pg-fast",
+            FaultKind::PgImmediate => "pg-immediate",
+            FaultKind::ProxyDelay => "proxy-delay",
+            FaultKind::ProxyBlackhole => "proxy-blackhole",
+            FaultKind::ProxyReset => "proxy-reset",
+            FaultKind::Expire => "expire",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<FaultKind, String> {
+        FaultKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s.trim())
+            .ok_or_else(|| {
+                let names: Vec<_> = FaultKind::ALL.iter().map(|k| k.name()).collect();
+                format!("unknown fault {s:?}; known: {}", names.join(","))
+            })
+    }
+
+    pub fn restarts_postgres(self) -> bool {
+        matches!(self, FaultKind::PgFast | FaultKind::PgImmediate)
+    }
+}
+
+/// One injected fault, in local time (µs since the epoch).
+#[derive(Debug, Clone)]
+pub struct FaultRecord {
+    pub kind: FaultKind,
+    pub target: String,
+    pub start_us: i64,
+    pub end_us: i64,
+}
+
+/// The replica processes.
+pub struct Fleet {
+    exe: PathBuf,
+    flags: Vec<String>,
+    dir: PathBuf,
+    proxy_ports: Vec<u16>,
+    replicas: Vec<(Option<Child>, u32)>,
+}
+
+impl Fleet {
+    /// `proxy_ports[n]`, if present, is the port replica `n` reaches the
+    /// database through.
+    pub fn new(exe: PathBuf, flags: Vec<String>, dir: PathBuf, proxy_ports: Vec<u16>, n: usize) -> Fleet {
+        Fleet {
+            exe,
+            flags,
+            dir,
+            proxy_ports,
+            replicas: (0..n).map(|_| (None, 0)).collect(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.replicas.len()
+    }
+
+    /// Starts replica `n` (a new generation: a new holder id).
+    pub fn spawn(&mut self, n: usize) -> std::io::Result<()> {
+        let generation = self.replicas[n].1 + 1;
+        let stderr = std::fs::File::create(self.dir.join(format!("r{n}-g{generation}.stderr")))?;
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(&self.flags)
+            .args(["--replica", &n.to_string(), "--generation", &generation.to_string()])
+            .arg("--log")
+            .arg(self.dir.join(format!("r{n}.events")))
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "leasehold=warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(stderr.try_clone()?)
+            .stderr(stderr)
+            .kill_on_drop(true);
+        if let Some(port) = self.proxy_ports.get(n) {
+            cmd.args(["--via-port", &port.to_string()]);
+        }
+        self.replicas[n] = (Some(cmd.spawn()?), generation);
+        Ok(())
+    }
+
+    pub fn pid(&self, n: usize) -> Option<u32> {
+        self.replicas[n].0.as_ref().and_then(|c| c.id())
+    }
+
+    pub async fn kill(&mut self, n: usize) {
+        if let Some(mut child) = self.replicas[n].0.take() {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+
+    /// Graceful: SIGCONT (in case), SIGTERM, wait up to `grace`, then SIGKILL.
+    /// Returns how many replicas exited on their own.
+    pub async fn shutdown(&mut self, grace: Duration) -> usize {
+        for n in 0..self.len() {
+            if let Some(pid) = self.pid(n) {
+                signal(pid, "-CONT");
+                signal(pid, "-TERM");
+            }
+        }
+        let deadline = Instant::now() + grace;
+        let mut clean = 0;
+        for (child, _) in &mut self.replicas {
+            if let Some(mut c) = child.take() {
+                match tokio::time::timeout_at(deadline, c.wait()).await {
+                    Ok(Ok(status)) if status.success() => clean += 1,
+                    _ => {
+                        let _ = c.start_kill();
+                        let _ = c.wait().await;
+                    }
+                }
+            }
+        }
+        clean
+    }
+}
+
+/// `kill -SIG pid`, as an operator would.
+pub fn signal(pid: u32, sig: &str) {
+    let _ = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Everything a fault needs.
+pub struct Chaos {
+    pub fleet: tokio::sync::Mutex<Fleet>,
+    pub proxies: Vec<Proxy>,
+    pub cluster: Option<Arc<PgCluster>>,
+    pub admin: PgPool,
+    pub lease: Duration,
+    pub period: Duration,
+    busy_replicas: Mutex<HashSet<usize>>,
+    busy_pg: Mutex<bool>,
+    pub records: Mutex<Vec<FaultRecord>>,
+    pub skipped: Mutex<Vec<FaultKind>>,
+}
+
+impl Chaos {
+    pub fn new(
+        fleet: Fleet,
+        proxies: Vec<Proxy>,
+        cluster: Option<Arc<PgCluster>>,
+        admin: PgPool,
+        (lease, period): (Duration, Duration),
+    ) -> Chaos {
+        Chaos {
+            fleet: tokio::sync::Mutex::new(fleet),
+            proxies,
+            cluster,
+            admin,
+            lease,
+            period,
+            busy_replicas: Mutex::new(HashSet::new()),
+            busy_pg: Mutex::new(false),
+            records: Mutex::new(Vec::new()),
+            skipped: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Injects faults until `until`, one every `gap` (drawn from the seed),
+    /// then waits for the faults in flight to heal. Returns when all have.
+    pub async fn run(self: &Arc<Self>, seed: u64, until: Instant, gap: (Duration, Duration), kinds: &[FaultKind]) {
+        let mut rng = SplitMix64::new(seed);
+        let mut tasks = tokio::task::JoinSet::new();
+        if !kinds.is_empty() {
+            loop {
+                let wait = rng.between(gap.0, gap.1);
+                let kind = kinds[rng.below(kinds.len())];
+                let (pick, frac) = (rng.next_u64(), rng.unit());
+                if Instant::now() + wait >= until {
+                    break;
+                }
+                tokio::time::sleep(wait).await;
+                let chaos = self.clone();
+                tasks.spawn(async move { chaos.inject(kind, pick, frac).await });
+            }
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    fn skip(&self, kind: FaultKind) {
+        self.skipped.lock().unwrap_or_else(|p| p.into_inner()).push(kind);
+    }
+
+    fn record(&self, kind: FaultKind, target: String, start_us: i64) {
+        let rec = FaultRecord {
+            kind,
+            target,
+            start_us,
+            end_us: now_us(),
+        };
+        println!(
+            "  fault {:<15} {:<14} {:>6} ms",
+            kind.name(),
+            rec.target,
+            (rec.end_us - rec.start_us) / 1000
+        );
+        self.records.lock().unwrap_or_else(|p| p.into_inner()).push(rec);
+    }
+
+    /// Replicas whose holder currently has a live lease (running a job).
+    async fn running_replicas(&self) -> HashSet<usize> {
+        let query = sqlx::query_scalar::<_, String>(
+            "SELECT DISTINCT holder FROM leasehold_lease WHERE expires_at > clock_timestamp()",
+        )
+        .fetch_all(&self.admin);
+        let holders = tokio::time::timeout(Duration::from_secs(1), query)
+            .await
+            .ok()
+            .and_then(|r| r.ok())
+            .unwrap_or_default();
+        holders
+            .iter()
+            .filter_map(|h| h.strip_prefix('r')?.split('-').next()?.parse().ok())
+            .collect()
+    }
+
+    /// A free replica, preferably one running a job; marked busy. Runs
+    /// start just after each slot boundary (slots are aligned on the epoch),
+    /// so this first waits until `frac` of the way through the first part
+    /// of a slot, when runs are in progress: the fault lands mid-run.
+    async fn claim_replica(&self, pick: u64, frac: f64) -> Option<usize> {
+        let period = self.period.as_micros() as i64;
+        let phase = now_us().rem_euclid(period.max(1));
+        let target = (period as f64 * (0.1 + 0.35 * frac)) as i64;
+        let wait = (target - phase).rem_euclid(period.max(1));
+        tokio::time::sleep(Duration::from_micros(wait as u64)).await;
+        let running = self.running_replicas().await;
+        let n = self.fleet.lock().await.len();
+        let mut busy = self.busy_replicas.lock().unwrap_or_else(|p| p.into_inner());
+        // Never take the last free replica: someone must be left to run jobs.
+        let free: Vec<usize> = (0..n).filter(|r| !busy.contains(r)).collect();
+        if free.len() <= 1 {
+            return None;
+        }
+        let preferred: Vec<usize> = free.iter().copied().filter(|r| running.contains(r)).collect();
+        let pool = if preferred.is_empty() { &free } else { &preferred };
+        let chosen = pool[(pick % pool.len() as u64) as usize];
+        busy.insert(chosen);
+        Some(chosen)
+    }
+
+    fn release_replica(&self, n: usize) {
+        self.busy_replicas.lock().unwrap_or_else(|p| p.into_inner()).remove(&n);
+    }
+
+    fn try_flag(flag: &Mutex<bool>) -> bool {
+        let mut f = flag.lock().unwrap_or_else(|p| p.into_inner());
+        !std::mem::replace(&mut *f, true)
+    }
+
+    fn clear_flag(flag: &Mutex<bool>) {
+        *flag.lock().unwrap_or_else(|p| p.into_inner()) = false;
+    }
+
+    async fn inject(&self, kind: FaultKind, pick: u64, frac: f64) {
+        let start = now_us();
+        match kind {
+            FaultKind::Stop => {
+                let Some(n) = self.claim_replica(pick, frac).await else {
+                    return self.skip(kind);
+                };
+                let start = now_us();
+                let pid = self.fleet.lock().await.pid(n);
+                if let Some(pid) = pid {
+                    // Longer than the lease: others take over meanwhile.
+                    let pause = self.lease.mul_f64(1.2 + 1.3 * frac);
+                    signal(pid, "-STOP");
+                    tokio::time::sleep(pause).await;
+                    signal(pid, "-CONT");
+                    self.record(kind, format!("r{n}"), start);
+                } else {
+                    self.skip(kind);
+                }
+                self.release_replica(n);
+            }
+            FaultKind::Kill => {
+                let Some(n) = self.claim_replica(pick, frac).await else {
+                    return self.skip(kind);
+                };
+                let start = now_us();
+                self.fleet.lock().await.kill(n).await;
+                tokio::time::sleep(Duration::from_millis(200).mul_f64(1.0 + 7.0 * frac)).await;
+                if let Err(e) = self.fleet.lock().await.spawn(n) {
+                    eprintln!("restarting replica {n} failed: {e}");
+                }
+                self.record(kind, format!("r{n}"), start);
+                self.release_replica(n);
+            }
+            FaultKind::Terminate => {
+                let pids = sqlx::query_scalar::<_, i32>(
+                    "SELECT pid FROM pg_stat_activity
+                      WHERE datname = current_database() AND application_name LIKE 'chaos-r%'
+                        AND backend_type = 'client backend' ORDER BY pid",
+                )
+                .fetch_all(&self.admin)
+                .await
+                .unwrap_or_default();
+                if pids.is_empty() {
+                    return self.skip(kind);
+                }
+                let k = 1 + (pick % 4) as usize;
+                let first = ((pick >> 8) % pids.len() as u64) as usize;
+                let mut killed = 0;
+                for i in 0..k.min(pids.len()) {
+                    let pid = pids[(first + i * 7) % pids.len()];
+                    let done = sqlx::query_scalar::<_, bool>("SELECT pg_terminate_backend($1)")
+                        .bind(pid)
+                        .fetch_one(&self.admin)
+                        .await;
+                    killed += usize::from(matches!(done, Ok(true)));
+                }
+                self.record(kind, format!("{killed} backends"), start);
+            }
+            FaultKind::Expire => {
+                // Mid-run, like the replica faults; any live lease will do.
+                let period = self.period.as_micros() as i64;
+                let phase = now_us().rem_euclid(period.max(1));
+                let target = (period as f64 * (0.1 + 0.35 * frac)) as i64;
+                tokio::time::sleep(Duration::from_micros((target - phase).rem_euclid(period.max(1)) as u64)).await;
+                let start = now_us();
+                let live = sqlx::query_scalar::<_, String>(
+                    "SELECT key FROM leasehold_lease WHERE expires_at > clock_timestamp() ORDER BY key",
+                )
+                .fetch_all(&self.admin)
+                .await
+                .unwrap_or_default();
+                if live.is_empty() {
+                    return self.skip(kind);
+                }
+                let key = &live[(pick % live.len() as u64) as usize];
+                let expired = sqlx::query(
+                    "UPDATE leasehold_lease
+                        SET expires_at = GREATEST(clock_timestamp(), acquired_at + interval '1 microsecond')
+                      WHERE key = $1 AND expires_at > clock_timestamp()",
+                )
+                .bind(key)
+                .execute(&self.admin)
+                .await;
+                match expired {
+                    Ok(done) if done.rows_affected() == 1 => self.record(kind, key.clone(), start),
+                    _ => self.skip(kind),
+                }
+            }
+            FaultKind::PgFast | FaultKind::PgImmediate => {
+                let Some(cluster) = self.cluster.clone() else {
+                    return self.skip(kind);
+                };
+                if !Self::try_flag(&self.busy_pg) {
+                    return self.skip(kind);
+                }
+                let immediate = kind == FaultKind::PgImmediate;
+                let down = Duration::from_millis(200).mul_f64(1.0 + 4.0 * frac);
+                let restarted = tokio::task::spawn_blocking(move || {
+                    cluster.stop(immediate)?;
+                    std::thread::sleep(down);
+                    let mut last = Ok(());
+                    for _ in 0..5 {
+                        last = cluster.start_server();
+                        if last.is_ok() {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                    last
+                })
+                .await;
+                match restarted {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => eprintln!("PostgreSQL restart failed: {e}"),
+                    Err(e) => eprintln!("PostgreSQL restart task failed: {e}"),
+                }
+                self.record(kind, "postgres".into(), start);
+                Self::clear_flag(&self.busy_pg);
+            }
+            FaultKind::ProxyDelay | FaultKind::ProxyBlackhole | FaultKind::ProxyReset => {
+                let Some(n) = self.claim_replica(pick, frac).await else {
+                    return self.skip(kind);
+                };
+                let start = now_us();
+                let Some(proxy) = self.proxies.get(n).cloned() else {
+                    self.release_replica(n);
+                    return self.skip(kind);
+                };
+                let target = match kind {
+                    FaultKind::ProxyDelay => {
+                        let delay = Duration::from_millis(50 + (pick >> 16) % 550);
+                        proxy.set(Mode::Delay(delay));
+                        tokio::time::sleep(Duration::from_secs(2).mul_f64(1.0 + 2.0 * frac)).await;
+                        proxy.set(Mode::Normal);
+                        format!("r{n} +{}ms", delay.as_millis())
+                    }
+                    FaultKind::ProxyBlackhole => {
+                        proxy.set(Mode::Blackhole);
+                        tokio::time::sleep(self.lease.mul_f64(0.8 + 1.7 * frac)).await;
+                        let reset = (pick >> 16).is_multiple_of(2);
+                        if reset {
+                            proxy.reset();
+                        }
+                        proxy.set(Mode::Normal);
+                        format!("r{n} {}", if reset { "+reset" } else { "+resume" })
+                    }
+                    _ => {
+                        proxy.reset();
+                        format!("r{n}")
+                    }
+                };
+                self.record(kind, target, start);
+                self.release_replica(n);
+            }
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! Chaos harness: replica **processes** running leasehold jobs under
+//! injected faults, and a checker that judges what reached the database.
+//!
+//! ```sh
+//! cargo run --release --example chaos -- --replicas 5 --jobs 20 --duration 120s --seed 42
+//! DATABASE_URL=postgres://user:pw@host/db cargo run --release --example chaos -- --duration 60s
+//! cargo run --release --example chaos -- --duration 60s --unsafe-unfenced   # must report violations
+//! ```
+//!
+//! What it does:
+//! 1. starts a throwaway PostgreSQL (`leasehold-testkit`), unless
+//!    `DATABASE_URL` is set (then the PostgreSQL-restart faults are skipped
+//!    and nothing in the server's configuration is changed); turns
+//!    `synchronous_commit` on for the throwaway cluster (see `--async-commit`);
+//! 2. creates a fresh database, migrates, creates the ledger tables;
+//! 3. starts `--replicas` replica processes (this binary re-executed with
+//!    `--replica <n> --database-url ...`), each a `Runtime` with the same
+//!    `--jobs` jobs `chaos:0..N`, every `--period`, lease `--lease`; a run is
+//!    `--steps` steps `--step-pause` apart, each a fenced transaction
+//!    appending a ledger row (key, fence, run id, step, holder, slot served,
+//!    server `clock_timestamp()`), then a fenced column write of the key's
+//!    counter row (a trigger keeps the counter's history). Each replica
+//!    reaches the database through its own TCP proxy in this process, and
+//!    logs its runs (start, done, stale, cancelled, failed, dropped) to a
+//!    file;
+//! 4. injects faults for `--duration`, one every `--gap` (drawn from
+//!    `--seed` with splitmix64): SIGSTOP past the lease then SIGCONT, SIGKILL
+//!    and restart, `pg_terminate_backend`, PostgreSQL fast and immediate
+//!    restarts, proxy delay / blackhole / reset of one replica's traffic,
+//!    and a running lease expiring early on the server (operator
+//!    `release --force`, or a forward step of the server clock). Replica
+//!    faults aim at a replica that is running a job when there is one;
+//! 5. heals everything, lets the fleet run for `--tail`, stops it with
+//!    SIGTERM (graceful shutdown), then checks (see `check.rs` and
+//!    docs/operations.md) and prints a verdict table. Exit status 1 on any
+//!    violation, 2 on a harness error.
+//!
+//! Flags (defaults in brackets): `--replicas` [5], `--jobs` [20],
+//! `--duration` [120s], `--seed` [42], `--period` [2s], `--lease` [2s],
+//! `--steps` [5], `--step-pause` [250ms], `--gap MIN..MAX` [1s..14s],
+//! `--tail` [max(10s, lease + 3 periods)], `--faults` [all: stop, kill,
+//! terminate, pg-fast, pg-immediate, proxy-delay, proxy-blackhole,
+//! proxy-reset, expire; or `none`], `--out DIR` [a temp dir; the verdict,
+//! `ledger.tsv`, `faults.tsv`, replica logs and stderr stay there], and two
+//! switches that remove a protection and must make the checker fail:
+//! - `--unsafe-unfenced`: jobs write with plain statements instead of
+//!   fenced ones (the fence is still recorded in the ledger);
+//! - `--async-commit`: leave the throwaway cluster's `synchronous_commit =
+//!   off`, so an immediate restart may lose acknowledged lease and fence
+//!   writes (the single-node analogue of an asynchronous failover).
+
+mod args;
+mod check;
+mod faults;
+mod proxy;
+mod replica;
+
+use std::process::ExitCode;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_testkit::PgCluster;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, PgPool};
+use tokio::time::Instant;
+
+use args::Args;
+use faults::{Chaos, FaultKind, Fleet};
+use replica::now_us;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.replica.is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "leasehold=warn".into()),
+            )
+            .with_target(false)
+            .init();
+        return match replica::main(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("replica failed: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    match orchestrate(args).await {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("chaos harness error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+const SCHEMA: &str = "
+CREATE TABLE chaos_ledger (
+    id      BIGSERIAL   PRIMARY KEY,
+    key     TEXT        NOT NULL,
+    fence   BIGINT      NOT NULL,
+    run_id  TEXT        NOT NULL,
+    step    INT         NOT NULL,
+    holder  TEXT        NOT NULL,
+    slot    BIGINT      NOT NULL,
+    fenced  BOOLEAN     NOT NULL,
+    at      TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE chaos_counter (
+    key        TEXT   PRIMARY KEY,
+    last_step  INT    NOT NULL DEFAULT 0,
+    last_run   TEXT   NOT NULL DEFAULT '',
+    last_fence BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE chaos_counter_history (
+    id        BIGSERIAL   PRIMARY KEY,
+    key       TEXT        NOT NULL,
+    old_fence BIGINT      NOT NULL,
+    new_fence BIGINT      NOT NULL,
+    run_id    TEXT        NOT NULL,
+    at        TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+);
+CREATE FUNCTION chaos_counter_log() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos_counter_history (key, old_fence, new_fence, run_id)
+    VALUES (NEW.key, OLD.last_fence, NEW.last_fence, NEW.last_run);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER chaos_counter_log AFTER UPDATE ON chaos_counter
+    FOR EACH ROW EXECUTE FUNCTION chaos_counter_log();
+";
+
+async fn orchestrate(args: Args) -> Result<usize, BoxError> {
+    let out = match &args.out {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!("leasehold-chaos-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&out).map_err(|e| format!("creating {}: {e}", out.display()))?;
+    // A reused output directory: clear what an earlier run left (the replica
+    // logs are appended to).
+    for entry in std::fs::read_dir(&out)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ours = name.ends_with(".events")
+            || (name.starts_with('r') && name.ends_with(".stderr"))
+            || ["verdict.md", "faults.tsv", "ledger.tsv"].contains(&name.as_str());
+        if ours {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    let mode = if args.unsafe_unfenced {
+        "UNSAFE: unfenced writes"
+    } else {
+        "fenced writes"
+    };
+    println!(
+        "leasehold chaos: seed {}, {} replicas, {} jobs, {:?}, period {:?}, lease {:?}, {} steps, {mode}; logs in {}",
+        args.seed,
+        args.replicas,
+        args.jobs,
+        args.duration,
+        args.period,
+        args.lease,
+        args.steps,
+        out.display()
+    );
+
+    // The database.
+    let (cluster, server, base_url) = match std::env::var("DATABASE_URL") {
+        Ok(url) => {
+            let server = PgConnectOptions::from_str(&url).map_err(|e| format!("DATABASE_URL is not valid: {e}"))?;
+            println!("using DATABASE_URL (PostgreSQL-restart faults skipped)");
+            (None, server, url)
+        }
+        Err(_) => {
+            let cluster = tokio::task::spawn_blocking(PgCluster::start).await??;
+            let url = format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port());
+            (Some(Arc::new(cluster)), PgConnectOptions::from_str(&url)?, url)
+        }
+    };
+    if cluster.is_some() {
+        // The throwaway cluster runs with synchronous_commit = off for
+        // speed: an immediate restart could then lose acknowledged
+        // commits, lease rows included. leasehold requires durable commits
+        // (docs/operations.md); --async-commit keeps it off to show why.
+        let setting = if args.async_commit { "off" } else { "on" };
+        let mut admin = server.connect().await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "ALTER SYSTEM SET synchronous_commit = {setting}"
+        )))
+        .execute(&mut admin)
+        .await?;
+        sqlx::raw_sql("SELECT pg_reload_conf()").execute(&mut admin).await?;
+        println!(
+            "throwaway PostgreSQL on port {} (synchronous_commit = {setting})",
+            server.get_port()
+        );
+    }
+    let db = leasehold_testkit::create_db(&server).await;
+    let admin = PgPoolOptions::new()
+        .max_connections(3)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(db.options.clone().application_name("chaos-orchestrator"))
+        .await?;
+    leasehold::migrate(&admin).await?;
+    sqlx::raw_sql(SCHEMA).execute(&admin).await?;
+    let keys: Vec<String> = (0..args.jobs).map(|i| format!("chaos:{i}")).collect();
+    sqlx::query("INSERT INTO chaos_counter (key) SELECT unnest($1::text[])")
+        .bind(&keys)
+        .execute(&admin)
+        .await?;
+    let offset = clock_offset(&admin).await?;
+
+    // A proxy in front of each replica's database connections, and the fleet.
+    let mut proxies = Vec::new();
+    for _ in 0..args.replicas {
+        proxies.push(proxy::Proxy::start(server.get_host(), server.get_port()).await?);
+    }
+    let mut flags = args.replica_flags();
+    flags.extend([
+        "--database-url".to_owned(),
+        base_url,
+        "--database".to_owned(),
+        db.name.clone(),
+    ]);
+    let exe = std::env::current_exe()?;
+    let ports = proxies.iter().map(|p| p.port).collect();
+    let mut fleet = Fleet::new(exe, flags, out.clone(), ports, args.replicas);
+    for n in 0..args.replicas {
+        fleet.spawn(n)?;
+    }
+    let chaos = Arc::new(Chaos::new(
+        fleet,
+        proxies,
+        cluster.clone(),
+        admin.clone(),
+        (args.lease, args.period),
+    ));
+
+    // Warm up: every replica has started and every job has run once.
+    let warm = wait_for_every_key(&admin, args.jobs, Duration::from_secs(60)).await;
+    if !warm {
+        eprintln!("warning: not every job ran within 60 s of start; going on");
+    }
+    let observe_from = now_us() + offset;
+    println!("fleet up; injecting faults for {:?}", args.duration);
+
+    let kinds: Vec<FaultKind> = args
+        .faults
+        .iter()
+        .copied()
+        .filter(|k| cluster.is_some() || !k.restarts_postgres())
+        .collect();
+    let until = Instant::now() + args.duration;
+    chaos.run(args.seed, until, (args.gap_min, args.gap_max), &kinds).await;
+    let tail = args
+        .tail
+        .unwrap_or_else(|| (args.lease + args.period * 3).max(Duration::from_secs(10)));
+    println!("faults over; letting the fleet run for {tail:?}");
+    tokio::time::sleep(tail).await;
+    let observe_to = now_us() + offset;
+    let clean = chaos.fleet.lock().await.shutdown(Duration::from_secs(20)).await;
+    println!("fleet stopped ({clean} of {} replicas exited cleanly)", args.replicas);
+
+    // The checker.
+    let input = gather(&admin, &args, &keys, &out, &chaos, offset, observe_from, observe_to).await?;
+    let verdict = check::check(&input);
+    let header = format!(
+        "## chaos verdict: seed {}, {} replicas, {} jobs, {:?} of faults, period {:?}, lease {:?}, {mode}\n\n",
+        args.seed, args.replicas, args.jobs, args.duration, args.period, args.lease
+    );
+    println!("\n{header}{}", verdict.text);
+    let _ = std::fs::write(out.join("verdict.md"), format!("{header}{}", verdict.text));
+    println!(
+        "VERDICT: {} ({} violations); details in {}",
+        if verdict.violations == 0 { "PASS" } else { "FAIL" },
+        verdict.violations,
+        out.display()
+    );
+    drop(chaos);
+    if let Some(cluster) = cluster {
+        // Dropping the last handle stops the throwaway cluster.
+        drop(cluster);
+    }
+    Ok(verdict.violations)
+}
+
+/// Server clock minus local clock, in µs (zero on one machine, give or take).
+async fn clock_offset(pool: &PgPool) -> Result<i64, BoxError> {
+    let before = now_us();
+    let server: i64 = sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8")
+        .fetch_one(pool)
+        .await?;
+    let after = now_us();
+    Ok(server - (before + after) / 2)
+}
+
+async fn wait_for_every_key(pool: &PgPool, jobs: usize, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        let seen: Result<i64, _> = sqlx::query_scalar("SELECT count(DISTINCT key) FROM chaos_ledger")
+            .fetch_one(pool)
+            .await;
+        if seen.is_ok_and(|n| n as usize >= jobs) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    false
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn gather(
+    pool: &PgPool,
+    args: &Args,
+    keys: &[String],
+    out: &std::path::Path,
+    chaos: &Chaos,
+    offset: i64,
+    observe_from: i64,
+    observe_to: i64,
+) -> Result<check::Input, BoxError> {
+    let ledger: Vec<check::LedgerRow> = sqlx::query_as(
+        "SELECT id, key, fence, run_id, step, holder, slot, (extract(epoch FROM at) * 1000000)::int8 AS at
+           FROM chaos_ledger ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await?;
+    let counter: Vec<check::CounterRow> = sqlx::query_as(
+        "SELECT id, key, old_fence, new_fence, run_id, (extract(epoch FROM at) * 1000000)::int8 AS at
+           FROM chaos_counter_history ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await?;
+    // The ledger, for post-mortems (the throwaway database is gone after).
+    let dump: String = ledger
+        .iter()
+        .map(|r| {
+            format!(
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                r.id, r.key, r.fence, r.run_id, r.step, r.holder, r.slot, r.at
+            )
+        })
+        .collect();
+    std::fs::write(out.join("ledger.tsv"), dump)?;
+    let mut events = Vec::new();
+    for n in 0..args.replicas {
+        let path = out.join(format!("r{n}.events"));
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        events.extend(text.lines().filter_map(check::Event::parse));
+    }
+    let windows = chaos
+        .records
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|r| check::Window {
+            kind: r.kind,
+            start: r.start_us + offset,
+            end: r.end_us + offset,
+        })
+        .collect();
+    let skipped = chaos.skipped.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let faults: String = chaos
+        .records
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|r| {
+            format!(
+                "{}\t{}\t{}\t{}\n",
+                r.start_us + offset,
+                r.end_us + offset,
+                r.kind.name(),
+                r.target
+            )
+        })
+        .collect();
+    std::fs::write(out.join("faults.tsv"), faults)?;
+    Ok(check::Input {
+        keys: keys.to_vec(),
+        period_us: args.period.as_micros() as i64,
+        lease_us: args.lease.as_micros() as i64,
+        steps: args.steps,
+        observe_from,
+        observe_to,
+        ledger,
+        counter,
+        events,
+        windows,
+        skipped,
+    })
+}

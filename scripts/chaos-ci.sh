@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Chaos run for CI (docs/operations.md, "Running the chaos harness"):
+#
+#   1. makes sure PgBouncer is there for tests/it/pgbouncer.rs: installs the
+#      Debian package `pgbouncer` if /usr/sbin/pgbouncer is missing (without
+#      leaving its service running: the tests start the binary themselves),
+#      and, when that PgBouncer is older than 1.21 (Debian 12 ships 1.18,
+#      which cannot serve sqlx's prepared statements in transaction mode),
+#      builds PgBouncer 1.24 from Debian's source package into
+#      target/pgbouncer/ (about 30 s; kept between runs);
+#   2. builds the chaos example (dev profile; CHAOS_PROFILE=release to
+#      change) and runs it for 60 s with a fixed seed against a throwaway
+#      PostgreSQL: 4 replica processes, 12 jobs, every fault kind. It exits
+#      non-zero on any violation.
+#
+# Usage: bash scripts/chaos-ci.sh                  (as root, or with sudo)
+#        bash scripts/chaos-ci.sh --pgbouncer-only (step 1 only)
+#        CHAOS_ARGS="--duration 600s --seed 7" bash scripts/chaos-ci.sh
+# Everything listens on 127.0.0.1 and stops by itself.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+version_ge_1_21() { # "PgBouncer 1.18.0" -> is it >= 1.21?
+    local v major minor
+    v=$("$1" --version 2>/dev/null | head -1 | awk '{print $2}')
+    major=${v%%.*}; minor=${v#*.}; minor=${minor%%.*}
+    [ -n "$major" ] && { [ "$major" -gt 1 ] || { [ "$major" -eq 1 ] && [ "$minor" -ge 21 ]; }; }
+}
+
+install_pgbouncer() {
+    if [ ! -x /usr/sbin/pgbouncer ]; then
+        echo "== installing PgBouncer (Debian package)"
+        as_root apt-get update -q
+        # Where the package's postinst starts the service, stop it again.
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends pgbouncer
+        if command -v service >/dev/null 2>&1; then as_root service pgbouncer stop >/dev/null 2>&1 || true; fi
+    fi
+    echo "== $(/usr/sbin/pgbouncer --version | head -1) at /usr/sbin/pgbouncer"
+    local built="$ROOT/target/pgbouncer/bin/pgbouncer"
+    if version_ge_1_21 /usr/sbin/pgbouncer; then return; fi
+    if [ -x "$built" ] && version_ge_1_21 "$built"; then
+        echo "== using $("$built" --version | head -1) at $built"
+        return
+    fi
+    echo "== PgBouncer < 1.21 cannot track sqlx's prepared statements in transaction mode;"
+    echo "   building PgBouncer 1.24 from Debian's source package into target/pgbouncer/"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        libevent-dev libssl-dev pkg-config make gcc >/dev/null
+    local work
+    work=$(mktemp -d)
+    chmod 755 "$work" # apt drops privileges to _apt for downloads
+    mkdir -p "$work/lists/partial"
+    echo "deb-src http://deb.debian.org/debian trixie main" >"$work/sources.list"
+    local apt=(-o "Dir::Etc::sourcelist=$work/sources.list" -o "Dir::Etc::sourceparts=/nonexistent"
+        -o "Dir::State::Lists=$work/lists")
+    # A private package list: the machine's apt sources are not touched.
+    apt-get "${apt[@]}" update -q >/dev/null
+    (cd "$work" && apt-get "${apt[@]}" source --download-only pgbouncer >/dev/null 2>&1)
+    tar -xzf "$work"/pgbouncer_*.orig.tar.gz -C "$work"
+    (
+        cd "$work"/pgbouncer-*/
+        ./configure --prefix="$ROOT/target/pgbouncer" --without-cares --without-systemd --without-pam \
+            --with-openssl >"$work/configure.log" 2>&1 || { tail -20 "$work/configure.log"; exit 1; }
+        make -j"$(nproc)" >"$work/make.log" 2>&1 || { tail -20 "$work/make.log"; exit 1; }
+        mkdir -p "$ROOT/target/pgbouncer/bin"
+        cp pgbouncer "$ROOT/target/pgbouncer/bin/pgbouncer"
+    )
+    rm -rf "$work"
+    echo "== built $("$built" --version | head -1) at $built"
+}
+
+install_pgbouncer
+if [ "${1:-}" = "--pgbouncer-only" ]; then exit 0; fi
+
+# PostgreSQL server binaries for the throwaway cluster.
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    echo "== installing PostgreSQL server packages"
+    as_root apt-get update -q
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql
+fi
+
+# The dev profile by default: after `cargo test` its dependencies are already
+# built, while a release build would compile them all again (minutes on two
+# cores). The replicas spend their time waiting on timers and the database,
+# so the profile does not change what the run can find. CHAOS_PROFILE=release
+# for long runs.
+profile=${CHAOS_PROFILE:-dev}
+echo "== building the chaos harness ($profile profile)"
+cargo build --profile "$profile" --example chaos
+dir=debug; [ "$profile" = dev ] || dir=$profile
+echo "== chaos run"
+# shellcheck disable=SC2086 # CHAOS_ARGS is a list of flags
+"./target/$dir/examples/chaos" --replicas 4 --jobs 12 --duration 60s --seed 1 --out target/chaos-ci ${CHAOS_ARGS:-}
