@@ -3,41 +3,17 @@
 
 use leasehold::Error;
 
-use crate::support::{self, held_guard};
-
-async fn accounts(db: &leasehold_testkit::TestDb) {
-    sqlx::raw_sql(
-        "CREATE TABLE account (id INT PRIMARY KEY, balance BIGINT NOT NULL, last_fence BIGINT NOT NULL DEFAULT 0);
-         INSERT INTO account (id, balance) VALUES (1, 0), (2, 0);",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
-}
-
-async fn balance(db: &leasehold_testkit::TestDb, id: i32) -> (i64, i64) {
-    sqlx::query_as("SELECT balance, last_fence FROM account WHERE id = $1")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-}
+use crate::support::{self, accounts, balance, held_guard, set_balance};
 
 /// The writes of one run share its fence: repeated column writes and
 /// fenced transactions all succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_of_one_run_all_pass() {
     let db = support::db().await;
-    accounts(&db).await;
+    accounts(&db.pool).await;
     let (rt, guard) = held_guard(&db, "a", "billing").await;
     for amount in 1..=3_i64 {
-        let n = guard
-            .update("account")
-            .set("balance", amount)
-            .filter("id", 1_i32)
-            .execute(&db.pool)
-            .await
-            .unwrap();
+        let n = set_balance(&guard, &db.pool, 1, amount).await.unwrap();
         assert_eq!(n, 1);
         let mut tx = guard.begin_fenced(&db.pool).await.unwrap();
         sqlx::query("UPDATE account SET balance = balance + 10 WHERE id = 2")
@@ -46,19 +22,10 @@ async fn writes_of_one_run_all_pass() {
             .unwrap();
         tx.commit().await.unwrap();
     }
-    assert_eq!(balance(&db, 1).await, (3, guard.fence()));
-    assert_eq!(balance(&db, 2).await.0, 30);
+    assert_eq!(balance(&db.pool, 1).await, (3, guard.fence()));
+    assert_eq!(balance(&db.pool, 2).await.0, 30);
     // No matching row is not a stale fence.
-    assert_eq!(
-        guard
-            .update("account")
-            .set("balance", 5_i64)
-            .filter("id", 99_i32)
-            .execute(&db.pool)
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(set_balance(&guard, &db.pool, 99, 5_i64).await.unwrap(), 0);
     rt.shutdown().await;
 }
 
@@ -67,18 +34,13 @@ async fn writes_of_one_run_all_pass() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_run_writes_nothing() {
     let db = support::db().await;
-    accounts(&db).await;
+    accounts(&db.pool).await;
     let (old_rt, old) = held_guard(&db, "a", "billing").await;
     old_rt.shutdown().await;
     let (new_rt, new) = held_guard(&db, "b", "billing").await;
     assert!(new.fence() > old.fence());
 
-    new.update("account")
-        .set("balance", 100_i64)
-        .filter("id", 1_i32)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    set_balance(&new, &db.pool, 1, 100_i64).await.unwrap();
     let mut tx = new.begin_fenced(&db.pool).await.unwrap();
     sqlx::query("UPDATE account SET balance = 200 WHERE id = 2")
         .execute(&mut *tx)
@@ -86,13 +48,7 @@ async fn a_stale_run_writes_nothing() {
         .unwrap();
     tx.commit().await.unwrap();
 
-    let err = old
-        .update("account")
-        .set("balance", -1_i64)
-        .filter("id", 1_i32)
-        .execute(&db.pool)
-        .await
-        .unwrap_err();
+    let err = set_balance(&old, &db.pool, 1, -1_i64).await.unwrap_err();
     assert!(
         matches!(&err, Error::StaleFence { fence, newer, .. } if *fence == old.fence() && *newer == new.fence()),
         "{err:?}"
@@ -100,8 +56,8 @@ async fn a_stale_run_writes_nothing() {
     assert!(err.to_string().contains("nothing was written"), "{err}");
     let err = old.begin_fenced(&db.pool).await.unwrap_err();
     assert!(matches!(err, Error::StaleFence { .. }), "{err:?}");
-    assert_eq!(balance(&db, 1).await, (100, new.fence()));
-    assert_eq!(balance(&db, 2).await.0, 200);
+    assert_eq!(balance(&db.pool, 1).await, (100, new.fence()));
+    assert_eq!(balance(&db.pool, 2).await.0, 200);
     assert!(old.is_cancelled(), "a stale fence cancels the run that hit it");
     new_rt.shutdown().await;
 }
@@ -111,7 +67,7 @@ async fn a_stale_run_writes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_transaction_waiting_on_a_newer_one_fails() {
     let db = support::db().await;
-    accounts(&db).await;
+    accounts(&db.pool).await;
     let (old_rt, old) = held_guard(&db, "a", "billing").await;
     old_rt.shutdown().await;
     let (new_rt, new) = held_guard(&db, "b", "billing").await;
@@ -136,7 +92,7 @@ async fn a_stale_transaction_waiting_on_a_newer_one_fails() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identifiers_are_quoted_and_validated() {
     let db = support::db().await;
-    accounts(&db).await;
+    accounts(&db.pool).await;
     sqlx::raw_sql(
         r#"CREATE TABLE "Odd ""Name"" t" ("the id" INT PRIMARY KEY, "Value" TEXT, last_fence BIGINT NOT NULL DEFAULT 0);
            INSERT INTO "Odd ""Name"" t" ("the id", "Value") VALUES (1, 'x');"#,
@@ -165,7 +121,7 @@ async fn identifiers_are_quoted_and_validated() {
         matches!(err, Error::Database(_)) && err.to_string().contains("does not exist"),
         "{err}"
     );
-    assert_eq!(balance(&db, 1).await.0, 0, "nothing was injected");
+    assert_eq!(balance(&db.pool, 1).await.0, 0, "nothing was injected");
 
     for (table, column) in [("", "balance"), ("account", ""), ("account", "last_fence")] {
         let err = guard

@@ -325,33 +325,15 @@ async fn a_stale_fenced_write_is_counted_as_a_fence_rejection() {
     let m = recorder();
     let db = support::db().await;
     let name = "metrics_fence";
-    sqlx::raw_sql(
-        "CREATE TABLE account (id INT PRIMARY KEY, balance BIGINT NOT NULL, last_fence BIGINT NOT NULL DEFAULT 0);
-         INSERT INTO account (id, balance) VALUES (1, 0);",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    support::accounts(&db.pool).await;
     let (old_rt, old) = held_guard(&db, "a", name).await;
     old_rt.shutdown().await;
     let (new_rt, new) = held_guard(&db, "b", name).await;
-    let written = new
-        .update("account")
-        .set("balance", 10_i64)
-        .filter("id", 1_i32)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    let written = support::set_balance(&new, &db.pool, 1, 10_i64).await.unwrap();
     assert_eq!(written, 1);
     assert_eq!(m.counter(names::FENCE_REJECTIONS, &[("job_name", name)]), 0);
 
-    let err = old
-        .update("account")
-        .set("balance", -1_i64)
-        .filter("id", 1_i32)
-        .execute(&db.pool)
-        .await
-        .unwrap_err();
+    let err = support::set_balance(&old, &db.pool, 1, -1_i64).await.unwrap_err();
     assert!(matches!(err, Error::StaleFence { .. }), "{err:?}");
     assert_eq!(m.counter(names::FENCE_REJECTIONS, &[("job_name", name)]), 1);
     for reason in REASONS {

@@ -381,14 +381,11 @@ async fn runtime_works_through_pgbouncer_transaction_mode() {
         bin.display()
     );
     let db = support::db().await;
-    sqlx::raw_sql(
-        "CREATE TABLE account (id INT PRIMARY KEY, balance BIGINT NOT NULL, last_fence BIGINT NOT NULL DEFAULT 0);
-         INSERT INTO account (id, balance) VALUES (1, 0);
-         CREATE TABLE bounced (fence BIGINT NOT NULL, holder TEXT NOT NULL, step INT NOT NULL);",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    support::accounts(&db.pool).await;
+    sqlx::raw_sql("CREATE TABLE bounced (fence BIGINT NOT NULL, holder TEXT NOT NULL, step INT NOT NULL);")
+        .execute(&db.pool)
+        .await
+        .unwrap();
     // Fewer server connections than clients: transaction pooling at work.
     let bouncer = start(&bin, &db.options, 3, "max_prepared_statements = 200");
     let through = via(&bouncer, &db.options);
@@ -419,12 +416,7 @@ async fn runtime_works_through_pgbouncer_transaction_mode() {
                             .execute(&mut *tx)
                             .await?;
                         tx.commit().await?;
-                        guard
-                            .update("account")
-                            .set("balance", i64::from(step) * 100)
-                            .filter("id", 1_i32)
-                            .execute(&pool)
-                            .await?;
+                        support::set_balance(&guard, &pool, 1, i64::from(step) * 100).await?;
                         if step == 1 {
                             tokio::select! {
                                 _ = tokio::time::sleep(Duration::from_millis(3500)) => {}
@@ -502,10 +494,7 @@ async fn runtime_works_through_pgbouncer_transaction_mode() {
         guard.reason()
     );
     assert_eq!(guards.lock().unwrap().len(), 1, "one run only");
-    let (balance, last_fence): (i64, i64) = sqlx::query_as("SELECT balance, last_fence FROM account WHERE id = 1")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let (balance, last_fence) = support::balance(&pool, 1).await;
     assert_eq!(
         (balance, last_fence),
         (200, fence),

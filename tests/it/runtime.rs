@@ -69,16 +69,7 @@ async fn three_replicas_run_a_job_once_per_slot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_holder_stops_before_takeover_and_its_late_writes_are_rejected() {
     let db = support::db().await;
-    sqlx::query(
-        "CREATE TABLE account (id INT PRIMARY KEY, balance BIGINT NOT NULL, last_fence BIGINT NOT NULL DEFAULT 0)",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    sqlx::query("INSERT INTO account VALUES (1, 0, 0)")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    support::accounts(&db.pool).await;
 
     let runs = Runs::default();
     let guards: Arc<std::sync::Mutex<Vec<FenceGuard>>> = Default::default();
@@ -93,12 +84,7 @@ async fn a_stalled_holder_stops_before_takeover_and_its_late_writes_are_rejected
                 async move {
                     guards.lock().unwrap().push(guard.clone());
                     let i = runs.start(&guard);
-                    guard
-                        .update("account")
-                        .set("balance", guard.fence())
-                        .filter("id", 1_i32)
-                        .execute(&pool)
-                        .await?;
+                    support::set_balance(&guard, &pool, 1, guard.fence()).await?;
                     guard.cancelled().await;
                     runs.cancelled(i, guard.reason());
                     runs.end(i);
@@ -151,13 +137,7 @@ async fn a_stalled_holder_stops_before_takeover_and_its_late_writes_are_rejected
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let stale = guards.lock().unwrap()[0].clone();
-    let err = stale
-        .update("account")
-        .set("balance", -1_i64)
-        .filter("id", 1_i32)
-        .execute(&db.pool)
-        .await
-        .unwrap_err();
+    let err = support::set_balance(&stale, &db.pool, 1, -1_i64).await.unwrap_err();
     assert!(
         matches!(err, Error::StaleFence { fence, newer, .. } if fence == stalled.fence && newer == takeover.fence),
         "{err:?}"
@@ -168,10 +148,7 @@ async fn a_stalled_holder_stops_before_takeover_and_its_late_writes_are_rejected
     newer.begin_fenced(&db.pool).await.unwrap().commit().await.unwrap();
     let err = stale.begin_fenced(&db.pool).await.unwrap_err();
     assert!(matches!(err, Error::StaleFence { .. }), "{err:?}");
-    let (balance, last_fence): (i64, i64) = sqlx::query_as("SELECT balance, last_fence FROM account WHERE id = 1")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let (balance, last_fence) = support::balance(&db.pool, 1).await;
     assert_eq!(
         (balance, last_fence),
         (takeover.fence, takeover.fence),

@@ -304,3 +304,37 @@ pub async fn held_guard(db: &TestDb, holder: &str, key: &str) -> (Runtime, Fence
         .expect("guard");
     (rt, guard)
 }
+
+// ---------------------------------------------------------------------------
+// A fenced downstream: an `account` table with a `last_fence` column
+// ---------------------------------------------------------------------------
+
+/// Creates `account (id, balance, last_fence)` with accounts 1 and 2 at 0.
+pub async fn accounts(pool: &PgPool) {
+    sqlx::raw_sql(
+        "CREATE TABLE account (id INT PRIMARY KEY, balance BIGINT NOT NULL, last_fence BIGINT NOT NULL DEFAULT 0);
+         INSERT INTO account (id, balance) VALUES (1, 0), (2, 0);",
+    )
+    .execute(pool)
+    .await
+    .expect("create accounts");
+}
+
+/// `(balance, last_fence)` of account `id`.
+pub async fn balance(pool: &PgPool, id: i32) -> (i64, i64) {
+    sqlx::query_as("SELECT balance, last_fence FROM account WHERE id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .expect("read account")
+}
+
+/// A fenced column write: sets account `id`'s balance under `guard`'s fence.
+pub async fn set_balance(guard: &FenceGuard, pool: &PgPool, id: i32, value: i64) -> leasehold::Result<u64> {
+    guard
+        .update("account")
+        .set("balance", value)
+        .filter("id", id)
+        .execute(pool)
+        .await
+}
