@@ -494,7 +494,17 @@ async fn runtime_works_through_pgbouncer_transaction_mode() {
         guard.reason()
     );
     assert_eq!(guards.lock().unwrap().len(), 1, "one run only");
-    let (balance, last_fence) = support::balance(&pool, 1).await;
+    // The run's column write follows its second transaction's commit: give
+    // it the moment it needs before reading.
+    let mut balance_now = support::balance(&pool, 1).await;
+    for _ in 0..100 {
+        if balance_now == (200, fence) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        balance_now = support::balance(&pool, 1).await;
+    }
+    let (balance, last_fence) = balance_now;
     assert_eq!(
         (balance, last_fence),
         (200, fence),
