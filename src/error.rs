@@ -147,6 +147,35 @@ pub enum Error {
     #[error("metrics exporter: {0}")]
     Metrics(String),
 
+    /// A runtime operation (claim, heartbeat, release) did not finish within
+    /// its budget, derived from the lease: no pool connection was free, a
+    /// row lock was held elsewhere, or the server did not answer. Its
+    /// connection was closed. Transient: the runtime retries, and runs stop
+    /// at their local deadline if it keeps happening.
+    #[error(
+        "{operation} did not finish within {limit:?} (no free pool connection, a row lock held \
+         elsewhere, or no answer from the server); it was abandoned and its connection closed. \
+         If this repeats, give the pool more connections than the jobs hold at once"
+    )]
+    Timeout {
+        /// What timed out (`"heartbeat"`, `"claim"`, `"release"`).
+        operation: &'static str,
+        /// The budget it had.
+        limit: Duration,
+    },
+
+    /// Pooled connections kept coming back inside a transaction: leasehold
+    /// closed each one and gave up after `closed` in one call.
+    #[error(
+        "{closed} pooled connections in a row were inside a transaction: code in this service \
+         returns connections to the pool with a transaction open (a raw BEGIN, or a dropped \
+         sqlx Pool::begin); leasehold closed them"
+    )]
+    PoisonedPool {
+        /// How many connections were closed in this call.
+        closed: usize,
+    },
+
     /// The database failed or could not be reached. Usually transient: the
     /// heartbeat retries it, and callers may retry too.
     #[error("database error: {0}")]

@@ -9,6 +9,7 @@ use sqlx::postgres::PgArguments;
 use sqlx::{Arguments, Encode, PgPool, Postgres, Transaction, Type};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+use crate::connection;
 use crate::error::{CancelReason, Error, Result};
 use crate::tenure::Tenure;
 use crate::{metrics, validate};
@@ -139,6 +140,8 @@ impl FenceGuard {
         let mut renewal = t.store.renew_each(&t.holder, &[(&t.key, t.fence, t.ttl)]).await?;
         match renewal.renewed.pop() {
             Some(renewed) => t.renewed(&renewed, sent),
+            // The row is locked elsewhere: still ours, just not renewed now.
+            None if !renewal.busy.is_empty() => {}
             None => {
                 let reason = t.loss_reason();
                 t.lose(reason);
@@ -173,7 +176,14 @@ impl FenceGuard {
     /// A stale fence also cancels the run (a newer holder exists) and is
     /// counted in `leasehold_fence_rejections_total`.
     ///
-    /// Cancel-safe: dropping the future rolls the transaction back.
+    /// The connection is checked before `BEGIN`: one that service code left
+    /// inside a transaction is closed and another one taken.
+    ///
+    /// Cancel-safe, at every await: dropped before it returns, it leaves no
+    /// transaction open on any pooled connection (the `BEGIN` round trip
+    /// runs in a task of its own, unlike sqlx 0.9.0's `Pool::begin`, which
+    /// can return a connection to the pool inside a transaction — sqlx issue
+    /// #4393); once it has returned, dropping the transaction rolls it back.
     ///
     /// ```no_run
     /// # async fn demo(guard: leasehold::FenceGuard, pool: sqlx::PgPool) -> Result<(), leasehold::JobError> {
@@ -184,7 +194,7 @@ impl FenceGuard {
     /// ```
     pub async fn begin_fenced_on(&self, pool: &PgPool, resource: &str) -> Result<Transaction<'static, Postgres>> {
         validate::resource(resource)?;
-        let mut tx = pool.begin().await?;
+        let mut tx = connection::begin(pool, self.tenure.store.poisoned()).await?;
         // $1 resource, $2 fence. `<=`, not `<`: the writes of one run share
         // one fence. The row lock taken here is held until COMMIT, so an
         // older run's transaction cannot interleave with a newer one's.
@@ -247,7 +257,8 @@ impl FenceGuard {
     fn rejected(&self, resource: String, newer: i64) -> Error {
         let t = &self.tenure;
         tracing::error!(job = %t.job, key = %t.key, holder = %t.holder, fence = t.fence, newer, %resource,
-            "fenced write rejected: a newer run of this key already wrote; cancelling this run");
+            "fenced write rejected: the resource has accepted a newer fence (a newer run of this key, or an \
+             operator's `leasehold release --force`); cancelling this run");
         metrics::fence_rejected(&t.job);
         t.lose(CancelReason::Stolen);
         Error::StaleFence {
@@ -372,18 +383,20 @@ impl<'g> FencedUpdate<'g> {
         let update = format!(
             "UPDATE {table} SET {set_sql}last_fence = ${fence_param} WHERE {filter_sql}last_fence <= ${fence_param}"
         );
-        let done = sqlx::query_with(sqlx::AssertSqlSafe(update), args)
-            .execute(pool)
-            .await?;
+        let done = connection::run!(pool, self.guard.tenure.store.poisoned(), |conn| sqlx::query_with(
+            sqlx::AssertSqlSafe(update.clone()),
+            args.clone()
+        )
+        .execute(conn))?;
         if done.rows_affected() > 0 {
             return Ok(done.rows_affected());
         }
         // Nothing updated: no such row, or a newer fence. Only this
         // (rare) path pays for a second statement.
         let check = format!("SELECT max(last_fence) FROM {table} WHERE {filter_sql}true");
-        let newest: Option<i64> = sqlx::query_scalar_with(sqlx::AssertSqlSafe(check), self.filter_args)
-            .fetch_one(pool)
-            .await?;
+        let newest: Option<i64> = connection::run!(pool, self.guard.tenure.store.poisoned(), |conn| {
+            sqlx::query_scalar_with(sqlx::AssertSqlSafe(check.clone()), self.filter_args.clone()).fetch_one(conn)
+        })?;
         match newest {
             Some(newer) if newer > self.guard.fence() => Err(self.guard.rejected(format!("table {table}"), newer)),
             _ => Ok(0),

@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::connection::bounded;
 use crate::metrics;
 use crate::runtime::Shared;
 use crate::tenure::Tenure;
@@ -31,23 +32,26 @@ pub(crate) async fn run(shared: Arc<Shared>, tick: Duration, stop: CancellationT
         if shared.faults.heartbeats_stalled() {
             continue;
         }
-        beat(&shared).await;
+        beat(&shared, tick).await;
     }
 }
 
-/// One tick: renew every live tenure in one statement.
-async fn beat(shared: &Shared) {
+/// One tick: renew every live tenure in one statement, waiting at most one
+/// tick for a connection and an answer (a tick that could not finish is
+/// abandoned, its connection closed, and the next tick starts fresh).
+async fn beat(shared: &Shared, tick: Duration) {
     let tenures: Vec<Arc<Tenure>> = shared.held().into_iter().filter(|t| t.wants_renewal()).collect();
     if tenures.is_empty() {
+        shared.health.nothing_to_renew();
         return;
     }
     let batch: Vec<(&str, i64, Duration)> = tenures.iter().map(|t| (t.key.as_str(), t.fence, t.ttl)).collect();
     let sent = Instant::now();
-    let result = shared.store.renew_each(&shared.holder, &batch).await;
+    let result = bounded(tick, "heartbeat", shared.store.renew_each(&shared.holder, &batch)).await;
     let took = sent.elapsed();
     match result {
         Ok(result) => {
-            shared.database_ok();
+            shared.health.heartbeat_answered(result.busy.is_empty());
             let by_tenure: HashMap<(&str, i64), &Arc<Tenure>> =
                 tenures.iter().map(|t| ((t.key.as_str(), t.fence), t)).collect();
             for lease in &result.renewed {
@@ -61,9 +65,22 @@ async fn beat(shared: &Shared) {
                     t.lose(t.loss_reason());
                 }
             }
-            metrics::heartbeat(if result.lost.is_empty() { "renewed" } else { "lost" }, took);
+            if !result.busy.is_empty() {
+                tracing::warn!(holder = %shared.holder, keys = ?result.busy,
+                    "lease rows locked by another transaction were not renewed this tick; their runs stop at \
+                     their local deadline if the lock outlasts it");
+            }
+            let outcome = if !result.lost.is_empty() {
+                "lost"
+            } else if !result.busy.is_empty() {
+                "busy"
+            } else {
+                "renewed"
+            };
+            metrics::heartbeat(outcome, took);
         }
         Err(error) => {
+            shared.health.heartbeat_failed(&error);
             tracing::warn!(holder = %shared.holder, leases = tenures.len(), %error,
                 "lease heartbeat failed; retrying next tick, runs stop at their local deadline if it keeps failing");
             metrics::heartbeat("error", took);

@@ -44,8 +44,8 @@ pub type JobError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// }
 /// ```
 pub trait FencedJob: Send + Sync + 'static {
-    /// The job's name: the `job` label in metrics and the `job` field in
-    /// logs. Keep it static per type (never a tenant id: cardinality).
+    /// The job's name: the `job_name` label in metrics and the `job` field
+    /// in logs. Keep it static per type (never a tenant id: cardinality).
     fn name(&self) -> &str;
 
     /// The lease key: one lease, one run at a time, per key across the

@@ -24,6 +24,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
+use crate::connection::{self, PoisonCount};
 use crate::error::Result;
 use crate::validate;
 
@@ -120,12 +121,17 @@ impl Claim {
 /// The answer to a renewal. A transport failure is not an answer: it comes
 /// back as `Err(Error::Database)` and is worth retrying.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Renewal {
     /// The lease was extended; the new expiry and time left are inside.
     Renewed(Lease),
     /// Definitive: this tenure is over (taken over, released, or expired).
     /// Renewal never resurrects it; stop the work.
     Lost,
+    /// Not renewed this time: another transaction has the lease row locked
+    /// (leasehold does not wait for row locks). Still held; retry while the
+    /// lease lasts.
+    Busy,
 }
 
 /// Which leases one [`LeaseStore::renew_many`] statement extended.
@@ -136,6 +142,10 @@ pub struct RenewedMany {
     pub renewed: Vec<Lease>,
     /// Tenures `(key, fence)` that were lost: definitive, as for [`Renewal::Lost`].
     pub lost: Vec<(String, i64)>,
+    /// Tenures `(key, fence)` still held but not renewed this time because
+    /// another transaction had their row locked: retry later; the lease
+    /// runs out if the lock outlasts it.
+    pub busy: Vec<(String, i64)>,
 }
 
 /// Whether a [`LeaseStore::claim_run`] must respect the schedule.
@@ -189,6 +199,7 @@ pub(crate) enum NextDue {
 #[derive(Debug, Clone)]
 pub struct LeaseStore {
     pool: PgPool,
+    poisoned: PoisonCount,
 }
 
 /// Columns every lease-returning statement ends with, so one row type reads
@@ -202,6 +213,13 @@ struct LeaseRow {
     expires_at: DateTime<Utc>,
     next_due_at: Option<DateTime<Utc>>,
     server_now: DateTime<Utc>,
+}
+
+#[derive(sqlx::FromRow)]
+struct RenewRow {
+    busy: bool,
+    #[sqlx(flatten)]
+    row: LeaseRow,
 }
 
 #[derive(sqlx::FromRow)]
@@ -240,12 +258,21 @@ impl LeaseRow {
 impl LeaseStore {
     /// A store over `pool`. The schema must exist ([`crate::migrate`]).
     pub fn new(pool: PgPool) -> Self {
-        LeaseStore { pool }
+        LeaseStore {
+            pool,
+            poisoned: PoisonCount::default(),
+        }
     }
 
     /// The pool this store runs on.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Poisoned connections this store (and the fenced writes of its runs)
+    /// found and closed.
+    pub(crate) fn poisoned(&self) -> &PoisonCount {
+        &self.poisoned
     }
 
     /// The article's re-entrant claim: acquire `key` for `holder` for `ttl`
@@ -301,26 +328,27 @@ impl LeaseStore {
             UNION ALL
             SELECT false, l.*, clock_timestamp() FROM leasehold_lease l
              WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)";
-        let row: Option<ClaimRow> = sqlx::query_as(CLAIM)
+        let row: Option<ClaimRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(CLAIM)
             .bind(key)
             .bind(holder)
             .bind(secs)
-            .fetch_optional(&self.pool)
-            .await?;
+            .fetch_optional(conn))?;
         Ok(claim_outcome(row, Due::Now))
     }
 
-    /// Claims `key` for a new run: like [`LeaseStore::claim`], but the tenure
-    /// always gets a fresh fence, even when `holder` still holds the lease
-    /// (invariant 5), so "same fence" downstream always means "same run".
+    /// Claims `key` for a new run: succeeds only if the lease is free
+    /// (released, expired, or never claimed) — **even for the holder id that
+    /// holds it** — and the tenure always gets a fresh fence (invariant 5),
+    /// so "same fence" downstream always means "same run".
+    ///
+    /// Not re-entrant, on purpose: two processes that share a holder id (a
+    /// copied configuration) must not both run the key. A process restarted
+    /// with its old holder id claims its keys again once their old leases
+    /// expire (or are released).
     ///
     /// With [`Due::Scheduled`], the claim also requires the key's next run to
     /// be due by the server clock, which is what makes a schedule run once
     /// per slot across the fleet.
-    ///
-    /// The caller must have ended any earlier run of `key` itself before
-    /// claiming again as the same holder: the earlier run's fence is
-    /// superseded and its writes will be rejected.
     ///
     /// Cancel-safe as described on [`LeaseStore`].
     pub async fn claim_run(&self, key: &str, holder: &str, ttl: Duration, due: Due) -> Result<Claim> {
@@ -329,15 +357,16 @@ impl LeaseStore {
         let secs = validate::lease_secs("lease duration", ttl)?;
         // $1 key, $2 holder, $3 ttl seconds, $4 "ignore the schedule".
         // - The NOT EXISTS pre-check skips, on the statement's snapshot, a
-        //   lease held by another holder or not due yet: an idle replica's
-        //   poll then locks nothing, writes no WAL and draws no fence. It
-        //   only ever lets more claims through; DO UPDATE's WHERE decides.
+        //   lease that is held or not due yet: an idle replica's poll then
+        //   locks nothing, writes no WAL and draws no fence. It only ever
+        //   lets more claims through; DO UPDATE's WHERE decides.
         // - fence is always a fresh nextval (invariants 4 and 5).
-        // - WHERE (invariant 3): the row is ours or has expired by the server
-        //   clock; a scheduled claim also needs next_due_at to have passed by
-        //   the server clock, so replicas whose timers fire at different
-        //   moments still start one run per slot. Evaluated after waiting
-        //   for the row lock, on the latest row.
+        // - WHERE (invariant 3, no re-entrance): the lease has expired by the
+        //   server clock — whoever holds it, this holder id included, since
+        //   two processes may share one id; a scheduled claim also needs
+        //   next_due_at to have passed by the server clock, so replicas whose
+        //   timers fire at different moments still start one run per slot.
+        //   Evaluated after waiting for the row lock, on the latest row.
         // - SET times use clock_timestamp() after that wait, so acquired_at
         //   is never earlier than the due time the claim consumed: the next
         //   slot, computed from it, is always a later one.
@@ -348,14 +377,14 @@ impl LeaseStore {
                        clock_timestamp() + make_interval(secs => $3)
                  WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease c
                                     WHERE c.key = $1
-                                      AND ((c.holder <> $2 AND c.expires_at > clock_timestamp())
+                                      AND (c.expires_at > clock_timestamp()
                                            OR (NOT $4 AND c.next_due_at > clock_timestamp())))
                 ON CONFLICT (key) DO UPDATE
                    SET holder      = EXCLUDED.holder,
                        fence       = EXCLUDED.fence,
                        acquired_at = clock_timestamp(),
                        expires_at  = clock_timestamp() + make_interval(secs => $3)
-                 WHERE (l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp())
+                 WHERE l.expires_at <= clock_timestamp()
                    AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
                 RETURNING l.*
             )
@@ -363,13 +392,12 @@ impl LeaseStore {
             UNION ALL
             SELECT false, l.*, clock_timestamp() FROM leasehold_lease l
              WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)";
-        let row: Option<ClaimRow> = sqlx::query_as(CLAIM_RUN)
+        let row: Option<ClaimRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(CLAIM_RUN)
             .bind(key)
             .bind(holder)
             .bind(secs)
             .bind(due == Due::Now)
-            .fetch_optional(&self.pool)
-            .await?;
+            .fetch_optional(conn))?;
         Ok(claim_outcome(row, due))
     }
 
@@ -384,9 +412,10 @@ impl LeaseStore {
         let mut renewed = self
             .renew_many(&lease.holder, &[(&lease.key, lease.fence)], ttl)
             .await?;
-        Ok(match renewed.renewed.pop() {
-            Some(lease) => Renewal::Renewed(lease),
-            None => Renewal::Lost,
+        Ok(match (renewed.renewed.pop(), renewed.busy.pop()) {
+            (Some(lease), _) => Renewal::Renewed(lease),
+            (None, Some(_)) => Renewal::Busy,
+            (None, None) => Renewal::Lost,
         })
     }
 
@@ -408,22 +437,43 @@ impl LeaseStore {
     /// The heartbeat statement of [`LeaseStore::renew_many`] (public, hidden,
     /// only so the benchmarks can time and EXPLAIN the very same text).
     ///
-    /// $1 holder, $2 keys, $3 fences, $4 ttl seconds. Invariant 6:
+    /// $1 holder, $2 keys, $3 fences, $4 ttl seconds. Invariant 6, in `mine`:
     /// - holder and fence: only the caller's own tenure, not a newer one
     ///   (a takeover, or the same holder's later run);
     /// - expires_at > now: an expired lease stays expired even if nobody
     ///   took it yet — a takeover must advance the fence, so silently
-    ///   extending it here would hide a gap in exclusion.
+    ///   extending it here would hide a gap in exclusion (checked again in
+    ///   the UPDATE, the instant it writes);
+    /// - `FOR UPDATE SKIP LOCKED`: a row locked by someone else (a service
+    ///   transaction holding `SELECT … FOR UPDATE`, a claim in flight) is not
+    ///   waited for. It comes back as `busy` instead: not renewed this tick,
+    ///   not lost either, so one locked row never stalls the renewal of
+    ///   every other lease, and a stuck lock ends in that run's local
+    ///   deadline rather than a wedged heartbeat.
     #[doc(hidden)]
     pub const RENEW_MANY_SQL: &str = "
-    UPDATE leasehold_lease AS l
-       SET expires_at = clock_timestamp() + make_interval(secs => t.ttl)
-      FROM unnest($2::text[], $3::int8[], $4::float8[]) AS t(key, fence, ttl)
-     WHERE l.key = t.key
-       AND l.holder = $1
-       AND l.fence = t.fence
-       AND l.expires_at > clock_timestamp()
-    RETURNING l.*, clock_timestamp() AS server_now";
+    WITH t AS (
+        SELECT * FROM unnest($2::text[], $3::int8[], $4::float8[]) AS t(key, fence, ttl)
+    ), mine AS (
+        SELECT l.key FROM leasehold_lease AS l JOIN t ON t.key = l.key
+         WHERE l.holder = $1
+           AND l.fence = t.fence
+           AND l.expires_at > clock_timestamp()
+           FOR UPDATE OF l SKIP LOCKED
+    ), renewed AS (
+        UPDATE leasehold_lease AS l
+           SET expires_at = clock_timestamp() + make_interval(secs => t.ttl)
+          FROM t
+         WHERE l.key = t.key
+           AND l.key IN (SELECT key FROM mine)
+           AND l.expires_at > clock_timestamp()
+        RETURNING l.*
+    )
+    SELECT false AS busy, r.*, clock_timestamp() AS server_now FROM renewed AS r
+    UNION ALL
+    SELECT true, l.*, clock_timestamp() FROM leasehold_lease AS l JOIN t ON t.key = l.key
+     WHERE l.holder = $1 AND l.fence = t.fence AND l.expires_at > clock_timestamp()
+       AND l.key NOT IN (SELECT key FROM mine)";
 
     /// [`LeaseStore::renew_many`] with a lease length per tenure, so one
     /// heartbeat statement serves jobs with different leases.
@@ -443,21 +493,33 @@ impl LeaseStore {
             return Ok(RenewedMany::default());
         }
 
-        let rows: Vec<LeaseRow> = sqlx::query_as(Self::RENEW_MANY_SQL)
-            .bind(holder)
-            .bind(&keys)
-            .bind(&fences)
-            .bind(&ttls)
-            .fetch_all(&self.pool)
-            .await?;
-        let renewed: Vec<Lease> = rows.into_iter().map(LeaseRow::into_lease).collect();
-        let still_held: HashSet<(&str, i64)> = renewed.iter().map(|l| (l.key.as_str(), l.fence)).collect();
+        let rows: Vec<RenewRow> =
+            connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(Self::RENEW_MANY_SQL)
+                .bind(holder)
+                .bind(&keys)
+                .bind(&fences)
+                .bind(&ttls)
+                .fetch_all(conn))?;
+        let mut renewed = Vec::with_capacity(rows.len());
+        let mut busy = Vec::new();
+        for RenewRow { busy: locked, row } in rows {
+            if locked {
+                busy.push((row.key, row.fence));
+            } else {
+                renewed.push(row.into_lease());
+            }
+        }
+        let still_held: HashSet<(&str, i64)> = renewed
+            .iter()
+            .map(|l| (l.key.as_str(), l.fence))
+            .chain(busy.iter().map(|(k, f)| (k.as_str(), *f)))
+            .collect();
         let lost = tenures
             .iter()
             .filter(|(key, fence, _)| !still_held.contains(&(*key, *fence)))
             .map(|(key, fence, _)| ((*key).to_owned(), *fence))
             .collect();
-        Ok(RenewedMany { renewed, lost })
+        Ok(RenewedMany { renewed, lost, busy })
     }
 
     /// Ends the tenure `(key, holder, fence)` now, so the next claim (by any
@@ -495,14 +557,13 @@ impl LeaseStore {
              WHERE key = $1
                AND holder = $2
                AND fence = $3";
-        let done = sqlx::query(RELEASE)
+        let done = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(RELEASE)
             .bind(key)
             .bind(holder)
             .bind(fence)
             .bind(at)
             .bind(after)
-            .execute(&self.pool)
-            .await?;
+            .execute(conn))?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -520,20 +581,20 @@ impl LeaseStore {
             VALUES ($1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),
                     clock_timestamp() + interval '1 microsecond', $3)
             ON CONFLICT (key) DO NOTHING";
-        sqlx::query(REGISTER)
+        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(REGISTER)
             .bind(key)
             .bind(holder)
             .bind(first_due)
-            .execute(&self.pool)
-            .await?;
+            .execute(conn))?;
         Ok(())
     }
 
     /// The server's clock: schedules are computed from it, never from ours.
     pub(crate) async fn server_now(&self) -> Result<DateTime<Utc>> {
-        Ok(sqlx::query_scalar("SELECT clock_timestamp()")
-            .fetch_one(&self.pool)
-            .await?)
+        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(
+            "SELECT clock_timestamp()"
+        )
+        .fetch_one(conn))
     }
 
     /// Makes `key`'s next scheduled run due now, for the whole fleet.
@@ -541,8 +602,23 @@ impl LeaseStore {
     pub(crate) async fn make_due(&self, key: &str) -> Result<bool> {
         validate::key(key)?;
         const MAKE_DUE: &str = "UPDATE leasehold_lease SET next_due_at = clock_timestamp() WHERE key = $1";
-        let done = sqlx::query(MAKE_DUE).bind(key).execute(&self.pool).await?;
+        let done = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(MAKE_DUE)
+            .bind(key)
+            .execute(conn))?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// Keys whose lease `holder` holds right now (at most 10), to warn about
+    /// two processes sharing one holder id.
+    pub(crate) async fn live_keys_of(&self, holder: &str) -> Result<Vec<String>> {
+        validate::holder(holder)?;
+        const LIVE_KEYS_OF: &str = "
+            SELECT key FROM leasehold_lease
+             WHERE holder = $1 AND expires_at > clock_timestamp()
+             ORDER BY key LIMIT 10";
+        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(LIVE_KEYS_OF)
+            .bind(holder)
+            .fetch_all(conn))
     }
 
     /// Reads the row of `key` as the server sees it now, or `None` if the key
@@ -550,7 +626,9 @@ impl LeaseStore {
     pub async fn get(&self, key: &str) -> Result<Option<LeaseInfo>> {
         validate::key(key)?;
         const GET: &str = "SELECT l.*, clock_timestamp() AS server_now FROM leasehold_lease l WHERE l.key = $1";
-        let row: Option<LeaseRow> = sqlx::query_as(GET).bind(key).fetch_optional(&self.pool).await?;
+        let row: Option<LeaseRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(GET)
+            .bind(key)
+            .fetch_optional(conn))?;
         Ok(row.map(LeaseRow::into_info))
     }
 }

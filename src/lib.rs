@@ -47,10 +47,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod connection;
 mod error;
 #[cfg(feature = "prometheus")]
 mod exporter;
 mod guard;
+mod health;
 mod heartbeat;
 mod job;
 mod lease;
@@ -63,6 +65,7 @@ mod validate;
 
 pub use error::{CancelReason, Error, Result};
 pub use guard::{FenceGuard, FencedUpdate};
+pub use health::Degraded;
 pub use job::{FencedJob, JobError, JobSettings};
 pub use lease::{Claim, Due, Lease, LeaseInfo, LeaseStore, Renewal, RenewedMany};
 pub use leasehold_macros::FencedJob;

@@ -8,7 +8,7 @@
 //! |---|---|---|---|
 //! | `leasehold_lease_claims_total` | counter | job_name, outcome | claim attempts: `acquired`, `held_elsewhere`, `not_due`, `error` |
 //! | `leasehold_lease_lost_total` | counter | job_name, reason | runs stopped because their lease was lost: `stolen`, `expired`, `deadline` |
-//! | `leasehold_heartbeats_total` | counter | outcome | heartbeat statements (one per tick for all leases): `renewed`, `lost`, `error` |
+//! | `leasehold_heartbeats_total` | counter | outcome | heartbeat statements (one per tick for all leases): `renewed`, `lost`, `busy` (a lease row locked elsewhere, not renewed), `error` |
 //! | `leasehold_heartbeat_duration_seconds` | histogram | | duration of one heartbeat statement |
 //! | `leasehold_job_runs_total` | counter | job_name, outcome | finished runs: `succeeded`, `failed`, `cancelled`, `panicked` |
 //! | `leasehold_job_duration_seconds` | histogram | job_name | run duration, whatever the outcome |
@@ -16,6 +16,7 @@
 //! | `leasehold_lease_remaining_seconds` | gauge | job_name | server time left on the lease right after its last renewal |
 //! | `leasehold_fence_rejections_total` | counter | job_name | fenced writes refused for a stale fence |
 //! | `leasehold_job_last_success_timestamp_seconds` | gauge | job_name | Unix time of the last successful run in this process |
+//! | `leasehold_poisoned_connections_total` | counter | state | pooled connections found inside someone else's transaction and closed: `in_transaction`, `in_failed_transaction` |
 //!
 //! # Getting them out
 //!
@@ -59,7 +60,7 @@ pub mod names {
     pub const CLAIMS: &str = "leasehold_lease_claims_total";
     /// Counter: lost leases by `job_name` and `reason` (stolen, expired, deadline).
     pub const LOST: &str = "leasehold_lease_lost_total";
-    /// Counter: heartbeat statements by `outcome` (renewed, lost, error).
+    /// Counter: heartbeat statements by `outcome` (renewed, lost, busy, error).
     pub const HEARTBEATS: &str = "leasehold_heartbeats_total";
     /// Histogram: duration of one heartbeat statement, in seconds.
     pub const HEARTBEAT_DURATION: &str = "leasehold_heartbeat_duration_seconds";
@@ -75,6 +76,9 @@ pub mod names {
     pub const FENCE_REJECTIONS: &str = "leasehold_fence_rejections_total";
     /// Gauge: Unix time of the last successful run, by `job_name`.
     pub const LAST_SUCCESS: &str = "leasehold_job_last_success_timestamp_seconds";
+    /// Counter: pooled connections found inside a transaction leasehold did
+    /// not open, and closed, by `state` (in_transaction, in_failed_transaction).
+    pub const POISONED_CONNECTIONS: &str = "leasehold_poisoned_connections_total";
 
     /// All of the above.
     pub const ALL: &[&str] = &[
@@ -88,6 +92,7 @@ pub mod names {
         REMAINING,
         FENCE_REJECTIONS,
         LAST_SUCCESS,
+        POISONED_CONNECTIONS,
     ];
 }
 
@@ -130,7 +135,7 @@ pub fn describe() {
     describe_counter!(
         names::HEARTBEATS,
         Unit::Count,
-        "Heartbeat statements (one per tick renews every lease of this replica) by outcome (renewed, lost, error)."
+        "Heartbeat statements (one per tick renews every lease of this replica) by outcome (renewed, lost, busy, error)."
     );
     describe_histogram!(
         names::HEARTBEAT_DURATION,
@@ -157,6 +162,12 @@ pub fn describe() {
         names::FENCE_REJECTIONS,
         Unit::Count,
         "Fenced writes rejected because a newer run of the key already wrote, by job."
+    );
+    describe_counter!(
+        names::POISONED_CONNECTIONS,
+        Unit::Count,
+        "Pooled connections found inside a transaction leasehold did not open (service code or a dropped \
+         sqlx Pool::begin), closed and replaced, by state (in_transaction, in_failed_transaction)."
     );
     describe_gauge!(
         names::LAST_SUCCESS,
@@ -193,8 +204,11 @@ impl RunOutcome {
 /// zero there would read as "never succeeded" or "expired". Priming twice is
 /// harmless (it adds zero).
 pub(crate) fn prime(job: &str) {
-    for outcome in ["renewed", "lost", "error"] {
+    for outcome in ["renewed", "lost", "busy", "error"] {
         counter!(names::HEARTBEATS, "outcome" => outcome).increment(0);
+    }
+    for state in ["in_transaction", "in_failed_transaction"] {
+        counter!(names::POISONED_CONNECTIONS, "state" => state).increment(0);
     }
     for outcome in ["acquired", "held_elsewhere", "not_due", "error"] {
         counter!(names::CLAIMS, "job_name" => job.to_owned(), "outcome" => outcome).increment(0);
@@ -249,4 +263,8 @@ pub(crate) fn remaining(job: &str, left: Duration) {
 
 pub(crate) fn fence_rejected(job: &str) {
     counter!(names::FENCE_REJECTIONS, "job_name" => job.to_owned()).increment(1);
+}
+
+pub(crate) fn poisoned_connection(state: &'static str) {
+    counter!(names::POISONED_CONNECTIONS, "state" => state).increment(1);
 }

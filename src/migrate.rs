@@ -29,9 +29,9 @@ const MIGRATION_LOCK: i64 = 0x6c65_6173_6568_6f6c;
 /// the others find it done. A database already migrated by a *newer*
 /// leasehold gives [`Error::SchemaTooNew`] and is left untouched.
 ///
-/// Not cancel-safe in a useful sense: dropping the future rolls the
-/// transaction back, so nothing is half-applied, but nothing is applied
-/// either.
+/// Cancel-safe in the sense that dropping the future at any await rolls the
+/// transaction back and leaves no pooled connection inside it: nothing is
+/// half-applied, but nothing is applied either.
 ///
 /// ```no_run
 /// # async fn demo() -> leasehold::Result<()> {
@@ -40,7 +40,7 @@ const MIGRATION_LOCK: i64 = 0x6c65_6173_6568_6f6c;
 /// # Ok(()) }
 /// ```
 pub async fn migrate(pool: &PgPool) -> Result<()> {
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::connection::begin(pool, &Default::default()).await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(MIGRATION_LOCK)
         .execute(&mut *tx)
@@ -63,8 +63,9 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
 /// Checks that the schema exists and is one this library can use, without
 /// changing anything. Used at start-up when automatic migration is off.
 pub async fn check_schema(pool: &PgPool) -> Result<()> {
-    let mut conn = pool.acquire().await?;
-    match read_version(&mut conn).await? {
+    // A checked connection, in a read-only transaction rolled back on drop.
+    let mut tx = crate::connection::begin(pool, &Default::default()).await?;
+    match read_version(&mut tx).await? {
         None => Err(Error::SchemaMissing),
         Some(found) if found > SCHEMA_VERSION => Err(Error::SchemaTooNew {
             found,

@@ -201,6 +201,7 @@ async fn round_trip(store: &LeaseStore, key: &str, suffix: &str) -> Result<(i64,
     match store.renew(&first, ttl).await.map_err(step("renew"))? {
         Renewal::Renewed(_) => {}
         Renewal::Lost => return Err("renewal of a lease just claimed reported it lost".to_owned()),
+        other => return Err(format!("renewal of a lease just claimed was not applied: {other:?}")),
     }
     if !store.release(key, &a, first.fence).await.map_err(step("release"))? {
         return Err("release of a lease just claimed found no tenure to end".to_owned());

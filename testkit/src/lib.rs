@@ -14,6 +14,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod proxy;
+
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;

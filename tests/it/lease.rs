@@ -114,8 +114,15 @@ async fn reclaim_by_same_holder_after_expiry_is_a_new_tenure() {
 /// holder that still holds the lease.
 #[tokio::test]
 async fn every_run_claim_gets_a_fresh_fence() {
-    let (_db, store) = support::store().await;
+    let (db, store) = support::store().await;
     let run1 = acquired(store.claim_run("job", "a", LONG, Due::Scheduled).await.unwrap());
+    // Not re-entrant: the same holder id (maybe another process with a
+    // copied configuration) cannot start a run while the lease is live.
+    assert!(matches!(
+        store.claim_run("job", "a", LONG, Due::Now).await.unwrap(),
+        Claim::HeldElsewhere { .. }
+    ));
+    support::expire_now(&db.pool, "job").await;
     let run2 = acquired(store.claim_run("job", "a", LONG, Due::Now).await.unwrap());
     assert!(run2.fence > run1.fence);
     // ... and the earlier run is now superseded: it can neither renew nor release.
@@ -241,13 +248,15 @@ async fn renew_never_resurrects_an_expired_lease() {
 /// run) is lost and leaves the current tenure as it was.
 #[tokio::test]
 async fn renew_of_a_previous_tenure_by_the_same_holder_is_lost() {
-    let (_db, store) = support::store().await;
+    let (db, store) = support::store().await;
     let run1 = acquired(
         store
             .claim_run("k", "a", Duration::from_secs(60), Due::Now)
             .await
             .unwrap(),
     );
+    // run1 stalled past its lease; the same holder starts run2.
+    support::expire_now(&db.pool, "k").await;
     let run2 = acquired(
         store
             .claim_run("k", "a", Duration::from_secs(60), Due::Now)
@@ -287,7 +296,7 @@ async fn renew_extends_a_live_lease() {
             assert!(renewed.expires_at > lease.expires_at);
             assert!(renewed.remaining > Duration::from_secs(590), "{:?}", renewed.remaining);
         }
-        Renewal::Lost => panic!("a live lease must renew"),
+        other => panic!("a live lease must renew: {other:?}"),
     }
 }
 
@@ -315,8 +324,10 @@ async fn late_release_after_takeover_leaves_the_new_holder() {
 /// current run's lease intact.
 #[tokio::test]
 async fn late_release_of_an_old_run_leaves_the_new_run() {
-    let (_db, store) = support::store().await;
+    let (db, store) = support::store().await;
     let run1 = acquired(store.claim_run("k", "a", LONG, Due::Now).await.unwrap());
+    // run1 stalled past its lease; the same holder starts run2.
+    support::expire_now(&db.pool, "k").await;
     let run2 = acquired(store.claim_run("k", "a", LONG, Due::Now).await.unwrap());
     assert!(!store.release("k", "a", run1.fence).await.unwrap());
     let row = store.get("k").await.unwrap().unwrap();
@@ -466,10 +477,20 @@ async fn a_database_error_is_never_held_elsewhere() {
 /// source never calls it, except to stamp the last-success metric.
 #[test]
 fn no_application_wall_clock_enters_a_decision() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+    let mut dirs = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/src"))];
+    let mut files = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path)
+            } else {
+                files.push(path)
+            }
+        }
+    }
     let mut offenders = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
+    for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
         for (n, line) in text.lines().enumerate() {
             let wall_clock = ["Utc::now", "SystemTime::now", "Local::now"]

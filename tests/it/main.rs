@@ -6,6 +6,7 @@ mod support;
 
 mod derive;
 mod fenced;
+mod isolation;
 mod lease;
 mod metrics;
 mod migrate;

@@ -183,6 +183,9 @@ pub struct RunRecord {
     pub key: String,
     pub fence: i64,
     pub started: Instant,
+    /// Unix time at the start (the server's clock is this machine's): which
+    /// slot of an epoch-aligned schedule the run belongs to.
+    pub started_unix: f64,
     pub ended: Option<Instant>,
     /// When the run observed its cancellation, and why.
     pub cancelled: Option<(Instant, leasehold::CancelReason)>,
@@ -205,6 +208,10 @@ impl Runs {
             key: guard.key().to_owned(),
             fence: guard.fence(),
             started: Instant::now(),
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock after 1970")
+                .as_secs_f64(),
             ended: None,
             cancelled: None,
         });
@@ -337,4 +344,79 @@ pub async fn set_balance(guard: &FenceGuard, pool: &PgPool, id: i32, value: i64)
         .filter("id", id)
         .execute(pool)
         .await
+}
+
+// ---------------------------------------------------------------------------
+// Pool hygiene: poisoned connections, backends left inside transactions
+// ---------------------------------------------------------------------------
+
+/// Fault: service code leaves a pooled connection of `pool` inside a
+/// transaction sqlx does not know about (`raw_sql("BEGIN")`), and lets it go
+/// back to the pool.
+pub async fn poison_one(pool: &PgPool) {
+    let mut conn = pool.acquire().await.expect("acquire to poison");
+    sqlx::raw_sql("BEGIN").execute(&mut *conn).await.expect("BEGIN");
+}
+
+/// Fault: like [`poison_one`], but the transaction is also aborted (an error
+/// inside it), so every later statement fails with 25P02.
+pub async fn poison_one_aborted(pool: &PgPool) {
+    let mut conn = pool.acquire().await.expect("acquire to poison");
+    sqlx::raw_sql("BEGIN").execute(&mut *conn).await.expect("BEGIN");
+    let _ = sqlx::raw_sql("SELECT 1/0").execute(&mut *conn).await;
+}
+
+/// Backends of this database (other than the caller's) sitting inside a
+/// transaction: `(pid, state, query)`.
+pub async fn backends_in_transaction(pool: &PgPool) -> Vec<(i32, String, String)> {
+    sqlx::query_as(
+        "SELECT pid, state, query FROM pg_stat_activity
+          WHERE datname = current_database() AND pid <> pg_backend_pid()
+            AND state LIKE 'idle in transaction%'",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read pg_stat_activity")
+}
+
+/// Waits until no backend of this database is left inside a transaction
+/// (connections being closed take a moment), or panics naming them.
+pub async fn assert_no_backend_in_transaction(pool: &PgPool, context: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let found = backends_in_transaction(pool).await;
+        if found.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{context}: backends left inside a transaction: {found:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Starts a replica on `pool` (the caller keeps a clone, to misuse it as the
+/// service would): holder `holder`, poll interval `poll`.
+pub async fn replica_on(pool: PgPool, holder: &str, poll: Duration, jobs: Vec<ScriptedJob>) -> Runtime {
+    let mut builder = Runtime::builder(pool).holder(holder).poll_interval(poll);
+    for job in jobs {
+        builder = builder.register(job);
+    }
+    builder.start().await.expect("runtime starts")
+}
+
+/// Runs that overlap in time: pairs `(i, j)` of `runs` (all of one key).
+pub fn overlapping_pairs(runs: &[RunRecord]) -> Vec<(usize, usize)> {
+    let mut pairs = Vec::new();
+    for (i, a) in runs.iter().enumerate() {
+        for (j, b) in runs.iter().enumerate().skip(i + 1) {
+            let a_end = a.ended.unwrap_or_else(Instant::now);
+            let b_end = b.ended.unwrap_or_else(Instant::now);
+            if a.started < b_end && b.started < a_end {
+                pairs.push((i, j));
+            }
+        }
+    }
+    pairs
 }

@@ -1,0 +1,259 @@
+//! Connections borrowed from the service's pool, checked before leasehold
+//! sends anything on them.
+//!
+//! The pool is the service's, not ours: its code may hand a connection back
+//! inside a transaction (a `raw_sql("BEGIN")`, or sqlx 0.9.0's `Pool::begin`
+//! dropped while `BEGIN` is in flight — upstream issue #4393), and sqlx's
+//! return-to-pool check does not look at the transaction status. A lease
+//! statement run there would not commit: it would hold row locks, then be
+//! rolled back with someone else's work.
+//!
+//! # Invariants
+//!
+//! 1. Every leasehold statement runs on a connection whose last
+//!    `ReadyForQuery` said *idle* (`I`): each one is its own implicit
+//!    transaction and commits when it returns. The probe is an empty simple
+//!    query sent as a custom `BEGIN` statement: sqlx then reads the status
+//!    byte of the `ReadyForQuery` that answers it, and reports
+//!    [`sqlx::Error::BeginFailed`] exactly when the connection is *not*
+//!    inside a transaction. An empty query starts nothing, runs nothing and
+//!    is not a statement in `pg_stat_statements`.
+//! 2. A connection found inside a transaction (`T`) is closed, never handed
+//!    back: closing it makes the server roll the foreign transaction back.
+//!    A connection inside an *aborted* transaction (`E`) looks idle to the
+//!    probe, but then every statement fails with SQLSTATE 25P02 without
+//!    effect: that answer marks it poisoned too. Both are counted in
+//!    [`crate::metrics::names::POISONED_CONNECTIONS`], logged at WARN, and
+//!    the statement is retried on another connection.
+//! 3. A connection whose statement was interrupted (its future dropped by a
+//!    timeout or a cancelled caller) is closed rather than returned, so a
+//!    statement stuck behind a row lock holds no pool slot.
+//!
+//! Why this is sound under the extended query protocol and PgBouncer: the
+//! status byte is the server's own view at the end of the previous message
+//! cycle, and nothing else can write to the connection while we hold it.
+//! In-SQL guards such as `statement_timestamp() = transaction_timestamp()`
+//! are not: with the extended protocol the transaction starts at `Bind` and
+//! the statement at `Execute`, so the two differ inside an implicit
+//! transaction too (measured: 0 equal of 2,000, up to 6.8 ms apart). With
+//! PgBouncer in transaction mode the client sees the status of the server
+//! connection it is linked to; PgBouncer keeps that link exactly while the
+//! status is not idle, and only gives out server connections that are idle,
+//! so a statement sent after an idle status starts its own transaction.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Transaction};
+
+use crate::error::{Error, Result};
+use crate::metrics;
+
+/// How many poisoned connections one operation closes before giving up: a
+/// pool whose every connection is poisoned is refilled with fresh ones, so
+/// this is only reached if something keeps poisoning them as fast.
+pub(crate) const MAX_POISONED_PER_CALL: usize = 16;
+
+/// Counts the poisoned connections one lease store (and the runs of its
+/// runtime) closed, for `Runtime::health`. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PoisonCount(Arc<AtomicU64>);
+
+impl PoisonCount {
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A pooled connection that was idle when checked. Dropped while a
+/// statement is in flight, it is closed instead of returned (invariant 3).
+pub(crate) struct Checked {
+    conn: Option<PoolConnection<Postgres>>,
+    in_flight: bool,
+    count: PoisonCount,
+}
+
+impl Drop for Checked {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.as_mut()
+            && self.in_flight
+        {
+            conn.close_on_drop();
+        }
+    }
+}
+
+impl Checked {
+    fn conn(&mut self) -> &mut PgConnection {
+        match self.conn.as_mut() {
+            Some(conn) => conn,
+            // `conn` is only taken by `into_inner`, which consumes `self`.
+            None => unreachable!("a checked connection is used after being given away"),
+        }
+    }
+
+    /// The connection, for one statement: until [`Checked::finish`], a drop
+    /// closes it.
+    pub(crate) fn statement(&mut self) -> &mut PgConnection {
+        self.in_flight = true;
+        self.conn()
+    }
+
+    /// The statement's result, or `None` if the connection turned out to be
+    /// inside an aborted transaction (then it is closed, nothing took
+    /// effect, and the caller retries on another connection).
+    pub(crate) fn finish<T>(mut self, result: sqlx::Result<T>) -> Option<Result<T>> {
+        match result {
+            Err(error) if in_failed_transaction(&error) => {
+                self.discard_poisoned("in_failed_transaction");
+                None
+            }
+            result => {
+                self.in_flight = false;
+                Some(result.map_err(Error::from))
+            }
+        }
+    }
+
+    fn into_inner(mut self) -> Option<PoolConnection<Postgres>> {
+        self.conn.take()
+    }
+
+    /// Closes a connection found inside someone else's transaction.
+    fn discard_poisoned(mut self, state: &'static str) {
+        self.count.0.fetch_add(1, Ordering::Relaxed);
+        poisoned(state);
+        if let Some(conn) = self.conn.as_mut() {
+            conn.close_on_drop();
+        }
+    }
+}
+
+fn poisoned(state: &'static str) {
+    metrics::poisoned_connection(state);
+    tracing::warn!(
+        state,
+        "a pooled connection came back to the pool inside a transaction (service code that left a \
+         transaction open, or a dropped sqlx Pool::begin: sqlx issue #4393); leasehold closed it \
+         and retried on another connection"
+    );
+}
+
+/// Takes a connection from `pool` that is not inside a transaction,
+/// closing every poisoned one it meets (invariant 1, 2).
+///
+/// Cancel-safe: dropped during the probe, the connection is closed.
+pub(crate) async fn acquire(pool: &PgPool, count: &PoisonCount) -> Result<Checked> {
+    for _ in 0..MAX_POISONED_PER_CALL {
+        let mut checked = Checked {
+            conn: Some(pool.acquire().await?),
+            in_flight: true,
+            count: count.clone(),
+        };
+        // Ok(_) means the connection was already in a transaction; dropping
+        // the returned handle queues a ROLLBACK, and the connection is then
+        // closed anyway.
+        let probe = checked.conn().begin_with("").await.map(drop);
+        match probe {
+            Err(sqlx::Error::BeginFailed) => {
+                checked.in_flight = false;
+                return Ok(checked);
+            }
+            Ok(()) | Err(sqlx::Error::InvalidSavePointStatement) => checked.discard_poisoned("in_transaction"),
+            Err(other) => return Err(other.into()),
+        }
+    }
+    Err(too_many_poisoned())
+}
+
+pub(crate) fn too_many_poisoned() -> Error {
+    Error::PoisonedPool {
+        closed: MAX_POISONED_PER_CALL,
+    }
+}
+
+/// SQLSTATE 25P02: the connection is inside an aborted transaction.
+fn in_failed_transaction(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == "25P02")
+}
+
+/// Runs one leasehold statement on a checked connection of `$pool`,
+/// retrying on another connection if this one turns out to be poisoned
+/// (counted in `$count`, a [`PoisonCount`]):
+/// `run!(pool, count, |conn| sqlx::query(..).execute(conn))` evaluates to
+/// `Result<T>`.
+///
+/// A macro rather than a function taking a closure: the statement borrows
+/// its arguments and the connection, and such a closure cannot be proven
+/// `Send` for every connection lifetime, which the runtime's tasks need.
+///
+/// Cancel-safe: the statement either committed or did not, and a
+/// connection dropped mid-statement is closed rather than returned.
+macro_rules! run {
+    ($pool:expr, $count:expr, |$conn:ident| $statement:expr) => {{
+        let mut outcome = None;
+        for _ in 0..$crate::connection::MAX_POISONED_PER_CALL {
+            let mut checked = match $crate::connection::acquire($pool, $count).await {
+                Ok(checked) => checked,
+                Err(error) => {
+                    outcome = Some(Err(error));
+                    break;
+                }
+            };
+            let $conn = checked.statement();
+            let result = $statement.await;
+            if let Some(done) = checked.finish(result) {
+                outcome = Some(done);
+                break;
+            }
+        }
+        outcome.unwrap_or_else(|| Err($crate::connection::too_many_poisoned()))
+    }};
+}
+pub(crate) use run;
+
+/// Opens a transaction on a checked connection of `pool`.
+///
+/// Cancel-safe in fact, unlike sqlx 0.9.0's `Pool::begin`: the `BEGIN`
+/// round trip runs in a task of its own, so the caller's future can be
+/// dropped at any point without leaving an open transaction on a pooled
+/// connection. A transaction the caller no longer waits for is dropped by
+/// that task, which rolls it back (sqlx queues the `ROLLBACK` and flushes it
+/// before the connection is reused).
+pub(crate) async fn begin(pool: &PgPool, count: &PoisonCount) -> Result<Transaction<'static, Postgres>> {
+    let (pool, count) = (pool.clone(), count.clone());
+    let task = tokio::spawn(async move {
+        let checked = acquire(&pool, &count).await?;
+        let Some(conn) = checked.into_inner() else {
+            unreachable!("a checked connection always holds one");
+        };
+        // `Transaction::begin` is what `Pool::begin` runs, on a connection
+        // we checked first.
+        Ok::<_, Error>(Transaction::begin(conn, None).await?)
+    });
+    match task.await {
+        Ok(result) => result,
+        Err(join) => Err(Error::Database(sqlx::Error::Protocol(format!(
+            "opening a transaction was interrupted: {join}"
+        )))),
+    }
+}
+
+/// Runs `operation` with a time limit: an operation of the runtime never
+/// waits longer than its budget for a pool connection, a row lock or an
+/// answer, so one stuck statement cannot hold every later tick.
+pub(crate) async fn bounded<T>(
+    limit: Duration,
+    what: &'static str,
+    operation: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(limit, operation).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::Timeout { operation: what, limit }),
+    }
+}

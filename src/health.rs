@@ -1,0 +1,225 @@
+//! What the runtime knows about its own health, kept up to date by the job
+//! loops and the heartbeat, read by `Runtime::health` without a database
+//! round trip.
+//!
+//! # Invariants
+//!
+//! - Every reason is *current*: a failure streak is cleared by the next
+//!   success of the same kind; a one-off event (a run lost at its deadline,
+//!   a poisoned connection) counts for one health window after it happened.
+//! - The window is three heartbeat or poll intervals, whichever is longer:
+//!   long enough that a probe polling every few seconds sees a blip, short
+//!   enough that health returns within a tick or two of recovery.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::connection::PoisonCount;
+
+/// Why the runtime is not healthy, as reported by
+/// [`Health::degraded`](crate::Health::degraded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Degraded {
+    /// No claim or heartbeat got an answer from the database for this long.
+    DatabaseSilent {
+        /// Time since the last answer.
+        since: Duration,
+    },
+    /// Claims keep failing (an error or a timeout each time).
+    ClaimsFailing {
+        /// Failed claims in a row.
+        consecutive: u32,
+        /// The latest error.
+        last_error: String,
+    },
+    /// Heartbeats keep failing, or cannot renew a lease whose row another
+    /// transaction holds locked.
+    HeartbeatsFailing {
+        /// Failed heartbeat ticks in a row.
+        consecutive: u32,
+        /// The latest error.
+        last_error: String,
+    },
+    /// Runs were stopped at their local deadline recently: their lease could
+    /// not be renewed in time (database slow or unreachable, pool exhausted
+    /// by the jobs themselves, lease row locked).
+    RunsLostAtDeadline {
+        /// Runs stopped at their deadline in the health window.
+        count: u32,
+        /// Time since the latest one.
+        ago: Duration,
+    },
+    /// Pooled connections were found inside someone else's transaction and
+    /// closed recently: code in this service leaves transactions open.
+    PoisonedConnections {
+        /// Connections closed in the health window.
+        closed: u64,
+    },
+    /// Shutdown has begun.
+    ShuttingDown,
+}
+
+impl std::fmt::Display for Degraded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Degraded::DatabaseSilent { since } => write!(f, "no answer from the database for {since:?}"),
+            Degraded::ClaimsFailing {
+                consecutive,
+                last_error,
+            } => write!(f, "{consecutive} claims in a row failed; last: {last_error}"),
+            Degraded::HeartbeatsFailing {
+                consecutive,
+                last_error,
+            } => write!(f, "{consecutive} heartbeats in a row failed; last: {last_error}"),
+            Degraded::RunsLostAtDeadline { count, ago } => write!(
+                f,
+                "{count} runs stopped at their deadline (lease not renewed in time), the latest {ago:?} ago"
+            ),
+            Degraded::PoisonedConnections { closed } => write!(
+                f,
+                "{closed} pooled connections were found inside a transaction and closed: service code leaves \
+                 transactions open on the shared pool"
+            ),
+            Degraded::ShuttingDown => f.write_str("shutting down"),
+        }
+    }
+}
+
+/// Health events, recorded by the runtime's tasks.
+pub(crate) struct Tracker {
+    window: Duration,
+    poisoned: PoisonCount,
+    state: Mutex<State>,
+}
+
+struct State {
+    last_ok: Instant,
+    claim_failures: u32,
+    last_claim_error: String,
+    heartbeat_failures: u32,
+    last_heartbeat_error: String,
+    deadline_losses: Vec<Instant>,
+    /// (when, process-wide count of poisoned connections then)
+    poisoned_marks: Vec<(Instant, u64)>,
+}
+
+impl Tracker {
+    pub(crate) fn new(window: Duration, poisoned: PoisonCount) -> Self {
+        Tracker {
+            window,
+            poisoned: poisoned.clone(),
+            state: Mutex::new(State {
+                last_ok: Instant::now(),
+                claim_failures: 0,
+                last_claim_error: String::new(),
+                heartbeat_failures: 0,
+                last_heartbeat_error: String::new(),
+                deadline_losses: Vec::new(),
+                poisoned_marks: vec![(Instant::now(), poisoned.get())],
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // Plain counters: still consistent after a panic elsewhere.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn claim_answered(&self) {
+        let mut s = self.state();
+        s.last_ok = Instant::now();
+        s.claim_failures = 0;
+    }
+
+    pub(crate) fn claim_failed(&self, error: &dyn std::fmt::Display) {
+        let mut s = self.state();
+        s.claim_failures += 1;
+        s.last_claim_error = error.to_string();
+    }
+
+    /// A heartbeat answered; `complete` if every lease it tried was renewed
+    /// or definitively lost (none skipped because its row was locked).
+    pub(crate) fn heartbeat_answered(&self, complete: bool) {
+        let mut s = self.state();
+        s.last_ok = Instant::now();
+        if complete {
+            s.heartbeat_failures = 0;
+        } else {
+            s.heartbeat_failures += 1;
+            s.last_heartbeat_error = "a lease row was locked by another transaction; not renewed".to_owned();
+        }
+    }
+
+    pub(crate) fn heartbeat_failed(&self, error: &dyn std::fmt::Display) {
+        let mut s = self.state();
+        s.heartbeat_failures += 1;
+        s.last_heartbeat_error = error.to_string();
+    }
+
+    /// Nothing to renew: no heartbeat problem can matter.
+    pub(crate) fn nothing_to_renew(&self) {
+        self.state().heartbeat_failures = 0;
+    }
+
+    /// Some other statement (a release) got an answer.
+    pub(crate) fn database_answered(&self) {
+        self.state().last_ok = Instant::now();
+    }
+
+    pub(crate) fn run_lost_at_deadline(&self) {
+        self.state().deadline_losses.push(Instant::now());
+    }
+
+    /// The reasons the runtime is degraded right now (empty if healthy),
+    /// and how long ago the database last answered.
+    pub(crate) fn read(&self, shutting_down: bool) -> (Vec<Degraded>, Duration) {
+        let now = Instant::now();
+        let mut s = self.state();
+        let window = self.window;
+        s.deadline_losses.retain(|t| now.duration_since(*t) <= window);
+        let seen = self.poisoned.get();
+        if s.poisoned_marks.last().is_none_or(|(_, count)| *count != seen) {
+            s.poisoned_marks.push((now, seen));
+        }
+        // Keep the newest mark older than the window as the baseline.
+        while s.poisoned_marks.len() > 1 && now.duration_since(s.poisoned_marks[1].0) > window {
+            s.poisoned_marks.remove(0);
+        }
+        let mut reasons = Vec::new();
+        if shutting_down {
+            reasons.push(Degraded::ShuttingDown);
+        }
+        let silent = now.duration_since(s.last_ok);
+        if silent > window {
+            reasons.push(Degraded::DatabaseSilent { since: silent });
+        }
+        if s.claim_failures >= 2 {
+            reasons.push(Degraded::ClaimsFailing {
+                consecutive: s.claim_failures,
+                last_error: s.last_claim_error.clone(),
+            });
+        }
+        if s.heartbeat_failures >= 1 {
+            reasons.push(Degraded::HeartbeatsFailing {
+                consecutive: s.heartbeat_failures,
+                last_error: s.last_heartbeat_error.clone(),
+            });
+        }
+        if let Some(latest) = s.deadline_losses.last() {
+            reasons.push(Degraded::RunsLostAtDeadline {
+                count: s.deadline_losses.len() as u32,
+                ago: now.duration_since(*latest),
+            });
+        }
+        let baseline = s.poisoned_marks.first().map_or(seen, |(_, count)| *count);
+        if seen > baseline {
+            reasons.push(Degraded::PoisonedConnections {
+                closed: seen - baseline,
+            });
+        }
+        (reasons, silent)
+    }
+}

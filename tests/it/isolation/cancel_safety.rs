@@ -1,0 +1,99 @@
+//! Finding 1, in general: every leasehold future that touches the pool is
+//! cancel-safe in fact. Each is dropped at every await point — the sweep
+//! drops it after 0, 8, 16 … ms while a proxy delays every packet — and
+//! afterwards no backend is left inside a transaction and the pool still
+//! commits leasehold's statements.
+
+use std::future::Future;
+use std::time::Duration;
+
+use leasehold::LeaseStore;
+use leasehold_testkit::proxy::{Mode, Proxy};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::support::{self, TestDb};
+
+/// A pool of `max` connections to `db` through `proxy`.
+async fn proxied_pool(db: &TestDb, proxy: &Proxy, max: u32) -> PgPool {
+    let options = db.options.clone().host("127.0.0.1").port(proxy.port);
+    PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy_with(options)
+}
+
+/// Drops `operation()` after 0, `step`, 2·`step` … until one attempt
+/// completes; after each drop, checks that no backend is left inside a
+/// transaction and that a leasehold claim on the same pool commits.
+/// Returns how many attempts were dropped.
+async fn sweep<F, Fut, T>(db: &TestDb, pool: &PgPool, step: Duration, name: &str, mut operation: F) -> usize
+where
+    F: FnMut(u32) -> Fut,
+    Fut: Future<Output = leasehold::Result<T>>,
+{
+    let store = LeaseStore::new(pool.clone());
+    let mut dropped = 0;
+    for attempt in 0..200u32 {
+        let cut = step * attempt;
+        match tokio::time::timeout(cut, operation(attempt)).await {
+            Ok(result) => {
+                result.unwrap_or_else(|e| panic!("{name}: attempt {attempt} failed: {e}"));
+                break;
+            }
+            Err(_) => dropped += 1,
+        }
+        support::assert_no_backend_in_transaction(&db.pool, &format!("{name} dropped after {cut:?}")).await;
+        let key = format!("{name}-probe-{attempt}");
+        store
+            .claim(&key, "probe", support::LONG)
+            .await
+            .expect("claim after a drop");
+        let row = LeaseStore::new(db.pool.clone()).get(&key).await.unwrap();
+        assert!(
+            row.is_some_and(|r| r.is_held()),
+            "{name}: a claim after a drop at {cut:?} did not commit"
+        );
+    }
+    assert!(
+        dropped > 3,
+        "{name}: the sweep must cut the operation at several awaits ({dropped})"
+    );
+    dropped
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_transactions_and_lease_statements_dropped_at_every_await_leave_no_open_transaction() {
+    let db = support::db().await;
+    support::accounts(&db.pool).await;
+    let (rt, guard) = support::held_guard(&db, "holder", "swept").await;
+    let port = db.options.get_port();
+    let proxy = Proxy::start("127.0.0.1", port).await.expect("proxy");
+    proxy.set(Mode::Delay(Duration::from_millis(10)));
+    let pool = proxied_pool(&db, &proxy, 2).await;
+    let step = Duration::from_millis(7);
+
+    let begin = sweep(&db, &pool, step, "begin_fenced", |_| {
+        let (guard, pool) = (guard.clone(), pool.clone());
+        async move {
+            let tx = guard.begin_fenced(&pool).await?;
+            tx.commit().await?;
+            Ok(())
+        }
+    })
+    .await;
+    let update = sweep(&db, &pool, step, "fenced_update", |n| {
+        let (guard, pool) = (guard.clone(), pool.clone());
+        async move { support::set_balance(&guard, &pool, 1, i64::from(n)).await }
+    })
+    .await;
+    let store = LeaseStore::new(pool.clone());
+    let claim = sweep(&db, &pool, step, "claim", |n| {
+        let store = store.clone();
+        async move { store.claim(&format!("swept-{n}"), "sweeper", support::LONG).await }
+    })
+    .await;
+    println!("measured: dropped begin_fenced at {begin}, fenced update at {update}, claim at {claim} cut points");
+    proxy.set(Mode::Normal);
+    rt.shutdown().await;
+}

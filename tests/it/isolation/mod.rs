@@ -1,0 +1,11 @@
+//! What a real service does to the library: shares its pool (and leaves
+//! connections inside transactions), copies configurations (duplicate
+//! holder ids), drops handles, exhausts its own pool, locks lease rows.
+//! One file per finding of issue 11.
+
+mod cancel_safety;
+mod dropped_handle;
+mod duplicate_holder;
+mod poisoned_pool;
+mod pool_exhaustion;
+mod wedged_heartbeat;

@@ -1,0 +1,79 @@
+//! Finding 4: the job's own code exhausts the pool the heartbeat needs.
+
+use std::time::Duration;
+
+use leasehold::{Degraded, FenceGuard, Schedule};
+use sqlx::PgPool;
+
+use crate::support::{self, Runs, eventually, job, quick};
+
+/// Replica "hog" (pool of 2) runs a job that takes both connections and
+/// never gives them back until dropped: its heartbeat cannot renew, so each
+/// run stops at its deadline. After two such losses in a row it waits
+/// before claiming again, reports degraded, and replica "good" takes the
+/// key and runs it. Before the fix: "hog" re-claimed at once, forever, and
+/// stayed healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_job_exhausts_its_pool_backs_off_and_hands_the_key_over() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let settings = quick(Schedule::every(Duration::from_millis(500)), Duration::from_secs(2))
+        .retry(Duration::from_secs(2), Duration::from_secs(4));
+    let hog_pool = db.pool_with(2).await;
+    let hog_body = {
+        let (runs, pool) = (runs.clone(), hog_pool.clone());
+        move |guard: FenceGuard| {
+            let (runs, pool): (Runs, PgPool) = (runs.clone(), pool.clone());
+            async move {
+                runs.start(&guard);
+                let _a = pool.acquire().await?;
+                let _b = pool.acquire().await?;
+                std::future::pending::<()>().await;
+                Ok(())
+            }
+        }
+    };
+    let hog = support::replica_on(
+        hog_pool.clone(),
+        "hog",
+        Duration::from_millis(100),
+        vec![job("hogged", settings.clone(), hog_body)],
+    )
+    .await;
+    // Two losses in a row on "hog", then its health says why.
+    eventually(Duration::from_secs(15), || {
+        (runs.all().iter().filter(|r| r.holder == "hog").count() >= 2).then_some(())
+    })
+    .await;
+    let degraded = loop {
+        let health = hog.health();
+        if let Some(d) = health
+            .degraded
+            .iter()
+            .find(|d| matches!(d, Degraded::RunsLostAtDeadline { .. }))
+        {
+            break d.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    println!("measured: hog degraded: {degraded}");
+    let good = support::replica(
+        &db,
+        "good",
+        3,
+        vec![job("hogged", settings, runs.body(Duration::from_millis(10)))],
+    )
+    .await;
+    let good_run = eventually(Duration::from_secs(10), || {
+        runs.all().into_iter().find(|r| r.holder == "good" && r.ended.is_some())
+    })
+    .await;
+    let all = runs.all();
+    let hog_fences: Vec<i64> = all.iter().filter(|r| r.holder == "hog").map(|r| r.fence).collect();
+    println!(
+        "measured: hog runs (fences) {hog_fences:?}; good ran fence {}",
+        good_run.fence
+    );
+    hog.shutdown().await;
+    good.shutdown().await;
+}

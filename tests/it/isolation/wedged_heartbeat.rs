@@ -1,0 +1,63 @@
+//! Item 7: a lease row locked by an outside transaction cannot wedge the
+//! heartbeat.
+
+use std::time::Duration;
+
+use leasehold::{CancelReason, Schedule};
+use tokio::time::Instant;
+
+use crate::support::{self, Runs, eventually, job, quick};
+
+/// Lease 2 s; an outside transaction holds `SELECT … FOR UPDATE` on the
+/// lease row for 6 s. The run stops at its local deadline (before the lease
+/// can expire), the runtime reports degraded during the stall, and healthy
+/// again shortly after the lock is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_lease_row_stops_the_run_at_its_deadline_and_heals_after() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let rt = support::replica(
+        &db,
+        "r0",
+        3,
+        vec![job(
+            "locked",
+            quick(Schedule::Manual, Duration::from_secs(2)),
+            runs.body(Duration::from_secs(60)),
+        )],
+    )
+    .await;
+    rt.trigger("locked").await.unwrap();
+    runs.wait_started(1, Duration::from_secs(5)).await;
+    let mut outside = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM leasehold_lease WHERE key = 'locked' FOR UPDATE")
+        .execute(&mut *outside)
+        .await
+        .unwrap();
+    let locked_at = Instant::now();
+    let (stopped_at, reason) = eventually(Duration::from_secs(5), || runs.all()[0].cancelled).await;
+    assert_eq!(reason, CancelReason::Deadline);
+    let mut degraded_seen = false;
+    while locked_at.elapsed() < Duration::from_secs(6) {
+        degraded_seen |= !rt.health().healthy;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    outside.rollback().await.unwrap();
+    let released_at = Instant::now();
+    let healed = eventually(Duration::from_secs(10), || rt.health().healthy.then(Instant::now)).await;
+    println!(
+        "measured: lock -> run stopped {:?} (reason deadline); degraded during the stall: {degraded_seen}; \
+         lock released -> healthy {:?}",
+        stopped_at - locked_at,
+        healed - released_at
+    );
+    assert!(
+        stopped_at - locked_at < Duration::from_secs(2),
+        "stopped before the lease could expire"
+    );
+    assert!(
+        degraded_seen,
+        "health must say degraded while the heartbeat cannot renew"
+    );
+    rt.shutdown().await;
+}
