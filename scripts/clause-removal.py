@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Clause removal: for each guard clause of the lease SQL (src/lease.rs),
-remove it in a scratch worktree of HEAD and run the lease scenario tests;
-every mutation must make at least one named test fail.
+remove it (or, for a rule that forbids something, add the forbidden clause)
+in a scratch worktree of HEAD and run the scenario tests named with it
+(`lease::` unless a mutation names others); every mutation must make at
+least one named test fail.
 
     python3 scripts/clause-removal.py            # all mutations (~1 min each)
     python3 scripts/clause-removal.py --check    # only check every pattern still matches src/lease.rs
@@ -38,12 +40,16 @@ mutations = [
  ("claim/claim_run: fence from `fence + 1` instead of the sequence",
   "SELECT $1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),",
   "SELECT $1, $2, 1, clock_timestamp(),"),
- ("claim_run: same-holder clause removed",
-  """                 WHERE (l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp())""",
-  """                 WHERE (l.expires_at <= clock_timestamp())"""),
+ ("claim_run: same-holder re-entrance added (a duplicate holder id takes a live lease)",
+  """                 WHERE l.expires_at <= clock_timestamp()
+                   AND ($4""",
+  """                 WHERE (l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp())
+                   AND ($4""", "lease:: isolation::duplicate_holder"),
  ("claim_run: expiry clause removed",
-  """                 WHERE (l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp())""",
-  """                 WHERE (l.holder = EXCLUDED.holder)"""),
+  """                 WHERE l.expires_at <= clock_timestamp()
+                   AND ($4""",
+  """                 WHERE true
+                   AND ($4"""),
  ("claim_run: due clause removed",
   """                   AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())""",
   ""),
@@ -52,18 +58,22 @@ mutations = [
                        acquired_at = clock_timestamp(),""",
   """                       fence       = CASE WHEN l.holder = EXCLUDED.holder THEN l.fence ELSE EXCLUDED.fence END,
                        acquired_at = clock_timestamp(),"""),
- ("renew: holder clause removed", "       AND l.holder = $1\n", ""),
- ("renew: fence clause removed", "       AND l.fence = t.fence\n", ""),
- ("renew: non-expiry clause removed", "       AND l.expires_at > clock_timestamp()\n    RETURNING l.*, clock_timestamp() AS server_now\";", "    RETURNING l.*, clock_timestamp() AS server_now\";"),
+ ("renew: holder clause removed", "         WHERE l.holder = $1\n           AND l.fence = t.fence\n", "         WHERE l.fence = t.fence\n"),
+ ("renew: fence clause removed", "           AND l.fence = t.fence\n           AND l.expires_at", "           AND l.expires_at"),
+ ("renew: non-expiry clauses removed", "           AND l.expires_at > clock_timestamp()\n", ""),
+ ("renew: SKIP LOCKED removed (a locked row stalls the heartbeat)", "FOR UPDATE OF l SKIP LOCKED", "FOR UPDATE OF l",
+  "isolation::wedged_heartbeat"),
  ("release: holder clause removed", "             WHERE key = $1\n               AND holder = $2\n               AND fence = $3\";", "             WHERE key = $1\n               AND $2::text IS NOT NULL\n               AND fence = $3\";"),
  ("release: fence clause removed", "             WHERE key = $1\n               AND holder = $2\n               AND fence = $3\";", "             WHERE key = $1\n               AND holder = $2\n               AND $3::int8 IS NOT NULL\";"),
  ("claim_run: times taken from VALUES, before the row-lock wait (the slot bug)",
   """                       acquired_at = clock_timestamp(),
                        expires_at  = clock_timestamp() + make_interval(secs => $3)
-                 WHERE (l.holder""",
+                 WHERE l.expires_at <= clock_timestamp()
+                   AND ($4""",
   """                       acquired_at = EXCLUDED.acquired_at,
                        expires_at  = EXCLUDED.expires_at
-                 WHERE (l.holder"""),
+                 WHERE l.expires_at <= clock_timestamp()
+                   AND ($4"""),
  ("claim: snapshot pre-check removed",
   """                 WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease c
                                     WHERE c.key = $1 AND c.holder <> $2 AND c.expires_at > clock_timestamp())
@@ -74,7 +84,7 @@ mutations = [
 def main():
     check_only = "--check" in sys.argv
     src = open(os.path.join(ROOT, "src/lease.rs")).read()
-    stale = [name for name, old, _ in mutations if old not in src]
+    stale = [name for name, old, *_ in mutations if old not in src]
     for name in stale:
         print(f"!! pattern no longer in src/lease.rs: {name}")
     if check_only or stale:
@@ -87,11 +97,12 @@ def main():
         try:
             env = {**os.environ, "CARGO_TARGET_DIR": os.path.join(ROOT, "target/clause-removal"), "RUST_BACKTRACE": "0"}
             base = open(os.path.join(wt, "src/lease.rs")).read()
-            for name, old, new in mutations:
+            for name, old, new, *filters in mutations:
                 open(os.path.join(wt, "src/lease.rs"), "w").write(base.replace(old, new))
-                r = subprocess.run(["cargo", "test", "-q", "--test", "it", "--", "lease::"], cwd=wt,
+                names = (filters[0] if filters else "lease::").split()
+                r = subprocess.run(["cargo", "test", "-q", "--test", "it", "--", *names], cwd=wt,
                                    capture_output=True, text=True, env=env)
-                failed = re.findall(r"^    (lease::\S+)$", r.stdout, re.M)
+                failed = re.findall(r"^    (\w+::\S+)$", r.stdout, re.M)
                 if failed:
                     print(f"{name} -> FAILS: {', '.join(failed)}", flush=True)
                 else:

@@ -44,6 +44,8 @@
 //! - [`migrate`] creates the `leasehold_*` tables (or apply
 //!   `migrations/*.sql` with your own tool);
 //! - [`metrics`] names every metric; `RuntimeBuilder::prometheus` serves them.
+//!
+//! MSRV: Rust 1.94 (sqlx 0.9.0 needs it).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
@@ -75,3 +77,8 @@ pub use runtime::__private;
 pub use runtime::{Faults, Health, Runtime, RuntimeBuilder, ShutdownReport};
 pub use schedule::Schedule;
 pub use validate::{MAX_KEY_BYTES, MAX_LEASE, MIN_LEASE};
+
+/// The sqlx this leasehold is built on (0.9). Its types (`PgPool`,
+/// `Transaction`) are the ones leasehold's API takes and returns: use this
+/// re-export, or the same sqlx version, in your service.
+pub use sqlx;

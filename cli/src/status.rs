@@ -40,8 +40,21 @@ impl Row {
         self.expires_at > self.server_now
     }
 
+    /// A key registered by a runtime but never claimed: the library
+    /// creates its row free, expiring 1 µs after "acquired", with a fence
+    /// nobody ran under. Any claim gives at least 10 ms.
+    pub(crate) fn never_run(&self) -> bool {
+        !self.held() && self.expires_at - self.acquired_at <= chrono::TimeDelta::microseconds(1)
+    }
+
     pub(crate) fn state(&self) -> &'static str {
-        if self.held() { "held" } else { "free" }
+        if self.held() {
+            "held"
+        } else if self.never_run() {
+            "never-run"
+        } else {
+            "free"
+        }
     }
 
     /// Seconds until expiry by the server clock; negative once expired.
@@ -88,7 +101,8 @@ struct LeaseJson<'a> {
     /// The holder, or the last holder of a free lease.
     holder: &'a str,
     fence: i64,
-    /// `held` or `free`.
+    /// `held`, `free`, or `never-run` (registered, never claimed: holder
+    /// and fence are placeholders).
     state: &'static str,
     acquired_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
@@ -172,15 +186,28 @@ fn render(rows: &[Row], server_now: DateTime<Utc>, prefix: Option<&str>) -> Stri
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            vec![
-                text::cell(&r.key),
-                r.state().to_owned(),
-                text::cell(&r.holder),
-                r.fence.to_string(),
-                text::time(r.acquired_at),
-                r.expiry_text(),
-                r.due_text(),
-            ]
+            if r.never_run() {
+                let none = || "-".to_owned();
+                vec![
+                    text::cell(&r.key),
+                    r.state().to_owned(),
+                    none(),
+                    none(),
+                    none(),
+                    none(),
+                    r.due_text(),
+                ]
+            } else {
+                vec![
+                    text::cell(&r.key),
+                    r.state().to_owned(),
+                    text::cell(&r.holder),
+                    r.fence.to_string(),
+                    text::time(r.acquired_at),
+                    r.expiry_text(),
+                    r.due_text(),
+                ]
+            }
         })
         .collect();
     out.push_str(&text::table(&header, &cells));

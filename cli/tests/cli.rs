@@ -456,3 +456,26 @@ async fn check_reports_skew_and_a_clean_round_trip() {
         .unwrap();
     assert_eq!(left, 0, "the scratch row is deleted");
 }
+
+/// A job registered by a runtime but never run shows as such: no holder,
+/// fence or acquisition time that would suggest a run took place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_a_never_run_job_as_never_run() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let (guards, _rx) = mpsc::unbounded_channel();
+    let runtime = Runtime::builder(db.pool.clone())
+        .register(Holding { guards })
+        .start()
+        .await
+        .unwrap();
+    runtime.shutdown().await;
+    let out = leasehold(Some(&url), &["status"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let row = table_row(&text, "held-job");
+    assert_eq!(row, ["held-job", "never-run", "-", "-", "-", "-", "never"], "{text}");
+    let out = leasehold(Some(&url), &["status", "--json"]).await;
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["leases"][0]["state"], "never-run", "{doc}");
+}

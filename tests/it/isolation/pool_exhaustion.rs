@@ -45,17 +45,13 @@ async fn a_replica_whose_job_exhausts_its_pool_backs_off_and_hands_the_key_over(
         (runs.all().iter().filter(|r| r.holder == "hog").count() >= 2).then_some(())
     })
     .await;
-    let degraded = loop {
-        let health = hog.health();
-        if let Some(d) = health
+    let degraded = eventually(Duration::from_secs(10), || {
+        hog.health()
             .degraded
-            .iter()
+            .into_iter()
             .find(|d| matches!(d, Degraded::RunsLostAtDeadline { .. }))
-        {
-            break d.clone();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     println!("measured: hog degraded: {degraded}");
     let good = support::replica(
         &db,

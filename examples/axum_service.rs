@@ -1,0 +1,113 @@
+//! leasehold inside an axum service: the runtime handle in the router's
+//! state, a readiness probe that reports `Runtime::health`, an endpoint that
+//! triggers a job fleet-wide, and a graceful shutdown that hands the leases
+//! over.
+//!
+//! ```sh
+//! cargo run --example axum_service            # a throwaway PostgreSQL
+//! DATABASE_URL=postgres://... cargo run --example axum_service
+//! ```
+//!
+//! It serves on a loopback port, calls its own endpoints once (so it stops
+//! by itself), and prints what it got.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use leasehold::sqlx::PgPool;
+use leasehold::{FenceGuard, FencedJob, JobError, Runtime};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A job the service runs every 5 s, and on demand through `/jobs/{key}/trigger`.
+#[derive(FencedJob)]
+#[job(key = "invoices", every = "5s", lease = "30s")]
+struct Invoices {
+    db: PgPool,
+}
+
+impl Invoices {
+    async fn run(&self, guard: FenceGuard) -> Result<(), JobError> {
+        let tx = guard.begin_fenced(&self.db).await?; // a stale fence writes nothing
+        tx.commit().await?;
+        println!("  invoices ran with fence {}", guard.fence());
+        Ok(())
+    }
+}
+
+/// Readiness: 200 while healthy, 503 with the reasons otherwise.
+async fn ready(State(runtime): State<Runtime>) -> (StatusCode, String) {
+    let health = runtime.health();
+    if health.healthy {
+        (StatusCode::OK, "ok".into())
+    } else {
+        let reasons: Vec<String> = health.degraded.iter().map(ToString::to_string).collect();
+        (StatusCode::SERVICE_UNAVAILABLE, reasons.join("; "))
+    }
+}
+
+/// Makes a job due now, for the whole fleet (POST only: it changes state).
+async fn trigger(State(runtime): State<Runtime>, Path(key): Path<String>) -> (StatusCode, String) {
+    match runtime.trigger(&key).await {
+        Ok(()) => (StatusCode::ACCEPTED, format!("{key} is due now\n")),
+        Err(leasehold::Error::UnknownJob(_)) => (StatusCode::NOT_FOUND, format!("no job {key:?}\n")),
+        Err(error) => (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let db = leasehold_testkit::test_db().await;
+    let pool = db.pool.clone();
+
+    let runtime = Runtime::builder(pool.clone())
+        .register(Invoices { db: pool.clone() })
+        .start()
+        .await?;
+    let app = Router::new()
+        .route("/ready", get(ready))
+        .route("/jobs/{key}/trigger", post(trigger))
+        .with_state(runtime.clone());
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    println!("serving on http://{addr}");
+
+    for (method, path) in [
+        ("GET", "/ready"),
+        ("POST", "/jobs/invoices/trigger"),
+        ("POST", "/jobs/nope/trigger"),
+    ] {
+        println!("{method} {path} -> {}", request(addr, method, path).await?);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // On SIGTERM in a real service: stop serving, then hand the leases over.
+    let _ = stop.send(());
+    server.await??;
+    let report = runtime.shutdown().await;
+    println!("shutdown: {report:?}");
+    Ok(())
+}
+
+/// A minimal HTTP/1.1 request, so the example needs no client crate.
+async fn request(addr: std::net::SocketAddr, method: &str, path: &str) -> std::io::Result<String> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    stream.write_all(head.as_bytes()).await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let status = response.lines().next().unwrap_or_default().to_owned();
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default().trim().to_owned();
+    Ok(format!("{status} {body}"))
+}
