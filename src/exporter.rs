@@ -229,6 +229,7 @@ mod tests {
             m::held("nightly", 1.0);
             m::remaining("nightly", Duration::from_secs(59));
             m::fence_rejected("nightly");
+            m::poisoned_connection("in_transaction");
         });
         let text = handle.render();
         for name in names::ALL {
@@ -245,6 +246,7 @@ mod tests {
             (names::REMAINING, "gauge"),
             (names::FENCE_REJECTIONS, "counter"),
             (names::LAST_SUCCESS, "gauge"),
+            (names::POISONED_CONNECTIONS, "counter"),
         ];
         assert_eq!(types.len(), names::ALL.len());
         for (name, kind) in types {
