@@ -191,6 +191,7 @@ pub(crate) enum NextDue {
 ///     match store.renew(&lease, Duration::from_secs(60)).await? {
 ///         Renewal::Renewed(renewed) => println!("good until {}", renewed.expires_at),
 ///         Renewal::Lost => return Ok(()), // someone newer owns the work: stop
+///         _ => {} // busy (row locked elsewhere): still held, retry before it runs out
 ///     }
 ///     store.release(&lease.key, &lease.holder, lease.fence).await?;
 /// }

@@ -61,3 +61,48 @@ async fn a_locked_lease_row_stops_the_run_at_its_deadline_and_heals_after() {
     );
     rt.shutdown().await;
 }
+
+/// One locked lease row does not stall the renewal of the others: with
+/// two runs in progress (lease 2 s) and the row of one locked by an outside
+/// transaction for 3 s, only that run stops at its deadline; the other
+/// keeps its lease throughout (its renewals skip nothing but the locked
+/// row).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_locked_lease_row_does_not_stall_the_renewal_of_the_others() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let settings = quick(Schedule::Manual, Duration::from_secs(2));
+    let rt = support::replica(
+        &db,
+        "r0",
+        3,
+        vec![
+            job("locked", settings.clone(), runs.body(Duration::from_secs(60))),
+            job("free", settings, runs.body(Duration::from_secs(60))),
+        ],
+    )
+    .await;
+    rt.trigger("locked").await.unwrap();
+    rt.trigger("free").await.unwrap();
+    runs.wait_started(2, Duration::from_secs(5)).await;
+    let mut outside = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM leasehold_lease WHERE key = 'locked' FOR UPDATE")
+        .execute(&mut *outside)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    outside.rollback().await.unwrap();
+    let all = runs.all();
+    let by_key = |key: &str| all.iter().find(|r| r.key == key).expect("a run").clone();
+    assert_eq!(
+        by_key("locked").cancelled.map(|(_, reason)| reason),
+        Some(CancelReason::Deadline),
+        "the run whose row was locked stops at its deadline"
+    );
+    assert!(
+        by_key("free").cancelled.is_none(),
+        "the other run kept its lease: {:?}",
+        by_key("free")
+    );
+    rt.shutdown().await;
+}
