@@ -258,7 +258,8 @@ impl Chaos {
     }
 
     /// Injects faults until `until`, one every `gap` (drawn from the seed),
-    /// then waits for the faults in flight to heal. Returns when all have.
+    /// then waits for the faults in flight to heal. Returns when all have
+    /// (with no kinds: at `until`).
     pub async fn run(self: &Arc<Self>, seed: u64, until: Instant, gap: (Duration, Duration), kinds: &[FaultKind]) {
         let mut rng = SplitMix64::new(seed);
         let mut tasks = tokio::task::JoinSet::new();
@@ -274,6 +275,9 @@ impl Chaos {
                 let chaos = self.clone();
                 tasks.spawn(async move { chaos.inject(kind, pick, frac).await });
             }
+        } else {
+            // `--faults none`: the same observation time, without faults.
+            tokio::time::sleep_until(until).await;
         }
         while tasks.join_next().await.is_some() {}
     }
