@@ -52,6 +52,7 @@
 mod args;
 mod check;
 mod faults;
+mod poison;
 mod proxy;
 mod replica;
 
