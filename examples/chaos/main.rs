@@ -27,20 +27,27 @@
 //!    `--seed` with splitmix64): SIGSTOP past the lease then SIGCONT, SIGKILL
 //!    and restart, `pg_terminate_backend`, PostgreSQL fast and immediate
 //!    restarts, proxy delay / blackhole / reset of one replica's traffic,
-//!    and a running lease expiring early on the server (operator
-//!    `release --force`, or a forward step of the server clock). Replica
-//!    faults aim at a replica that is running a job when there is one;
-//! 5. heals everything, lets the fleet run for `--tail`, stops it with
+//!    a running lease expiring early on the server (operator
+//!    `release --force`, or a forward step of the server clock), and two
+//!    faults that leave a replica's pooled connection inside a transaction
+//!    nobody owns (`poison.rs`: runs dropped inside `begin_fenced` behind a
+//!    slow proxy, and a plain `BEGIN` on the shared pool). Replica faults
+//!    aim at a replica that is running a job when there is one; while they
+//!    run, the replicas' backends are sampled (`backends.rs`);
+//! 5. heals everything, lets the fleet run for a quiet tail (`--tail`) in
+//!    which every slot must run exactly once, scans `pg_stat_activity` for
+//!    replica backends left idle in transaction, stops the fleet with
 //!    SIGTERM (graceful shutdown), then checks (see `check.rs` and
-//!    docs/operations.md) and prints a verdict table. Exit status 1 on any
-//!    violation, 2 on a harness error.
+//!    docs/operations.md) and prints a verdict table. Exit
+//!    status 1 on any violation, 2 on a harness error.
 //!
 //! Flags (defaults in brackets): `--replicas` [5], `--jobs` [20],
 //! `--duration` [120s], `--seed` [42], `--period` [2s], `--lease` [2s],
 //! `--steps` [5], `--step-pause` [250ms], `--gap MIN..MAX` [1s..14s],
-//! `--tail` [max(10s, lease + 3 periods)], `--faults` [all: stop, kill,
-//! terminate, pg-fast, pg-immediate, proxy-delay, proxy-blackhole,
-//! proxy-reset, expire; or `none`], `--out DIR` [a temp dir; the verdict,
+//! `--tail` [2 × (lease + period) + 6 periods, at least 10s; shorter is
+//! refused], `--faults` [all: stop, kill, terminate, pg-fast, pg-immediate,
+//! proxy-delay, proxy-blackhole, proxy-reset, expire, begin-drop,
+//! raw-begin; or `none`], `--out DIR` [a temp dir; the verdict,
 //! `ledger.tsv`, `faults.tsv`, replica logs and stderr stay there], and two
 //! switches that remove a protection and must make the checker fail:
 //! - `--unsafe-unfenced`: jobs write with plain statements instead of
@@ -50,6 +57,7 @@
 //!   writes (the single-node analogue of an asynchronous failover).
 
 mod args;
+mod backends;
 mod check;
 mod faults;
 mod poison;
@@ -254,6 +262,7 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         eprintln!("warning: not every job ran within 60 s of start; going on");
     }
     let observe_from = now_us() + offset;
+    let watcher = backends::watch(admin.clone(), Duration::from_millis(250));
     println!("fleet up; injecting faults for {:?}", args.duration);
 
     let kinds: Vec<FaultKind> = args
@@ -266,15 +275,29 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
     chaos.run(args.seed, until, (args.gap_min, args.gap_max), &kinds).await;
     let tail = args
         .tail
-        .unwrap_or_else(|| (args.lease + args.period * 3).max(Duration::from_secs(10)));
-    println!("faults over; letting the fleet run for {tail:?}");
+        .unwrap_or_else(|| check::min_tail(args.lease, args.period).max(Duration::from_secs(10)));
+    println!("faults over; quiet tail of {tail:?} (no faults)");
     tokio::time::sleep(tail).await;
     let observe_to = now_us() + offset;
+    // While the replicas still run: their pools' connections close with
+    // them, and a connection left inside a transaction with them.
+    let (mut orphans, samples) = watcher.finish().await;
+    for o in &mut orphans {
+        o.first_seen += offset;
+        o.last_seen += offset;
+    }
+    let backends = backends::scan(&admin, args.lease).await?;
     let clean = chaos.fleet.lock().await.shutdown(Duration::from_secs(20)).await;
     println!("fleet stopped ({clean} of {} replicas exited cleanly)", args.replicas);
 
     // The checker.
     let input = gather(&admin, &args, &keys, &out, &chaos, offset, observe_from, observe_to).await?;
+    let input = check::Input {
+        backends,
+        orphans,
+        samples,
+        ..input
+    };
     let verdict = check::check(&input);
     let header = format!(
         "## chaos verdict: seed {}, {} replicas, {} jobs, {:?} of faults, period {:?}, lease {:?}, {mode}\n\n",
@@ -400,5 +423,8 @@ async fn gather(
         events,
         windows,
         skipped,
+        backends: backends::Scan::default(),
+        orphans: Vec::new(),
+        samples: 0,
     })
 }
