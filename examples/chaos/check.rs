@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 use crate::backends::{Orphan, Scan};
+use crate::commits::LeaseWrite;
 use crate::faults::FaultKind;
 
 /// The quiet tail after the last fault has at least this many slots in
@@ -33,6 +34,8 @@ pub struct LedgerRow {
     pub holder: String,
     pub slot: i64,
     pub at: i64,
+    /// The transaction that wrote it (`pg_current_xact_id()`).
+    pub xid: i64,
 }
 
 /// A row of `chaos_counter_history`: one accepted counter write.
@@ -44,6 +47,8 @@ pub struct CounterRow {
     pub new_fence: i64,
     pub run_id: String,
     pub at: i64,
+    /// The transaction that wrote it (`pg_current_xact_id()`).
+    pub xid: i64,
 }
 
 /// A line of a replica's event log.
@@ -92,6 +97,8 @@ pub struct Input {
     pub observe_to: i64,
     pub ledger: Vec<LedgerRow>,
     pub counter: Vec<CounterRow>,
+    /// Every committed write to `leasehold_lease` (`commits.rs`).
+    pub lease_writes: Vec<LeaseWrite>,
     pub events: Vec<Event>,
     pub windows: Vec<Window>,
     pub skipped: Vec<FaultKind>,
@@ -105,16 +112,16 @@ pub struct Input {
 
 /// One check: its name, what it found, and its first examples (five,
 /// unless [`Check::listing`] raised the limit).
-struct Check {
+pub struct Check {
     name: &'static str,
-    checked: usize,
+    pub checked: usize,
     violations: usize,
     examples: Vec<String>,
     limit: usize,
 }
 
 impl Check {
-    fn new(name: &'static str) -> Check {
+    pub fn new(name: &'static str) -> Check {
         Check {
             name,
             checked: 0,
@@ -125,14 +132,14 @@ impl Check {
     }
 
     /// A check whose violations are worth listing one by one, up to `limit`.
-    fn listing(name: &'static str, limit: usize) -> Check {
+    pub fn listing(name: &'static str, limit: usize) -> Check {
         Check {
             limit,
             ..Check::new(name)
         }
     }
 
-    fn fail(&mut self, example: String) {
+    pub fn fail(&mut self, example: String) {
         self.violations += 1;
         if self.examples.len() < self.limit {
             self.examples.push(example);
@@ -156,7 +163,7 @@ pub struct Verdict {
     pub violations: usize,
 }
 
-fn secs(us: i64, origin: i64) -> String {
+pub fn secs(us: i64, origin: i64) -> String {
     format!("{:.3}s", (us - origin) as f64 / 1e6)
 }
 
@@ -310,6 +317,28 @@ pub fn check(input: &Input) -> Verdict {
                 "{} fence {}: replica reported done, ledger has no row",
                 e.key, e.fence
             )),
+        }
+    }
+
+    // 6b. A run its replica saw succeed has every counter write committed:
+    //     each step's fenced column write returned Ok to the run, so the
+    //     counter's history has one row per step with the run's fence. A
+    //     write that ran inside a transaction nobody owns (a connection left
+    //     in one: `poison.rs`) returns Ok too, and is lost if that
+    //     transaction is rolled back.
+    let mut counter_writes: BTreeMap<(&str, i64), usize> = BTreeMap::new();
+    for c in &input.counter {
+        *counter_writes.entry((c.key.as_str(), c.new_fence)).or_default() += 1;
+    }
+    let mut lost_writes = Check::new("runs reported done have all counter writes committed");
+    for e in input.events.iter().filter(|e| e.kind == "done") {
+        lost_writes.checked += 1;
+        let n = counter_writes.get(&(e.key.as_str(), e.fence)).copied().unwrap_or(0);
+        if n < input.steps as usize {
+            lost_writes.fail(format!(
+                "{} fence {}: replica reported done, counter history has {n} of its {} writes",
+                e.key, e.fence, input.steps
+            ));
         }
     }
 
@@ -580,8 +609,28 @@ pub fn check(input: &Input) -> Verdict {
         input.orphans.len(),
         longest as f64 / 1e6
     );
+    let alone = crate::commits::lease_writes_alone(input);
+    let claimed = crate::commits::runs_claims_committed(input);
+    let _ = writeln!(
+        s,
+        "| leasehold lease writes (committed): claims / renewals / releases | {} |",
+        crate::commits::summary(&input.lease_writes)
+    );
     let checks = [
-        order, stale, overlap, unique, counter, lost, slots, live, tail, idle, orphaned,
+        order,
+        stale,
+        overlap,
+        unique,
+        counter,
+        lost,
+        lost_writes,
+        slots,
+        live,
+        tail,
+        idle,
+        orphaned,
+        alone,
+        claimed,
     ];
     let violations: usize = checks.iter().map(|c| c.violations).sum();
     for c in &checks {

@@ -37,9 +37,9 @@
 //! 5. heals everything, lets the fleet run for a quiet tail (`--tail`) in
 //!    which every slot must run exactly once, scans `pg_stat_activity` for
 //!    replica backends left idle in transaction, stops the fleet with
-//!    SIGTERM (graceful shutdown), then checks (see `check.rs` and
-//!    docs/operations.md) and prints a verdict table. Exit
-//!    status 1 on any violation, 2 on a harness error.
+//!    SIGTERM (graceful shutdown), then checks (see `check.rs`,
+//!    `commits.rs` and docs/operations.md) and prints a verdict table.
+//!    Exit status 1 on any violation, 2 on a harness error.
 //!
 //! Flags (defaults in brackets): `--replicas` [5], `--jobs` [20],
 //! `--duration` [120s], `--seed` [42], `--period` [2s], `--lease` [2s],
@@ -59,6 +59,7 @@
 mod args;
 mod backends;
 mod check;
+mod commits;
 mod faults;
 mod poison;
 mod proxy;
@@ -124,7 +125,8 @@ CREATE TABLE chaos_ledger (
     holder  TEXT        NOT NULL,
     slot    BIGINT      NOT NULL,
     fenced  BOOLEAN     NOT NULL,
-    at      TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+    at      TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+    xid     xid8        NOT NULL DEFAULT pg_current_xact_id()
 );
 CREATE TABLE chaos_counter (
     key        TEXT   PRIMARY KEY,
@@ -138,7 +140,8 @@ CREATE TABLE chaos_counter_history (
     old_fence BIGINT      NOT NULL,
     new_fence BIGINT      NOT NULL,
     run_id    TEXT        NOT NULL,
-    at        TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+    at        TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+    xid       xid8        NOT NULL DEFAULT pg_current_xact_id()
 );
 CREATE FUNCTION chaos_counter_log() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -223,6 +226,7 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         .await?;
     leasehold::migrate(&admin).await?;
     sqlx::raw_sql(SCHEMA).execute(&admin).await?;
+    sqlx::raw_sql(commits::SCHEMA).execute(&admin).await?;
     let keys: Vec<String> = (0..args.jobs).map(|i| format!("chaos:{i}")).collect();
     sqlx::query("INSERT INTO chaos_counter (key) SELECT unnest($1::text[])")
         .bind(&keys)
@@ -355,13 +359,15 @@ async fn gather(
     observe_to: i64,
 ) -> Result<check::Input, BoxError> {
     let ledger: Vec<check::LedgerRow> = sqlx::query_as(
-        "SELECT id, key, fence, run_id, step, holder, slot, (extract(epoch FROM at) * 1000000)::int8 AS at
+        "SELECT id, key, fence, run_id, step, holder, slot, (extract(epoch FROM at) * 1000000)::int8 AS at,
+                xid::text::int8 AS xid
            FROM chaos_ledger ORDER BY id",
     )
     .fetch_all(pool)
     .await?;
     let counter: Vec<check::CounterRow> = sqlx::query_as(
-        "SELECT id, key, old_fence, new_fence, run_id, (extract(epoch FROM at) * 1000000)::int8 AS at
+        "SELECT id, key, old_fence, new_fence, run_id, (extract(epoch FROM at) * 1000000)::int8 AS at,
+                xid::text::int8 AS xid
            FROM chaos_counter_history ORDER BY id",
     )
     .fetch_all(pool)
@@ -420,6 +426,7 @@ async fn gather(
         observe_to,
         ledger,
         counter,
+        lease_writes: commits::lease_writes(pool).await?,
         events,
         windows,
         skipped,
