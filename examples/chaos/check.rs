@@ -320,12 +320,12 @@ pub fn check(input: &Input) -> Verdict {
         }
     }
 
-    // 6b. A run its replica saw succeed has every counter write committed:
-    //     each step's fenced column write returned Ok to the run, so the
-    //     counter's history has one row per step with the run's fence. A
-    //     write that ran inside a transaction nobody owns (a connection left
-    //     in one: `poison.rs`) returns Ok too, and is lost if that
-    //     transaction is rolled back.
+    // 7. A run its replica saw succeed has every counter write committed:
+    //    each step's fenced column write returned Ok to the run, so the
+    //    counter's history has one row per step with the run's fence. A
+    //    write that ran inside a transaction nobody owns (a connection left
+    //    in one: `poison.rs`) returns Ok too, and is lost if that
+    //    transaction is rolled back.
     let mut counter_writes: BTreeMap<(&str, i64), usize> = BTreeMap::new();
     for c in &input.counter {
         *counter_writes.entry((c.key.as_str(), c.new_fence)).or_default() += 1;
@@ -342,11 +342,11 @@ pub fn check(input: &Input) -> Verdict {
         }
     }
 
-    // 7. Schedule slots away from every fault window (margin lease+period
+    // 8. Schedule slots away from every fault window (margin lease+period
     //    on both sides) ran exactly once to completion. A slot may also
     //    have runs that did not complete (cancelled, failed, retried): the
     //    runtime runs an unfinished slot again, by design. The quiet tail's
-    //    slots are check 9's, which is stricter.
+    //    slots are check 10's, which is stricter.
     let margin = input.lease_us + input.period_us;
     let p = input.period_us;
     let last_fault = input.windows.iter().map(|w| w.end).max().unwrap_or(input.observe_from);
@@ -402,7 +402,7 @@ pub fn check(input: &Input) -> Verdict {
         }
     }
 
-    // 8. Liveness: every job completed a run that started after the last
+    // 9. Liveness: every job completed a run that started after the last
     //    fault healed.
     let mut live = Check::new("every job ran again after the last fault");
     for key in &input.keys {
@@ -418,10 +418,10 @@ pub fn check(input: &Input) -> Verdict {
         }
     }
 
-    // 9. The quiet tail: from lease + period after the last fault to the
-    //    end, every slot of every job ran exactly once — one run that
-    //    committed all its steps and that its replica reported done. With
-    //    no fault left, nothing excuses a missed slot or a second run.
+    // 10. The quiet tail: from lease + period after the last fault to the
+    //     end, every slot of every job ran exactly once — one run that
+    //     committed all its steps and that its replica reported done. With
+    //     no fault left, nothing excuses a missed slot or a second run.
     let done: BTreeSet<(&str, i64)> = input
         .events
         .iter()
@@ -480,7 +480,7 @@ pub fn check(input: &Input) -> Verdict {
         }
     }
 
-    // 10. After the tail, before the fleet stops: no replica backend is
+    // 11. After the tail, before the fleet stops: no replica backend is
     //     idle in transaction (see `backends.rs` for the threshold).
     let mut idle = Check::listing("no replica backend idle in transaction at the end", 100);
     idle.checked = input.backends.backends.len();
@@ -488,10 +488,10 @@ pub fn check(input: &Input) -> Verdict {
         idle.fail(b.describe());
     }
 
-    // 10b. During the run (sampled every 250 ms): no replica backend is
-    //      idle in transaction right after one of leasehold's lease
-    //      statements or a fenced column write — autocommit statements that
-    //      then ran inside a transaction nobody owns (`backends.rs`).
+    // 12. During the run (sampled every 250 ms): no replica backend is
+    //     idle in transaction right after one of leasehold's lease
+    //     statements or a fenced column write — autocommit statements that
+    //     then ran inside a transaction nobody owns (`backends.rs`).
     let mut orphaned = Check::listing(
         "no replica backend seen idle in transaction after an autocommit statement",
         20,

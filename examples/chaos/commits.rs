@@ -81,7 +81,7 @@ pub fn summary(writes: &[LeaseWrite]) -> String {
     format!("{} / {} / {}", n("claim"), n("renewal"), n("release"))
 }
 
-/// Check 11: every transaction that wrote a lease row ran exactly one
+/// Check 13: every transaction that wrote a lease row ran exactly one
 /// statement, and wrote nothing else. leasehold claims, renews and releases
 /// with single autocommit statements, so two statements in one transaction,
 /// or a lease write committed with a job's ledger row or counter write,
@@ -151,7 +151,7 @@ pub fn lease_writes_alone(input: &Input) -> Check {
     check
 }
 
-/// Check 12: every run a replica started was claimed by a committed claim
+/// Check 14: every run a replica started was claimed by a committed claim
 /// (the lease row carried the run's fence at some commit). A run whose
 /// claim was rolled back ran without a lease as far as every other replica
 /// could see.
