@@ -279,7 +279,8 @@ pub async fn main(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .as_deref()
         .ok_or("--database is required in replica mode")?;
     let log = args.log.as_deref().ok_or("--log is required in replica mode")?;
-    // First thing, so that a SIGUSR1 never meets its default action (exit).
+    // Before the pool and the runtime exist, so that a SIGUSR1 (raw-begin)
+    // never meets its default action, which ends the process.
     let usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
     let mut options = PgConnectOptions::from_str(url)?
         .database(database)
