@@ -10,8 +10,11 @@
 #      target/pgbouncer/ (about 30 s; kept between runs);
 #   2. builds the chaos example (dev profile; CHAOS_PROFILE=release to
 #      change) and runs it for 60 s with a fixed seed against a throwaway
-#      PostgreSQL: 4 replica processes, 12 jobs, every fault kind. It exits
-#      non-zero on any violation.
+#      PostgreSQL: 4 replica processes, 12 jobs, every fault kind (seed 35
+#      with a fault every 1-8 s draws each of the 11 kinds at least once,
+#      begin-drop and raw-begin included), then a 20 s quiet tail in which
+#      every slot must run exactly once, and a scan for replica backends
+#      left idle in transaction. It exits non-zero on any violation.
 #
 # Usage: bash scripts/chaos-ci.sh                  (as root, or with sudo)
 #        bash scripts/chaos-ci.sh --pgbouncer-only (step 1 only)
@@ -93,4 +96,5 @@ cargo build --profile "$profile" --example chaos
 dir=debug; [ "$profile" = dev ] || dir=$profile
 echo "== chaos run"
 # shellcheck disable=SC2086 # CHAOS_ARGS is a list of flags
-"./target/$dir/examples/chaos" --replicas 4 --jobs 12 --duration 60s --seed 1 --out target/chaos-ci ${CHAOS_ARGS:-}
+"${CARGO_TARGET_DIR:-target}/$dir/examples/chaos" --replicas 4 --jobs 12 --duration 60s --seed 35 --gap 1s..8s \
+    --out target/chaos-ci ${CHAOS_ARGS:-}

@@ -61,8 +61,8 @@ impl Default for Args {
 }
 
 pub const USAGE: &str = "usage: cargo run --release --example chaos -- [--replicas 5] [--jobs 20] [--duration 120s] \
-[--seed 42] [--period 2s] [--lease 2s] [--steps 4] [--step-pause 150ms] [--gap 1s..14s] [--tail 10s] \
-[--faults stop,kill,terminate,pg-fast,pg-immediate,proxy-delay,proxy-blackhole,proxy-reset,expire] \
+[--seed 42] [--period 2s] [--lease 2s] [--steps 5] [--step-pause 250ms] [--gap 1s..14s] [--tail 20s] \
+[--faults stop,kill,terminate,pg-fast,pg-immediate,proxy-delay,proxy-blackhole,proxy-reset,expire,begin-drop,raw-begin] \
 [--unsafe-unfenced] [--async-commit] [--out DIR]   (see docs/operations.md)";
 
 impl Args {
@@ -142,6 +142,18 @@ impl Args {
         }
         if self.gap_max < self.gap_min || self.gap_min.is_zero() {
             return bad("--gap", "MIN must be above zero and MAX at least MIN");
+        }
+        let min_tail = crate::check::min_tail(self.lease, self.period);
+        if self.tail.is_some_and(|t| t < min_tail) {
+            return bad(
+                "--tail",
+                &format!(
+                    "at least {min_tail:?} with this lease and period: 2 × (lease + period) + {} periods, \
+                     so that the quiet tail has {} slots to check",
+                    crate::check::QUIET_SLOTS + 1,
+                    crate::check::QUIET_SLOTS
+                ),
+            );
         }
         Ok(())
     }

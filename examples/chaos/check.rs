@@ -5,7 +5,23 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
+use crate::backends::{Orphan, Scan};
+use crate::commits::LeaseWrite;
 use crate::faults::FaultKind;
+
+/// The quiet tail after the last fault has at least this many slots in
+/// which every job must run exactly once (the orchestrator's `--tail` is
+/// sized for it: see [`min_tail`]).
+pub const QUIET_SLOTS: i64 = 5;
+
+/// The shortest tail that leaves [`QUIET_SLOTS`] checkable slots: a margin
+/// of lease + period after the last fault (its leases expire, its
+/// interrupted slots run again), the slots, one more period for slot
+/// alignment, and the same margin again before the end, so the last slot's
+/// run has committed before the fleet stops.
+pub fn min_tail(lease: std::time::Duration, period: std::time::Duration) -> std::time::Duration {
+    (lease + period) * 2 + period * (QUIET_SLOTS as u32 + 1)
+}
 
 /// A row of `chaos_ledger`: one accepted step of one run.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -18,6 +34,8 @@ pub struct LedgerRow {
     pub holder: String,
     pub slot: i64,
     pub at: i64,
+    /// The transaction that wrote it (`pg_current_xact_id()`).
+    pub xid: i64,
 }
 
 /// A row of `chaos_counter_history`: one accepted counter write.
@@ -29,6 +47,8 @@ pub struct CounterRow {
     pub new_fence: i64,
     pub run_id: String,
     pub at: i64,
+    /// The transaction that wrote it (`pg_current_xact_id()`).
+    pub xid: i64,
 }
 
 /// A line of a replica's event log.
@@ -77,32 +97,51 @@ pub struct Input {
     pub observe_to: i64,
     pub ledger: Vec<LedgerRow>,
     pub counter: Vec<CounterRow>,
+    /// Every committed write to `leasehold_lease` (`commits.rs`).
+    pub lease_writes: Vec<LeaseWrite>,
     pub events: Vec<Event>,
     pub windows: Vec<Window>,
     pub skipped: Vec<FaultKind>,
+    /// `pg_stat_activity` after the quiet tail, before the fleet stops.
+    pub backends: Scan,
+    /// Transactions seen idle after an autocommit statement during the run
+    /// (times on the server clock), and how many samples were taken.
+    pub orphans: Vec<Orphan>,
+    pub samples: usize,
 }
 
-/// One check: its name, what it found, and up to five examples.
-struct Check {
+/// One check: its name, what it found, and its first examples (five,
+/// unless [`Check::listing`] raised the limit).
+pub struct Check {
     name: &'static str,
-    checked: usize,
+    pub checked: usize,
     violations: usize,
     examples: Vec<String>,
+    limit: usize,
 }
 
 impl Check {
-    fn new(name: &'static str) -> Check {
+    pub fn new(name: &'static str) -> Check {
         Check {
             name,
             checked: 0,
             violations: 0,
             examples: Vec::new(),
+            limit: 5,
         }
     }
 
-    fn fail(&mut self, example: String) {
+    /// A check whose violations are worth listing one by one, up to `limit`.
+    pub fn listing(name: &'static str, limit: usize) -> Check {
+        Check {
+            limit,
+            ..Check::new(name)
+        }
+    }
+
+    pub fn fail(&mut self, example: String) {
         self.violations += 1;
-        if self.examples.len() < 5 {
+        if self.examples.len() < self.limit {
             self.examples.push(example);
         }
     }
@@ -124,7 +163,7 @@ pub struct Verdict {
     pub violations: usize,
 }
 
-fn secs(us: i64, origin: i64) -> String {
+pub fn secs(us: i64, origin: i64) -> String {
     format!("{:.3}s", (us - origin) as f64 / 1e6)
 }
 
@@ -281,15 +320,42 @@ pub fn check(input: &Input) -> Verdict {
         }
     }
 
-    // 7. Schedule slots away from every fault window (margin lease+period
+    // 7. A run its replica saw succeed has every counter write committed:
+    //    each step's fenced column write returned Ok to the run, so the
+    //    counter's history has one row per step with the run's fence. A
+    //    write that ran inside a transaction nobody owns (a connection left
+    //    in one: `poison.rs`) returns Ok too, and is lost if that
+    //    transaction is rolled back.
+    let mut counter_writes: BTreeMap<(&str, i64), usize> = BTreeMap::new();
+    for c in &input.counter {
+        *counter_writes.entry((c.key.as_str(), c.new_fence)).or_default() += 1;
+    }
+    let mut lost_writes = Check::new("runs reported done have all counter writes committed");
+    for e in input.events.iter().filter(|e| e.kind == "done") {
+        lost_writes.checked += 1;
+        let n = counter_writes.get(&(e.key.as_str(), e.fence)).copied().unwrap_or(0);
+        if n < input.steps as usize {
+            lost_writes.fail(format!(
+                "{} fence {}: replica reported done, counter history has {n} of its {} writes",
+                e.key, e.fence, input.steps
+            ));
+        }
+    }
+
+    // 8. Schedule slots away from every fault window (margin lease+period
     //    on both sides) ran exactly once to completion. A slot may also
     //    have runs that did not complete (cancelled, failed, retried): the
-    //    runtime runs an unfinished slot again, by design.
+    //    runtime runs an unfinished slot again, by design. The quiet tail's
+    //    slots are check 10's, which is stricter.
     let margin = input.lease_us + input.period_us;
     let p = input.period_us;
+    let last_fault = input.windows.iter().map(|w| w.end).max().unwrap_or(input.observe_from);
+    let tail_first = (last_fault.max(input.observe_from) + margin + p - 1).div_euclid(p);
+    let checkable = |k: i64| (k + 1) * p + margin <= input.observe_to;
     let calm = |k: i64| {
         let (start, end) = (k * p, (k + 1) * p);
         start >= input.observe_from
+            && k < tail_first
             && end + margin <= input.observe_to
             && input
                 .windows
@@ -302,7 +368,7 @@ pub fn check(input: &Input) -> Verdict {
             completions.entry((key, run.slot)).or_default().push(*fence);
         }
     }
-    let mut slots = Check::new("calm slots ran exactly once to completion");
+    let mut slots = Check::new("calm slots during faults ran exactly once to completion");
     let (first_slot, last_slot) = (input.observe_from.div_euclid(p), input.observe_to.div_euclid(p));
     let mut fault_slots = 0;
     let mut fault_doubles = 0;
@@ -321,7 +387,7 @@ pub fn check(input: &Input) -> Verdict {
                         done.len()
                     )),
                 }
-            } else if (k + 1) * p <= input.observe_to {
+            } else if k < tail_first && (k + 1) * p <= input.observe_to {
                 fault_slots += 1;
                 if done.len() > 1 {
                     fault_doubles += 1;
@@ -336,9 +402,8 @@ pub fn check(input: &Input) -> Verdict {
         }
     }
 
-    // 8. Liveness: every job completed a run that started after the last
+    // 9. Liveness: every job completed a run that started after the last
     //    fault healed.
-    let last_fault = input.windows.iter().map(|w| w.end).max().unwrap_or(input.observe_from);
     let mut live = Check::new("every job ran again after the last fault");
     for key in &input.keys {
         live.checked += 1;
@@ -351,6 +416,89 @@ pub fn check(input: &Input) -> Verdict {
                 t(last_fault)
             ));
         }
+    }
+
+    // 10. The quiet tail: from lease + period after the last fault to the
+    //     end, every slot of every job ran exactly once — one run that
+    //     committed all its steps and that its replica reported done. With
+    //     no fault left, nothing excuses a missed slot or a second run.
+    let done: BTreeSet<(&str, i64)> = input
+        .events
+        .iter()
+        .filter(|e| e.kind == "done")
+        .map(|e| (e.key.as_str(), e.fence))
+        .collect();
+    let mut tail = Check::listing("quiet tail: every slot ran exactly once", 30);
+    let tail_slots: Vec<i64> = (tail_first..).take_while(|k| checkable(*k)).collect();
+    if (tail_slots.len() as i64) < QUIET_SLOTS {
+        tail.fail(format!(
+            "the quiet tail has {} checkable slots, {QUIET_SLOTS} are needed (last fault ended at {}; raise --tail)",
+            tail_slots.len(),
+            t(last_fault)
+        ));
+    }
+    let mut tail_attempts = 0;
+    for key in &input.keys {
+        for &k in &tail_slots {
+            tail.checked += 1;
+            let fences: Vec<(i64, &Run)> = runs
+                .range((key.as_str(), i64::MIN)..=(key.as_str(), i64::MAX))
+                .filter(|(_, run)| run.slot == k)
+                .map(|((_, f), run)| (*f, run))
+                .collect();
+            let ran: Vec<i64> = fences
+                .iter()
+                .filter(|(f, run)| complete(run) && done.contains(&(key.as_str(), *f)))
+                .map(|(f, _)| *f)
+                .collect();
+            tail_attempts += fences.len() - ran.len();
+            let others: Vec<String> = fences
+                .iter()
+                .filter(|(f, _)| !ran.contains(f))
+                .map(|(f, run)| {
+                    let seen = if done.contains(&(key.as_str(), *f)) {
+                        ", done"
+                    } else {
+                        ""
+                    };
+                    format!("fence {f}: {} of {} steps{seen}", run.steps.len(), input.steps)
+                })
+                .collect();
+            let others = if others.is_empty() {
+                String::new()
+            } else {
+                format!("; other attempts: {}", others.join(", "))
+            };
+            match ran.len() {
+                1 => {}
+                0 => tail.fail(format!("{key}: tail slot {k} (at {}) ran 0 times{others}", t(k * p))),
+                n => tail.fail(format!(
+                    "{key}: tail slot {k} (at {}) ran {n} times, fences {ran:?}{others}",
+                    t(k * p)
+                )),
+            }
+        }
+    }
+
+    // 11. After the tail, before the fleet stops: no replica backend is
+    //     idle in transaction (see `backends.rs` for the threshold).
+    let mut idle = Check::listing("no replica backend idle in transaction at the end", 100);
+    idle.checked = input.backends.backends.len();
+    for b in &input.backends.stuck {
+        idle.fail(b.describe());
+    }
+
+    // 12. During the run (sampled every 250 ms): no replica backend is
+    //     idle in transaction right after one of leasehold's lease
+    //     statements or a fenced column write — autocommit statements that
+    //     then ran inside a transaction nobody owns (`backends.rs`).
+    let mut orphaned = Check::listing(
+        "no replica backend seen idle in transaction after an autocommit statement",
+        20,
+    );
+    orphaned.checked = input.samples;
+    for o in &input.orphans {
+        orphaned.fail(o.describe(t));
     }
 
     // The report.
@@ -371,6 +519,18 @@ pub fn check(input: &Input) -> Verdict {
     let started = count("start");
     let ended = count("done") + count("stale") + count("cancelled") + count("failed") + count("dropped");
     let complete_runs = runs.values().filter(|r| complete(r)).count();
+    let fault_count = |kind: FaultKind| input.windows.iter().filter(|w| w.kind == kind).count();
+    let dropped = count("dropped");
+    let dropped_in_begin = input
+        .events
+        .iter()
+        .filter(|e| e.kind == "dropped" && e.detail.ends_with(" in begin_fenced"))
+        .count();
+    let raw_begins = input
+        .events
+        .iter()
+        .filter(|e| e.kind == "raw-begin" && e.detail == "ok")
+        .count();
 
     let mut s = String::new();
     let _ = writeln!(s, "| measure | value |");
@@ -413,12 +573,65 @@ pub fn check(input: &Input) -> Verdict {
     if !input.skipped.is_empty() {
         let _ = writeln!(s, "| faults skipped (target busy) | {} |", input.skipped.len());
     }
+    let _ = writeln!(
+        s,
+        "| connection-poisoning faults: begin-drop / raw-begin | {} ({dropped_in_begin} of {dropped} dropped runs were in begin_fenced) / {} ({raw_begins} BEGINs left on a pool) |",
+        fault_count(FaultKind::BeginDrop),
+        fault_count(FaultKind::RawBegin)
+    );
     let _ = writeln!(s, "| stale writes rejected (StaleFence) | {} |", count("stale"));
     let _ = writeln!(
         s,
         "| slots near faults: checked loosely / completed twice | {fault_slots} / {fault_doubles} |"
     );
-    let checks = [order, stale, overlap, unique, counter, lost, slots, live];
+    let _ = writeln!(
+        s,
+        "| quiet tail: slots per job / slots checked / extra attempts that did not succeed | {} / {} / {tail_attempts} |",
+        tail_slots.len(),
+        tail.checked
+    );
+    let _ = writeln!(
+        s,
+        "| replica backends at the end: scanned / idle in transaction | {} / {} |",
+        input.backends.backends.len(),
+        input.backends.stuck.len()
+    );
+    let longest = input
+        .orphans
+        .iter()
+        .map(|o| o.last_seen - o.first_seen)
+        .max()
+        .unwrap_or(0);
+    let _ = writeln!(
+        s,
+        "| during the run: samples / transactions seen idle after an autocommit statement (longest seen) | {} / {} ({:.1} s) |",
+        input.samples,
+        input.orphans.len(),
+        longest as f64 / 1e6
+    );
+    let alone = crate::commits::lease_writes_alone(input);
+    let claimed = crate::commits::runs_claims_committed(input);
+    let _ = writeln!(
+        s,
+        "| leasehold lease writes (committed): claims / renewals / releases | {} |",
+        crate::commits::summary(&input.lease_writes)
+    );
+    let checks = [
+        order,
+        stale,
+        overlap,
+        unique,
+        counter,
+        lost,
+        lost_writes,
+        slots,
+        live,
+        tail,
+        idle,
+        orphaned,
+        alone,
+        claimed,
+    ];
     let violations: usize = checks.iter().map(|c| c.violations).sum();
     for c in &checks {
         let _ = writeln!(
@@ -447,6 +660,9 @@ pub fn check(input: &Input) -> Verdict {
         let _ = writeln!(s, "\nVIOLATION {} — first examples:", c.name);
         for e in &c.examples {
             let _ = writeln!(s, "  - {e}");
+        }
+        if c.violations > c.examples.len() {
+            let _ = writeln!(s, "  - … and {} more", c.violations - c.examples.len());
         }
     }
     Verdict { text: s, violations }

@@ -72,10 +72,19 @@ pub enum FaultKind {
     /// another replica takes over while the holder still runs, and only
     /// learns at its next heartbeat.
     Expire,
+    /// A running replica's proxy delays every packet by a fifth to half of
+    /// the lease, so its runs are dropped at their local deadline (or, when
+    /// its leases are also expired on the server, after their grace) while
+    /// their fenced transactions' `BEGIN` is in flight (see `poison.rs`).
+    BeginDrop,
+    /// A running replica runs `BEGIN` on its shared pool with a plain
+    /// statement: a connection goes back to the pool inside a transaction
+    /// sqlx does not know about (see `poison.rs`).
+    RawBegin,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Stop,
         FaultKind::Kill,
         FaultKind::Terminate,
@@ -85,6 +94,8 @@ impl FaultKind {
         FaultKind::ProxyBlackhole,
         FaultKind::ProxyReset,
         FaultKind::Expire,
+        FaultKind::BeginDrop,
+        FaultKind::RawBegin,
     ];
 
     pub fn name(self) -> &'static str {
@@ -98,6 +109,8 @@ impl FaultKind {
             FaultKind::ProxyBlackhole => "proxy-blackhole",
             FaultKind::ProxyReset => "proxy-reset",
             FaultKind::Expire => "expire",
+            FaultKind::BeginDrop => "begin-drop",
+            FaultKind::RawBegin => "raw-begin",
         }
     }
 
@@ -258,7 +271,8 @@ impl Chaos {
     }
 
     /// Injects faults until `until`, one every `gap` (drawn from the seed),
-    /// then waits for the faults in flight to heal. Returns when all have.
+    /// then waits for the faults in flight to heal. Returns when all have
+    /// (with no kinds: at `until`).
     pub async fn run(self: &Arc<Self>, seed: u64, until: Instant, gap: (Duration, Duration), kinds: &[FaultKind]) {
         let mut rng = SplitMix64::new(seed);
         let mut tasks = tokio::task::JoinSet::new();
@@ -274,15 +288,18 @@ impl Chaos {
                 let chaos = self.clone();
                 tasks.spawn(async move { chaos.inject(kind, pick, frac).await });
             }
+        } else {
+            // `--faults none`: the same observation time, without faults.
+            tokio::time::sleep_until(until).await;
         }
         while tasks.join_next().await.is_some() {}
     }
 
-    fn skip(&self, kind: FaultKind) {
+    pub(crate) fn skip(&self, kind: FaultKind) {
         self.skipped.lock().unwrap_or_else(|p| p.into_inner()).push(kind);
     }
 
-    fn record(&self, kind: FaultKind, target: String, start_us: i64) {
+    pub(crate) fn record(&self, kind: FaultKind, target: String, start_us: i64) {
         let rec = FaultRecord {
             kind,
             target,
@@ -319,7 +336,18 @@ impl Chaos {
     /// start just after each slot boundary (slots are aligned on the epoch),
     /// so this first waits until `frac` of the way through the first part
     /// of a slot, when runs are in progress: the fault lands mid-run.
-    async fn claim_replica(&self, pick: u64, frac: f64) -> Option<usize> {
+    pub(crate) async fn claim_replica(&self, pick: u64, frac: f64) -> Option<usize> {
+        self.claim(pick, frac, false).await
+    }
+
+    /// Like [`Chaos::claim_replica`], but only a replica whose holder has a
+    /// live lease: its runtime has started (its signal handlers are set) and
+    /// it is running a job. `None` when no free replica is.
+    pub(crate) async fn claim_running_replica(&self, pick: u64, frac: f64) -> Option<usize> {
+        self.claim(pick, frac, true).await
+    }
+
+    async fn claim(&self, pick: u64, frac: f64, only_running: bool) -> Option<usize> {
         let period = self.period.as_micros() as i64;
         let phase = now_us().rem_euclid(period.max(1));
         let target = (period as f64 * (0.1 + 0.35 * frac)) as i64;
@@ -334,13 +362,16 @@ impl Chaos {
             return None;
         }
         let preferred: Vec<usize> = free.iter().copied().filter(|r| running.contains(r)).collect();
+        if only_running && preferred.is_empty() {
+            return None;
+        }
         let pool = if preferred.is_empty() { &free } else { &preferred };
         let chosen = pool[(pick % pool.len() as u64) as usize];
         busy.insert(chosen);
         Some(chosen)
     }
 
-    fn release_replica(&self, n: usize) {
+    pub(crate) fn release_replica(&self, n: usize) {
         self.busy_replicas.lock().unwrap_or_else(|p| p.into_inner()).remove(&n);
     }
 
@@ -442,6 +473,8 @@ impl Chaos {
                     _ => self.skip(kind),
                 }
             }
+            FaultKind::BeginDrop => self.begin_drop(pick, frac).await,
+            FaultKind::RawBegin => self.raw_begin(pick, frac).await,
             FaultKind::PgFast | FaultKind::PgImmediate => {
                 let Some(cluster) = self.cluster.clone() else {
                     return self.skip(kind);

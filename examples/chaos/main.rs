@@ -27,20 +27,27 @@
 //!    `--seed` with splitmix64): SIGSTOP past the lease then SIGCONT, SIGKILL
 //!    and restart, `pg_terminate_backend`, PostgreSQL fast and immediate
 //!    restarts, proxy delay / blackhole / reset of one replica's traffic,
-//!    and a running lease expiring early on the server (operator
-//!    `release --force`, or a forward step of the server clock). Replica
-//!    faults aim at a replica that is running a job when there is one;
-//! 5. heals everything, lets the fleet run for `--tail`, stops it with
-//!    SIGTERM (graceful shutdown), then checks (see `check.rs` and
-//!    docs/operations.md) and prints a verdict table. Exit status 1 on any
-//!    violation, 2 on a harness error.
+//!    a running lease expiring early on the server (operator
+//!    `release --force`, or a forward step of the server clock), and two
+//!    faults that leave a replica's pooled connection inside a transaction
+//!    nobody owns (`poison.rs`: runs dropped inside `begin_fenced` behind a
+//!    slow proxy, and a plain `BEGIN` on the shared pool). Replica faults
+//!    aim at a replica that is running a job when there is one; while they
+//!    run, the replicas' backends are sampled (`backends.rs`);
+//! 5. heals everything, lets the fleet run for a quiet tail (`--tail`) in
+//!    which every slot must run exactly once, scans `pg_stat_activity` for
+//!    replica backends left idle in transaction, stops the fleet with
+//!    SIGTERM (graceful shutdown), then checks (see `check.rs`,
+//!    `commits.rs` and docs/operations.md) and prints a verdict table.
+//!    Exit status 1 on any violation, 2 on a harness error.
 //!
 //! Flags (defaults in brackets): `--replicas` [5], `--jobs` [20],
 //! `--duration` [120s], `--seed` [42], `--period` [2s], `--lease` [2s],
 //! `--steps` [5], `--step-pause` [250ms], `--gap MIN..MAX` [1s..14s],
-//! `--tail` [max(10s, lease + 3 periods)], `--faults` [all: stop, kill,
-//! terminate, pg-fast, pg-immediate, proxy-delay, proxy-blackhole,
-//! proxy-reset, expire; or `none`], `--out DIR` [a temp dir; the verdict,
+//! `--tail` [2 × (lease + period) + 6 periods, at least 10s; shorter is
+//! refused], `--faults` [all: stop, kill, terminate, pg-fast, pg-immediate,
+//! proxy-delay, proxy-blackhole, proxy-reset, expire, begin-drop,
+//! raw-begin; or `none`], `--out DIR` [a temp dir; the verdict,
 //! `ledger.tsv`, `faults.tsv`, replica logs and stderr stay there], and two
 //! switches that remove a protection and must make the checker fail:
 //! - `--unsafe-unfenced`: jobs write with plain statements instead of
@@ -50,8 +57,11 @@
 //!   writes (the single-node analogue of an asynchronous failover).
 
 mod args;
+mod backends;
 mod check;
+mod commits;
 mod faults;
+mod poison;
 mod proxy;
 mod replica;
 
@@ -115,7 +125,8 @@ CREATE TABLE chaos_ledger (
     holder  TEXT        NOT NULL,
     slot    BIGINT      NOT NULL,
     fenced  BOOLEAN     NOT NULL,
-    at      TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+    at      TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+    xid     xid8        NOT NULL DEFAULT pg_current_xact_id()
 );
 CREATE TABLE chaos_counter (
     key        TEXT   PRIMARY KEY,
@@ -129,7 +140,8 @@ CREATE TABLE chaos_counter_history (
     old_fence BIGINT      NOT NULL,
     new_fence BIGINT      NOT NULL,
     run_id    TEXT        NOT NULL,
-    at        TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+    at        TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+    xid       xid8        NOT NULL DEFAULT pg_current_xact_id()
 );
 CREATE FUNCTION chaos_counter_log() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -214,6 +226,7 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         .await?;
     leasehold::migrate(&admin).await?;
     sqlx::raw_sql(SCHEMA).execute(&admin).await?;
+    sqlx::raw_sql(commits::SCHEMA).execute(&admin).await?;
     let keys: Vec<String> = (0..args.jobs).map(|i| format!("chaos:{i}")).collect();
     sqlx::query("INSERT INTO chaos_counter (key) SELECT unnest($1::text[])")
         .bind(&keys)
@@ -253,6 +266,7 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         eprintln!("warning: not every job ran within 60 s of start; going on");
     }
     let observe_from = now_us() + offset;
+    let watcher = backends::watch(admin.clone(), Duration::from_millis(250));
     println!("fleet up; injecting faults for {:?}", args.duration);
 
     let kinds: Vec<FaultKind> = args
@@ -265,15 +279,29 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
     chaos.run(args.seed, until, (args.gap_min, args.gap_max), &kinds).await;
     let tail = args
         .tail
-        .unwrap_or_else(|| (args.lease + args.period * 3).max(Duration::from_secs(10)));
-    println!("faults over; letting the fleet run for {tail:?}");
+        .unwrap_or_else(|| check::min_tail(args.lease, args.period).max(Duration::from_secs(10)));
+    println!("faults over; quiet tail of {tail:?} (no faults)");
     tokio::time::sleep(tail).await;
     let observe_to = now_us() + offset;
+    // While the replicas still run: their pools' connections close with
+    // them, and a connection left inside a transaction with them.
+    let (mut orphans, samples) = watcher.finish().await;
+    for o in &mut orphans {
+        o.first_seen += offset;
+        o.last_seen += offset;
+    }
+    let backends = backends::scan(&admin, args.lease).await?;
     let clean = chaos.fleet.lock().await.shutdown(Duration::from_secs(20)).await;
     println!("fleet stopped ({clean} of {} replicas exited cleanly)", args.replicas);
 
     // The checker.
     let input = gather(&admin, &args, &keys, &out, &chaos, offset, observe_from, observe_to).await?;
+    let input = check::Input {
+        backends,
+        orphans,
+        samples,
+        ..input
+    };
     let verdict = check::check(&input);
     let header = format!(
         "## chaos verdict: seed {}, {} replicas, {} jobs, {:?} of faults, period {:?}, lease {:?}, {mode}\n\n",
@@ -331,13 +359,15 @@ async fn gather(
     observe_to: i64,
 ) -> Result<check::Input, BoxError> {
     let ledger: Vec<check::LedgerRow> = sqlx::query_as(
-        "SELECT id, key, fence, run_id, step, holder, slot, (extract(epoch FROM at) * 1000000)::int8 AS at
+        "SELECT id, key, fence, run_id, step, holder, slot, (extract(epoch FROM at) * 1000000)::int8 AS at,
+                xid::text::int8 AS xid
            FROM chaos_ledger ORDER BY id",
     )
     .fetch_all(pool)
     .await?;
     let counter: Vec<check::CounterRow> = sqlx::query_as(
-        "SELECT id, key, old_fence, new_fence, run_id, (extract(epoch FROM at) * 1000000)::int8 AS at
+        "SELECT id, key, old_fence, new_fence, run_id, (extract(epoch FROM at) * 1000000)::int8 AS at,
+                xid::text::int8 AS xid
            FROM chaos_counter_history ORDER BY id",
     )
     .fetch_all(pool)
@@ -396,8 +426,12 @@ async fn gather(
         observe_to,
         ledger,
         counter,
+        lease_writes: commits::lease_writes(pool).await?,
         events,
         windows,
         skipped,
+        backends: backends::Scan::default(),
+        orphans: Vec::new(),
+        samples: 0,
     })
 }

@@ -4,7 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -44,13 +44,53 @@ impl EventLog {
             guard.fence(),
             guard.holder()
         );
+        self.write(&line);
+    }
+
+    /// An event that is not about a run (`key` `-`, fence and slot 0).
+    fn note(&self, kind: &str, holder: &str, detail: &str) {
+        let detail = detail.replace(['\t', '\n'], " ");
+        self.write(&format!("{}\t{kind}\t-\t0\t{holder}\t0\t{detail}\n", now_us()));
+    }
+
+    fn write(&self, line: &str) {
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         let _ = file.write_all(line.as_bytes());
     }
 }
 
+/// Where a run is: which await the runtime dropped it at, for the
+/// `dropped` event (`dropped deadline in begin_fenced`). `begin_fenced`
+/// covers taking a connection, the `BEGIN` and the fence statement: a drop
+/// there is the one that can leave a connection inside a transaction.
+struct Phase(AtomicU8);
+
+impl Phase {
+    const NAMES: [&'static str; 6] = ["pause", "begin_fenced", "insert", "commit", "counter", "unfenced"];
+    const PAUSE: u8 = 0;
+    const BEGIN_FENCED: u8 = 1;
+    const INSERT: u8 = 2;
+    const COMMIT: u8 = 3;
+    const COUNTER: u8 = 4;
+    const UNFENCED: u8 = 5;
+
+    fn set(&self, phase: u8) {
+        self.0.store(phase, Ordering::Relaxed);
+    }
+
+    fn name(&self) -> &'static str {
+        Self::NAMES
+            .get(usize::from(self.0.load(Ordering::Relaxed)))
+            .copied()
+            .unwrap_or("?")
+    }
+}
+
 /// What every chaos job shares.
 struct JobConfig {
+    /// The pool the runtime itself claims, renews and releases on: a
+    /// connection a job leaves inside a transaction is one the runtime's
+    /// own statements may land on next (`poison.rs`).
     pool: PgPool,
     period: Duration,
     lease: Duration,
@@ -69,11 +109,13 @@ struct ChaosJob {
 }
 
 /// Logs `dropped` if the run future is dropped (aborted by the runtime)
-/// before it could log its own end.
+/// before it could log its own end, with the reason and the phase it was
+/// dropped in (`dropped deadline in begin_fenced`).
 struct EndGuard<'a> {
     cfg: &'a JobConfig,
     guard: &'a FenceGuard,
     slot: i64,
+    phase: &'a Phase,
     ended: bool,
 }
 
@@ -81,7 +123,8 @@ impl Drop for EndGuard<'_> {
     fn drop(&mut self) {
         if !self.ended {
             let reason = self.guard.reason().map(|r| r.to_string()).unwrap_or_default();
-            self.cfg.log.event("dropped", self.guard, self.slot, &reason);
+            let detail = format!("{reason} in {}", self.phase.name());
+            self.cfg.log.event("dropped", self.guard, self.slot, &detail);
         }
     }
 }
@@ -113,13 +156,15 @@ impl FencedJob for ChaosJob {
         let slot = acquired_us.div_euclid(period_us.max(1));
         let run_id = format!("{}#{}", guard.holder(), cfg.runs.fetch_add(1, Ordering::Relaxed));
         cfg.log.event("start", &guard, slot, &run_id);
+        let phase = Phase(AtomicU8::new(Phase::PAUSE));
         let mut end = EndGuard {
             cfg,
             guard: &guard,
             slot,
+            phase: &phase,
             ended: false,
         };
-        let result = self.steps(&guard, slot, &run_id).await;
+        let result = self.steps(&guard, slot, &run_id, &phase).await;
         end.ended = true;
         match &result {
             Ok(()) => cfg.log.event("done", &guard, slot, &run_id),
@@ -138,12 +183,13 @@ impl FencedJob for ChaosJob {
 }
 
 impl ChaosJob {
-    async fn steps(&self, guard: &FenceGuard, slot: i64, run_id: &str) -> Result<(), JobError> {
+    async fn steps(&self, guard: &FenceGuard, slot: i64, run_id: &str, phase: &Phase) -> Result<(), JobError> {
         let cfg = &self.cfg;
         const LEDGER: &str = "INSERT INTO chaos_ledger (key, fence, run_id, step, holder, slot, fenced)
                               VALUES ($1, $2, $3, $4, $5, $6, $7)";
         for step in 1..=cfg.steps as i32 {
             if step > 1 {
+                phase.set(Phase::PAUSE);
                 tokio::select! {
                     _ = tokio::time::sleep(cfg.step_pause) => {}
                     _ = guard.cancelled() => return Err(format!("cancelled before step {step}").into()),
@@ -161,6 +207,7 @@ impl ChaosJob {
                 // --unsafe-unfenced: the same effects with plain statements.
                 // The fence is still recorded, so the checker can see what
                 // a stale run managed to write.
+                phase.set(Phase::UNFENCED);
                 ledger.execute(&cfg.pool).await?;
                 sqlx::query("UPDATE chaos_counter SET last_step = $1, last_run = $2, last_fence = $3 WHERE key = $4")
                     .bind(step)
@@ -170,9 +217,15 @@ impl ChaosJob {
                     .execute(&cfg.pool)
                     .await?;
             } else {
+                // On the pool the runtime claims and renews on: a run dropped
+                // inside begin_fenced is what `begin-drop` aims at.
+                phase.set(Phase::BEGIN_FENCED);
                 let mut tx = guard.begin_fenced(&cfg.pool).await?; // a stale fence writes nothing
+                phase.set(Phase::INSERT);
                 ledger.execute(&mut *tx).await?;
+                phase.set(Phase::COMMIT);
                 tx.commit().await?;
+                phase.set(Phase::COUNTER);
                 guard
                     .update("chaos_counter")
                     .set("last_step", step)
@@ -199,6 +252,21 @@ fn builder(pool: &PgPool, holder: &str, cfg: &Arc<JobConfig>, jobs: usize) -> Ru
     builder
 }
 
+/// The `raw-begin` fault, on each SIGUSR1: a plain `BEGIN` on the shared
+/// pool. sqlx hands the connection back to the pool with the server inside
+/// a transaction that no `Transaction` owns — the state a `begin` dropped
+/// in flight leaves (sqlx issue #4393), made deterministic. Logged as a
+/// `raw-begin` event with the outcome.
+async fn raw_begins(mut usr1: tokio::signal::unix::Signal, pool: PgPool, cfg: Arc<JobConfig>, holder: String) {
+    while usr1.recv().await.is_some() {
+        let outcome = match sqlx::raw_sql("BEGIN").execute(&pool).await {
+            Ok(_) => "ok".to_owned(),
+            Err(e) => format!("error {e}"),
+        };
+        cfg.log.note("raw-begin", &holder, &outcome);
+    }
+}
+
 /// Replica mode: run until SIGTERM (graceful shutdown) or SIGKILL.
 pub async fn main(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let n = args.replica.unwrap_or(0);
@@ -211,6 +279,9 @@ pub async fn main(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .as_deref()
         .ok_or("--database is required in replica mode")?;
     let log = args.log.as_deref().ok_or("--log is required in replica mode")?;
+    // Before the pool and the runtime exist, so that a SIGUSR1 (raw-begin)
+    // never meets its default action, which ends the process.
+    let usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
     let mut options = PgConnectOptions::from_str(url)?
         .database(database)
         .application_name(&format!("chaos-r{n}"));
@@ -237,6 +308,7 @@ pub async fn main(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         runs: AtomicU64::new(0),
     });
     let holder = format!("r{n}-g{}", args.generation);
+    tokio::spawn(raw_begins(usr1, pool.clone(), cfg.clone(), holder.clone()));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut attempts = 0;
     let runtime = loop {
