@@ -575,12 +575,15 @@ impl LeaseStore {
     pub(crate) async fn register(&self, key: &str, holder: &str, first_due: DateTime<Utc>) -> Result<()> {
         validate::key(key)?;
         validate::holder(holder)?;
-        // Expiring 1 µs after "acquired" keeps the validity CHECK true while
-        // leaving the lease free; the fence still comes from the sequence.
+        // Expiring exactly 1 µs after "acquired" keeps the validity CHECK
+        // true while leaving the lease free, and marks the row as never run
+        // (every claim gives at least MIN_LEASE; `leasehold status` relies on
+        // it) — hence one clock reading, not two. The fence still comes from
+        // the sequence.
         const REGISTER: &str = "
             INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at)
-            VALUES ($1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),
-                    clock_timestamp() + interval '1 microsecond', $3)
+            SELECT $1, $2, nextval('leasehold_fence_seq'), t.now, t.now + interval '1 microsecond', $3
+              FROM (SELECT clock_timestamp() AS now) AS t
             ON CONFLICT (key) DO NOTHING";
         connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(REGISTER)
             .bind(key)

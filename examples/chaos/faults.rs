@@ -14,8 +14,8 @@ use sqlx::PgPool;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use crate::proxy::{Mode, Proxy};
 use crate::replica::now_us;
+use leasehold_testkit::proxy::{Mode, Proxy};
 
 /// splitmix64: a tiny, good-enough PRNG, so a seed replays the same
 /// fault schedule without a dependency.

@@ -62,8 +62,9 @@ mod check;
 mod commits;
 mod faults;
 mod poison;
-mod proxy;
 mod replica;
+
+use leasehold_testkit::proxy;
 
 use std::process::ExitCode;
 use std::str::FromStr;

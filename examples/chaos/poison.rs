@@ -33,8 +33,8 @@
 use std::time::Duration;
 
 use crate::faults::{Chaos, FaultKind, signal};
-use crate::proxy::Mode;
 use crate::replica::now_us;
+use leasehold_testkit::proxy::Mode;
 
 /// 16 bits of `pick` from bit `shift`, as a fraction in [0, 1).
 fn fraction(pick: u64, shift: u32) -> f64 {
