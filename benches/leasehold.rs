@@ -759,7 +759,9 @@ async fn round_trip(b: &Bench) {
 /// to EXPLAIN it: the library's own constant, so the two never drift.
 const RENEW_MANY_SQL: &str = LeaseStore::RENEW_MANY_SQL;
 
+/// `busy`, then the lease row and the server's clock.
 type LeaseRowTuple = (
+    bool,
     String,
     String,
     i64,
