@@ -153,7 +153,16 @@ impl PgCluster {
             chown_to(&cluster.dir, user)?;
         }
         cluster.initdb(durable)?;
-        cluster.start_server()?;
+        // Another process may still take the port between the check and the
+        // server's bind: try a few others before giving up.
+        let mut cluster = cluster;
+        for attempt in 1.. {
+            match cluster.start_server() {
+                Ok(()) => break,
+                Err(e) if attempt < 5 && e.contains("could not bind") => cluster.port = free_port()?,
+                Err(e) => return Err(e),
+            }
+        }
         Ok(cluster)
     }
 
@@ -359,7 +368,37 @@ fn chown_to(dir: &Path, user: &str) -> Result<(), String> {
         .ok_or_else(|| format!("chown -R {user} {} failed", dir.display()))
 }
 
-fn free_port() -> Result<u16, String> {
+/// A loopback port that is free now, chosen *outside* the kernel's
+/// ephemeral range.
+///
+/// Why not `bind(0)`: that hands out a port from the ephemeral range, the
+/// same range the kernel picks source ports of outgoing connections from.
+/// Between choosing the port and PostgreSQL binding it (after `initdb`,
+/// seconds later on a busy machine), or while a test has the server stopped
+/// for a restart, any client connection of the test process (sqlx pools
+/// open hundreds) can be given that very port as its source port, and the
+/// server then fails to start with "Address already in use". Ports below the
+/// ephemeral range are never handed out that way.
+pub fn free_port() -> Result<u16, String> {
+    let (ephemeral_low, _) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().filter_map(|n| n.parse::<u16>().ok());
+            Some((it.next()?, it.next()?))
+        })
+        .unwrap_or((32768, 60999));
+    const LOW: u16 = 15000;
+    if ephemeral_low > LOW + 1000 {
+        use std::hash::{BuildHasher, Hasher};
+        for _ in 0..500 {
+            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+            hasher.write_u32(COUNTER.load(Ordering::Relaxed));
+            let port = LOW + (hasher.finish() % u64::from(ephemeral_low - LOW)) as u16;
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free loopback port: {e}"))?;
     listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }

@@ -104,10 +104,7 @@ fn server_password() -> Option<String> {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    leasehold_testkit::free_port().expect("a free loopback port")
 }
 
 fn is_root() -> bool {
