@@ -545,6 +545,43 @@ async fn a_claim_that_waited_for_the_row_lock_is_dated_after_the_wait() {
     );
 }
 
+/// The expiry clause of the run claim, re-checked after the row-lock wait:
+/// a claim that saw a free lease in its snapshot, but waited while another
+/// session made the lease live (a concurrent winner), does not take it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_claim_that_waited_does_not_take_a_lease_made_live_meanwhile() {
+    let (db, store) = support::store().await;
+    acquired(store.claim_run("job", "a", LONG, Due::Now).await.unwrap());
+    support::free_and_due_now(&db.pool, "job").await;
+    let mut winner = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM leasehold_lease WHERE key = 'job' FOR UPDATE")
+        .execute(&mut *winner)
+        .await
+        .unwrap();
+    let claimer = {
+        let store = store.clone();
+        tokio::spawn(async move { store.claim_run("job", "b", LONG, Due::Now).await })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!claimer.is_finished(), "the claim waits for the row lock");
+    // The other session wins the lease before releasing the row lock.
+    sqlx::query(
+        "UPDATE leasehold_lease SET holder = 'c', fence = nextval('leasehold_fence_seq'),
+                acquired_at = clock_timestamp(), expires_at = clock_timestamp() + interval '10 minutes'
+          WHERE key = 'job'",
+    )
+    .execute(&mut *winner)
+    .await
+    .unwrap();
+    winner.commit().await.unwrap();
+    let claim = claimer.await.unwrap().unwrap();
+    assert!(
+        matches!(claim, Claim::HeldElsewhere { .. }),
+        "took a live lease: {claim:?}"
+    );
+    assert_eq!(store.get("job").await.unwrap().unwrap().holder, "c");
+}
+
 /// A claim that loses to a live lease draws no fence and writes nothing:
 /// idle replicas polling a held or not-yet-due job cost no WAL and leave
 /// no gaps in the fence sequence.
