@@ -22,8 +22,9 @@
 //!   second, then mostly succeeds (every fifth run fails);
 //! - `billing`, triggered once: a long run of fenced steps.
 //!
-//! The scenario: the `billing` lease row is locked for 1.6 s (the replicas'
-//! connections have `lock_timeout = 500ms`), so a heartbeat fails; then the
+//! The scenario: the `billing` lease row is locked for 1.6 s, so a
+//! heartbeat cannot renew it (outcome `busy`: leasehold skips locked rows
+//! rather than wait for them); then the
 //! replica running `billing` is cut off from the database: it stops its
 //! run at its local deadline (a lease loss, reason `deadline`), another
 //! replica takes over under a newer fence, and a late write with the old
@@ -235,8 +236,8 @@ async fn main() -> Result<(), Failure> {
     let guards = Guards::default();
     let mut replicas = Vec::new();
     for (i, name) in ["replica-a", "replica-b", "replica-c"].into_iter().enumerate() {
-        // A lock wait longer than 500 ms fails the statement: how the demo
-        // provokes a heartbeat error without stopping the database.
+        // A lock wait longer than 500 ms fails the statement, so claims and
+        // releases that meet the locked row fail fast (heartbeats skip it).
         let options = db.options.clone().options([("lock_timeout", "500ms")]);
         let pool = PgPoolOptions::new()
             .max_connections(3)
@@ -280,7 +281,7 @@ async fn main() -> Result<(), Failure> {
         first.fence()
     );
 
-    // 1. A heartbeat error: the lease row is locked longer than lock_timeout.
+    // 1. A heartbeat that cannot renew: the lease row is locked elsewhere.
     let mut tx = db.pool.begin().await?;
     sqlx::query("SELECT 1 FROM leasehold_lease WHERE key = 'billing' FOR UPDATE")
         .execute(&mut *tx)
@@ -288,7 +289,7 @@ async fn main() -> Result<(), Failure> {
     tokio::time::sleep(Duration::from_millis(1600)).await;
     tx.rollback().await?;
     println!(
-        "metrics_demo: the billing lease row was locked for 1.6 s: heartbeats of {} failed",
+        "metrics_demo: the billing lease row was locked for 1.6 s: heartbeats of {} could not renew it (busy)",
         first.holder()
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -344,7 +345,7 @@ async fn main() -> Result<(), Failure> {
     for series in [
         "leasehold_lease_lost_total{job_name=\"billing\",reason=\"deadline\"}",
         "leasehold_fence_rejections_total{job_name=\"billing\"}",
-        "leasehold_heartbeats_total{outcome=\"error\"}",
+        "leasehold_heartbeats_total{outcome=\"busy\"}",
         "leasehold_job_runs_total{job_name=\"flaky\",outcome=\"failed\"}",
         "leasehold_job_runs_total{job_name=\"flaky\",outcome=\"panicked\"}",
         "leasehold_job_runs_total{job_name=\"billing\",outcome=\"cancelled\"}",
