@@ -457,9 +457,11 @@ async fn the_exporter_refuses_bad_addresses_taken_ports_and_a_second_recorder() 
     drop(taken);
 
     // The test recorder is this process's recorder: a second one is refused.
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = free.local_addr().unwrap();
-    drop(free);
+    // A port below the ephemeral range: a bind(0) port can be taken by a
+    // parallel test's client socket before the exporter binds it, which
+    // would fail this step with "already in use" instead.
+    let port = leasehold_testkit::free_port().expect("a free port");
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let err = start(addr.to_string()).await.expect_err("recorder already installed");
     assert!(matches!(err, Error::Metrics(_)), "{err:?}");
     assert!(
@@ -467,8 +469,7 @@ async fn the_exporter_refuses_bad_addresses_taken_ports_and_a_second_recorder() 
             .contains("another `metrics` recorder is already installed"),
         "{err}"
     );
-    // The failed attempt closed its listener again. (Connect rather than
-    // re-bind: a parallel test's client socket may reuse the port number.)
+    // The failed attempt closed its listener again.
     let probe = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500));
     assert!(probe.is_err(), "nothing is left listening on {addr}");
 }
