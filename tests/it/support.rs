@@ -366,6 +366,18 @@ pub async fn poison_one_aborted(pool: &PgPool) {
     let _ = sqlx::raw_sql("SELECT 1/0").execute(&mut *conn).await;
 }
 
+/// Fault: an outside transaction holds `SELECT … FOR UPDATE` on the lease
+/// row of `key` until the returned transaction ends.
+pub async fn lock_lease_row(pool: &PgPool, key: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM leasehold_lease WHERE key = $1 FOR UPDATE")
+        .bind(key)
+        .execute(&mut *tx)
+        .await
+        .expect("lock the lease row");
+    tx
+}
+
 /// Backends of this database (other than the caller's) sitting inside a
 /// transaction: `(pid, state, query)`.
 pub async fn backends_in_transaction(pool: &PgPool) -> Vec<(i32, String, String)> {

@@ -29,11 +29,7 @@ async fn a_locked_lease_row_stops_the_run_at_its_deadline_and_heals_after() {
     .await;
     rt.trigger("locked").await.unwrap();
     runs.wait_started(1, Duration::from_secs(5)).await;
-    let mut outside = db.pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM leasehold_lease WHERE key = 'locked' FOR UPDATE")
-        .execute(&mut *outside)
-        .await
-        .unwrap();
+    let outside = support::lock_lease_row(&db.pool, "locked").await;
     let locked_at = Instant::now();
     let (stopped_at, reason) = eventually(Duration::from_secs(5), || runs.all()[0].cancelled).await;
     assert_eq!(reason, CancelReason::Deadline);
@@ -85,11 +81,7 @@ async fn one_locked_lease_row_does_not_stall_the_renewal_of_the_others() {
     rt.trigger("locked").await.unwrap();
     rt.trigger("free").await.unwrap();
     runs.wait_started(2, Duration::from_secs(5)).await;
-    let mut outside = db.pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM leasehold_lease WHERE key = 'locked' FOR UPDATE")
-        .execute(&mut *outside)
-        .await
-        .unwrap();
+    let outside = support::lock_lease_row(&db.pool, "locked").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     outside.rollback().await.unwrap();
     let all = runs.all();
