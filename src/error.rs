@@ -149,12 +149,12 @@ pub enum Error {
 
     /// A runtime operation (claim, heartbeat, release) did not finish within
     /// its budget, derived from the lease: no pool connection was free, a
-    /// row lock was held elsewhere, or the server did not answer. Its
-    /// connection was closed. Transient: the runtime retries, and runs stop
+    /// row lock was held elsewhere, or the server did not answer. A
+    /// connection it held was closed, not returned to the pool. Transient: the runtime retries, and runs stop
     /// at their local deadline if it keeps happening.
     #[error(
         "{operation} did not finish within {limit:?} (no free pool connection, a row lock held \
-         elsewhere, or no answer from the server); it was abandoned and its connection closed. \
+         elsewhere, or no answer from the server); it was abandoned, and a connection it held was closed. \
          If this repeats, give the pool more connections than the jobs hold at once"
     )]
     Timeout {

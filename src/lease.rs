@@ -85,6 +85,22 @@ impl LeaseInfo {
             .and_then(|due| (due - self.server_now).to_std().ok())
             .unwrap_or(Duration::ZERO)
     }
+
+    /// Whether the key was registered by a runtime but never claimed: its
+    /// holder and fence are placeholders, no run ever took place.
+    pub fn never_run(&self) -> bool {
+        never_claimed(self.acquired_at, self.expires_at)
+    }
+}
+
+/// The registration marker written by `LeaseStore::register`: a row that
+/// expires exactly 1 µs after it was "acquired" was never claimed (every
+/// claim gives at least [`crate::MIN_LEASE`]; a release of a run is never
+/// within 1 µs of its claim). Public, hidden, only so the CLI reads the rule
+/// from here rather than restating it.
+#[doc(hidden)]
+pub fn never_claimed(acquired_at: DateTime<Utc>, expires_at: DateTime<Utc>) -> bool {
+    expires_at - acquired_at <= chrono::TimeDelta::microseconds(1)
 }
 
 /// The answer to a claim.
@@ -577,8 +593,7 @@ impl LeaseStore {
         validate::holder(holder)?;
         // Expiring exactly 1 µs after "acquired" keeps the validity CHECK
         // true while leaving the lease free, and marks the row as never run
-        // (every claim gives at least MIN_LEASE; `leasehold status` relies on
-        // it) — hence one clock reading, not two. The fence still comes from
+        // (`never_claimed` reads it) — hence one clock reading, not two. The fence still comes from
         // the sequence.
         const REGISTER: &str = "
             INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at)

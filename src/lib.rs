@@ -69,6 +69,8 @@ pub use error::{CancelReason, Error, Result};
 pub use guard::{FenceGuard, FencedUpdate};
 pub use health::Degraded;
 pub use job::{FencedJob, JobError, JobSettings};
+#[doc(hidden)]
+pub use lease::never_claimed;
 pub use lease::{Claim, Due, Lease, LeaseInfo, LeaseStore, Renewal, RenewedMany};
 pub use leasehold_macros::FencedJob;
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate};

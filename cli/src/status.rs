@@ -40,11 +40,10 @@ impl Row {
         self.expires_at > self.server_now
     }
 
-    /// A key registered by a runtime but never claimed: the library
-    /// creates its row free, expiring 1 µs after "acquired", with a fence
-    /// nobody ran under. Any claim gives at least 10 ms.
+    /// A key registered by a runtime but never claimed (the library's rule:
+    /// its holder and fence are placeholders).
     pub(crate) fn never_run(&self) -> bool {
-        !self.held() && self.expires_at - self.acquired_at <= chrono::TimeDelta::microseconds(1)
+        !self.held() && leasehold::never_claimed(self.acquired_at, self.expires_at)
     }
 
     pub(crate) fn state(&self) -> &'static str {

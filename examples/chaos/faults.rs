@@ -375,6 +375,23 @@ impl Chaos {
         self.busy_replicas.lock().unwrap_or_else(|p| p.into_inner()).remove(&n);
     }
 
+    /// A replica for a proxy fault, with its proxy; `None` (and the fault
+    /// counted as skipped) if no replica is free or it has no proxy.
+    pub(crate) async fn claim_proxied_replica(&self, kind: FaultKind, pick: u64, frac: f64) -> Option<(usize, Proxy)> {
+        let Some(n) = self.claim_replica(pick, frac).await else {
+            self.skip(kind);
+            return None;
+        };
+        match self.proxies.get(n).cloned() {
+            Some(proxy) => Some((n, proxy)),
+            None => {
+                self.release_replica(n);
+                self.skip(kind);
+                None
+            }
+        }
+    }
+
     fn try_flag(flag: &Mutex<bool>) -> bool {
         let mut f = flag.lock().unwrap_or_else(|p| p.into_inner());
         !std::mem::replace(&mut *f, true)
@@ -507,14 +524,10 @@ impl Chaos {
                 Self::clear_flag(&self.busy_pg);
             }
             FaultKind::ProxyDelay | FaultKind::ProxyBlackhole | FaultKind::ProxyReset => {
-                let Some(n) = self.claim_replica(pick, frac).await else {
-                    return self.skip(kind);
+                let Some((n, proxy)) = self.claim_proxied_replica(kind, pick, frac).await else {
+                    return;
                 };
                 let start = now_us();
-                let Some(proxy) = self.proxies.get(n).cloned() else {
-                    self.release_replica(n);
-                    return self.skip(kind);
-                };
                 let target = match kind {
                     FaultKind::ProxyDelay => {
                         let delay = Duration::from_millis(50 + (pick >> 16) % 550);

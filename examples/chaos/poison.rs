@@ -48,14 +48,10 @@ impl Chaos {
     /// to normal, so the fault window covers every drop it caused.
     pub(crate) async fn begin_drop(&self, pick: u64, frac: f64) {
         let kind = FaultKind::BeginDrop;
-        let Some(n) = self.claim_replica(pick, frac).await else {
-            return self.skip(kind);
+        let Some((n, proxy)) = self.claim_proxied_replica(kind, pick, frac).await else {
+            return;
         };
         let start = now_us();
-        let Some(proxy) = self.proxies.get(n).cloned() else {
-            self.release_replica(n);
-            return self.skip(kind);
-        };
         let delay = self.lease.mul_f64(0.2 + 0.3 * fraction(pick, 16));
         let hold = self.lease.mul_f64(2.0 + frac);
         let expire = (pick >> 40).is_multiple_of(2);

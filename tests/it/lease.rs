@@ -517,11 +517,7 @@ async fn a_claim_that_waited_for_the_row_lock_is_dated_after_the_wait() {
     acquired(store.claim_run("job", "a", LONG, Due::Now).await.unwrap());
     support::free_and_due_now(&db.pool, "job").await;
     // Another session holds the row lock for a while.
-    let mut blocker = db.pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM leasehold_lease WHERE key = 'job' FOR UPDATE")
-        .execute(&mut *blocker)
-        .await
-        .unwrap();
+    let mut blocker = support::lock_lease_row(&db.pool, "job").await;
     let claimer = {
         let store = store.clone();
         tokio::spawn(async move { store.claim_run("job", "b", LONG, Due::Scheduled).await })
@@ -553,11 +549,7 @@ async fn a_run_claim_that_waited_does_not_take_a_lease_made_live_meanwhile() {
     let (db, store) = support::store().await;
     acquired(store.claim_run("job", "a", LONG, Due::Now).await.unwrap());
     support::free_and_due_now(&db.pool, "job").await;
-    let mut winner = db.pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM leasehold_lease WHERE key = 'job' FOR UPDATE")
-        .execute(&mut *winner)
-        .await
-        .unwrap();
+    let mut winner = support::lock_lease_row(&db.pool, "job").await;
     let claimer = {
         let store = store.clone();
         tokio::spawn(async move { store.claim_run("job", "b", LONG, Due::Now).await })

@@ -586,3 +586,28 @@ async fn missed_slots_run_once_on_return() {
             .unwrap();
     assert!(due, "the next run is due in the future, at the next slot");
 }
+
+/// A key registered at start but never claimed reads as never run; once a
+/// run took place (and was released) it no longer does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registered_key_reads_as_never_run_until_its_first_run() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let rt = replica(
+        &db,
+        "a",
+        2,
+        vec![job(
+            "registered",
+            quick(Schedule::Manual, Duration::from_secs(2)),
+            runs.body(Duration::from_millis(10)),
+        )],
+    )
+    .await;
+    let store = leasehold::LeaseStore::new(db.pool.clone());
+    assert!(store.get("registered").await.unwrap().expect("row").never_run());
+    rt.trigger("registered").await.unwrap();
+    eventually(Duration::from_secs(10), || runs.all().first().and_then(|r| r.ended)).await;
+    rt.shutdown().await;
+    assert!(!store.get("registered").await.unwrap().expect("row").never_run());
+}
