@@ -55,7 +55,6 @@ mod error;
 mod exporter;
 mod guard;
 mod health;
-mod heartbeat;
 mod job;
 mod lease;
 pub mod metrics;
@@ -71,12 +70,14 @@ pub use health::Degraded;
 pub use job::{FencedJob, JobError, JobSettings};
 #[doc(hidden)]
 pub use lease::never_claimed;
-pub use lease::{Claim, Due, Lease, LeaseInfo, LeaseStore, Renewal, RenewedMany};
+pub use lease::{Claim, Due, Forgotten, Lease, LeaseInfo, LeaseStore, Renewal, RenewedMany};
 pub use leasehold_macros::FencedJob;
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate};
 #[doc(hidden)]
 pub use runtime::__private;
-pub use runtime::{Faults, Health, Runtime, RuntimeBuilder, ShutdownReport};
+#[cfg(feature = "test-util")]
+pub use runtime::Faults;
+pub use runtime::{DEFAULT_MAX_CONCURRENT_RUNS, Health, Runtime, RuntimeBuilder, ShutdownReport};
 pub use schedule::Schedule;
 pub use validate::{MAX_KEY_BYTES, MAX_LEASE, MIN_LEASE};
 

@@ -16,6 +16,8 @@
 //! | `leasehold_lease_remaining_seconds` | gauge | job_name | server time left on the lease right after its last renewal |
 //! | `leasehold_fence_rejections_total` | counter | job_name | fenced writes refused for a stale fence |
 //! | `leasehold_job_last_success_timestamp_seconds` | gauge | job_name | Unix time of the last successful run in this process |
+//! | `leasehold_runs_in_progress` | gauge | | runs in progress on this replica |
+//! | `leasehold_max_concurrent_runs` | gauge | | this replica's limit on runs at once (`RuntimeBuilder::max_concurrent_runs`) |
 //! | `leasehold_poisoned_connections_total` | counter | state | pooled connections found inside someone else's transaction and closed: `in_transaction`, `in_failed_transaction` |
 //!
 //! # Getting them out
@@ -79,6 +81,10 @@ pub mod names {
     /// Counter: pooled connections found inside a transaction leasehold did
     /// not open, and closed, by `state` (in_transaction, in_failed_transaction).
     pub const POISONED_CONNECTIONS: &str = "leasehold_poisoned_connections_total";
+    /// Gauge: runs in progress on this replica.
+    pub const RUNS_IN_PROGRESS: &str = "leasehold_runs_in_progress";
+    /// Gauge: this replica's limit on runs at once.
+    pub const MAX_CONCURRENT_RUNS: &str = "leasehold_max_concurrent_runs";
 
     /// All of the above.
     pub const ALL: &[&str] = &[
@@ -93,6 +99,8 @@ pub mod names {
         FENCE_REJECTIONS,
         LAST_SUCCESS,
         POISONED_CONNECTIONS,
+        RUNS_IN_PROGRESS,
+        MAX_CONCURRENT_RUNS,
     ];
 }
 
@@ -173,6 +181,17 @@ pub fn describe() {
         names::LAST_SUCCESS,
         Unit::Seconds,
         "Unix time of the last successful run of the job in this replica, in seconds."
+    );
+    describe_gauge!(
+        names::RUNS_IN_PROGRESS,
+        Unit::Count,
+        "Runs in progress on this replica."
+    );
+    describe_gauge!(
+        names::MAX_CONCURRENT_RUNS,
+        Unit::Count,
+        "This replica's limit on runs at once (RuntimeBuilder::max_concurrent_runs); the scheduler leaves \
+         keys beyond it to other replicas."
     );
 }
 
@@ -263,6 +282,17 @@ pub(crate) fn remaining(job: &str, left: Duration) {
 
 pub(crate) fn fence_rejected(job: &str) {
     counter!(names::FENCE_REJECTIONS, "job_name" => job.to_owned()).increment(1);
+}
+
+/// The concurrency limit, set at start (and runs in progress, from zero).
+pub(crate) fn concurrency_limit(limit: usize) {
+    gauge!(names::MAX_CONCURRENT_RUNS).set(limit as f64);
+    gauge!(names::RUNS_IN_PROGRESS).increment(0.0);
+}
+
+/// One more (`1.0`) or one fewer (`-1.0`) run in progress.
+pub(crate) fn runs_in_progress(delta: f64) {
+    gauge!(names::RUNS_IN_PROGRESS).increment(delta);
 }
 
 pub(crate) fn poisoned_connection(state: &'static str) {

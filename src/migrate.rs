@@ -10,7 +10,10 @@ use sqlx::PgPool;
 use crate::error::{Error, Result};
 
 /// The migrations, in order: (version, SQL).
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../migrations/0001_leases.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("../migrations/0001_leases.sql")),
+    (2, include_str!("../migrations/0002_due_index.sql")),
+];
 
 /// The schema version this library needs and knows.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

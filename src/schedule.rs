@@ -88,6 +88,19 @@ impl Schedule {
     }
 }
 
+/// The due time of a key that only runs when triggered (year 9999): far
+/// enough that no slot ever reaches it, and a valid `timestamptz`.
+pub(crate) fn never() -> DateTime<Utc> {
+    DateTime::from_timestamp(253_402_214_400, 0).unwrap_or_default()
+}
+
+/// When a key that has never run is first due: its first slot after
+/// `server_now`, so a nightly job does not run at deploy time; never for a
+/// manual job.
+pub(crate) fn first_due(schedule: &Schedule, server_now: DateTime<Utc>) -> DateTime<Utc> {
+    schedule.next_after(server_now).unwrap_or_else(never)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

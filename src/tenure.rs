@@ -41,6 +41,9 @@ pub(crate) struct Tenure {
     margin: Duration,
     pub(crate) store: LeaseStore,
     token: CancellationToken,
+    /// Cancelled once the run has ended and its release went out (or gave
+    /// up): what `Runtime::remove` waits for.
+    pub(crate) ended: CancellationToken,
     reason: OnceLock<CancelReason>,
     times: Mutex<Times>,
 }
@@ -77,6 +80,7 @@ impl Tenure {
             margin,
             store,
             token: CancellationToken::new(),
+            ended: CancellationToken::new(),
             reason: OnceLock::new(),
         }
     }

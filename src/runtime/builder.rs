@@ -1,24 +1,30 @@
 //! [`RuntimeBuilder`]: settings, the checks run at `start`, and start-up.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures::FutureExt;
 use sqlx::PgPool;
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use super::job_loop::job_loop;
-use super::{Faults, Handle, JobEntry, RunFn, Runtime, Shared, Tasks};
+use super::handle::{Runtime, Tasks};
+use super::state::{JobEntry, Registry, ServerClock, Shared, StopCounts, duplicate_key};
+use super::{finish, heartbeat, listen, scheduler};
 use crate::error::{Error, Result};
 use crate::health::Tracker;
-use crate::heartbeat;
 use crate::job::FencedJob;
 use crate::lease::LeaseStore;
 use crate::metrics;
-use crate::schedule::Schedule;
+use crate::schedule::first_due;
 use crate::validate;
+
+/// Default of [`RuntimeBuilder::max_concurrent_runs`].
+pub const DEFAULT_MAX_CONCURRENT_RUNS: usize = 100;
 
 /// Builds a [`Runtime`]: register jobs, adjust settings, then
 /// [`start`](RuntimeBuilder::start). Every setting is checked at `start`,
@@ -29,6 +35,8 @@ pub struct RuntimeBuilder {
     holder: Option<String>,
     migrate: bool,
     poll_interval: Duration,
+    max_concurrent_runs: usize,
+    listen: bool,
     jobs: Vec<JobEntry>,
     #[cfg(feature = "prometheus")]
     prometheus: Option<String>,
@@ -50,6 +58,8 @@ impl RuntimeBuilder {
             holder: None,
             migrate: true,
             poll_interval: Duration::from_secs(5),
+            max_concurrent_runs: DEFAULT_MAX_CONCURRENT_RUNS,
+            listen: true,
             jobs: Vec::new(),
             #[cfg(feature = "prometheus")]
             prometheus: None,
@@ -58,20 +68,12 @@ impl RuntimeBuilder {
 
     /// Registers a job. Its key must be unique in this runtime; its settings
     /// are checked at [`start`](RuntimeBuilder::start).
+    ///
+    /// Any number of keys: the runtime's cost follows the runs, not the
+    /// keys (one scheduler, batch claims). To add or remove jobs after
+    /// start, see [`Runtime::add`] and [`Runtime::remove`].
     pub fn register<J: FencedJob>(mut self, job: J) -> Self {
-        let job = Arc::new(job);
-        let (name, key, settings) = (job.name().to_owned(), job.key(), job.settings());
-        let run: RunFn = Arc::new(move |guard| {
-            let job = job.clone();
-            async move { job.run(guard).await }.boxed()
-        });
-        self.jobs.push(JobEntry {
-            name,
-            key,
-            settings,
-            run,
-            wake: tokio::sync::Notify::new(),
-        });
+        self.jobs.push(JobEntry::new(job));
         self
     }
 
@@ -97,11 +99,37 @@ impl RuntimeBuilder {
         self
     }
 
-    /// How often an idle job loop re-reads its lease row (default 5 s): it
-    /// bounds how soon other replicas notice a trigger or a released lease.
-    /// Due times themselves are waited for exactly.
+    /// How often the scheduler asks the server which keys became due
+    /// (default 5 s): one cheap statement per interval, whatever the number
+    /// of keys. Due times themselves are waited for exactly, and wake-ups by
+    /// `LISTEN`/`NOTIFY` start released and triggered keys within
+    /// milliseconds; the poll is what bounds that delay when notifications
+    /// cannot arrive (see [`RuntimeBuilder::listen`]).
     pub fn poll_interval(mut self, every: Duration) -> Self {
         self.poll_interval = every;
+        self
+    }
+
+    /// At most `runs` runs at once on this replica (default
+    /// 100). The scheduler claims only as many keys as it has room for and
+    /// leaves the rest to other replicas; `Runtime::health` and the
+    /// `leasehold_runs_in_progress` / `leasehold_max_concurrent_runs` gauges
+    /// show how full it is. Must be at least 1.
+    pub fn max_concurrent_runs(mut self, runs: usize) -> Self {
+        self.max_concurrent_runs = runs;
+        self
+    }
+
+    /// Whether to listen for wake-ups with `LISTEN`/`NOTIFY` (default
+    /// `true`). Listening costs **one extra connection per replica**, opened
+    /// from the pool's connect options — never taken from the pool. It is
+    /// checked at start with a probe notification; where it cannot work
+    /// (PgBouncer in transaction or statement mode) the probe fails, a
+    /// warning is logged, and the runtime polls. Set `false` to skip the
+    /// extra connection and the check: released and triggered keys are then
+    /// noticed by other replicas within one poll interval.
+    pub fn listen(mut self, listen: bool) -> Self {
+        self.listen = listen;
         self
     }
 
@@ -117,12 +145,13 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Checks every setting, migrates (or checks the schema), registers each
-    /// job's schedule, and starts the job loops and the heartbeat.
+    /// Checks every setting, migrates (or checks the schema), registers
+    /// every key in one statement, and starts the scheduler, the finisher,
+    /// the heartbeat and (unless turned off) the listener.
     ///
     /// Nothing is started if anything is wrong: duplicate keys, a lease out
     /// of range, a heartbeat at or above half the lease, a margin that
-    /// leaves no time to run, a bad schedule.
+    /// leaves no time to run, a bad schedule, a zero concurrency limit.
     pub async fn start(self) -> Result<Runtime> {
         let holder = match self.holder {
             Some(holder) => holder,
@@ -136,17 +165,21 @@ impl RuntimeBuilder {
                 "it must be at least 10ms",
             ));
         }
-        for (i, job) in self.jobs.iter().enumerate() {
-            validate::key(&job.key)?;
-            job.settings.validate(&job.key)?;
-            if self.jobs[..i].iter().any(|other| other.key == job.key) {
-                return Err(Error::invalid(
-                    "job key",
-                    &job.key,
-                    "it is registered twice; give each instance its own key (e.g. \"reconcile:{tenant}\")",
-                ));
+        if self.max_concurrent_runs == 0 {
+            return Err(Error::invalid(
+                "max_concurrent_runs",
+                self.max_concurrent_runs,
+                "it must be at least 1",
+            ));
+        }
+        let mut seen = HashSet::with_capacity(self.jobs.len());
+        for job in &self.jobs {
+            job.check()?;
+            if !seen.insert(&*job.key) {
+                return Err(duplicate_key(&job.key));
             }
         }
+        drop(seen);
         #[cfg(feature = "prometheus")]
         if let Some(addr) = &self.prometheus {
             crate::exporter::install(addr)?;
@@ -165,11 +198,18 @@ impl RuntimeBuilder {
                  same id (give each process its own, or leave the default), or this process restarted \
                  before its old leases expired; they are not taken over, they are claimed once they expire");
         }
+        let keys: Vec<(&str, DateTime<Utc>)> = self
+            .jobs
+            .iter()
+            .map(|j| (&*j.key, first_due(&j.settings.schedule, server_now)))
+            .collect();
+        let rows = store.register_many(&holder, &keys).await?;
+        drop(keys);
+        let mut names = HashSet::new();
         for job in &self.jobs {
-            store
-                .register(&job.key, &holder, first_due(&job.settings.schedule, server_now))
-                .await?;
-            metrics::prime(&job.name);
+            if names.insert(job.name.clone()) {
+                metrics::prime(&job.name);
+            }
         }
         let tick = self
             .jobs
@@ -178,35 +218,52 @@ impl RuntimeBuilder {
             .min()
             .unwrap_or(Duration::from_secs(20));
         let health = Tracker::new(3 * tick.max(self.poll_interval), store.poisoned().clone());
+        let now = Instant::now();
+        let mut registry = Registry::default();
+        for job in self.jobs {
+            registry.insert(Arc::new(job), now);
+        }
+        let (finishes, requests) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             holder,
             store,
-            faults: Faults::default(),
+            #[cfg(feature = "test-util")]
+            faults: Default::default(),
             health,
-            jobs: self.jobs.into_iter().map(Arc::new).collect(),
+            registry: Mutex::new(registry),
             held: Mutex::new(HashMap::new()),
+            in_progress: Default::default(),
             stopping: CancellationToken::new(),
             poll_interval: self.poll_interval,
+            max_concurrent_runs: self.max_concurrent_runs,
+            wake: Notify::new(),
+            tick: AtomicU64::new(u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX)),
+            retick: Notify::new(),
+            listening: AtomicBool::new(false),
+            clock: ServerClock::default(),
+            finishes,
+            runs: TaskTracker::new(),
+            stop_counts: StopCounts::default(),
         });
+        shared.clock.observed(server_now);
+        shared.file(&rows);
+        metrics::concurrency_limit(shared.max_concurrent_runs);
+        let stop_finisher = CancellationToken::new();
         let stop_heartbeat = CancellationToken::new();
-        let heartbeat = tokio::spawn(heartbeat::run(shared.clone(), tick, stop_heartbeat.clone()));
-        let job_loops = shared
-            .jobs
-            .iter()
-            .map(|job| tokio::spawn(job_loop(shared.clone(), job.clone())))
-            .collect();
-        tracing::info!(holder = %shared.holder, jobs = shared.jobs.len(), "leasehold runtime started");
-        Ok(Runtime {
-            handle: Arc::new(Handle {
-                shared,
-                tasks: Mutex::new(Some(Tasks {
-                    job_loops,
-                    heartbeat,
-                    stop_heartbeat,
-                })),
-                shutdown: OnceLock::new(),
-            }),
-        })
+        let stop_listener = CancellationToken::new();
+        let tasks = Tasks {
+            listener: self
+                .listen
+                .then(|| tokio::spawn(listen::run(shared.clone(), stop_listener.clone()))),
+            stop_listener,
+            finisher: tokio::spawn(finish::run(shared.clone(), requests, stop_finisher.clone())),
+            stop_finisher,
+            heartbeat: tokio::spawn(heartbeat::run(shared.clone(), stop_heartbeat.clone())),
+            stop_heartbeat,
+            scheduler: tokio::spawn(scheduler::run(shared.clone(), server_now)),
+        };
+        tracing::info!(holder = %shared.holder, jobs = shared.registry().len(), "leasehold runtime started");
+        Ok(Runtime::started(shared, tasks))
     }
 }
 
@@ -219,15 +276,4 @@ fn default_holder() -> String {
         .unwrap_or_else(|| "replica".to_owned());
     let host: String = host.chars().take(200).collect();
     format!("{host}-{:08x}", rand::random::<u32>())
-}
-
-/// When a job that has never run is first due: its first slot, so a
-/// nightly job does not run at deploy time; never for a manual job.
-fn first_due(schedule: &Schedule, server_now: DateTime<Utc>) -> DateTime<Utc> {
-    schedule.next_after(server_now).unwrap_or(never())
-}
-
-/// The due time of a job that only runs when triggered (year 9999).
-pub(super) fn never() -> DateTime<Utc> {
-    DateTime::from_timestamp(253_402_214_400, 0).unwrap_or_default()
 }

@@ -42,7 +42,7 @@ async fn fifty_replicas_migrate_an_empty_database_at_once() {
         .fetch_all(&db.pool)
         .await
         .unwrap();
-    assert_eq!(versions, vec![leasehold::SCHEMA_VERSION]);
+    assert_eq!(versions, (1..=leasehold::SCHEMA_VERSION).collect::<Vec<_>>());
     let theirs: Vec<(i64, String)> = sqlx::query_as("SELECT version, description FROM _sqlx_migrations")
         .fetch_all(&db.pool)
         .await
@@ -104,18 +104,24 @@ async fn a_missing_schema_names_the_fix_and_hand_applied_sql_counts() {
         .expect("and migrate has nothing left to do");
 }
 
-/// A schema older than the library is reported as such (the fix is the
-/// same: migrate), and `migrate` brings it up to date.
+/// A schema older than the library (version 1, before the scheduler's
+/// index) is reported as such (the fix is the same: migrate), and `migrate`
+/// brings it up to date: the index is there afterwards.
 #[tokio::test]
 async fn an_older_schema_is_reported_and_upgraded() {
     let db = support::db().await;
-    sqlx::query("UPDATE leasehold_schema_version SET version = 0")
+    sqlx::raw_sql("DROP INDEX leasehold_lease_next_due; DELETE FROM leasehold_schema_version WHERE version > 1")
         .execute(&db.pool)
         .await
         .unwrap();
     let err = leasehold::check_schema(&db.pool).await.expect_err("older schema");
-    assert!(matches!(err, Error::SchemaOutdated { found: 0, .. }), "{err:?}");
+    assert!(matches!(err, Error::SchemaOutdated { found: 1, .. }), "{err:?}");
     assert!(err.to_string().contains("leasehold::migrate"), "{err}");
     leasehold::migrate(&db.pool).await.expect("upgrade");
     leasehold::check_schema(&db.pool).await.expect("up to date");
+    let index: bool = sqlx::query_scalar("SELECT to_regclass('leasehold_lease_next_due') IS NOT NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(index, "the upgrade created the next_due_at index");
 }

@@ -28,6 +28,11 @@ use crate::connection::{self, PoisonCount};
 use crate::error::Result;
 use crate::validate;
 
+mod batch;
+
+pub use batch::Forgotten;
+pub(crate) use batch::{Finish, Sighting, WAKE_CHANNEL};
+
 /// A lease this caller holds: the tenure identified by `(key, holder, fence)`.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -451,8 +456,13 @@ impl LeaseStore {
         self.renew_each(holder, &each).await
     }
 
-    /// The heartbeat statement of [`LeaseStore::renew_many`] (public, hidden,
-    /// only so the benchmarks can time and EXPLAIN the very same text).
+    /// The heartbeat statement, public and hidden behind the `test-util`
+    /// feature only so the benchmarks can time and EXPLAIN the very same text.
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub const RENEW_MANY_SQL: &str = Self::RENEW_MANY;
+
+    /// The heartbeat statement of [`LeaseStore::renew_many`].
     ///
     /// $1 holder, $2 keys, $3 fences, $4 ttl seconds. Invariant 6, in `mine`:
     /// - holder and fence: only the caller's own tenure, not a newer one
@@ -467,8 +477,7 @@ impl LeaseStore {
     ///   not lost either, so one locked row never stalls the renewal of
     ///   every other lease, and a stuck lock ends in that run's local
     ///   deadline rather than a wedged heartbeat.
-    #[doc(hidden)]
-    pub const RENEW_MANY_SQL: &str = "
+    const RENEW_MANY: &str = "
     WITH t AS (
         SELECT * FROM unnest($2::text[], $3::int8[], $4::float8[]) AS t(key, fence, ttl)
     ), mine AS (
@@ -511,7 +520,7 @@ impl LeaseStore {
         }
 
         let rows: Vec<RenewRow> =
-            connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(Self::RENEW_MANY_SQL)
+            connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(Self::RENEW_MANY)
                 .bind(holder)
                 .bind(&keys)
                 .bind(&fences)
@@ -547,65 +556,15 @@ impl LeaseStore {
     /// do not depend on it either way. Cancel-safe as described on
     /// [`LeaseStore`].
     pub async fn release(&self, key: &str, holder: &str, fence: i64) -> Result<bool> {
-        self.finish(key, holder, fence, NextDue::Unchanged).await
-    }
-
-    /// Releases a run's tenure and records when the key is next due, in one
-    /// statement.
-    pub(crate) async fn finish(&self, key: &str, holder: &str, fence: i64, next: NextDue) -> Result<bool> {
-        validate::key(key)?;
-        validate::holder(holder)?;
-        validate::fence(fence)?;
-        let (at, after) = match next {
-            NextDue::Unchanged => (None, None),
-            NextDue::At(at) => (Some(at), None),
-            NextDue::After(delay) => (None, Some(delay.as_secs_f64())),
-        };
-        // $1 key, $2 holder, $3 fence, $4 next due (absolute), $5 next due
-        // (seconds from now). Invariant 7: holder and fence scope the release
-        // to the caller's own tenure, so a late release — after a takeover,
-        // or from the same holder's earlier run — never frees a newer one.
-        // Expiring at "now" rather than deleting keeps the schedule; GREATEST
-        // keeps the CHECK true even if the server clock stepped backwards.
-        const RELEASE: &str = "
-            UPDATE leasehold_lease
-               SET expires_at  = GREATEST(clock_timestamp(), acquired_at + interval '1 microsecond'),
-                   next_due_at = COALESCE($4, clock_timestamp() + make_interval(secs => $5), next_due_at)
-             WHERE key = $1
-               AND holder = $2
-               AND fence = $3";
-        let done = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(RELEASE)
-            .bind(key)
-            .bind(holder)
-            .bind(fence)
-            .bind(at)
-            .bind(after)
-            .execute(conn))?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    /// Creates the row of a scheduled key unless it exists: a free lease
-    /// whose first run is due at `first_due`, so a nightly job does not run
-    /// at deploy time. An existing row keeps its schedule: restarts never
-    /// reset it (that is what keeps long periods from starving).
-    pub(crate) async fn register(&self, key: &str, holder: &str, first_due: DateTime<Utc>) -> Result<()> {
-        validate::key(key)?;
-        validate::holder(holder)?;
-        // Expiring exactly 1 µs after "acquired" keeps the validity CHECK
-        // true while leaving the lease free, and marks the row as never run
-        // (`never_claimed` reads it) — hence one clock reading, not two. The fence still comes from
-        // the sequence.
-        const REGISTER: &str = "
-            INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at)
-            SELECT $1, $2, nextval('leasehold_fence_seq'), t.now, t.now + interval '1 microsecond', $3
-              FROM (SELECT clock_timestamp() AS now) AS t
-            ON CONFLICT (key) DO NOTHING";
-        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(REGISTER)
-            .bind(key)
-            .bind(holder)
-            .bind(first_due)
-            .execute(conn))?;
-        Ok(())
+        let released = self
+            .finish_many(&[Finish {
+                key: key.to_owned(),
+                holder: holder.to_owned(),
+                fence,
+                next: NextDue::Unchanged,
+            }])
+            .await?;
+        Ok(released.first().copied().unwrap_or(false))
     }
 
     /// The server's clock: schedules are computed from it, never from ours.
@@ -620,11 +579,17 @@ impl LeaseStore {
     /// Returns false if the key has no row yet (it is then due anyway).
     pub(crate) async fn make_due(&self, key: &str) -> Result<bool> {
         validate::key(key)?;
-        const MAKE_DUE: &str = "UPDATE leasehold_lease SET next_due_at = clock_timestamp() WHERE key = $1";
-        let done = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(MAKE_DUE)
+        // $1 key. The notify rides in the same transaction, so listeners are
+        // woken exactly when the new due time is visible to their claims.
+        const MAKE_DUE: &str = "
+            WITH due AS (
+                UPDATE leasehold_lease SET next_due_at = clock_timestamp() WHERE key = $1 RETURNING key
+            )
+            SELECT count(*) FROM (SELECT pg_notify('leasehold', d.key) FROM due AS d) AS notified";
+        let done: i64 = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(MAKE_DUE)
             .bind(key)
-            .execute(conn))?;
-        Ok(done.rows_affected() == 1)
+            .fetch_one(conn))?;
+        Ok(done == 1)
     }
 
     /// Keys whose lease `holder` holds right now (at most 10), to warn about

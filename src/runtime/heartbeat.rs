@@ -14,22 +14,32 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::state::Shared;
 use crate::connection::bounded;
 use crate::metrics;
-use crate::runtime::Shared;
 use crate::tenure::Tenure;
 
 /// Runs until `stop` is cancelled. The runtime cancels it *last*, after every
 /// run has ended, so no lease goes unrenewed while its run is alive.
-pub(crate) async fn run(shared: Arc<Shared>, tick: Duration, stop: CancellationToken) {
+///
+/// Ticks at the shortest heartbeat interval of the registered jobs; a job
+/// added with a shorter one lowers it at once (`Shared::lower_tick`).
+pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
+    let mut tick = shared.tick();
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = interval.tick() => {}
+            _ = shared.retick.notified() => {
+                tick = shared.tick();
+                interval = tokio::time::interval(tick);
+                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                continue;
+            }
         }
-        if shared.faults.heartbeats_stalled() {
+        if shared.heartbeats_stalled() {
             continue;
         }
         beat(&shared, tick).await;

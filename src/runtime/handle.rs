@@ -1,0 +1,386 @@
+//! [`Runtime`], the handle: trigger, add and remove jobs, health, shutdown,
+//! and the shutdown a dropped last handle starts.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared as SharedFuture};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::builder::RuntimeBuilder;
+use super::state::{JobEntry, Shared, duplicate_key};
+use crate::error::{CancelReason, Error, Result};
+use crate::health::Degraded;
+use crate::job::FencedJob;
+use crate::metrics;
+use crate::schedule::first_due;
+
+/// Runs registered jobs on this replica. Build with [`Runtime::builder`];
+/// stop with [`Runtime::shutdown`], or by dropping every handle.
+///
+/// A cheap, cloneable handle: give one to each part of the service that
+/// needs it (an HTTP handler that triggers a job, a readiness probe, the
+/// signal handler). Any clone may start [`shutdown`](Runtime::shutdown) and
+/// every clone that awaits it gets the same report.
+///
+/// ```no_run
+/// # use leasehold::{FenceGuard, FencedJob, JobError, JobSettings, Schedule};
+/// # struct Nightly;
+/// # impl FencedJob for Nightly {
+/// #     fn name(&self) -> &str { "nightly" }
+/// #     fn settings(&self) -> JobSettings { JobSettings::new(Schedule::Manual) }
+/// #     async fn run(&self, _guard: FenceGuard) -> Result<(), JobError> { Ok(()) }
+/// # }
+/// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
+/// let runtime = leasehold::Runtime::builder(pool).register(Nightly).start().await?;
+/// let for_handlers = runtime.clone(); // e.g. into axum's state
+/// // ... on SIGTERM:
+/// let report = runtime.shutdown().await;
+/// println!("released {} leases", report.leases_released);
+/// # drop(for_handlers);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Runtime {
+    handle: Arc<Handle>,
+}
+
+/// What the handles share; dropping the last one shuts the runtime down.
+struct Handle {
+    shared: Arc<Shared>,
+    tasks: Mutex<Option<Tasks>>,
+    shutdown: OnceLock<SharedFuture<BoxFuture<'static, ShutdownReport>>>,
+}
+
+/// The runtime's services, taken by whoever starts the shutdown.
+pub(crate) struct Tasks {
+    pub(crate) scheduler: JoinHandle<()>,
+    pub(crate) finisher: JoinHandle<()>,
+    pub(crate) stop_finisher: CancellationToken,
+    pub(crate) heartbeat: JoinHandle<()>,
+    pub(crate) stop_heartbeat: CancellationToken,
+    pub(crate) listener: Option<JoinHandle<()>>,
+    pub(crate) stop_listener: CancellationToken,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("holder", &self.handle.shared.holder)
+            .field("jobs", &self.handle.shared.registry().len())
+            .finish()
+    }
+}
+
+/// What [`Runtime::shutdown`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Runs in progress at shutdown that still returned `Ok` within grace.
+    pub runs_finished: usize,
+    /// Runs in progress at shutdown that were cancelled (returned an error
+    /// or were dropped after the grace period).
+    pub runs_cancelled: usize,
+    /// Leases released, so other replicas can claim them at once.
+    pub leases_released: usize,
+}
+
+/// A view of the runtime's health for liveness/readiness probes, computed
+/// without a database round trip.
+///
+/// `healthy` is false exactly when [`degraded`](Health::degraded) names at
+/// least one reason. A readiness handler (axum shown; any framework works):
+///
+/// ```no_run
+/// # #[cfg(any())] mod axum_example {
+/// use axum::{extract::State, http::StatusCode};
+///
+/// async fn ready(State(runtime): State<leasehold::Runtime>) -> (StatusCode, String) {
+///     let health = runtime.health();
+///     if health.healthy {
+///         (StatusCode::OK, "ok".into())
+///     } else {
+///         let reasons: Vec<String> = health.degraded.iter().map(ToString::to_string).collect();
+///         (StatusCode::SERVICE_UNAVAILABLE, reasons.join("; "))
+///     }
+/// }
+/// # }
+/// ```
+///
+/// `examples/axum_service.rs` mounts it in a whole service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Health {
+    /// No reason to be degraded: the database answers claims and
+    /// heartbeats, runs keep their leases, the pool is clean, and the
+    /// runtime is not shutting down.
+    pub healthy: bool,
+    /// Why not, when not healthy (see [`Degraded`]).
+    pub degraded: Vec<Degraded>,
+    /// How long ago the database last answered a claim, heartbeat or
+    /// release.
+    pub last_database_contact: Option<Duration>,
+    /// Runs in progress on this replica.
+    pub running: usize,
+    /// At most this many runs at once on this replica
+    /// ([`RuntimeBuilder::max_concurrent_runs`](crate::RuntimeBuilder::max_concurrent_runs)).
+    pub max_concurrent_runs: usize,
+    /// Keys registered on this replica.
+    pub registered: usize,
+    /// Whether `LISTEN` wake-ups reach this replica right now; when not, it
+    /// polls every poll interval (see
+    /// [`RuntimeBuilder::listen`](crate::RuntimeBuilder::listen)).
+    pub listening: bool,
+    /// Whether shutdown has begun.
+    pub shutting_down: bool,
+}
+
+impl Runtime {
+    /// A builder over `pool`. The pool can be small: no connection is held
+    /// while a job runs.
+    pub fn builder(pool: sqlx::PgPool) -> RuntimeBuilder {
+        RuntimeBuilder::new(pool)
+    }
+
+    /// The handle on a started runtime's services.
+    pub(crate) fn started(shared: Arc<Shared>, tasks: Tasks) -> Runtime {
+        Runtime {
+            handle: Arc::new(Handle {
+                shared,
+                tasks: Mutex::new(Some(tasks)),
+                shutdown: OnceLock::new(),
+            }),
+        }
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.handle.shared
+    }
+
+    /// This replica's holder id (`hostname-<random>` unless overridden).
+    pub fn holder(&self) -> &str {
+        &self.shared().holder
+    }
+
+    /// Fault injection for tests and chaos runs (feature `test-util`).
+    #[cfg(feature = "test-util")]
+    pub fn faults(&self) -> &super::faults::Faults {
+        &self.shared().faults
+    }
+
+    /// Makes the job with `key` due now, for the whole fleet: it runs once,
+    /// under its lease, on whichever replica claims it first (this one is
+    /// woken at once, the others by notification). A trigger that arrives
+    /// while the job is running may be absorbed by that run.
+    ///
+    /// Cancel-safe.
+    pub async fn trigger(&self, key: &str) -> Result<()> {
+        let shared = self.shared();
+        if shared.registry().job(key).is_none() {
+            return Err(Error::UnknownJob(key.to_owned()));
+        }
+        shared.store.make_due(key).await?;
+        shared.registry().wake(key, Instant::now());
+        shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Registers one more job while the runtime runs: its row is created if
+    /// missing (first due at its next slot, so adding a nightly tenant job
+    /// does not run it now), and the scheduler claims it when due. Fails,
+    /// changing nothing, if its key or settings are invalid, if the key is
+    /// registered here already, or if shutdown has begun.
+    ///
+    /// Cancel-safe: dropped before it returns, the job may or may not be
+    /// registered (its row may exist either way, which is harmless).
+    ///
+    /// ```no_run
+    /// # use leasehold::{FenceGuard, FencedJob, JobError, JobSettings, Schedule};
+    /// # struct Reconcile { tenant: String }
+    /// # impl FencedJob for Reconcile {
+    /// #     fn name(&self) -> &str { "reconcile" }
+    /// #     fn key(&self) -> String { format!("reconcile:{}", self.tenant) }
+    /// #     fn settings(&self) -> JobSettings { JobSettings::new(Schedule::Manual) }
+    /// #     async fn run(&self, _guard: FenceGuard) -> Result<(), JobError> { Ok(()) }
+    /// # }
+    /// # async fn demo(runtime: leasehold::Runtime) -> leasehold::Result<()> {
+    /// // A tenant signed up: start reconciling it on every replica that adds it.
+    /// runtime.add(Reconcile { tenant: "acme".into() }).await?;
+    /// // A tenant left: stop here (a run in progress is cancelled and released).
+    /// runtime.remove("reconcile:acme").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn add<J: FencedJob>(&self, job: J) -> Result<()> {
+        let shared = self.shared();
+        if shared.stopping.is_cancelled() {
+            return Err(Error::invalid(
+                "runtime",
+                shared.holder.as_str(),
+                "it is shutting down; add jobs to the runtime that replaces it",
+            ));
+        }
+        let job = Arc::new(JobEntry::new(job));
+        job.check()?;
+        if shared.registry().job(&job.key).is_some() {
+            return Err(duplicate_key(&job.key));
+        }
+        let server_now = match shared.clock.server_now() {
+            Some(now) => now,
+            None => shared.store.server_now().await?,
+        };
+        let first = first_due(&job.settings.schedule, server_now);
+        let seen = shared.store.register_many(&shared.holder, &[(&job.key, first)]).await?;
+        metrics::prime(&job.name);
+        shared.lower_tick(job.settings.heartbeat_interval());
+        if !shared.registry().insert(job.clone(), Instant::now()) {
+            return Err(duplicate_key(&job.key));
+        }
+        shared.file(&seen);
+        shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Unregisters `key` on this replica. A run of it in progress here is
+    /// cancelled (reason *shutdown*), given its grace period, and released;
+    /// this returns once that is done. The key's row stays (other replicas
+    /// may still run it); delete it with [`LeaseStore::forget`](crate::LeaseStore::forget)
+    /// (`leasehold forget KEY`) once no replica registers it.
+    ///
+    /// Returns whether the key was registered. Cancel-safe: dropping the
+    /// future does not stop the cancellation and release it started.
+    pub async fn remove(&self, key: &str) -> Result<bool> {
+        let shared = self.shared();
+        let Some(job) = shared.registry().remove(key) else {
+            return Ok(false);
+        };
+        let running = shared.held.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned();
+        if let Some(tenure) = running {
+            tenure.cancel(CancelReason::Shutdown);
+            let limit = job.settings.grace + job.settings.lease.min(Duration::from_secs(5)) + Duration::from_secs(1);
+            if tokio::time::timeout(limit, tenure.ended.cancelled()).await.is_err() {
+                tracing::warn!(
+                    key,
+                    "removed key's run did not end in time; its lease will expire on its own"
+                );
+            }
+        }
+        tracing::info!(holder = %shared.holder, key, "job removed from this runtime");
+        Ok(true)
+    }
+
+    /// Health for probes, without a database round trip: see [`Health`].
+    pub fn health(&self) -> Health {
+        let shared = self.shared();
+        let shutting_down = shared.stopping.is_cancelled();
+        let (degraded, since) = shared.health.read(shutting_down);
+        Health {
+            healthy: degraded.is_empty(),
+            degraded,
+            last_database_contact: Some(since),
+            running: shared.running(),
+            max_concurrent_runs: shared.max_concurrent_runs,
+            registered: shared.registry().len(),
+            listening: shared.listening(),
+            shutting_down,
+        }
+    }
+
+    /// Stops claiming, cancels running jobs (reason *shutdown*), waits for
+    /// each up to its grace period (then drops it), releases every lease so
+    /// other replicas can take over at once (they are woken by
+    /// notification), and only then stops the heartbeat. Returns what
+    /// happened.
+    ///
+    /// Any clone may call it, any number of times: the first call starts the
+    /// shutdown and every call returns the same report once it is done.
+    /// Cancel-safe: the shutdown runs in a task of its own, so dropping this
+    /// future does not interrupt it.
+    ///
+    /// Dropping the last [`Runtime`] handle without calling this starts the
+    /// same shutdown in the background (no new claims, runs cancelled for
+    /// shutdown, leases released when possible, otherwise left to expire);
+    /// call it when you want to wait for the handover to finish.
+    pub async fn shutdown(&self) -> ShutdownReport {
+        self.handle.start_shutdown().await
+    }
+}
+
+impl Handle {
+    /// Starts the shutdown once; returns the future of its report.
+    fn start_shutdown(&self) -> SharedFuture<BoxFuture<'static, ShutdownReport>> {
+        self.shutdown
+            .get_or_init(|| {
+                let shared = self.shared.clone();
+                shared.stopping.cancel();
+                for tenure in shared.held() {
+                    tenure.cancel(CancelReason::Shutdown);
+                }
+                let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let work = shutdown(shared, tasks);
+                // In a task of its own, so the handover finishes whoever
+                // stops waiting for it.
+                let task = match tokio::runtime::Handle::try_current() {
+                    Ok(rt) => Some(rt.spawn(work)),
+                    Err(_) => None,
+                };
+                async move {
+                    match task {
+                        Some(task) => task.await.unwrap_or_default(),
+                        None => ShutdownReport::default(),
+                    }
+                }
+                .boxed()
+                .shared()
+            })
+            .clone()
+    }
+}
+
+impl Drop for Handle {
+    /// The last handle is gone: nothing can stop the runtime later, so stop
+    /// it now, in the background. Without a Tokio runtime to run the
+    /// handover on, the tokens are still cancelled: the scheduler stops
+    /// claiming and runs are cancelled wherever their tasks still run.
+    fn drop(&mut self) {
+        if self.shutdown.get().is_none() {
+            tracing::warn!(holder = %self.shared.holder,
+                "leasehold runtime dropped without shutdown(): stopping it in the background \
+                 (call and await Runtime::shutdown to wait for the handover)");
+            drop(self.start_shutdown());
+        }
+    }
+}
+
+/// The shutdown, in order: the scheduler stops claiming; every run ends
+/// (cancelled, graced, released through the finisher); the finisher sends
+/// what is left; then the heartbeat and the listener stop — the heartbeat
+/// last of the runs' companions, so no lease goes unrenewed while its run
+/// is alive.
+async fn shutdown(shared: Arc<Shared>, tasks: Option<Tasks>) -> ShutdownReport {
+    let Some(tasks) = tasks else {
+        return ShutdownReport::default();
+    };
+    let _ = tasks.scheduler.await;
+    shared.runs.close();
+    shared.runs.wait().await;
+    tasks.stop_finisher.cancel();
+    let _ = tasks.finisher.await;
+    tasks.stop_heartbeat.cancel();
+    let _ = tasks.heartbeat.await;
+    tasks.stop_listener.cancel();
+    if let Some(listener) = tasks.listener {
+        let _ = listener.await;
+    }
+    let counts = &shared.stop_counts;
+    let report = ShutdownReport {
+        runs_finished: counts.finished.load(Ordering::SeqCst),
+        runs_cancelled: counts.cancelled.load(Ordering::SeqCst),
+        leases_released: counts.released.load(Ordering::SeqCst),
+    };
+    tracing::info!(holder = %shared.holder, ?report, "leasehold runtime stopped");
+    report
+}

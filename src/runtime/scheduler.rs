@@ -1,0 +1,270 @@
+//! The scheduler service: one per runtime, whatever the number of keys.
+//!
+//! It keeps a due queue of the registered keys (when each is next worth a
+//! claim, learned from the server's answers), and loops:
+//!
+//! 1. every poll interval, asks the server which keys *became* due since it
+//!    last looked (`LeaseStore::due_since`: triggers made elsewhere, wake-ups
+//!    a lost notification did not bring) — one statement, an index range;
+//! 2. when keys are due locally and there is room under
+//!    `max_concurrent_runs`, claims them in **one** statement
+//!    (`LeaseStore::claim_due`), starts a supervised run per claimed key,
+//!    and files the others at the time the server's answer says;
+//! 3. sleeps until the next key is due, the next poll, or a wake-up (a
+//!    notification, a trigger, a run that ended), whichever comes first.
+//!
+//! Every statement is bounded in time, so a stuck pool or row lock delays
+//! claims and shows in `Runtime::health`, without wedging the runtime.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+
+use super::state::{JobEntry, Shared};
+use super::supervise;
+use crate::connection::bounded;
+use crate::metrics;
+use crate::schedule::first_due;
+use crate::tenure::Tenure;
+
+/// Most keys proposed in one claim statement.
+const MAX_CANDIDATES: usize = 1024;
+/// Most keys one poll reads as newly due.
+const MAX_DISCOVERED: usize = 1000;
+/// How long a claim may wait for a connection and an answer.
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(10);
+/// How far back each poll's window reaches before the previous one ended,
+/// to cover transactions that read the clock before they committed.
+const WINDOW_OVERLAP: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
+
+/// Runs until shutdown begins; claims nothing after that.
+pub(crate) async fn run(shared: Arc<Shared>, since: DateTime<Utc>) {
+    let mut scheduler = Scheduler {
+        since,
+        next_poll: Instant::now(),
+        errors: 0,
+        missing: Vec::new(),
+    };
+    loop {
+        if shared.stopping.is_cancelled() {
+            return;
+        }
+        let wait = if shared.partitioned() {
+            shared.poll_interval
+        } else {
+            scheduler.step(&shared).await
+        };
+        let wake_at = Instant::now() + wait;
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake_at) => {}
+            _ = shared.wake.notified() => {}
+            _ = shared.stopping.cancelled() => return,
+        }
+    }
+}
+
+struct Scheduler {
+    /// Server time the next poll's window starts from.
+    since: DateTime<Utc>,
+    next_poll: Instant,
+    /// Statements that failed in a row (drives the back-off).
+    errors: u32,
+    /// Registered keys whose row is gone (forgotten while registered):
+    /// created again before the next claim.
+    missing: Vec<Arc<JobEntry>>,
+}
+
+impl Scheduler {
+    /// One pass: poll if it is time, register missing rows, claim what is
+    /// due. Returns how long to sleep unless woken.
+    async fn step(&mut self, shared: &Arc<Shared>) -> Duration {
+        if Instant::now() >= self.next_poll {
+            if let Err(pause) = self.poll(shared).await {
+                return pause;
+            }
+            self.next_poll = Instant::now() + shared.poll_interval;
+        }
+        if !self.missing.is_empty()
+            && let Err(pause) = self.register_missing(shared).await
+        {
+            return pause;
+        }
+        loop {
+            match self.claim(shared).await {
+                Ok(true) => continue, // claimed a full batch: more may be due
+                Ok(false) => break,
+                Err(pause) => return pause,
+            }
+        }
+        let now = Instant::now();
+        let next = shared.registry().next_at().unwrap_or(self.next_poll);
+        let until = next.min(self.next_poll);
+        // Due keys but no room: a run's end wakes us.
+        let until = if until <= now && shared.running() >= shared.max_concurrent_runs {
+            self.next_poll
+        } else {
+            until
+        };
+        until.saturating_duration_since(now).max(Duration::from_millis(1))
+    }
+
+    /// Reads the keys that became due since the last poll and moves the ones
+    /// registered here to the front of the queue.
+    async fn poll(&mut self, shared: &Shared) -> Result<(), Duration> {
+        let since = self.since - WINDOW_OVERLAP;
+        let answer = bounded(CLAIM_TIMEOUT, "poll", shared.store.due_since(since, MAX_DISCOVERED)).await;
+        let (server_now, seen) = self.answered(shared, answer)?;
+        shared.clock.observed(server_now);
+        // A full page means more may wait: the next window starts after it.
+        self.since = match seen.last() {
+            Some(last) if seen.len() >= MAX_DISCOVERED => last.next_due_at.unwrap_or(server_now),
+            _ => server_now,
+        };
+        let now = Instant::now();
+        let mut registry = shared.registry();
+        for sighting in &seen {
+            registry.wake(&sighting.key, now);
+        }
+        Ok(())
+    }
+
+    /// Creates again the rows of registered keys that vanished.
+    async fn register_missing(&mut self, shared: &Shared) -> Result<(), Duration> {
+        let server_now = match shared.clock.server_now() {
+            Some(now) => now,
+            None => match bounded(CLAIM_TIMEOUT, "clock", shared.store.server_now()).await {
+                Ok(now) => now,
+                Err(error) => return self.answered::<()>(shared, Err(error)),
+            },
+        };
+        let jobs = std::mem::take(&mut self.missing);
+        let keys: Vec<(&str, DateTime<Utc>)> = jobs
+            .iter()
+            .map(|j| (&*j.key, first_due(&j.settings.schedule, server_now)))
+            .collect();
+        let answer = bounded(
+            CLAIM_TIMEOUT,
+            "register",
+            shared.store.register_many(&shared.holder, &keys),
+        )
+        .await;
+        match self.answered(shared, answer) {
+            Ok(seen) => {
+                tracing::info!(
+                    keys = jobs.len(),
+                    "registered keys whose rows had been deleted (forgotten) again"
+                );
+                shared.file(&seen);
+                Ok(())
+            }
+            Err(pause) => {
+                self.missing = jobs;
+                Err(pause)
+            }
+        }
+    }
+
+    /// Claims the due keys there is room for. `Ok(true)` if the batch was
+    /// full (look again at once).
+    async fn claim(&mut self, shared: &Arc<Shared>) -> Result<bool, Duration> {
+        let room = shared.max_concurrent_runs.saturating_sub(shared.running());
+        if room == 0 {
+            return Ok(false);
+        }
+        // A few more candidates than room: some will be held or locked.
+        let wanted = room.saturating_mul(2).clamp(8, MAX_CANDIDATES);
+        let jobs = shared.registry().due(Instant::now(), wanted);
+        if jobs.is_empty() {
+            return Ok(false);
+        }
+        let candidates: Vec<(&str, Duration)> = jobs.iter().map(|j| (&*j.key, j.settings.lease)).collect();
+        let sent = Instant::now();
+        let answer = bounded(
+            CLAIM_TIMEOUT,
+            "claim",
+            shared.store.claim_due(&shared.holder, &candidates, room),
+        )
+        .await;
+        if answer.is_err() {
+            for job in &jobs {
+                metrics::claim(&job.name, "error");
+            }
+        }
+        let claimed = self.answered(shared, answer)?;
+        shared.health.claim_answered();
+        let acquired = claimed.acquired.len();
+        for lease in claimed.acquired {
+            let Some(job) = jobs.iter().find(|j| *j.key == lease.key).cloned() else {
+                continue;
+            };
+            shared
+                .clock
+                .observed(lease.expires_at - chrono::TimeDelta::from_std(lease.remaining).unwrap_or_default());
+            metrics::claim(&job.name, "acquired");
+            if shared.stopping.is_cancelled() {
+                // Claimed while shutting down: hand it straight back.
+                let store = shared.store.clone();
+                let fence = lease.fence;
+                let holder = lease.holder.clone();
+                tokio::spawn(async move { store.release(&job.key, &holder, fence).await });
+                continue;
+            }
+            shared.registry().start(&job.key);
+            let tenure = Arc::new(Tenure::new(
+                &job.name,
+                lease,
+                sent,
+                job.settings.lease,
+                job.settings.margin(),
+                shared.store.clone(),
+            ));
+            supervise::spawn(shared.clone(), job, tenure);
+        }
+        for sighting in &claimed.seen {
+            if let Some(job) = jobs.iter().find(|j| *j.key == sighting.key) {
+                // Free and due but not claimed: another claimer had it locked.
+                let outcome = if sighting.due_in().is_zero() {
+                    "held_elsewhere"
+                } else {
+                    "not_due"
+                };
+                metrics::claim(&job.name, outcome);
+            }
+        }
+        shared.file(&claimed.seen);
+        let answered: std::collections::HashSet<&str> = claimed.seen.iter().map(|s| s.key.as_str()).collect();
+        let lost_rows = jobs
+            .iter()
+            .filter(|j| !answered.contains(&*j.key) && shared.registry().job(&j.key).is_some())
+            .filter(|j| {
+                !shared
+                    .held
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains_key(&j.key)
+            });
+        self.missing.extend(lost_rows.cloned());
+        // A full page of candidates that yielded runs: more may be due.
+        Ok(acquired > 0 && jobs.len() >= wanted)
+    }
+
+    /// Records a statement's outcome in health and the error streak; on
+    /// error, the pause before the next attempt.
+    fn answered<T>(&mut self, shared: &Shared, answer: crate::Result<T>) -> Result<T, Duration> {
+        match answer {
+            Ok(value) => {
+                self.errors = 0;
+                Ok(value)
+            }
+            Err(error) => {
+                self.errors += 1;
+                shared.health.claim_failed(&error);
+                tracing::warn!(holder = %shared.holder, %error, "scheduler statement failed; retrying");
+                let backoff = Duration::from_millis(100).saturating_mul(1 << self.errors.min(6));
+                Err(backoff.min(shared.poll_interval.max(Duration::from_secs(1))))
+            }
+        }
+    }
+}

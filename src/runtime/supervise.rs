@@ -1,0 +1,256 @@
+//! Run supervision: one task per run — start the job's body, stop it on a
+//! lost lease, at its local deadline or at shutdown, then hand the release
+//! to the finisher and put the key back in the due queue.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::state::{FinishRequest, JobEntry, Shared};
+use crate::error::{CancelReason, Error};
+use crate::guard::FenceGuard;
+use crate::lease::{Finish, NextDue};
+use crate::metrics::{self, RunOutcome};
+use crate::schedule::never;
+use crate::tenure::Tenure;
+
+/// How long a release may take before the lease is left to expire.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Starts supervising the run of `tenure` in a task of its own (tracked, so
+/// shutdown waits for it). The key must already be marked running.
+pub(crate) fn spawn(shared: Arc<Shared>, job: Arc<JobEntry>, tenure: Arc<Tenure>) {
+    shared
+        .held
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(job.key.clone(), tenure.clone());
+    metrics::held(&job.name, 1.0);
+    shared.in_progress.fetch_add(1, Ordering::SeqCst);
+    metrics::runs_in_progress(1.0);
+    let runs = shared.runs.clone();
+    runs.spawn(supervise(shared, job, tenure));
+}
+
+async fn supervise(shared: Arc<Shared>, job: Arc<JobEntry>, tenure: Arc<Tenure>) {
+    let outcome = run(&shared, &job, &tenure).await;
+    let next = next_due(&shared, &job, &tenure, outcome);
+    // Stop renewing before releasing, so a renewal never races the release.
+    shared.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&job.key);
+    metrics::held(&job.name, -1.0);
+    let released = release(&shared, &job, &tenure, next).await;
+    tracing::info!(job = %job.name, key = %job.key, fence = tenure.fence, outcome = outcome.as_str(), released,
+        "run ended");
+    if shared.stopping.is_cancelled() {
+        let counts = &shared.stop_counts;
+        match outcome {
+            RunOutcome::Succeeded => counts.finished.fetch_add(1, Ordering::SeqCst),
+            _ => counts.cancelled.fetch_add(1, Ordering::SeqCst),
+        };
+        if released {
+            counts.released.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let at = requeue_at(&shared, &job, &tenure, next, released);
+    shared.registry().finish(&job.key, at);
+    shared.in_progress.fetch_sub(1, Ordering::SeqCst);
+    metrics::runs_in_progress(-1.0);
+    tenure.ended.cancel();
+    shared.wake.notify_one();
+}
+
+/// Runs the body to its end, or stops it. Returns the outcome.
+async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> RunOutcome {
+    tracing::info!(job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence, "lease acquired; run starting");
+    let span = tracing::info_span!("leasehold.run", job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence);
+    let started = Instant::now();
+    let mut handle = tokio::spawn((job.run)(FenceGuard::new(tenure.clone())).instrument(span));
+
+    let finished = loop {
+        tokio::select! {
+            result = &mut handle => break Some(result),
+            _ = tenure.token().cancelled() => {
+                // A run past its deadline gets no grace: the lease may be
+                // claimable elsewhere soon. Its loss was logged once already.
+                let deadline = tenure.reason() == Some(CancelReason::Deadline);
+                let grace = if deadline { Duration::ZERO } else { job.settings.grace };
+                match tokio::time::timeout(grace, &mut handle).await {
+                    Ok(result) => break Some(result),
+                    Err(_) => {
+                        handle.abort();
+                        if deadline {
+                            tracing::debug!(job = %job.name, key = %job.key, fence = tenure.fence,
+                                "run dropped at its deadline");
+                        } else {
+                            tracing::warn!(job = %job.name, key = %job.key, fence = tenure.fence, ?grace,
+                                reason = ?tenure.reason(), "cancelled run did not return within its grace period; dropped");
+                        }
+                        break None;
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(tenure.deadline()) => {
+                if Instant::now() >= tenure.deadline() {
+                    tenure.lose(CancelReason::Deadline);
+                    shared.health.run_lost_at_deadline();
+                }
+            }
+            _ = shared.stopping.cancelled(), if !tenure.token().is_cancelled() => {
+                tenure.cancel(CancelReason::Shutdown);
+            }
+        }
+    };
+
+    let outcome = match finished {
+        Some(Ok(Ok(()))) => RunOutcome::Succeeded,
+        _ if tenure.reason().is_some_and(|r| r != CancelReason::Shutdown) => RunOutcome::Cancelled,
+        Some(Ok(Err(error))) => {
+            if is_fencing(&*error) || tenure.reason().is_some() {
+                RunOutcome::Cancelled
+            } else {
+                tracing::error!(job = %job.name, key = %job.key, fence = tenure.fence, %error, "run failed");
+                RunOutcome::Failed
+            }
+        }
+        Some(Err(join)) if join.is_panic() => {
+            let panic = join.into_panic();
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(job = %job.name, key = %job.key, fence = tenure.fence, %message, "run panicked");
+            RunOutcome::Panicked
+        }
+        Some(Err(_)) | None => RunOutcome::Cancelled,
+    };
+    metrics::run_finished(&job.name, outcome, started.elapsed());
+    outcome
+}
+
+/// What the release records about the schedule, and the failure streak.
+fn next_due(shared: &Shared, job: &JobEntry, tenure: &Tenure, outcome: RunOutcome) -> NextDue {
+    let mut registry = shared.registry();
+    let failures = registry.streaks(&job.key).map(|(failures, _)| failures);
+    match outcome {
+        RunOutcome::Succeeded => {
+            if let Some(failures) = failures {
+                *failures = 0;
+            }
+            NextDue::At(
+                job.settings
+                    .schedule
+                    .next_after(tenure.acquired_at)
+                    .unwrap_or_else(never),
+            )
+        }
+        RunOutcome::Failed | RunOutcome::Panicked => {
+            let streak = match failures {
+                Some(failures) => {
+                    *failures += 1;
+                    *failures
+                }
+                None => 1,
+            };
+            NextDue::After(job.settings.backoff(streak))
+        }
+        // Not done: still due, so the next claimer runs it again at once.
+        RunOutcome::Cancelled => NextDue::Unchanged,
+    }
+}
+
+/// Hands the release to the finisher and waits for its answer (bounded).
+async fn release(shared: &Shared, job: &JobEntry, tenure: &Tenure, next: NextDue) -> bool {
+    if shared.partitioned() {
+        tracing::warn!(job = %job.name, key = %job.key, "partitioned (fault injection): release skipped, the lease will expire");
+        return false;
+    }
+    let (done, answer) = oneshot::channel();
+    let request = FinishRequest {
+        finish: Finish {
+            key: job.key.to_string(),
+            holder: tenure.holder.clone(),
+            fence: tenure.fence,
+            next,
+        },
+        done,
+    };
+    if shared.finishes.send(request).is_err() {
+        return false;
+    }
+    let limit = RELEASE_TIMEOUT.min(job.settings.lease);
+    match tokio::time::timeout(limit, answer).await {
+        Ok(Ok(released)) => released,
+        _ => {
+            tracing::warn!(job = %job.name, key = %job.key, "release did not complete; the lease will expire on its own");
+            false
+        }
+    }
+}
+
+/// When this replica should next look at the key, after its run.
+fn requeue_at(shared: &Shared, job: &JobEntry, tenure: &Tenure, next: NextDue, released: bool) -> Instant {
+    let now = Instant::now();
+    if !released {
+        // Still ours on the server until it expires (or someone else's).
+        return shared.clock.local(tenure.expires_at()).min(now + shared.poll_interval);
+    }
+    match next {
+        NextDue::At(at) => shared.clock.local(at),
+        NextDue::After(delay) => now + delay,
+        NextDue::Unchanged => match lost_run_backoff(shared, job, tenure) {
+            Some(pause) => now + pause,
+            None => now,
+        },
+    }
+}
+
+/// After a run that lost its lease: `None` to claim again at once, or how
+/// long this replica waits first. The first loss is retried at once (a
+/// blip); from the second in a row, this replica backs off like a failing
+/// run, so that a replica whose own jobs exhaust its pool, or whose
+/// heartbeats cannot get through, hands the key to another one instead of
+/// re-claiming it forever. Logged once per streak.
+fn lost_run_backoff(shared: &Shared, job: &JobEntry, tenure: &Tenure) -> Option<Duration> {
+    let mut registry = shared.registry();
+    let (_, losses) = registry.streaks(&job.key)?;
+    match tenure.reason() {
+        Some(CancelReason::Deadline | CancelReason::Expired | CancelReason::Stolen) => *losses += 1,
+        _ => {
+            if *losses >= 2 {
+                tracing::info!(job = %job.name, key = %job.key, lost = *losses,
+                    "runs of this key keep their lease again; back-off over");
+            }
+            *losses = 0;
+            return None;
+        }
+    }
+    if *losses < 2 {
+        return None;
+    }
+    let pause = job.settings.backoff(*losses - 1);
+    if *losses == 2 {
+        tracing::warn!(job = %job.name, key = %job.key, reason = ?tenure.reason(), ?pause,
+            "two runs in a row lost their lease; this replica now waits before each claim of this key so \
+             another replica can take it (is the pool big enough for the jobs and the heartbeat?)");
+    }
+    Some(pause)
+}
+
+/// Whether a job's error is, or wraps, leasehold's "stop: a newer holder
+/// owns this work" (a stale fence or a lost lease), however deep in the
+/// user's own error chain (`anyhow`, `thiserror` sources).
+fn is_fencing(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.downcast_ref::<Error>().is_some_and(Error::is_fencing) {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
