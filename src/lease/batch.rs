@@ -72,6 +72,17 @@ pub(crate) struct Finish {
     pub(crate) next: NextDue,
 }
 
+/// What one release of [`LeaseStore::finish_many`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The tenure was the current one and is released.
+    Yes,
+    /// The tenure was not the current one any more: nothing changed.
+    NotCurrent,
+    /// Its row is locked by another transaction: nothing changed yet.
+    Busy,
+}
+
 /// What [`LeaseStore::forget`] did.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -231,10 +242,12 @@ impl LeaseStore {
     }
 
     /// Releases many runs' tenures and records when each key is next due,
-    /// in **one** statement. Returns, per item, whether that tenure was
-    /// still the current one (a late release of an older tenure changes
-    /// nothing). A key left due by its release wakes the listeners.
-    pub(crate) async fn finish_many(&self, items: &[Finish]) -> Result<Vec<bool>> {
+    /// in **one** statement. Says, per item, whether that tenure was
+    /// released, was not the current one any more (a late release of an
+    /// older tenure changes nothing), or is busy: its row is locked by
+    /// another transaction, which a release does not wait for — retry it.
+    /// A key left due by its release wakes the listeners.
+    pub(crate) async fn finish_many(&self, items: &[Finish]) -> Result<Vec<Released>> {
         let mut keys = Vec::with_capacity(items.len());
         let mut holders = Vec::with_capacity(items.len());
         let mut fences = Vec::with_capacity(items.len());
@@ -259,33 +272,46 @@ impl LeaseStore {
             return Ok(Vec::new());
         }
         // $1 keys, $2 holders, $3 fences, $4 next due (absolute), $5 next due
-        // (seconds from now). Invariant 7: holder and fence scope each
-        // release to the caller's own tenure, so a late release — after a
-        // takeover, or of the same holder's earlier run — never frees a newer
-        // one. Expiring at "now" rather than deleting keeps the schedule;
-        // GREATEST keeps the CHECK true even if the server clock stepped back.
-        // A released key that is still due (a cancelled run, a trigger
-        // during the run) is claimable at once: `woken` tells the listeners.
+        // (seconds from now).
+        // - `mine` (invariant 7): holder and fence scope each release to the
+        //   caller's own tenure, so a late release — after a takeover, or of
+        //   the same holder's earlier run — never frees a newer one.
+        // - FOR UPDATE SKIP LOCKED: a row locked elsewhere (a service's
+        //   `SELECT … FOR UPDATE`, another claimer) is reported `busy`, not
+        //   waited for, so one locked row never holds up the batch.
+        // - Expiring at "now" rather than deleting keeps the schedule;
+        //   GREATEST keeps the CHECK true even if the server clock stepped
+        //   back.
+        // - A released key that is still due (a cancelled run, a trigger
+        //   during the run) is claimable at once: `woken` tells listeners.
         const FINISH_MANY: &str = "
             WITH t AS (
                 SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::timestamptz[], $5::float8[])
                            AS t(key, holder, fence, at, after)
+            ), mine AS (
+                SELECT l.key FROM leasehold_lease AS l JOIN t ON t.key = l.key
+                 WHERE l.holder = t.holder
+                   AND l.fence = t.fence
+                   FOR UPDATE OF l SKIP LOCKED
             ), released AS (
                 UPDATE leasehold_lease AS l
                    SET expires_at  = GREATEST(clock_timestamp(), l.acquired_at + interval '1 microsecond'),
                        next_due_at = COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after), l.next_due_at)
                   FROM t
                  WHERE l.key = t.key
-                   AND l.holder = t.holder
-                   AND l.fence = t.fence
+                   AND l.key IN (SELECT key FROM mine)
                 RETURNING l.key, l.fence, l.next_due_at
             ), woken AS (
                 SELECT count(*) AS n FROM (
                     SELECT pg_notify('leasehold', r.key) FROM released AS r
                      WHERE r.next_due_at IS NULL OR r.next_due_at <= clock_timestamp()) AS notified
             )
-            SELECT r.key, r.fence FROM released AS r, woken";
-        let done: Vec<(String, i64)> =
+            SELECT r.key, r.fence, false AS busy FROM released AS r, woken
+            UNION ALL
+            SELECT l.key, l.fence, true FROM leasehold_lease AS l JOIN t ON t.key = l.key
+             WHERE l.holder = t.holder AND l.fence = t.fence
+               AND l.key NOT IN (SELECT key FROM mine)";
+        let done: Vec<(String, i64, bool)> =
             connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(FINISH_MANY)
                 .bind(&keys)
                 .bind(&holders)
@@ -295,7 +321,13 @@ impl LeaseStore {
                 .fetch_all(conn))?;
         Ok(items
             .iter()
-            .map(|item| done.iter().any(|(k, f)| *k == item.key && *f == item.fence))
+            .map(
+                |item| match done.iter().find(|(k, f, _)| *k == item.key && *f == item.fence) {
+                    Some((_, _, false)) => Released::Yes,
+                    Some((_, _, true)) => Released::Busy,
+                    None => Released::NotCurrent,
+                },
+            )
             .collect())
     }
 

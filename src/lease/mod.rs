@@ -31,7 +31,7 @@ use crate::validate;
 mod batch;
 
 pub use batch::Forgotten;
-pub(crate) use batch::{Finish, Sighting, WAKE_CHANNEL};
+pub(crate) use batch::{Finish, Released, Sighting, WAKE_CHANNEL};
 
 /// A lease this caller holds: the tenure identified by `(key, holder, fence)`.
 #[derive(Debug, Clone, PartialEq)]
@@ -555,16 +555,29 @@ impl LeaseStore {
     /// The row is kept (not deleted) so the key's schedule survives; fences
     /// do not depend on it either way. Cancel-safe as described on
     /// [`LeaseStore`].
+    ///
+    /// If another transaction has the row locked, the release does not
+    /// wait on the server holding a connection: it retries (10 ms, then up
+    /// to every 500 ms) until the lock is gone. Bound it with a timeout if
+    /// that matters to you; the lease expires on its own meanwhile.
     pub async fn release(&self, key: &str, holder: &str, fence: i64) -> Result<bool> {
-        let released = self
-            .finish_many(&[Finish {
-                key: key.to_owned(),
-                holder: holder.to_owned(),
-                fence,
-                next: NextDue::Unchanged,
-            }])
-            .await?;
-        Ok(released.first().copied().unwrap_or(false))
+        let finish = [Finish {
+            key: key.to_owned(),
+            holder: holder.to_owned(),
+            fence,
+            next: NextDue::Unchanged,
+        }];
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match self.finish_many(&finish).await?.first() {
+                Some(Released::Yes) => return Ok(true),
+                Some(Released::Busy) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                _ => return Ok(false),
+            }
+        }
     }
 
     /// The server's clock: schedules are computed from it, never from ours.

@@ -15,6 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::state::{FinishRequest, Shared};
 use crate::connection::bounded;
+use crate::lease::{Finish, Released};
+
+/// How soon a release whose row was locked elsewhere is tried again.
+const BUSY_RETRY: Duration = Duration::from_millis(50);
 
 /// Most releases per statement.
 const BATCH: usize = 1024;
@@ -25,48 +29,78 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs until `stop` is cancelled *and* every queued release went out. The
 /// runtime stops it after the last run ended.
+///
+/// A release whose row another transaction has locked is not waited for on
+/// the server (that would hold up every release of the batch): it goes out
+/// again with a later batch, every [`BUSY_RETRY`], for as long as its run
+/// waits for the answer.
 pub(crate) async fn run(
     shared: Arc<Shared>,
     mut requests: mpsc::UnboundedReceiver<FinishRequest>,
     stop: CancellationToken,
 ) {
     let mut batch = Vec::with_capacity(BATCH);
+    let mut busy: Vec<FinishRequest> = Vec::new();
+    let mut stopping = false;
     loop {
-        tokio::select! {
-            biased;
-            received = requests.recv_many(&mut batch, BATCH) => {
-                if received == 0 {
-                    return;
-                }
+        // A run that stopped waiting (its release timed out) is dropped.
+        busy.retain(|r| !r.done.is_closed());
+        if stopping {
+            while batch.len() < BATCH
+                && let Ok(request) = requests.try_recv()
+            {
+                batch.push(request);
             }
-            _ = stop.cancelled() => {
-                if requests.try_recv().map(|r| batch.push(r)).is_err() {
+            if batch.is_empty() {
+                if busy.is_empty() {
                     return;
                 }
-                while batch.len() < BATCH && let Ok(request) = requests.try_recv() {
-                    batch.push(request);
+                tokio::time::sleep(BUSY_RETRY).await;
+            }
+        } else {
+            let retry = !busy.is_empty();
+            tokio::select! {
+                biased;
+                _ = requests.recv_many(&mut batch, BATCH) => {}
+                _ = tokio::time::sleep(BUSY_RETRY), if retry => {}
+                _ = stop.cancelled() => {
+                    stopping = true;
+                    continue;
                 }
             }
         }
-        release(&shared, std::mem::take(&mut batch)).await;
+        batch.append(&mut busy);
+        busy = release(&shared, std::mem::take(&mut batch)).await;
     }
 }
 
-async fn release(shared: &Shared, batch: Vec<FinishRequest>) {
-    let (finishes, answers): (Vec<_>, Vec<_>) = batch.into_iter().map(|r| (r.finish, r.done)).unzip();
+/// Sends one batch; answers each run; returns the busy ones to retry.
+async fn release(shared: &Shared, batch: Vec<FinishRequest>) -> Vec<FinishRequest> {
+    if batch.is_empty() {
+        return Vec::new();
+    }
+    let finishes: Vec<Finish> = batch.iter().map(|r| r.finish.clone()).collect();
     match bounded(TIMEOUT, "release", shared.store.finish_many(&finishes)).await {
-        Ok(released) => {
+        Ok(outcomes) => {
             shared.health.database_answered();
-            for (done, released) in answers.into_iter().zip(released) {
-                let _ = done.send(released);
+            let mut busy = Vec::new();
+            for (request, outcome) in batch.into_iter().zip(outcomes) {
+                match outcome {
+                    Released::Busy => busy.push(request),
+                    outcome => {
+                        let _ = request.done.send(outcome == Released::Yes);
+                    }
+                }
             }
+            busy
         }
         Err(error) => {
             tracing::warn!(holder = %shared.holder, runs = finishes.len(), %error,
                 "release failed; those leases will expire on their own");
-            for done in answers {
-                let _ = done.send(false);
+            for request in batch {
+                let _ = request.done.send(false);
             }
+            Vec::new()
         }
     }
 }

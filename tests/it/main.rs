@@ -12,3 +12,4 @@ mod metrics;
 mod migrate;
 mod pgbouncer;
 mod runtime;
+mod scheduler;

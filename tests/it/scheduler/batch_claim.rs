@@ -1,0 +1,175 @@
+//! Batch claims: one statement claims many keys, each with its own fence,
+//! never a live lease, never a key twice in one slot, never waiting for a
+//! row another transaction holds.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::{FenceGuard, LeaseStore, Schedule};
+use tokio::time::Instant;
+
+use crate::support::{self, Runs, job, quick};
+
+const LEASE: Duration = Duration::from_secs(5);
+
+/// (key, fence, slot of the tenure's start by the server clock).
+type Slots = Arc<Mutex<Vec<(String, i64, i64)>>>;
+
+/// A body that records its run, the second its tenure began (server clock:
+/// expiry at start − lease), and works 20 ms.
+fn slot_body(
+    runs: &Runs,
+    slots: &Slots,
+) -> impl Fn(FenceGuard) -> futures::future::BoxFuture<'static, Result<(), leasehold::JobError>> + Send + Sync + 'static
+{
+    let (runs, slots) = (runs.clone(), slots.clone());
+    move |guard: FenceGuard| {
+        let (runs, slots) = (runs.clone(), slots.clone());
+        Box::pin(async move {
+            let acquired_ms = guard.expires_at().timestamp_millis() - LEASE.as_millis() as i64;
+            slots
+                .lock()
+                .unwrap()
+                .push((guard.key().to_owned(), guard.fence(), acquired_ms.div_euclid(1000)));
+            let i = runs.start(&guard);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            runs.end(i);
+            Ok(())
+        })
+    }
+}
+
+/// 16 replicas register the same 20 keys, each due every second, for 6 s:
+/// every (key, slot) runs at most once, runs of a key never overlap, fences
+/// of a key grow run after run, nearly every slot runs, and the claims are
+/// batched (far fewer claim statements than runs × replicas).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_replicas_run_each_key_once_per_slot() {
+    let db = support::db().await;
+    support::reset_statement_stats(&db.pool).await;
+    let runs = Runs::default();
+    let slots: Slots = Default::default();
+    let settings = quick(Schedule::every(Duration::from_secs(1)), LEASE);
+    let mut replicas = Vec::new();
+    for r in 0..16 {
+        let jobs = (0..20)
+            .map(|k| job(&format!("tick:{k}"), settings.clone(), slot_body(&runs, &slots)))
+            .collect();
+        replicas.push(support::replica(&db, &format!("r{r}"), 2, jobs).await);
+    }
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    for r in &replicas {
+        r.shutdown().await;
+    }
+    let all = runs.all();
+    let mut slots = slots.lock().unwrap().clone();
+    slots.sort_by_key(|(key, fence, _)| (key.clone(), *fence));
+    for pair in slots.windows(2) {
+        let ((ka, fa, sa), (kb, fb, sb)) = (&pair[0], &pair[1]);
+        if ka == kb {
+            assert!(fb > fa, "fences of {ka} must grow: {pair:?}");
+            assert!(sb > sa, "{ka} ran twice in slot {sa} (fences {fa}, {fb})");
+        }
+    }
+    for k in 0..20 {
+        let key = format!("tick:{k}");
+        let of_key: Vec<_> = all.iter().filter(|r| r.key == key).cloned().collect();
+        let overlaps = support::overlapping_pairs(&of_key);
+        assert!(overlaps.is_empty(), "{key}: overlapping runs {overlaps:?}");
+        assert!(
+            of_key.len() + 2 >= elapsed.floor() as usize,
+            "{key}: {} runs in {elapsed:.1} s",
+            of_key.len()
+        );
+    }
+    let claims = support::statement_calls(&db.pool, "FOR UPDATE OF l SKIP LOCKED\n            ), claimed AS").await;
+    let holders: std::collections::BTreeSet<&str> = all.iter().map(|r| r.holder.as_str()).collect();
+    println!(
+        "measured: {} runs of 20 keys in {elapsed:.1} s by {} of 16 replicas; {claims} claim statements ({:.2} per run)",
+        all.len(),
+        holders.len(),
+        claims as f64 / all.len() as f64
+    );
+    assert!(
+        (claims as usize) < all.len() * 16,
+        "claims are batched: {claims} statements for {} runs",
+        all.len()
+    );
+}
+
+/// A lease held by someone else (a live tenure, and due) is never claimed
+/// by a batch: the replica waits, and runs the key once it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_claim_never_takes_a_live_lease() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let settings = quick(Schedule::every(Duration::from_secs(1)), LEASE);
+    let rt = support::replica(
+        &db,
+        "replica",
+        2,
+        vec![job("held", settings, runs.body(Duration::from_millis(10)))],
+    )
+    .await;
+    // An outsider holds the lease for a minute; the key is due meanwhile.
+    let outsider = LeaseStore::new(db.pool.clone());
+    let taken = loop {
+        if let Some(l) = outsider
+            .claim_run("held", "outsider", Duration::from_secs(60), leasehold::Due::Now)
+            .await
+            .unwrap()
+            .acquired()
+        {
+            break l;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let before = runs.all().len();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(runs.all().len(), before, "no run while the outsider holds the lease");
+    assert!(outsider.release("held", "outsider", taken.fence).await.unwrap());
+    let after = runs.wait_started(before + 1, Duration::from_secs(5)).await;
+    assert!(
+        after.last().unwrap().fence > taken.fence,
+        "the next run has a newer fence"
+    );
+    rt.shutdown().await;
+}
+
+/// A lease row locked by another transaction (a service's `SELECT … FOR
+/// UPDATE`) is skipped, not waited for: the other keys of the same batch
+/// run on their slots while the lock lasts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_row_does_not_hold_up_the_other_keys_of_a_batch() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let settings = quick(Schedule::every(Duration::from_secs(1)), LEASE);
+    let jobs = ["locked", "free:1", "free:2"]
+        .iter()
+        .map(|k| job(k, settings.clone(), runs.body(Duration::from_millis(10))))
+        .collect();
+    let rt = support::replica(&db, "replica", 3, jobs).await;
+    runs.wait_started(1, Duration::from_secs(5)).await;
+    let lock = support::lock_lease_row(&db.pool, "locked").await;
+    let locked_at = Instant::now();
+    let before = runs.all().len();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during: Vec<_> = runs.all()[before..]
+        .iter()
+        .filter(|r| r.started > locked_at)
+        .map(|r| r.key.clone())
+        .collect();
+    drop(lock);
+    rt.shutdown().await;
+    let free_runs = during.iter().filter(|k| k.starts_with("free")).count();
+    assert!(
+        free_runs >= 4,
+        "the free keys kept running while one row was locked: {during:?}"
+    );
+    assert!(
+        !during.iter().any(|k| k == "locked"),
+        "the locked key cannot run: {during:?}"
+    );
+}
