@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Clause removal: for each guard clause of the lease SQL (src/lease.rs),
+"""Clause removal: for each guard clause of the lease SQL (src/lease/mod.rs,
+and the scheduler's batch statements in src/lease/batch.rs),
 remove it (or, for a rule that forbids something, add the forbidden clause)
 in a scratch worktree of HEAD and run the scenario tests named with it
 (`lease::` unless a mutation names others); every mutation must make at
 least one named test fail.
 
     python3 scripts/clause-removal.py            # all mutations (~1 min each)
-    python3 scripts/clause-removal.py --check    # only check every pattern still matches src/lease.rs
+    python3 scripts/clause-removal.py finish_many claim_due   # only mutations whose name contains one of these
+    python3 scripts/clause-removal.py --check    # only check every pattern still matches its file
 
 Builds in target/clause-removal (its own target dir), never touches the
 working tree. Exits 1 if a mutation is not caught or a pattern is stale.
@@ -15,6 +17,7 @@ import os, re, subprocess, sys, tempfile
 
 ROOT = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True).stdout.strip()
 
+# (name, pattern, replacement[, tests]) in src/lease/mod.rs.
 mutations = [
  ("claim: re-entrant clause `l.holder = EXCLUDED.holder OR` removed",
   """                 WHERE l.holder = EXCLUDED.holder
@@ -63,8 +66,6 @@ mutations = [
  ("renew: non-expiry clauses removed", "           AND l.expires_at > clock_timestamp()\n", ""),
  ("renew: SKIP LOCKED removed (a locked row stalls the heartbeat)", "FOR UPDATE OF l SKIP LOCKED", "FOR UPDATE OF l",
   "isolation::wedged_heartbeat"),
- ("release: holder clause removed", "             WHERE key = $1\n               AND holder = $2\n               AND fence = $3\";", "             WHERE key = $1\n               AND $2::text IS NOT NULL\n               AND fence = $3\";"),
- ("release: fence clause removed", "             WHERE key = $1\n               AND holder = $2\n               AND fence = $3\";", "             WHERE key = $1\n               AND holder = $2\n               AND $3::int8 IS NOT NULL\";"),
  ("claim_run: times taken from VALUES, before the row-lock wait (the slot bug)",
   """                       acquired_at = clock_timestamp(),
                        expires_at  = clock_timestamp() + make_interval(secs => $3)
@@ -80,34 +81,88 @@ mutations = [
 """, ""),
 ]
 
+# The same, in src/lease/batch.rs (the scheduler's statements).
+batch_mutations = [
+ ("claim_due: expiry clause removed (a batch takes a live lease)",
+  "                 WHERE l.expires_at <= clock_timestamp()\n                   AND (l.next_due_at IS NULL",
+  "                 WHERE true\n                   AND (l.next_due_at IS NULL",
+  "scheduler::batch_claim::a_batch_claim_never_takes_a_live_lease"),
+ ("claim_due: due clause removed (a key runs again in its slot)",
+  "                   AND (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())\n                 ORDER BY",
+  "\n                 ORDER BY",
+  "scheduler::batch_claim runtime::three_replicas_run_a_job_once_per_slot"),
+ ("claim_due: SKIP LOCKED removed (a locked row holds up the batch)",
+  "                 LIMIT $4\n                   FOR UPDATE OF l SKIP LOCKED",
+  "                 LIMIT $4\n                   FOR UPDATE OF l",
+  "scheduler::batch_claim::a_locked_row_does_not_hold_up_the_other_keys_of_a_batch"),
+ ("claim_due: fresh fence replaced by the row's old fence",
+  "                       fence       = nextval('leasehold_fence_seq'),",
+  "                       fence       = l.fence,",
+  "scheduler::batch_claim runtime::three_replicas_run_a_job_once_per_slot"),
+ ("claim_due: LIMIT removed (a full replica claims beyond its room)",
+  "                 LIMIT $4\n", "                 LIMIT $4 + 100\n",
+  "scheduler::concurrency_limit"),
+ ("finish_many: holder clause removed",
+  "                 WHERE l.holder = t.holder\n                   AND l.fence = t.fence\n                   FOR UPDATE",
+  "                 WHERE l.fence = t.fence\n                   FOR UPDATE",
+  "lease:: scheduler::"),
+ ("finish_many: fence clause removed",
+  "                 WHERE l.holder = t.holder\n                   AND l.fence = t.fence\n                   FOR UPDATE",
+  "                 WHERE l.holder = t.holder\n                   FOR UPDATE",
+  "lease::"),
+ ("finish_many: SKIP LOCKED removed (a locked row holds up every release of the batch)",
+  "                   AND l.fence = t.fence\n                   FOR UPDATE OF l SKIP LOCKED",
+  "                   AND l.fence = t.fence\n                   FOR UPDATE OF l",
+  "scheduler::batch_claim::a_locked_row_does_not_hold_up_the_other_keys_of_a_batch"),
+ ("register_many: an existing row's schedule reset at every start",
+  "                ON CONFLICT (key) DO NOTHING\n                RETURNING key, expires_at, next_due_at",
+  "                ON CONFLICT (key) DO UPDATE SET next_due_at = EXCLUDED.next_due_at\n                RETURNING key, expires_at, next_due_at",
+  "runtime:: scheduler::"),
+ ("forget: expiry clause removed (a live lease is deleted)",
+  "DELETE FROM leasehold_lease WHERE key = $1 AND expires_at <= clock_timestamp() RETURNING key",
+  "DELETE FROM leasehold_lease WHERE key = $1 RETURNING key",
+  "scheduler::forget"),
+]
+
+FILES = [("src/lease/mod.rs", mutations), ("src/lease/batch.rs", batch_mutations)]
+
 
 def main():
     check_only = "--check" in sys.argv
-    src = open(os.path.join(ROOT, "src/lease.rs")).read()
-    stale = [name for name, old, *_ in mutations if old not in src]
-    for name in stale:
-        print(f"!! pattern no longer in src/lease.rs: {name}")
+    stale = []
+    for path, muts in FILES:
+        src = open(os.path.join(ROOT, path)).read()
+        for name, old, *_ in muts:
+            if old not in src:
+                stale.append(name)
+                print(f"!! pattern no longer in {path}: {name}")
+    total = sum(len(m) for _, m in FILES)
     if check_only or stale:
-        print(f"{len(mutations) - len(stale)} of {len(mutations)} patterns match")
+        print(f"{total - len(stale)} of {total} patterns match")
         return 1 if stale else 0
+    only = [a for a in sys.argv[1:] if not a.startswith("-")]
     uncaught = 0
     with tempfile.TemporaryDirectory() as tmp:
         wt = os.path.join(tmp, "wt")
         subprocess.run(["git", "worktree", "add", "-q", "--detach", wt, "HEAD"], cwd=ROOT, check=True)
         try:
             env = {**os.environ, "CARGO_TARGET_DIR": os.path.join(ROOT, "target/clause-removal"), "RUST_BACKTRACE": "0"}
-            base = open(os.path.join(wt, "src/lease.rs")).read()
-            for name, old, new, *filters in mutations:
-                open(os.path.join(wt, "src/lease.rs"), "w").write(base.replace(old, new))
-                names = (filters[0] if filters else "lease::").split()
-                r = subprocess.run(["cargo", "test", "-q", "--test", "it", "--", *names], cwd=wt,
-                                   capture_output=True, text=True, env=env)
-                failed = re.findall(r"^    (\w+::\S+)$", r.stdout, re.M)
-                if failed:
-                    print(f"{name} -> FAILS: {', '.join(failed)}", flush=True)
-                else:
-                    uncaught += 1
-                    print(f"{name} -> NOT CAUGHT{' (build error)' if 'error[' in r.stderr else ''}", flush=True)
+            for path, muts in FILES:
+                base = open(os.path.join(wt, path)).read()
+                for name, old, new, *filters in muts:
+                    if only and not any(o in name for o in only):
+                        continue
+                    open(os.path.join(wt, path), "w").write(base.replace(old, new))
+                    names = (filters[0] if filters else "lease::").split()
+                    r = subprocess.run(["cargo", "test", "-q", "--test", "it", "--", *names], cwd=wt,
+                                       capture_output=True, text=True, env=env)
+                    failed = re.findall(r"^    (\w+::\S+)$", r.stdout, re.M)
+                    if failed:
+                        print(f"{name} -> FAILS: {', '.join(failed)}", flush=True)
+                    else:
+                        uncaught += 1
+                        print(f"{name} -> NOT CAUGHT{' (build error)' if 'error[' in r.stderr else ''}", flush=True)
+                open(os.path.join(wt, path), "w").write(base)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", wt], cwd=ROOT)
     return 1 if uncaught else 0

@@ -513,6 +513,14 @@ async fn runtime_works_through_pgbouncer_transaction_mode() {
     assert!(ticks.len() >= 2, "the tick job ran through pgbouncer: {ticks:?}");
     assert!(ticks.windows(2).all(|w| w[1].1 > w[0].1), "{ticks:?}");
 
+    // LISTEN must never go through a transaction pooler: the server
+    // connection would go back to PgBouncer's pool still listening, and the
+    // next client given it — replica b's start, the runs' fenced writes —
+    // would fail with "unexpected message: NotificationResponse" (which is
+    // how this test failed before the listener checked for it). The
+    // listeners saw they are not sessions of their own and the runtimes poll.
+    assert!(!a.health().listening && !b.health().listening);
+
     let report_a = a.shutdown().await;
     let report_b = b.shutdown().await;
     println!(

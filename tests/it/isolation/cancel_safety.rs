@@ -7,12 +7,12 @@
 use std::future::Future;
 use std::time::Duration;
 
-use leasehold::LeaseStore;
+use leasehold::{LeaseStore, Runtime, Schedule};
 use leasehold_testkit::proxy::{Mode, Proxy};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::support::{self, TestDb};
+use crate::support::{self, TestDb, job, quick};
 
 /// A pool of `max` connections to `db` through `proxy`.
 async fn proxied_pool(db: &TestDb, proxy: &Proxy, max: u32) -> PgPool {
@@ -109,6 +109,73 @@ async fn fenced_transactions_and_lease_statements_dropped_at_every_await_leave_n
         "measured: dropped begin_fenced at {begin}, fenced update at {update}, claim at {claim}, \
          migrate at {migrate} cut points"
     );
+    proxy.set(Mode::Normal);
+    rt.shutdown().await;
+}
+
+/// The scheduler's calls, swept the same way: a batch release, forget,
+/// `start` (one-statement registration, migrations) and `Runtime::add`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduler_calls_dropped_at_every_await_leave_no_open_transaction() {
+    let db = support::db().await;
+    let port = db.options.get_port();
+    let proxy = Proxy::start("127.0.0.1", port).await.expect("proxy");
+    proxy.set(Mode::Delay(Duration::from_millis(10)));
+    let pool = proxied_pool(&db, &proxy, 2).await;
+    let step = Duration::from_millis(7);
+    let direct = LeaseStore::new(db.pool.clone());
+    let store = LeaseStore::new(pool.clone());
+
+    let release = sweep(&db, &pool, step, "release", |n| {
+        let (direct, store) = (direct.clone(), store.clone());
+        async move {
+            let key = format!("released-{n}");
+            let lease = direct
+                .claim(&key, "sweeper", support::LONG)
+                .await?
+                .acquired()
+                .expect("free key");
+            store.release(&key, "sweeper", lease.fence).await
+        }
+    })
+    .await;
+    let forget = sweep(&db, &pool, step, "forget", |n| {
+        let (direct, store) = (direct.clone(), store.clone());
+        async move {
+            let key = format!("forgotten-{n}");
+            let lease = direct
+                .claim(&key, "sweeper", support::LONG)
+                .await?
+                .acquired()
+                .expect("free key");
+            direct.release(&key, "sweeper", lease.fence).await?;
+            store.forget(&key).await
+        }
+    })
+    .await;
+    let manual = || quick(Schedule::Manual, Duration::from_secs(30));
+    let start = sweep(&db, &pool, step, "start", |n| {
+        let pool = pool.clone();
+        let tenant = job(&format!("started-{n}"), manual(), |_| async { Ok(()) });
+        async move {
+            let rt = Runtime::builder(pool).listen(false).register(tenant).start().await?;
+            rt.shutdown().await;
+            Ok(())
+        }
+    })
+    .await;
+    let rt = Runtime::builder(pool.clone())
+        .listen(false)
+        .start()
+        .await
+        .expect("runtime starts");
+    let add = sweep(&db, &pool, step, "add", |n| {
+        let rt = rt.clone();
+        let tenant = job(&format!("added-{n}"), manual(), |_| async { Ok(()) });
+        async move { rt.add(tenant).await }
+    })
+    .await;
+    println!("measured: dropped release at {release}, forget at {forget}, start at {start}, add at {add} cut points");
     proxy.set(Mode::Normal);
     rt.shutdown().await;
 }

@@ -151,7 +151,16 @@ async fn a_locked_row_does_not_hold_up_the_other_keys_of_a_batch() {
         .map(|k| job(k, settings.clone(), runs.body(Duration::from_millis(10))))
         .collect();
     let rt = support::replica(&db, "replica", 3, jobs).await;
-    runs.wait_started(1, Duration::from_secs(5)).await;
+    // Lock the row while its lease is free (between two runs), so the next
+    // batch claim meets the lock, not the release.
+    support::eventually(Duration::from_secs(5), || {
+        runs.all().iter().any(|r| r.key == "locked" && r.ended.is_some()).then_some(())
+    })
+    .await;
+    let store = LeaseStore::new(db.pool.clone());
+    while store.get("locked").await.unwrap().is_some_and(|row| row.is_held()) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let lock = support::lock_lease_row(&db.pool, "locked").await;
     let locked_at = Instant::now();
     let before = runs.all().len();
