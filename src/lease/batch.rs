@@ -1,8 +1,8 @@
 //! The scheduler's statements: many keys per statement, so a runtime's cost
 //! follows the work it does, not the number of keys it registers.
 //!
-//! Same invariants as the single-key statements in `lease/mod.rs`
-//! (docs/design.md §2): server clock only, one round trip, fences from the
+//! Same invariants as the single-key statements (numbered in the doc
+//! comment of `lease/mod.rs`): server clock only, one round trip, fences from the
 //! sequence, a claim for a run only on a free and due lease, releases scoped
 //! to `(key, holder, fence)`. Two more, for batches:
 //!

@@ -51,8 +51,16 @@ impl std::fmt::Debug for RuntimeBuilder {
     }
 }
 
+impl Runtime {
+    /// A builder over `pool`. The pool can be small: no connection is held
+    /// while a job runs.
+    pub fn builder(pool: PgPool) -> RuntimeBuilder {
+        RuntimeBuilder::new(pool)
+    }
+}
+
 impl RuntimeBuilder {
-    pub(super) fn new(pool: PgPool) -> Self {
+    fn new(pool: PgPool) -> Self {
         RuntimeBuilder {
             pool,
             holder: None,
@@ -185,9 +193,9 @@ impl RuntimeBuilder {
             crate::exporter::install(addr)?;
         }
         if self.migrate {
-            crate::migrate(&self.pool).await?;
+            crate::migrate::migrate(&self.pool).await?;
         } else {
-            crate::check_schema(&self.pool).await?;
+            crate::migrate::check_schema(&self.pool).await?;
         }
         let store = LeaseStore::new(self.pool);
         let server_now = store.server_now().await?;

@@ -11,7 +11,6 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::builder::RuntimeBuilder;
 use super::state::{JobEntry, Shared, duplicate_key};
 use crate::error::{CancelReason, Error, Result};
 use crate::health::Degraded;
@@ -140,12 +139,6 @@ pub struct Health {
 }
 
 impl Runtime {
-    /// A builder over `pool`. The pool can be small: no connection is held
-    /// while a job runs.
-    pub fn builder(pool: sqlx::PgPool) -> RuntimeBuilder {
-        RuntimeBuilder::new(pool)
-    }
-
     /// The handle on a started runtime's services.
     pub(crate) fn started(shared: Arc<Shared>, tasks: Tasks) -> Runtime {
         Runtime {

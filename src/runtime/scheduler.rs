@@ -203,15 +203,15 @@ impl Scheduler {
                 .clock
                 .observed(lease.expires_at - chrono::TimeDelta::from_std(lease.remaining).unwrap_or_default());
             metrics::claim(&job.name, "acquired");
-            if shared.stopping.is_cancelled() {
-                // Claimed while shutting down: hand it straight back.
+            // Claimed while shutting down, or removed while the claim was in
+            // flight: hand it straight back instead of running it.
+            if shared.stopping.is_cancelled() || !shared.registry().start(&job) {
                 let store = shared.store.clone();
                 let fence = lease.fence;
                 let holder = lease.holder.clone();
                 tokio::spawn(async move { store.release(&job.key, &holder, fence).await });
                 continue;
             }
-            shared.registry().start(&job.key);
             let tenure = Arc::new(Tenure::new(
                 &job.name,
                 lease,
@@ -252,7 +252,7 @@ impl Scheduler {
 
     /// Records a statement's outcome in health and the error streak; on
     /// error, the pause before the next attempt.
-    fn answered<T>(&mut self, shared: &Shared, answer: crate::Result<T>) -> Result<T, Duration> {
+    fn answered<T>(&mut self, shared: &Shared, answer: crate::error::Result<T>) -> Result<T, Duration> {
         match answer {
             Ok(value) => {
                 self.errors = 0;

@@ -175,12 +175,20 @@ impl Registry {
         self.queue.first().map(|(at, _)| *at)
     }
 
-    /// The key starts running here: out of the due queue.
-    pub(crate) fn start(&mut self, key: &str) {
-        if let Some(slot) = self.slots.get_mut(key)
-            && let Some(at) = slot.at.take()
-        {
-            self.queue.remove(&(at, slot.job.key.clone()));
+    /// The key starts running here: out of the due queue. False — nothing
+    /// to run — if `job` is not what is registered under its key any more
+    /// (removed, or removed and added again, while its claim was in flight)
+    /// or the key is running already.
+    pub(crate) fn start(&mut self, job: &Arc<JobEntry>) -> bool {
+        match self.slots.get_mut(&job.key) {
+            Some(slot) if Arc::ptr_eq(&slot.job, job) => match slot.at.take() {
+                Some(at) => {
+                    self.queue.remove(&(at, slot.job.key.clone()));
+                    true
+                }
+                None => false,
+            },
+            _ => false,
         }
     }
 

@@ -154,7 +154,10 @@ async fn a_locked_row_does_not_hold_up_the_other_keys_of_a_batch() {
     // Lock the row while its lease is free (between two runs), so the next
     // batch claim meets the lock, not the release.
     support::eventually(Duration::from_secs(5), || {
-        runs.all().iter().any(|r| r.key == "locked" && r.ended.is_some()).then_some(())
+        runs.all()
+            .iter()
+            .any(|r| r.key == "locked" && r.ended.is_some())
+            .then_some(())
     })
     .await;
     let store = LeaseStore::new(db.pool.clone());
