@@ -1,4 +1,5 @@
-//! 4. Contention: R runtimes × 100 jobs every second; claims per run.
+//! Contention (section 4 of the output): R runtimes × 100 jobs every second;
+//! claims per run.
 
 use std::time::Duration;
 

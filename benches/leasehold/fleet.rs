@@ -1,4 +1,4 @@
-//! What the many-runtime scenarios (4. contention, 6. throughput) share:
+//! What the many-runtime scenarios (contention, throughput) share:
 //! a fleet of runtimes running the same scheduled keys, and the checks that
 //! no (key, slot) ran twice.
 

@@ -1,5 +1,6 @@
-//! 5. Handover: graceful (shutdown) and crash (partition) handovers between
-//! two runtimes, and the stalled holder's safety margin.
+//! Handover (section 5 of the output): graceful (shutdown) and crash
+//! (partition) handovers between two runtimes, and the stalled holder's
+//! safety margin.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

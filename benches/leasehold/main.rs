@@ -25,13 +25,17 @@
 mod contention;
 mod fleet;
 mod handover;
+mod idle;
+mod memory;
 mod pool_pressure;
 mod renewal;
 mod report;
 mod round_trip;
 mod setup;
+mod startup;
 mod stats;
 mod throughput;
+mod wakeup;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -115,6 +119,18 @@ async fn main() {
     }
     if selected("throughput") {
         throughput::throughput(&bench).await;
+    }
+    if selected("idle") {
+        idle::idle(&bench).await;
+    }
+    if selected("startup") {
+        startup::startup(&bench).await;
+    }
+    if selected("memory") {
+        memory::memory(&bench).await;
+    }
+    if selected("wakeup") {
+        wakeup::wakeup(&bench).await;
     }
     println!(
         "_Finished in {:.0} s; load average at the end: {}._",

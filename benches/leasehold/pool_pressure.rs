@@ -1,6 +1,6 @@
-//! 3. Pool pressure: K long jobs on a pool of 2 connections, the runtime
-//! against the article's pinned connection + advisory lock, with an
-//! unrelated `SELECT 1` probing the pool meanwhile.
+//! Pool pressure (section 3 of the output): K long jobs on a pool of 2
+//! connections, the runtime against the article's pinned connection +
+//! advisory lock, with an unrelated `SELECT 1` probing the pool meanwhile.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,5 +1,6 @@
-//! 2. Renewal cost: one heartbeat tick for N held leases (`renew_many`)
-//! against N single `renew` calls, and the statement alone.
+//! Renewal cost (section 2 of the output): one heartbeat tick for N held
+//! leases (`renew_many`) against N single `renew` calls, and the statement
+//! alone.
 
 use std::time::{Duration, Instant};
 

@@ -1,12 +1,13 @@
-//! 1. Round trip: claim + release against the physical floor (two committed
-//! single-row `UPDATE`s), interleaved, plus each operation's server-side cost.
+//! Round trip (section 1 of the output): claim + release against the physical
+//! floor (two committed single-row `UPDATE`s), interleaved, plus each
+//! operation's server-side cost.
 
 use std::time::{Duration, Instant};
 
 use leasehold::{Claim, Due, LeaseStore};
 use sqlx::PgPool;
 
-use crate::report::{p50_p99, progress, ratio, table, ms};
+use crate::report::{ms, p50_p99, progress, ratio, table};
 use crate::setup::{Bench, drop_db, fresh_db};
 use crate::stats::{ANY_SQL, reset_stats, stat_totals};
 

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures::future::BoxFuture;
 use leasehold::{FenceGuard, FencedJob, JobError, JobSettings, Runtime, Schedule};
 use leasehold_testkit::{TestDb, create_db};
-use sqlx::{ConnectOptions, PgPool};
 use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, PgPool};
 
 /// What every scenario needs.
 pub(crate) struct Bench {
@@ -167,11 +167,18 @@ impl FencedJob for TenantJob {
     }
 }
 
-/// Time until the tenant jobs' next slot, by this machine's clock (the
-/// throwaway server shares it). A scenario that could reach that slot says
-/// so: its keys would then all be due at once.
-pub(crate) fn tenant_slot_in() -> Duration {
+/// Prints a warning when the tenant jobs' next slot is less than `within`
+/// away by this machine's clock (the throwaway server shares it): their keys
+/// would then all fall due during the scenario.
+pub(crate) fn check_tenant_slot(within: Duration) {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let period = TENANT_PERIOD.as_secs();
-    Duration::from_secs(period - now.as_secs() % period)
+    let slot_in = Duration::from_secs(period - now.as_secs() % period);
+    if slot_in < within {
+        println!(
+            "**Warning**: the tenant jobs' weekly slot starts in {:.0} min, so their keys may all fall due during \
+             this scenario; run it again after that.\n",
+            slot_in.as_secs_f64() / 60.0
+        );
+    }
 }

@@ -124,7 +124,6 @@ impl CpuWindow {
     }
 }
 
-
 /// CPU use of the PostgreSQL server over a window: the postmaster and its
 /// children (backends, WAL writer, checkpointer …), read from /proc. Only
 /// when the server runs on this machine, in the same PID namespace.
@@ -140,7 +139,10 @@ impl ServerCpu {
     /// Finds the server through one of `pool`'s backends (its parent is the
     /// postmaster); `None` when /proc does not show a `postgres` process there.
     pub(crate) async fn start(pool: &PgPool) -> Option<ServerCpu> {
-        let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(pool).await.ok()?;
+        let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(pool)
+            .await
+            .ok()?;
         let backend = proc_stat(&backend.to_string()).filter(|p| p.comm == "postgres")?;
         proc_stat(&backend.ppid.to_string()).filter(|p| p.comm == "postgres")?;
         Some(ServerCpu {
@@ -177,7 +179,11 @@ fn server_processes(postmaster: u32) -> HashMap<u32, Duration> {
 /// field (pages) times the page size (0 where /proc is missing).
 pub(crate) fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
     pages * page_size()
 }
 

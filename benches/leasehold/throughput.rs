@@ -1,4 +1,5 @@
-//! 6. Throughput: short runs per second on one PostgreSQL, 4 runtimes.
+//! Throughput (section 6 of the output): short runs per second on one
+//! PostgreSQL, 4 runtimes.
 
 use std::time::Duration;
 
