@@ -100,8 +100,10 @@ pub(crate) async fn wakeup(b: &Bench) {
             continue;
         }
         let rt_b = runtime(db.pool_with(2).await, &bh, None, vec![job()]).await;
-        // Shut A down at a different time after B's start each trial (0.25 to 5.25 s).
-        tokio::time::sleep(Duration::from_millis(250 + (i as u64 * 1_237) % 5_000)).await;
+        // Shut A down at a different time after B's start each trial, evenly spread over 5 s (the default
+        // poll interval of today's runtime), so the shutdown falls at every phase of a periodic poll.
+        let after = 250 + i as u64 * 5_000 / handover_trials as u64;
+        tokio::time::sleep(Duration::from_millis(after)).await;
         let t0 = Instant::now();
         rt_a.shutdown().await;
         let next = wait_for(TIMEOUT, || {
@@ -125,7 +127,7 @@ pub(crate) async fn wakeup(b: &Bench) {
          returns at once, and the next trigger comes 0.3–1 s later.\n\
          - Graceful handover: {handover_trials} trial(s), fresh runtimes A and B in each. A registers a key \
          `Schedule::every(1s)` whose run lasts until cancelled and starts running it; then B starts with the \
-         same key; 0.25–5.25 s later (varied by trial), `A.shutdown()` (cancel, release) until B's run of the \
+         same key; 0.25 + 5 × i ÷ trials s later in trial i, `A.shutdown()` (cancel, release) until B's run of the \
          key starts.\n"
     );
     let row = |name: &str, v: &[Duration], missed: usize, note: String| {
