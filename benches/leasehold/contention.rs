@@ -76,7 +76,7 @@ pub(crate) async fn contention(b: &Bench) {
         "Every runtime registers the same {keys} keys (lease 10 s, default poll interval 5 s, own pool of 4). \
          Measured over a {} s window after a {} s warm-up. Runs and their slots come from the jobs' own records \
          (slot = the tenure's server `acquired_at` ÷ period); claims from `pg_stat_statements` calls of \
-         `claim_run`'s statement; \"lost\" = claims − successful runs (both `HeldElsewhere` and `NotDue`). Ideal: \
+         the runtime's batch claim statement (one statement may claim many keys); \"lost\" = claims − successful runs (both `HeldElsewhere` and `NotDue`). Ideal: \
          one run per key per slot = {keys} runs/s. {SLOT_CHECKS}\n",
         window.as_secs(),
         warmup.as_secs_f64()

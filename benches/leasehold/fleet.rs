@@ -11,7 +11,7 @@ use leasehold::{FenceGuard, JobSettings, Schedule};
 use leasehold_testkit::TestDb;
 
 use crate::setup::{bench_job, runtime};
-use crate::stats::{ANY_SQL, CLAIM_RUN_SQL, CpuWindow, RELEASE_SQL, RENEW_SQL, reset_stats, stat_totals};
+use crate::stats::{ANY_SQL, CLAIM_SQL, CpuWindow, RELEASE_SQL, RENEW_SQL, reset_stats, stat_totals};
 
 /// One run as its job saw it.
 #[derive(Debug, Clone, Copy)]
@@ -114,7 +114,7 @@ pub(crate) async fn fleet(
     let cpu = cpu.end();
     let (claims, releases, renewals, statements) = if stats {
         (
-            Some(stat_totals(&db.pool, CLAIM_RUN_SQL).await.calls),
+            Some(stat_totals(&db.pool, CLAIM_SQL).await.calls),
             Some(stat_totals(&db.pool, RELEASE_SQL).await.calls),
             Some(stat_totals(&db.pool, RENEW_SQL).await.calls),
             Some(stat_totals(&db.pool, ANY_SQL).await.calls),

@@ -49,10 +49,12 @@ pub(crate) async fn stat_totals(pool: &PgPool, like: &str) -> StatTotals {
     }
 }
 
-/// `LIKE` patterns that identify leasehold's statements (texts from src/lease.rs).
-pub(crate) const CLAIM_RUN_SQL: &str = "%$4 OR l.next_due_at IS NULL%";
-pub(crate) const RELEASE_SQL: &str = "%GREATEST(clock_timestamp(), acquired_at%";
-pub(crate) const RENEW_SQL: &str = "%unnest($2::text[]%";
+/// `LIKE` patterns that identify leasehold's statements (texts from
+/// src/lease/): the runtime's batch claim (`claim_due`), batch release
+/// (`finish_many`, also behind `LeaseStore::release`) and heartbeat.
+pub(crate) const CLAIM_SQL: &str = "%), claimed AS (%";
+pub(crate) const RELEASE_SQL: &str = "%GREATEST(clock_timestamp(), l.acquired_at%";
+pub(crate) const RENEW_SQL: &str = "%AS t(key, fence, ttl)%";
 pub(crate) const ANY_SQL: &str = "%";
 pub(crate) const PROBE_SQL: &str = "SELECT $1";
 
