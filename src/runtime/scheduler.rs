@@ -16,6 +16,7 @@
 //! Every statement is bounded in time, so a stuck pool or row lock delays
 //! claims and shows in `Runtime::health`, without wedging the runtime.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -195,10 +196,14 @@ impl Scheduler {
         let claimed = self.answered(shared, answer)?;
         shared.health.claim_answered();
         let acquired = claimed.acquired.len();
+        let by_key: HashMap<&str, &Arc<JobEntry>> = jobs.iter().map(|j| (&*j.key, j)).collect();
+        // Candidates the server answered for; the others have no row.
+        let mut answered: HashSet<&str> = HashSet::with_capacity(jobs.len());
         for lease in claimed.acquired {
-            let Some(job) = jobs.iter().find(|j| *j.key == lease.key).cloned() else {
+            let Some(job) = by_key.get(lease.key.as_str()).map(|j| Arc::clone(j)) else {
                 continue;
             };
+            answered.insert(&*by_key[lease.key.as_str()].key);
             shared
                 .clock
                 .observed(lease.expires_at - chrono::TimeDelta::from_std(lease.remaining).unwrap_or_default());
@@ -223,7 +228,8 @@ impl Scheduler {
             supervise::spawn(shared.clone(), job, tenure);
         }
         for sighting in &claimed.seen {
-            if let Some(job) = jobs.iter().find(|j| *j.key == sighting.key) {
+            if let Some(job) = by_key.get(sighting.key.as_str()) {
+                answered.insert(&*job.key);
                 // Free and due but not claimed: another claimer had it locked.
                 let outcome = if sighting.due_in().is_zero() {
                     "held_elsewhere"
@@ -234,18 +240,14 @@ impl Scheduler {
             }
         }
         shared.file(&claimed.seen);
-        let answered: std::collections::HashSet<&str> = claimed.seen.iter().map(|s| s.key.as_str()).collect();
-        let lost_rows = jobs
-            .iter()
-            .filter(|j| !answered.contains(&*j.key) && shared.registry().job(&j.key).is_some())
-            .filter(|j| {
-                !shared
-                    .held
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .contains_key(&j.key)
-            });
+        let registry = shared.registry();
+        let lost_rows = jobs.iter().filter(|j| !answered.contains(&*j.key)).filter(|j| {
+            registry
+                .job(&j.key)
+                .is_some_and(|registered| Arc::ptr_eq(&registered, j))
+        });
         self.missing.extend(lost_rows.cloned());
+        drop(registry);
         // A full page of candidates that yielded runs: more may be due.
         Ok(acquired > 0 && jobs.len() >= wanted)
     }
