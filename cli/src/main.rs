@@ -1,9 +1,10 @@
 //! `leasehold`: the operator CLI for [leasehold](https://docs.rs/leasehold).
 //!
 //! See who holds which lease (`status`), end a tenure so another replica takes
-//! over with a higher fence (`release`), create the schema (`migrate`), and
-//! check a database and this machine's clock (`check`). `cli/README.md` has
-//! example sessions.
+//! over with a higher fence (`release`), delete the row of a key no replica
+//! registers any more (`forget`), create the schema (`migrate`), and check a
+//! database and this machine's clock (`check`). `cli/README.md` has example
+//! sessions.
 //!
 //! # Exit codes
 //!
@@ -12,8 +13,8 @@
 //! | 0 | success |
 //! | 1 | error: database unreachable, schema missing, a failed check, … |
 //! | 2 | usage: bad arguments, no database URL, an invalid URL |
-//! | 3 | refused: `release` of a lease that is held, without `--force` |
-//! | 4 | not found: `release` of a key that has no lease row |
+//! | 3 | refused: `release` of a lease that is held, without `--force`; `forget` of a held lease |
+//! | 4 | not found: `release` or `forget` of a key that has no lease row |
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -21,6 +22,7 @@
 mod check;
 mod db;
 mod failure;
+mod forget;
 mod release;
 mod status;
 mod text;
@@ -34,7 +36,8 @@ use crate::failure::Failure;
 
 /// Operate leasehold's leases in a PostgreSQL database.
 ///
-/// Exit codes: 0 ok, 1 error, 2 usage, 3 refused (held lease without --force), 4 key not found.
+/// Exit codes: 0 ok, 1 error, 2 usage, 3 refused (release of a held lease without --force, forget of a
+/// held lease), 4 key not found (release, forget).
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, about, long_about)]
 struct Cli {
@@ -64,6 +67,15 @@ enum Command {
     Status(status::Args),
     /// End the current tenure of a lease; the next claim gets a higher fence.
     Release(release::Args),
+    /// Delete the row of a key no replica registers any more, unless its lease is held.
+    ///
+    /// For keys of a removed tenant or job: the key's schedule and last
+    /// holder go; a replica that still registers
+    /// the key creates the row again, due at its next slot. Fences stay
+    /// monotonic: they come from a sequence, not from the row. A held lease is
+    /// refused (exit 3): stop its run, or `leasehold release --force KEY`,
+    /// then forget it. A key with no row exits 4.
+    Forget(forget::Args),
     /// Create or upgrade leasehold's tables (safe while replicas run).
     Migrate,
     /// Check the schema, the server clock against this machine's, and a
@@ -95,14 +107,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             cli.connect_timeout
         )));
     }
-    if let Command::Release(args) = &cli.command {
-        args.validate()?;
+    match &cli.command {
+        Command::Release(args) => args.validate()?,
+        Command::Forget(args) => args.validate()?,
+        Command::Status(_) | Command::Migrate | Command::Check => {}
     }
     let target = db::Target::parse(url)?;
     let db = target.connect(Duration::from_secs_f64(cli.connect_timeout)).await?;
     match cli.command {
         Command::Status(args) => status::run(&db, &args).await,
         Command::Release(args) => release::run(&db, &args).await,
+        Command::Forget(args) => forget::run(&db, &args).await,
         Command::Migrate => db.migrate().await,
         Command::Check => check::run(&db).await,
     }

@@ -39,7 +39,7 @@ pub(crate) struct Args {
 }
 
 /// Same limits as the schema's CHECK constraints and the library's checks.
-fn check_name(what: &str, value: &str) -> Result<(), Failure> {
+pub(crate) fn check_name(what: &str, value: &str) -> Result<(), Failure> {
     if value.is_empty() || value.len() > leasehold::MAX_KEY_BYTES {
         return Err(Failure::usage(format!(
             "invalid {what} {}: it must be 1 to {} bytes long",

@@ -94,8 +94,24 @@ struct StatusJson<'a> {
     leases: Vec<LeaseJson<'a>>,
 }
 
+/// A lease as the library reports it (`LeaseStore::forget`'s `Held`).
+impl From<leasehold::LeaseInfo> for Row {
+    fn from(info: leasehold::LeaseInfo) -> Row {
+        Row {
+            key: info.key,
+            holder: info.holder,
+            fence: info.fence,
+            acquired_at: info.acquired_at,
+            expires_at: info.expires_at,
+            next_due_at: info.next_due_at,
+            server_now: info.server_now,
+        }
+    }
+}
+
+/// One lease in `--json` output (`status`, and `forget` of a held lease).
 #[derive(Serialize)]
-struct LeaseJson<'a> {
+pub(crate) struct LeaseJson<'a> {
     key: &'a str,
     /// The holder, or the last holder of a free lease.
     holder: &'a str,
@@ -111,6 +127,22 @@ struct LeaseJson<'a> {
     next_due_at: Option<DateTime<Utc>>,
     /// Negative when already due; `null` with `next_due_at`.
     due_in_seconds: Option<f64>,
+}
+
+impl Row {
+    pub(crate) fn json(&self) -> LeaseJson<'_> {
+        LeaseJson {
+            key: &self.key,
+            holder: &self.holder,
+            fence: self.fence,
+            state: self.state(),
+            acquired_at: self.acquired_at,
+            expires_at: self.expires_at,
+            expires_in_seconds: self.expires_in(),
+            next_due_at: self.next_due_at,
+            due_in_seconds: self.next_due_at.map(|due| text::secs(due - self.server_now)),
+        }
+    }
 }
 
 pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
@@ -133,20 +165,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     if args.json {
         let doc = StatusJson {
             server_now,
-            leases: rows
-                .iter()
-                .map(|r| LeaseJson {
-                    key: &r.key,
-                    holder: &r.holder,
-                    fence: r.fence,
-                    state: r.state(),
-                    acquired_at: r.acquired_at,
-                    expires_at: r.expires_at,
-                    expires_in_seconds: r.expires_in(),
-                    next_due_at: r.next_due_at,
-                    due_in_seconds: r.next_due_at.map(|due| text::secs(due - r.server_now)),
-                })
-                .collect(),
+            leases: rows.iter().map(Row::json).collect(),
         };
         let json = serde_json::to_string_pretty(&doc).map_err(|e| Failure::error(format!("writing JSON: {e}")))?;
         println!("{json}");

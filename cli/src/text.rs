@@ -55,6 +55,21 @@ pub(crate) fn cell(value: &str) -> String {
     }
 }
 
+/// A value as one shell word, for commands the CLI suggests: as is when it
+/// is plain (`billing:acme`), single-quoted otherwise (`'a b'`,
+/// `'it'\''s'`). A value with control characters is shown escaped, as
+/// [`cell`] does: safe to print, to be retyped by hand.
+pub(crate) fn shell_word(value: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "@%+=:,./_-".contains(c);
+    if !value.is_empty() && value.chars().all(plain) {
+        value.to_owned()
+    } else if value.chars().any(char::is_control) {
+        cell(value)
+    } else {
+        format!("'{}'", value.replace('\'', r"'\''"))
+    }
+}
+
 /// Left or right alignment of a column.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Align {
@@ -110,6 +125,14 @@ mod tests {
         assert_eq!(span(2.0 * 86_400.0 + 4.0 * 3600.0), "2d 4h");
         assert_eq!(relative(5.0), "in 5.0s");
         assert_eq!(relative(-75.0), "1m 15s ago");
+    }
+
+    #[test]
+    fn shell_words_paste_back() {
+        assert_eq!(shell_word("billing:acme/tenant-42"), "billing:acme/tenant-42");
+        assert_eq!(shell_word("a b"), "'a b'");
+        assert_eq!(shell_word("it's $HOME"), r"'it'\''s $HOME'");
+        assert_eq!(shell_word("two\nlines"), r#""two\nlines""#);
     }
 
     #[test]

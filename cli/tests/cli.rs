@@ -384,7 +384,13 @@ async fn release_of_an_unknown_key_exits_4() {
 async fn an_unreachable_database_is_a_clear_error() {
     // Port 1 on loopback: nothing listens there.
     let url = "postgres://nobody:secret-password@127.0.0.1:1/app";
-    for args in [&["status"][..], &["check"], &["migrate"], &["release", "k"]] {
+    for args in [
+        &["status"][..],
+        &["check"],
+        &["migrate"],
+        &["release", "k"],
+        &["forget", "k"],
+    ] {
         let mut all = args.to_vec();
         all.extend(["--connect-timeout", "5"]);
         let out = leasehold(Some(url), &all).await;
@@ -412,13 +418,20 @@ async fn usage_errors_exit_2() {
     assert_exit(&out, 2);
     let out = leasehold(Some("postgres://u@127.0.0.1:1/d"), &["release", ""]).await;
     assert_exit(&out, 2);
+    let out = leasehold(Some("postgres://u@127.0.0.1:1/d"), &["forget"]).await;
+    assert_exit(&out, 2);
+    let long = "k".repeat(leasehold::MAX_KEY_BYTES + 1);
+    let out = leasehold(Some("postgres://u@127.0.0.1:1/d"), &["forget", &long, "--json"]).await;
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("invalid lease key"), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_schema_names_leasehold_migrate_which_creates_it() {
     let db = leasehold_testkit::test_db().await;
     let url = url(&db);
-    for args in [&["status"][..], &["release", "k", "--force"]] {
+    for args in [&["status"][..], &["release", "k", "--force"], &["forget", "k"]] {
         let out = leasehold(Some(&url), args).await;
         assert_exit(&out, 1);
         assert!(stderr(&out).contains("run `leasehold migrate`"), "{}", stderr(&out));
@@ -429,11 +442,20 @@ async fn a_missing_schema_names_leasehold_migrate_which_creates_it() {
 
     let out = leasehold(Some(&url), &["migrate"]).await;
     assert_exit(&out, 0);
-    assert!(stdout(&out).contains("from nothing to version 1"), "{}", stdout(&out));
+    let version = leasehold::SCHEMA_VERSION;
+    assert!(
+        stdout(&out).contains(&format!("from nothing to version {version}")),
+        "{}",
+        stdout(&out)
+    );
     leasehold::check_schema(&db.pool).await.expect("schema exists now");
     let out = leasehold(Some(&url), &["migrate"]).await;
     assert_exit(&out, 0);
-    assert!(stdout(&out).contains("already at version 1"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!("already at version {version}")),
+        "{}",
+        stdout(&out)
+    );
     let out = leasehold(Some(&url), &["status"]).await;
     assert_exit(&out, 0);
     assert!(stdout(&out).contains("0 leases"), "{}", stdout(&out));
@@ -446,7 +468,8 @@ async fn check_reports_skew_and_a_clean_round_trip() {
     let out = leasehold(None, &["check", "--database-url", &url]).await;
     assert_exit(&out, 0);
     let text = stdout(&out);
-    assert!(text.contains("schema   ok    version 1"), "{text}");
+    let version = leasehold::SCHEMA_VERSION;
+    assert!(text.contains(&format!("schema   ok    version {version} ")), "{text}");
     assert!(text.contains("clock    ok") && text.contains("skew "), "{text}");
     assert!(text.contains("lease    ok    round trip ok"), "{text}");
     assert!(text.contains("all checks passed"), "{text}");
@@ -478,4 +501,179 @@ async fn status_shows_a_never_run_job_as_never_run() {
     let out = leasehold(Some(&url), &["status", "--json"]).await;
     let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(doc["leases"][0]["state"], "never-run", "{doc}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_of_a_free_key_deletes_its_row() {
+    let db = migrated_db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let lease = acquired(store.claim("tenant-42:reconcile", "web-1", LONG).await.unwrap());
+    assert!(
+        store
+            .release("tenant-42:reconcile", "web-1", lease.fence)
+            .await
+            .unwrap()
+    );
+    acquired(store.claim("tenant-7:reconcile", "web-1", LONG).await.unwrap());
+
+    let out = leasehold(Some(&url(&db)), &["forget", "tenant-42:reconcile"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.starts_with("forgot \"tenant-42:reconcile\""), "{text}");
+    assert!(
+        text.contains("a replica that still registers \"tenant-42:reconcile\" creates it again"),
+        "{text}"
+    );
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+    assert!(
+        store.get("tenant-42:reconcile").await.unwrap().is_none(),
+        "the row is gone"
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_lease WHERE key = 'tenant-42:reconcile'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+    // Only that key: the other tenant's held lease is untouched.
+    let other = store.get("tenant-7:reconcile").await.unwrap().expect("still there");
+    assert!(other.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_of_a_held_key_is_refused_and_keeps_the_row() {
+    let db = migrated_db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let lease = acquired(store.claim("tenant-42:reconcile", "web-1", LONG).await.unwrap());
+    let before = store.get("tenant-42:reconcile").await.unwrap().unwrap();
+
+    let out = leasehold(Some(&url(&db)), &["forget", "tenant-42:reconcile"]).await;
+    assert_exit(&out, 3);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "lease \"tenant-42:reconcile\" is held by web-1 (fence {}, ",
+            lease.fence
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("m ") && err.contains(" left); nothing was deleted"),
+        "time left: {err}"
+    );
+    assert!(
+        err.contains("leasehold release --force tenant-42:reconcile")
+            && err.contains("leasehold forget tenant-42:reconcile"),
+        "{err}"
+    );
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+
+    let after = store
+        .get("tenant-42:reconcile")
+        .await
+        .unwrap()
+        .expect("the row is still there");
+    assert_eq!(
+        (after.holder.as_str(), after.fence, after.acquired_at, after.expires_at),
+        (
+            before.holder.as_str(),
+            before.fence,
+            before.acquired_at,
+            before.expires_at
+        ),
+        "a refused forget changes nothing"
+    );
+    assert_eq!(after.fence, lease.fence);
+    assert!(matches!(store.renew(&lease, LONG).await.unwrap(), Renewal::Renewed(_)));
+
+    // As the message says: end the tenure, then forget.
+    let out = leasehold(Some(&url(&db)), &["release", "--force", "tenant-42:reconcile"]).await;
+    assert_exit(&out, 0);
+    let out = leasehold(Some(&url(&db)), &["forget", "tenant-42:reconcile"]).await;
+    assert_exit(&out, 0);
+    assert!(store.get("tenant-42:reconcile").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_of_a_missing_key_exits_4() {
+    let db = migrated_db().await;
+    let out = leasehold(Some(&url(&db)), &["forget", "no-such-tenant"]).await;
+    assert_exit(&out, 4);
+    assert!(
+        stderr(&out).contains("no lease with key \"no-such-tenant\"") && stderr(&out).contains("nothing to forget"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_json_reports_each_outcome_with_the_same_exit_codes() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let store = LeaseStore::new(db.pool.clone());
+    let held = acquired(store.claim("held", "web-1", LONG).await.unwrap());
+    let free = acquired(store.claim("free", "web-2", LONG).await.unwrap());
+    assert!(store.release("free", "web-2", free.fence).await.unwrap());
+
+    let out = leasehold(Some(&url), &["forget", "free", "--json"]).await;
+    assert_exit(&out, 0);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(doc, serde_json::json!({ "key": "free", "outcome": "deleted" }));
+    assert!(store.get("free").await.unwrap().is_none());
+
+    let out = leasehold(Some(&url), &["forget", "free", "--json"]).await;
+    assert_exit(&out, 4);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(doc, serde_json::json!({ "key": "free", "outcome": "not-found" }));
+    assert!(stderr(&out).contains("no lease with key"), "{}", stderr(&out));
+
+    let out = leasehold(Some(&url), &["forget", "held", "--json"]).await;
+    assert_exit(&out, 3);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(
+        (doc["key"].as_str(), doc["outcome"].as_str()),
+        (Some("held"), Some("held")),
+        "{doc}"
+    );
+    let lease = &doc["lease"];
+    assert_eq!(lease["key"], "held");
+    assert_eq!(lease["holder"], "web-1");
+    assert_eq!(lease["fence"], held.fence);
+    assert_eq!(lease["state"], "held");
+    assert!(lease["expires_in_seconds"].as_f64().unwrap() > 500.0, "{lease}");
+    assert!(
+        lease["acquired_at"].is_string() && lease["expires_at"].is_string(),
+        "{lease}"
+    );
+    assert!(stderr(&out).contains("held by web-1"), "{}", stderr(&out));
+    assert_eq!(store.get("held").await.unwrap().unwrap().fence, held.fence);
+}
+
+/// Fences come from the sequence, not the row: a key forgotten and claimed
+/// again gets a fence above every fence of its past, so a paused holder of
+/// the forgotten key can never pass a fence check of the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_key_claimed_again_gets_a_higher_fence() {
+    let db = migrated_db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let first = acquired(store.claim("tenant-42:reconcile", "web-1", LONG).await.unwrap());
+    assert!(
+        store
+            .release("tenant-42:reconcile", "web-1", first.fence)
+            .await
+            .unwrap()
+    );
+    let before = store.get("tenant-42:reconcile").await.unwrap().unwrap().fence;
+
+    let out = leasehold(Some(&url(&db)), &["forget", "tenant-42:reconcile"]).await;
+    assert_exit(&out, 0);
+    assert!(store.get("tenant-42:reconcile").await.unwrap().is_none());
+
+    let again = acquired(store.claim("tenant-42:reconcile", "web-2", LONG).await.unwrap());
+    assert!(again.fence > before, "{} > {before}", again.fence);
+    assert!(again.fence > first.fence);
+    assert_eq!(
+        store.get("tenant-42:reconcile").await.unwrap().unwrap().fence,
+        again.fence
+    );
 }
