@@ -13,7 +13,7 @@ pub(crate) async fn throughput(b: &Bench) {
     let (sizes, warmup, window): (&[usize], Duration, Duration) = if b.smoke {
         (&[50], Duration::from_millis(1500), Duration::from_secs(2))
     } else {
-        (&[100, 1_000], Duration::from_secs(3), Duration::from_secs(10))
+        (&[100, 1_000, 2_000], Duration::from_secs(3), Duration::from_secs(10))
     };
     let period = Duration::from_millis(100);
     let r = 4;

@@ -93,8 +93,10 @@ pub enum Forgotten {
     Deleted,
     /// There was no row for this key.
     NotFound,
-    /// The lease is held right now: nothing was deleted. Stop the run (or
-    /// wait for it), then forget the key.
+    /// The lease was held when the delete reached the row: nothing was
+    /// deleted. The row as read then (or just after, if a claim committed
+    /// while `forget` ran). Stop the run (or wait for it), then forget the
+    /// key again.
     Held(LeaseInfo),
 }
 
@@ -453,7 +455,20 @@ impl LeaseStore {
             .fetch_optional(conn))?;
         Ok(match row {
             Some(ForgetRow { deleted: true, .. }) => Forgotten::Deleted,
-            Some(ForgetRow { deleted: false, row }) => Forgotten::Held(row.into_info()),
+            Some(ForgetRow { deleted: false, row }) => {
+                let info = row.into_info();
+                if info.is_held() {
+                    Forgotten::Held(info)
+                } else {
+                    // Free on the statement's snapshot, yet not deleted: a
+                    // claim committed before the DELETE reached the row, and
+                    // its re-check saw the new tenure. Read that tenure.
+                    match self.get(key).await? {
+                        Some(now) => Forgotten::Held(now),
+                        None => Forgotten::NotFound,
+                    }
+                }
+            }
             None => Forgotten::NotFound,
         })
     }
