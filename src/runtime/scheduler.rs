@@ -194,7 +194,6 @@ impl Scheduler {
             }
         }
         let claimed = self.answered(shared, answer)?;
-        shared.health.claim_answered();
         let acquired = claimed.acquired.len();
         let by_key: HashMap<&str, &Arc<JobEntry>> = jobs.iter().map(|j| (&*j.key, j)).collect();
         // Candidates the server answered for; the others have no row.
@@ -253,11 +252,15 @@ impl Scheduler {
     }
 
     /// Records a statement's outcome in health and the error streak; on
-    /// error, the pause before the next attempt.
+    /// error, the pause before the next attempt. Every scheduler statement
+    /// (poll, registration, claim) counts as a claim in `Runtime::health`.
     fn answered<T>(&mut self, shared: &Shared, answer: crate::error::Result<T>) -> Result<T, Duration> {
         match answer {
             Ok(value) => {
                 self.errors = 0;
+                // The database answered: an idle runtime's polls are what
+                // keeps `Runtime::health` from reading it as silent.
+                shared.health.claim_answered();
                 Ok(value)
             }
             Err(error) => {

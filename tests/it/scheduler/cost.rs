@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use leasehold::{Runtime, Schedule};
+use leasehold::Schedule;
 
 use crate::support::{self, job, quick};
 
@@ -21,23 +21,14 @@ async fn a_thousand_keys_register_in_one_statement_and_idle_for_almost_nothing()
     let db = support::db().await;
     support::reset_statement_stats(&db.pool).await;
     let hourly = quick(Schedule::every(Duration::from_secs(3600)), Duration::from_secs(30));
-    let start = |holder: &'static str| {
-        let jobs: Vec<_> = (0..1000)
+    let tenants = || -> Vec<_> {
+        (0..1000)
             .map(|k| job(&format!("tenant:{k}"), hourly.clone(), |_| async { Ok(()) }))
-            .collect();
-        let pool = db.pool.clone();
-        async move {
-            let mut builder = Runtime::builder(pool)
-                .holder(holder)
-                .poll_interval(Duration::from_millis(500));
-            for j in jobs {
-                builder = builder.register(j);
-            }
-            builder.start().await.expect("runtime starts")
-        }
+            .collect()
     };
-    let a = start("a").await;
-    let b = start("b").await;
+    let poll = Duration::from_millis(500);
+    let a = support::replica_on(db.pool.clone(), "a", poll, tenants()).await;
+    let b = support::replica_on(db.pool.clone(), "b", poll, tenants()).await;
     let registrations = support::statement_calls(
         &db.pool,
         "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at)",
@@ -66,4 +57,27 @@ async fn a_thousand_keys_register_in_one_statement_and_idle_for_almost_nothing()
     );
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// An idle runtime — nothing due, nothing held, so no claim and no
+/// heartbeat — still hears from the database at every poll and stays
+/// healthy long past the health window (3 × the longer of heartbeat and
+/// poll: 300 ms here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_runtime_stays_healthy() {
+    let db = support::db().await;
+    let manual = job("idle", quick(Schedule::Manual, Duration::from_millis(300)), |_| async {
+        Ok(())
+    });
+    let rt = support::replica(&db, "idle", 2, vec![manual]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let health = rt.health();
+    assert!(health.healthy, "{health:?}");
+    assert!(
+        health
+            .last_database_contact
+            .is_some_and(|d| d < Duration::from_millis(300)),
+        "{health:?}"
+    );
+    rt.shutdown().await;
 }
