@@ -6,7 +6,7 @@
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
-//! | `leasehold_lease_claims_total` | counter | job_name, outcome | claim attempts: `acquired`, `held_elsewhere`, `not_due`, `error` |
+//! | `leasehold_lease_claims_total` | counter | job_name, outcome | keys proposed in the scheduler's batch claims (one statement proposes many), by answer: `acquired`, `held_elsewhere` (held, or locked by another claimer), `not_due`, `error` |
 //! | `leasehold_lease_lost_total` | counter | job_name, reason | runs stopped because their lease was lost: `stolen`, `expired`, `deadline` |
 //! | `leasehold_heartbeats_total` | counter | outcome | heartbeat statements (one per tick for all leases): `renewed`, `lost`, `busy` (a lease row locked elsewhere, not renewed), `error` |
 //! | `leasehold_heartbeat_duration_seconds` | histogram | | duration of one heartbeat statement |
@@ -133,7 +133,8 @@ pub fn describe() {
     describe_counter!(
         names::CLAIMS,
         Unit::Count,
-        "Lease claim attempts by job and outcome (acquired, held_elsewhere, not_due, error)."
+        "Keys proposed in the scheduler's batch claims, by job and answer (acquired, held_elsewhere, not_due, \
+         error); one claim statement proposes many keys."
     );
     describe_counter!(
         names::LOST,
