@@ -47,7 +47,7 @@ mutations = [
   """                 WHERE l.expires_at <= clock_timestamp()
                    AND ($4""",
   """                 WHERE (l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp())
-                   AND ($4""", "lease:: isolation::duplicate_holder"),
+                   AND ($4""", "lease::"),
  ("claim_run: expiry clause removed",
   """                 WHERE l.expires_at <= clock_timestamp()
                    AND ($4""",

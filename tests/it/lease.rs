@@ -541,6 +541,27 @@ async fn a_claim_that_waited_for_the_row_lock_is_dated_after_the_wait() {
     );
 }
 
+/// A claim for a new run is not re-entrant: while a tenure is live, a run
+/// claim under the *same* holder id (two processes sharing one id, a copied
+/// configuration) gets `HeldElsewhere`, and the live tenure keeps its fence.
+#[tokio::test]
+async fn a_run_claim_never_takes_a_live_lease_even_under_the_same_holder_id() {
+    let (_db, store) = support::store().await;
+    let first = store
+        .claim_run("shared-id", "svc", LONG, Due::Now)
+        .await
+        .unwrap()
+        .acquired()
+        .expect("a free key is claimed");
+    let second = store.claim_run("shared-id", "svc", LONG, Due::Now).await.unwrap();
+    assert!(
+        matches!(&second, Claim::HeldElsewhere { current: Some(c) } if c.fence == first.fence),
+        "{second:?}"
+    );
+    let row = store.get("shared-id").await.unwrap().unwrap();
+    assert_eq!((row.holder.as_str(), row.fence), ("svc", first.fence));
+}
+
 /// The expiry clause of the run claim, re-checked after the row-lock wait:
 /// a claim that saw a free lease in its snapshot, but waited while another
 /// session made the lease live (a concurrent winner), does not take it.
