@@ -117,7 +117,7 @@ batch_mutations = [
  ("finish_many: SKIP LOCKED removed (a locked row holds up every release of the batch)",
   "                   AND l.fence = t.fence\n                   FOR UPDATE OF l SKIP LOCKED",
   "                   AND l.fence = t.fence\n                   FOR UPDATE OF l",
-  "scheduler::batch_claim::a_locked_row_does_not_hold_up_the_other_keys_of_a_batch"),
+  "scheduler::batch_claim::a_release_meeting_a_locked_row_does_not_hold_up_the_others"),
  ("register_many: an existing row's schedule reset at every start",
   "                ON CONFLICT (key) DO NOTHING\n                RETURNING key, expires_at, next_due_at",
   "                ON CONFLICT (key) DO UPDATE SET next_due_at = EXCLUDED.next_due_at\n                RETURNING key, expires_at, next_due_at",

@@ -192,6 +192,44 @@ async fn a_locked_row_does_not_hold_up_the_other_keys_of_a_batch() {
     );
 }
 
+/// The same for releases: the lease row of a key whose run is in progress
+/// is locked by another transaction when the run ends. Its release is
+/// skipped and retried, not waited for, so the other keys' releases — and so
+/// their next runs — go on while the lock lasts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_meeting_a_locked_row_does_not_hold_up_the_others() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let settings = quick(Schedule::every(Duration::from_secs(1)), LEASE);
+    let jobs = vec![
+        job("locked", settings.clone(), runs.body(Duration::from_millis(300))),
+        job("free:1", settings.clone(), runs.body(Duration::from_millis(10))),
+        job("free:2", settings.clone(), runs.body(Duration::from_millis(10))),
+    ];
+    let rt = support::replica(&db, "replica", 3, jobs).await;
+    support::eventually(Duration::from_secs(5), || {
+        runs.all()
+            .iter()
+            .any(|r| r.key == "locked" && r.ended.is_none())
+            .then_some(())
+    })
+    .await;
+    let lock = support::lock_lease_row(&db.pool, "locked").await;
+    let locked_at = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let free_runs = runs
+        .all()
+        .iter()
+        .filter(|r| r.key.starts_with("free") && r.started > locked_at)
+        .count();
+    drop(lock);
+    rt.shutdown().await;
+    assert!(
+        free_runs >= 4,
+        "the free keys kept running while a release waited for a lock: {free_runs} runs"
+    );
+}
+
 /// One replica, 200 keys due every 100 ms, runs of ~0 ms for 5 s: no key
 /// ever stalls — each runs in (nearly) every slot. (A run that ended while
 /// the scheduler was still reading its claim's answer once made its key

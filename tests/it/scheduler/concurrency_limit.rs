@@ -8,8 +8,9 @@ use leasehold::{Error, Runtime, Schedule};
 use crate::support::{self, Runs, job, quick};
 
 /// Replica "small" (limit 2) and "big" (limit 10) register the same six
-/// long-running keys, all due at once: "small" never runs more than two,
-/// "big" takes the other four, and all six run.
+/// long-running keys, all due at the same second: "small" claims two of
+/// them in one statement and never runs more, "big" takes the other four,
+/// and all six run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_replica_leaves_keys_to_the_others() {
     let db = support::db().await;
@@ -21,7 +22,7 @@ async fn a_full_replica_leaves_keys_to_the_others() {
             .map(|k| {
                 job(
                     k,
-                    quick(Schedule::Manual, Duration::from_secs(30)),
+                    quick(Schedule::every(Duration::from_secs(1)), Duration::from_secs(30)),
                     runs.body(Duration::from_secs(600)),
                 )
             })
@@ -39,10 +40,8 @@ async fn a_full_replica_leaves_keys_to_the_others() {
         }
     };
     let small = start("small", 2).await;
-    for key in &keys {
-        small.trigger(key).await.unwrap();
-    }
-    // "small" was woken first and is full; "big" starts after and finds the rest.
+    // At the next second all six are due: "small" claims what it has room for.
+    support::eventually(Duration::from_secs(5), || (small.health().running == 2).then_some(())).await;
     let big = start("big", 10).await;
     let mut most = 0;
     let all = support::eventually(Duration::from_secs(10), || {
