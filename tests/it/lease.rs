@@ -541,25 +541,37 @@ async fn a_claim_that_waited_for_the_row_lock_is_dated_after_the_wait() {
     );
 }
 
-/// A claim for a new run is not re-entrant: while a tenure is live, a run
-/// claim under the *same* holder id (two processes sharing one id, a copied
-/// configuration) gets `HeldElsewhere`, and the live tenure keeps its fence.
-#[tokio::test]
+/// A claim for a new run is not re-entrant, even after waiting for the row:
+/// a run claim under holder id "b" that saw the lease free, then waited
+/// while another process *with the same id* (a copied configuration) made
+/// it live, gets `HeldElsewhere` — it does not take over that tenure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_claim_never_takes_a_live_lease_even_under_the_same_holder_id() {
-    let (_db, store) = support::store().await;
-    let first = store
-        .claim_run("shared-id", "svc", LONG, Due::Now)
-        .await
-        .unwrap()
-        .acquired()
-        .expect("a free key is claimed");
-    let second = store.claim_run("shared-id", "svc", LONG, Due::Now).await.unwrap();
+    let (db, store) = support::store().await;
+    acquired(store.claim_run("shared-id", "a", LONG, Due::Now).await.unwrap());
+    support::free_and_due_now(&db.pool, "shared-id").await;
+    let mut twin = support::lock_lease_row(&db.pool, "shared-id").await;
+    let claimer = {
+        let store = store.clone();
+        tokio::spawn(async move { store.claim_run("shared-id", "b", LONG, Due::Now).await })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!claimer.is_finished(), "the claim waits for the row lock");
+    let twin_fence: i64 = sqlx::query_scalar(
+        "UPDATE leasehold_lease SET holder = 'b', fence = nextval('leasehold_fence_seq'),
+                acquired_at = clock_timestamp(), expires_at = clock_timestamp() + interval '10 minutes'
+          WHERE key = 'shared-id' RETURNING fence",
+    )
+    .fetch_one(&mut *twin)
+    .await
+    .unwrap();
+    twin.commit().await.unwrap();
+    let claim = claimer.await.unwrap().unwrap();
     assert!(
-        matches!(&second, Claim::HeldElsewhere { current: Some(c) } if c.fence == first.fence),
-        "{second:?}"
+        matches!(claim, Claim::HeldElsewhere { .. }),
+        "took its twin's live lease: {claim:?}"
     );
-    let row = store.get("shared-id").await.unwrap().unwrap();
-    assert_eq!((row.holder.as_str(), row.fence), ("svc", first.fence));
+    assert_eq!(store.get("shared-id").await.unwrap().unwrap().fence, twin_fence);
 }
 
 /// The expiry clause of the run claim, re-checked after the row-lock wait:
