@@ -230,6 +230,8 @@ mod tests {
             m::remaining("nightly", Duration::from_secs(59));
             m::fence_rejected("nightly");
             m::poisoned_connection("in_transaction");
+            m::concurrency_limit(100);
+            m::runs_in_progress(1.0);
         });
         let text = handle.render();
         for name in names::ALL {
@@ -243,6 +245,8 @@ mod tests {
             (names::RUNS, "counter"),
             (names::RUN_DURATION, "histogram"),
             (names::HELD, "gauge"),
+            (names::RUNS_IN_PROGRESS, "gauge"),
+            (names::MAX_CONCURRENT_RUNS, "gauge"),
             (names::REMAINING, "gauge"),
             (names::FENCE_REJECTIONS, "counter"),
             (names::LAST_SUCCESS, "gauge"),
