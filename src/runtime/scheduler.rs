@@ -213,7 +213,12 @@ impl Scheduler {
                 let store = shared.store.clone();
                 let fence = lease.fence;
                 let holder = lease.holder.clone();
-                tokio::spawn(async move { store.release(&job.key, &holder, fence).await });
+                tokio::spawn(async move {
+                    let release = store.release(&job.key, &holder, fence);
+                    if tokio::time::timeout(CLAIM_TIMEOUT, release).await.is_err() {
+                        tracing::warn!(key = %job.key, "could not hand back a lease claimed at shutdown; it will expire");
+                    }
+                });
                 continue;
             }
             let tenure = Arc::new(Tenure::new(

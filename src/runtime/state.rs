@@ -193,7 +193,8 @@ impl Registry {
     }
 
     /// The key's run ended here: back in the due queue at `at`, unless it
-    /// was removed meanwhile. Returns the streaks to update.
+    /// was removed meanwhile (or removed and added again: the new
+    /// registration is waiting already).
     pub(crate) fn finish(&mut self, key: &str, at: Instant) {
         if let Some(slot) = self.slots.get_mut(key)
             && slot.at.is_none()
@@ -333,9 +334,11 @@ impl Shared {
     /// claimer shortly.
     pub(crate) fn file(&self, seen: &[Sighting]) {
         let now = Instant::now();
+        if let Some(last) = seen.last() {
+            self.clock.observed(last.server_now);
+        }
         let mut registry = self.registry();
         for sighting in seen {
-            self.clock.observed(sighting.server_now);
             let at = match sighting.held_for() {
                 Some(left) if self.listening() => now + left,
                 Some(left) => now + left.min(self.poll_interval),
