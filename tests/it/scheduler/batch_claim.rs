@@ -20,17 +20,17 @@ type Body = dyn Fn(FenceGuard) -> futures::future::BoxFuture<'static, Result<(),
 /// A body that records its run, the second its tenure began (server clock:
 /// expiry at start − lease), and works 20 ms.
 fn slot_body(runs: &Runs, slots: &Slots) -> Box<Body> {
-    slot_body_ms(runs, slots, 1000)
+    slot_body_ms(runs, slots, 1000, LEASE)
 }
 
-/// [`slot_body`] for slots of `period_ms`; works 20 ms only for slots of a
-/// second or more.
-fn slot_body_ms(runs: &Runs, slots: &Slots, period_ms: i64) -> Box<Body> {
+/// [`slot_body`] for slots of `period_ms` and a lease of `lease`; works
+/// 20 ms only for slots of a second or more.
+fn slot_body_ms(runs: &Runs, slots: &Slots, period_ms: i64, lease: Duration) -> Box<Body> {
     let (runs, slots) = (runs.clone(), slots.clone());
     Box::new(move |guard: FenceGuard| {
         let (runs, slots) = (runs.clone(), slots.clone());
         Box::pin(async move {
-            let acquired_ms = guard.expires_at().timestamp_millis() - LEASE.as_millis() as i64;
+            let acquired_ms = guard.expires_at().timestamp_millis() - lease.as_millis() as i64;
             slots
                 .lock()
                 .unwrap()
@@ -230,26 +230,36 @@ async fn a_release_meeting_a_locked_row_does_not_hold_up_the_others() {
     );
 }
 
-/// One replica, 200 keys due every 100 ms, runs of ~0 ms for 5 s: no key
-/// ever stalls — each runs in (nearly) every slot. (A run that ended while
+/// One replica, 200 keys due every 100 ms, runs of ~0 ms, for 5 s: no key
+/// ever stalls. A slot missed here and there under load is tolerated; a key
+/// that stops running for a second or more is not. (A run that ended while
 /// the scheduler was still reading its claim's answer once made its key
-/// look "missing", and a stale answer then parked it for a whole lease.)
+/// look "missing", and a stale answer then parked it until the next poll —
+/// here 30 s away, past the end of the window.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fast_keys_run_in_every_slot_without_stalling() {
     let db = support::db().await;
     let slots: Slots = Default::default();
     let runs = Runs::default();
-    let settings = JobSettings::new(Schedule::every(Duration::from_millis(100))).lease(LEASE);
+    let long = Duration::from_secs(30);
+    let settings = JobSettings::new(Schedule::every(Duration::from_millis(100))).lease(long);
     let jobs = (0..200)
-        .map(|k| job(&format!("fast:{k}"), settings.clone(), slot_body_ms(&runs, &slots, 100)))
+        .map(|k| {
+            job(
+                &format!("fast:{k}"),
+                settings.clone(),
+                slot_body_ms(&runs, &slots, 100, long),
+            )
+        })
         .collect();
-    let rt = support::replica_on(db.pool_with(4).await, "replica", Duration::from_secs(5), jobs).await;
+    let rt = support::replica_on(db.pool_with(4).await, "replica", long, jobs).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let from = unix_ms() / 100 + 1;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let to = unix_ms() / 100; // slots [from, to)
     rt.shutdown().await;
     let slots = slots.lock().unwrap().clone();
+    let mut worst = (String::new(), 0);
     for k in 0..200 {
         let key = format!("fast:{k}");
         let ran: std::collections::BTreeSet<i64> = slots
@@ -257,13 +267,28 @@ async fn fast_keys_run_in_every_slot_without_stalling() {
             .filter(|(kk, _, s)| *kk == key && (from..to).contains(s))
             .map(|(_, _, s)| *s)
             .collect();
-        let expected = (to - from) as usize;
-        assert!(
-            ran.len() + 3 >= expected,
-            "{key} ran in {} of {expected} slots: {ran:?}",
-            ran.len()
-        );
+        // The longest stretch of slots in the window without a run.
+        let mut previous = from - 1;
+        let mut longest = 0;
+        for slot in ran.iter().copied().chain([to]) {
+            longest = longest.max(slot - previous - 1);
+            previous = slot;
+        }
+        if longest > worst.1 {
+            worst = (key, longest);
+        }
     }
+    println!(
+        "measured: longest stretch without a run: {} slots ({})",
+        worst.1, worst.0
+    );
+    assert!(
+        worst.1 <= 10,
+        "{} went {} slots of 100 ms without a run (window {} slots)",
+        worst.0,
+        worst.1,
+        to - from
+    );
 }
 
 fn unix_ms() -> i64 {
