@@ -79,6 +79,14 @@ fn acquired(claim: Claim) -> leasehold::Lease {
     }
 }
 
+/// A row for `key` whose lease `holder` claimed and released: free, with a
+/// past fence. Returns that fence.
+async fn released_row(store: &LeaseStore, key: &str, holder: &str) -> i64 {
+    let lease = acquired(store.claim(key, holder, LONG).await.unwrap());
+    assert!(store.release(key, holder, lease.fence).await.unwrap());
+    lease.fence
+}
+
 /// The table row of `key` in `status` output, split into cells.
 fn table_row(out: &str, key: &str) -> Vec<String> {
     let line = out
@@ -507,13 +515,7 @@ async fn status_shows_a_never_run_job_as_never_run() {
 async fn forget_of_a_free_key_deletes_its_row() {
     let db = migrated_db().await;
     let store = LeaseStore::new(db.pool.clone());
-    let lease = acquired(store.claim("tenant-42:reconcile", "web-1", LONG).await.unwrap());
-    assert!(
-        store
-            .release("tenant-42:reconcile", "web-1", lease.fence)
-            .await
-            .unwrap()
-    );
+    released_row(&store, "tenant-42:reconcile", "web-1").await;
     acquired(store.claim("tenant-7:reconcile", "web-1", LONG).await.unwrap());
 
     let out = leasehold(Some(&url(&db)), &["forget", "tenant-42:reconcile"]).await;
@@ -656,13 +658,7 @@ async fn forget_json_reports_each_outcome_with_the_same_exit_codes() {
 async fn a_forgotten_key_claimed_again_gets_a_higher_fence() {
     let db = migrated_db().await;
     let store = LeaseStore::new(db.pool.clone());
-    let first = acquired(store.claim("tenant-42:reconcile", "web-1", LONG).await.unwrap());
-    assert!(
-        store
-            .release("tenant-42:reconcile", "web-1", first.fence)
-            .await
-            .unwrap()
-    );
+    let first = released_row(&store, "tenant-42:reconcile", "web-1").await;
     let before = store.get("tenant-42:reconcile").await.unwrap().unwrap().fence;
 
     let out = leasehold(Some(&url(&db)), &["forget", "tenant-42:reconcile"]).await;
@@ -671,7 +667,7 @@ async fn a_forgotten_key_claimed_again_gets_a_higher_fence() {
 
     let again = acquired(store.claim("tenant-42:reconcile", "web-2", LONG).await.unwrap());
     assert!(again.fence > before, "{} > {before}", again.fence);
-    assert!(again.fence > first.fence);
+    assert!(again.fence > first);
     assert_eq!(
         store.get("tenant-42:reconcile").await.unwrap().unwrap().fence,
         again.fence
