@@ -24,7 +24,8 @@ use crate::error::Result;
 use crate::validate;
 
 /// The `LISTEN`/`NOTIFY` channel of wake-ups. The payload is a key that may
-/// be claimable now.
+/// be claimable now. Every statement that notifies binds this constant, so
+/// the name lives here only.
 pub(crate) const WAKE_CHANNEL: &str = "leasehold";
 
 /// What the server says about one key the scheduler asked about: enough to
@@ -121,7 +122,7 @@ impl LeaseStore {
         // key sets then wait for each other instead of deadlocking.
         sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let (names, dues): (Vec<&str>, Vec<DateTime<Utc>>) = sorted.into_iter().unzip();
-        // $1 holder, $2 keys, $3 first due times.
+        // $1 holder, $2 keys, $3 first due times, $4 the wake-up channel.
         // - The new row expires 1 µs after it was "acquired", from one clock
         //   reading: free, valid for the CHECK, and marked never run
         //   (`never_claimed`). Its fence still comes from the sequence.
@@ -138,7 +139,7 @@ impl LeaseStore {
                 RETURNING key, expires_at, next_due_at
             ), woken AS (
                 SELECT count(*) AS n FROM (
-                    SELECT pg_notify('leasehold', i.key) FROM inserted AS i
+                    SELECT pg_notify($4, i.key) FROM inserted AS i
                      WHERE i.next_due_at <= clock_timestamp()) AS notified
             )
             SELECT i.key, i.expires_at, i.next_due_at, clock_timestamp() AS server_now
@@ -154,6 +155,7 @@ impl LeaseStore {
             .bind(holder)
             .bind(&names)
             .bind(&dues)
+            .bind(WAKE_CHANNEL)
             .fetch_all(conn))
     }
 
@@ -274,7 +276,7 @@ impl LeaseStore {
             return Ok(Vec::new());
         }
         // $1 keys, $2 holders, $3 fences, $4 next due (absolute), $5 next due
-        // (seconds from now).
+        // (seconds from now), $6 the wake-up channel.
         // - `mine` (invariant 7): holder and fence scope each release to the
         //   caller's own tenure, so a late release — after a takeover, or of
         //   the same holder's earlier run — never frees a newer one.
@@ -305,7 +307,7 @@ impl LeaseStore {
                 RETURNING l.key, l.fence, l.next_due_at
             ), woken AS (
                 SELECT count(*) AS n FROM (
-                    SELECT pg_notify('leasehold', r.key) FROM released AS r
+                    SELECT pg_notify($6, r.key) FROM released AS r
                      WHERE r.next_due_at IS NULL OR r.next_due_at <= clock_timestamp()) AS notified
             )
             SELECT r.key, r.fence, false AS busy FROM released AS r, woken
@@ -320,6 +322,7 @@ impl LeaseStore {
                 .bind(&fences)
                 .bind(&ats)
                 .bind(&afters)
+                .bind(WAKE_CHANNEL)
                 .fetch_all(conn))?;
         Ok(items
             .iter()
@@ -411,8 +414,9 @@ impl LeaseStore {
     /// Sends `payload` on the wake-up channel (the listener's probe).
     pub(crate) async fn notify(&self, payload: &str) -> Result<()> {
         connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(
-            "SELECT pg_notify('leasehold', $1)"
+            "SELECT pg_notify($1, $2)"
         )
+        .bind(WAKE_CHANNEL)
         .bind(payload)
         .execute(conn))?;
         Ok(())

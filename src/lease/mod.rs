@@ -592,15 +592,16 @@ impl LeaseStore {
     /// Returns false if the key has no row yet (it is then due anyway).
     pub(crate) async fn make_due(&self, key: &str) -> Result<bool> {
         validate::key(key)?;
-        // $1 key. The notify rides in the same transaction, so listeners are
+        // $1 key, $2 the wake-up channel. The notify rides in the same transaction, so listeners are
         // woken exactly when the new due time is visible to their claims.
         const MAKE_DUE: &str = "
             WITH due AS (
                 UPDATE leasehold_lease SET next_due_at = clock_timestamp() WHERE key = $1 RETURNING key
             )
-            SELECT count(*) FROM (SELECT pg_notify('leasehold', d.key) FROM due AS d) AS notified";
+            SELECT count(*) FROM (SELECT pg_notify($2, d.key) FROM due AS d) AS notified";
         let done: i64 = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(MAKE_DUE)
             .bind(key)
+            .bind(WAKE_CHANNEL)
             .fetch_one(conn))?;
         Ok(done == 1)
     }
