@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::guard::FenceGuard;
-use crate::schedule::Schedule;
+use crate::schedule::{CatchUp, Schedule};
 use crate::validate;
 
 /// The error a job returns. Any error type converts with `?`; a
@@ -69,7 +69,8 @@ pub trait FencedJob: Send + Sync + 'static {
 /// chained setters; checked when the runtime starts.
 ///
 /// Defaults: lease 60 s, heartbeat lease/3, local deadline margin lease/10,
-/// grace 5 s, retry backoff from 1 s doubling to at most 5 min.
+/// grace 5 s, retry backoff from 1 s doubling to at most 5 min, one run for
+/// a stretch of missed slots ([`CatchUp::Once`]).
 #[derive(Debug, Clone)]
 pub struct JobSettings {
     pub(crate) schedule: Schedule,
@@ -79,6 +80,7 @@ pub struct JobSettings {
     pub(crate) grace: Duration,
     pub(crate) retry_initial: Duration,
     pub(crate) retry_max: Duration,
+    pub(crate) catch_up: CatchUp,
 }
 
 impl JobSettings {
@@ -92,6 +94,7 @@ impl JobSettings {
             grace: Duration::from_secs(5),
             retry_initial: Duration::from_secs(1),
             retry_max: Duration::from_secs(300),
+            catch_up: CatchUp::Once,
         }
     }
 
@@ -129,9 +132,35 @@ impl JobSettings {
         self
     }
 
+    /// What happens to the slots missed while no replica ran the job (the
+    /// fleet was down, the key paused): one run for all of them (the
+    /// default, [`CatchUp::Once`]), none ([`CatchUp::Skip`]), or one run per
+    /// slot for at most the latest `max` ([`CatchUp::all`], `max` 1 to
+    /// [`MAX_CATCH_UP`](crate::MAX_CATCH_UP)).
+    ///
+    /// ```
+    /// use leasehold::{CatchUp, JobSettings, Schedule};
+    ///
+    /// // A nightly report in Paris time: after an outage, send the reports
+    /// // of at most the last 7 nights, oldest first.
+    /// let settings = JobSettings::new(Schedule::cron_in("0 6 * * *", "Europe/Paris")?)
+    ///     .catch_up(CatchUp::all(7));
+    /// assert_eq!(settings.catch_up_policy(), CatchUp::All { max: 7 });
+    /// # Ok::<(), leasehold::Error>(())
+    /// ```
+    pub fn catch_up(mut self, policy: CatchUp) -> Self {
+        self.catch_up = policy;
+        self
+    }
+
     /// The schedule.
     pub fn schedule(&self) -> &Schedule {
         &self.schedule
+    }
+
+    /// The catch-up policy in effect.
+    pub fn catch_up_policy(&self) -> CatchUp {
+        self.catch_up
     }
 
     /// The heartbeat interval in effect.
@@ -162,6 +191,7 @@ impl JobSettings {
         };
         validate::lease_secs("lease duration", self.lease).map_err(context)?;
         self.schedule.validate().map_err(context)?;
+        self.catch_up.validate().map_err(context)?;
         let heartbeat = self.heartbeat_interval();
         if heartbeat.is_zero() || heartbeat * 2 >= self.lease {
             return Err(context(Error::invalid(
@@ -233,6 +263,29 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("deadline margin 45s"), "{msg}");
+    }
+
+    #[test]
+    fn catch_up_defaults_to_once_and_its_bound_is_checked() {
+        assert_eq!(every_second().catch_up_policy(), CatchUp::Once);
+        let skip = every_second().catch_up(CatchUp::Skip);
+        assert_eq!(skip.catch_up_policy(), CatchUp::Skip);
+        skip.validate("k").unwrap();
+        every_second().catch_up(CatchUp::all(1)).validate("k").unwrap();
+        every_second().catch_up(CatchUp::all(1000)).validate("k").unwrap();
+        for bad in [0, 1001] {
+            let msg = every_second()
+                .catch_up(CatchUp::all(bad))
+                .validate("k")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                msg.contains(&format!("catch-up bound {bad}"))
+                    && msg.contains("1 to 1000")
+                    && msg.contains("job \"k\""),
+                "{msg}"
+            );
+        }
     }
 
     #[test]

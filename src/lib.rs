@@ -78,7 +78,7 @@ pub use runtime::__private;
 #[cfg(feature = "test-util")]
 pub use runtime::Faults;
 pub use runtime::{DEFAULT_MAX_CONCURRENT_RUNS, Health, Runtime, RuntimeBuilder, ShutdownReport};
-pub use schedule::Schedule;
+pub use schedule::{CatchUp, CronSchedule, MAX_CATCH_UP, Schedule};
 pub use validate::{MAX_KEY_BYTES, MAX_LEASE, MIN_LEASE};
 
 /// The sqlx this leasehold is built on (0.9). Its types (`PgPool`,
