@@ -19,6 +19,9 @@ pub enum CancelReason {
     Deadline,
     /// The runtime is shutting down.
     Shutdown,
+    /// An operator paused the key (or its job) and asked for the runs in
+    /// progress to stop (`leasehold pause --cancel`).
+    Paused,
 }
 
 impl CancelReason {
@@ -29,6 +32,7 @@ impl CancelReason {
             CancelReason::Expired => "expired",
             CancelReason::Deadline => "deadline",
             CancelReason::Shutdown => "shutdown",
+            CancelReason::Paused => "paused",
         }
     }
 }

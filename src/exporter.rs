@@ -185,7 +185,8 @@ mod tests {
 
     use super::*;
     use crate::error::CancelReason;
-    use crate::metrics::{self as m, RunOutcome};
+    use crate::lease::RunOutcome;
+    use crate::metrics as m;
 
     #[test]
     fn addresses_are_checked_before_anything_binds() {
@@ -232,6 +233,7 @@ mod tests {
             m::poisoned_connection("in_transaction");
             m::concurrency_limit(100);
             m::runs_in_progress(1.0);
+            m::jobs_paused("nightly", 0);
         });
         let text = handle.render();
         for name in names::ALL {
@@ -247,6 +249,7 @@ mod tests {
             (names::HELD, "gauge"),
             (names::RUNS_IN_PROGRESS, "gauge"),
             (names::MAX_CONCURRENT_RUNS, "gauge"),
+            (names::JOBS_PAUSED, "gauge"),
             (names::REMAINING, "gauge"),
             (names::FENCE_REJECTIONS, "counter"),
             (names::LAST_SUCCESS, "gauge"),

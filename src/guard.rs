@@ -72,6 +72,27 @@ impl FenceGuard {
         &self.tenure.job
     }
 
+    /// The schedule slot this run is for (server time), or `None` for a
+    /// run that is not for a slot: a trigger ahead of the next slot, or a
+    /// manual job. While catching up missed slots
+    /// ([`CatchUp::All`](crate::CatchUp::All)) each run gets its own, oldest
+    /// first — use it as the run's logical time ("bill the hour ending at
+    /// `slot`"), not the wall clock.
+    ///
+    /// ```no_run
+    /// # async fn demo(guard: leasehold::FenceGuard) {
+    /// let period_end = guard.slot().unwrap_or_else(|| guard.started_at());
+    /// # let _ = period_end; }
+    /// ```
+    pub fn slot(&self) -> Option<DateTime<Utc>> {
+        self.tenure.slot()
+    }
+
+    /// When this run's lease was claimed, by the server clock.
+    pub fn started_at(&self) -> DateTime<Utc> {
+        self.tenure.acquired_at
+    }
+
     /// Server-side expiry after the latest successful renewal.
     pub fn expires_at(&self) -> DateTime<Utc> {
         self.tenure.expires_at()

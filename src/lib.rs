@@ -70,14 +70,17 @@ pub use health::Degraded;
 pub use job::{FencedJob, JobError, JobSettings};
 #[doc(hidden)]
 pub use lease::never_claimed;
-pub use lease::{Claim, Due, Forgotten, Lease, LeaseInfo, LeaseStore, Renewal, RenewedMany};
+pub use lease::{
+    Claim, Due, Forgotten, KeyStatus, Lease, LeaseInfo, LeaseStore, Pause, PauseTarget, Renewal, RenewedMany, Resumed,
+    RunOutcome, RunRecord, Triggered,
+};
 pub use leasehold_macros::FencedJob;
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate};
 #[doc(hidden)]
 pub use runtime::__private;
 #[cfg(feature = "test-util")]
 pub use runtime::Faults;
-pub use runtime::{DEFAULT_MAX_CONCURRENT_RUNS, Health, Runtime, RuntimeBuilder, ShutdownReport};
+pub use runtime::{DEFAULT_HISTORY, DEFAULT_MAX_CONCURRENT_RUNS, Health, Runtime, RuntimeBuilder, ShutdownReport};
 pub use schedule::{CatchUp, CronSchedule, MAX_CATCH_UP, Schedule};
 pub use validate::{MAX_KEY_BYTES, MAX_LEASE, MIN_LEASE};
 

@@ -52,6 +52,7 @@
 
 use std::time::Duration;
 
+use crate::lease::RunOutcome;
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
 use crate::error::CancelReason;
@@ -85,6 +86,10 @@ pub mod names {
     pub const RUNS_IN_PROGRESS: &str = "leasehold_runs_in_progress";
     /// Gauge: this replica's limit on runs at once.
     pub const MAX_CONCURRENT_RUNS: &str = "leasehold_max_concurrent_runs";
+    /// Gauge: keys of a job registered on this replica that are paused (by
+    /// key or by job), as of its latest poll. Take `max by (job_name)`
+    /// across replicas.
+    pub const JOBS_PAUSED: &str = "leasehold_jobs_paused";
 
     /// All of the above.
     pub const ALL: &[&str] = &[
@@ -101,6 +106,7 @@ pub mod names {
         POISONED_CONNECTIONS,
         RUNS_IN_PROGRESS,
         MAX_CONCURRENT_RUNS,
+        JOBS_PAUSED,
     ];
 }
 
@@ -194,26 +200,11 @@ pub fn describe() {
         "This replica's limit on runs at once (RuntimeBuilder::max_concurrent_runs); the scheduler leaves \
          keys beyond it to other replicas."
     );
-}
-
-/// How a run ended, as counted in [`names::RUNS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RunOutcome {
-    Succeeded,
-    Failed,
-    Cancelled,
-    Panicked,
-}
-
-impl RunOutcome {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            RunOutcome::Succeeded => "succeeded",
-            RunOutcome::Failed => "failed",
-            RunOutcome::Cancelled => "cancelled",
-            RunOutcome::Panicked => "panicked",
-        }
-    }
+    describe_gauge!(
+        names::JOBS_PAUSED,
+        Unit::Count,
+        "Keys of this job registered on this replica that are paused (leasehold pause), as of the latest poll."
+    );
 }
 
 /// Creates a job's counters (and the heartbeat counters) at zero when the
@@ -230,7 +221,7 @@ pub(crate) fn prime(job: &str) {
     for state in ["in_transaction", "in_failed_transaction"] {
         counter!(names::POISONED_CONNECTIONS, "state" => state).increment(0);
     }
-    for outcome in ["acquired", "held_elsewhere", "not_due", "error"] {
+    for outcome in ["acquired", "held_elsewhere", "not_due", "paused", "error"] {
         counter!(names::CLAIMS, "job_name" => job.to_owned(), "outcome" => outcome).increment(0);
     }
     for reason in [CancelReason::Stolen, CancelReason::Expired, CancelReason::Deadline] {
@@ -246,6 +237,7 @@ pub(crate) fn prime(job: &str) {
     }
     counter!(names::FENCE_REJECTIONS, "job_name" => job.to_owned()).increment(0);
     gauge!(names::HELD, "job_name" => job.to_owned()).increment(0.0);
+    gauge!(names::JOBS_PAUSED, "job_name" => job.to_owned()).increment(0.0);
 }
 
 /// Counts a claim attempt.
@@ -289,6 +281,11 @@ pub(crate) fn fence_rejected(job: &str) {
 pub(crate) fn concurrency_limit(limit: usize) {
     gauge!(names::MAX_CONCURRENT_RUNS).set(limit as f64);
     gauge!(names::RUNS_IN_PROGRESS).increment(0.0);
+}
+
+/// How many of this replica's keys of `job` are paused.
+pub(crate) fn jobs_paused(job: &str, keys: usize) {
+    gauge!(names::JOBS_PAUSED, "job_name" => job.to_owned()).set(keys as f64);
 }
 
 /// One more (`1.0`) or one fewer (`-1.0`) run in progress.

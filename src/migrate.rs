@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("../migrations/0001_leases.sql")),
     (2, include_str!("../migrations/0002_due_index.sql")),
+    (3, include_str!("../migrations/0003_operators.sql")),
 ];
 
 /// The schema version this library needs and knows.

@@ -13,9 +13,10 @@
 //!   the time left measured by the server after the write. The server's
 //!   expiry cannot come before `sent + remaining` in real time, so the run is
 //!   stopped `margin` before anyone else can claim the lease.
-//! - A tenure cancelled for any reason but shutdown is never renewed again:
-//!   after a loss, silently extending the lease would hide a gap in
-//!   exclusion.
+//! - A tenure cancelled for any reason but shutdown or pause is never
+//!   renewed again: after a loss, silently extending the lease would hide a
+//!   gap in exclusion. (Shutdown and pause are requests to stop, not
+//!   losses: the run still holds its lease while it winds down.)
 //!
 //! [`FenceGuard`]: crate::FenceGuard
 
@@ -45,6 +46,7 @@ pub(crate) struct Tenure {
     /// up): what `Runtime::remove` waits for.
     pub(crate) ended: CancellationToken,
     reason: OnceLock<CancelReason>,
+    slot: OnceLock<Option<DateTime<Utc>>>,
     times: Mutex<Times>,
 }
 
@@ -82,6 +84,7 @@ impl Tenure {
             token: CancellationToken::new(),
             ended: CancellationToken::new(),
             reason: OnceLock::new(),
+            slot: OnceLock::new(),
         }
     }
 
@@ -94,7 +97,7 @@ impl Tenure {
     /// Records a successful renewal sent at `sent`. Never moves the deadline
     /// back, and is ignored once the tenure is lost.
     pub(crate) fn renewed(&self, lease: &Lease, sent: Instant) {
-        if self.reason().is_some_and(|r| r != CancelReason::Shutdown) {
+        if !self.wants_renewal() {
             return;
         }
         let mut times = self.times.lock().unwrap_or_else(|p| p.into_inner());
@@ -139,9 +142,25 @@ impl Tenure {
         self.reason.get().copied()
     }
 
-    /// Whether the heartbeat should keep renewing this tenure.
+    /// Whether the heartbeat should keep renewing this tenure: yes while
+    /// it runs, and while a run asked to stop (shutdown, pause) winds down
+    /// within its grace — it still legitimately holds the lease.
     pub(crate) fn wants_renewal(&self) -> bool {
-        matches!(self.reason(), None | Some(CancelReason::Shutdown))
+        matches!(
+            self.reason(),
+            None | Some(CancelReason::Shutdown | CancelReason::Paused)
+        )
+    }
+
+    /// The schedule slot this run is for, once decided (`None`: a triggered
+    /// or manual run).
+    pub(crate) fn slot(&self) -> Option<DateTime<Utc>> {
+        self.slot.get().copied().flatten()
+    }
+
+    /// Records the slot this run is for (once; later calls are ignored).
+    pub(crate) fn set_slot(&self, slot: Option<DateTime<Utc>>) {
+        let _ = self.slot.set(slot);
     }
 
     pub(crate) fn token(&self) -> &CancellationToken {

@@ -27,6 +27,15 @@ pub(crate) fn holder(holder: &str) -> Result<()> {
     identifier("holder id", holder)
 }
 
+pub(crate) fn job_name(name: &str) -> Result<()> {
+    identifier("job name", name)
+}
+
+/// Who paused a key: free text, shown by `status`.
+pub(crate) fn paused_by(by: &str) -> Result<()> {
+    identifier("paused by", by)
+}
+
 pub(crate) fn resource(resource: &str) -> Result<()> {
     identifier("fenced resource", resource)
 }

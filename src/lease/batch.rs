@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{ClaimRow, Lease, LeaseInfo, LeaseRow, LeaseStore, NextDue};
+use super::{ClaimRow, Lease, LeaseInfo, LeaseRow, LeaseStore, NextDue, PauseTarget, RunReport};
 use crate::connection;
 use crate::error::Result;
 use crate::validate;
@@ -36,6 +36,9 @@ pub(crate) struct Sighting {
     pub(crate) expires_at: DateTime<Utc>,
     pub(crate) next_due_at: Option<DateTime<Utc>>,
     pub(crate) server_now: DateTime<Utc>,
+    /// Paused (by key or job): not claimable until resumed.
+    #[sqlx(default)]
+    pub(crate) paused: bool,
 }
 
 impl Sighting {
@@ -55,11 +58,39 @@ impl Sighting {
     }
 }
 
+/// A key claimed for a run by [`LeaseStore::claim_due`].
+#[derive(Debug)]
+pub(crate) struct ClaimedRun {
+    pub(crate) lease: Lease,
+    /// The key's run number: this run's place in the history ring.
+    pub(crate) run_no: i64,
+    /// The schedule slot the key owed when claimed (`None`: none recorded).
+    pub(crate) pending_slot: Option<DateTime<Utc>>,
+}
+
+/// One key to claim with [`LeaseStore::claim_due`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Candidate<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) job_name: &'a str,
+    pub(crate) lease: Duration,
+}
+
+/// What a poll ([`LeaseStore::due_since`]) learned.
+#[derive(Debug)]
+pub(crate) struct Polled {
+    pub(crate) server_now: DateTime<Utc>,
+    /// Keys that became claimable since the window's start.
+    pub(crate) seen: Vec<Sighting>,
+    /// Every pause in force.
+    pub(crate) paused: Vec<PauseTarget>,
+}
+
 /// The answer to a batch claim.
 #[derive(Debug, Default)]
 pub(crate) struct Claimed {
     /// Keys this statement claimed, each with its own fresh fence.
-    pub(crate) acquired: Vec<Lease>,
+    pub(crate) acquired: Vec<ClaimedRun>,
     /// The other candidates, as the statement's snapshot saw them.
     pub(crate) seen: Vec<Sighting>,
 }
@@ -71,6 +102,9 @@ pub(crate) struct Finish {
     pub(crate) holder: String,
     pub(crate) fence: i64,
     pub(crate) next: NextDue,
+    /// The run's history row; `None` records nothing (a plain
+    /// [`LeaseStore::release`]).
+    pub(crate) report: Option<RunReport>,
 }
 
 /// What one release of [`LeaseStore::finish_many`] did.
@@ -112,17 +146,30 @@ impl LeaseStore {
     /// Creates the rows of `keys` that do not exist yet — a free lease due at
     /// the paired time — and returns every key's row, in **one** statement.
     /// Existing rows keep their schedule: a restart never resets it.
-    pub(crate) async fn register_many(&self, holder: &str, keys: &[(&str, DateTime<Utc>)]) -> Result<Vec<Sighting>> {
+    pub(crate) async fn register_many(
+        &self,
+        holder: &str,
+        keys: &[(&str, &str, DateTime<Utc>)],
+    ) -> Result<Vec<Sighting>> {
         validate::holder(holder)?;
-        let mut sorted: Vec<(&str, DateTime<Utc>)> = keys.to_vec();
-        for (key, _) in &sorted {
+        let mut sorted: Vec<(&str, &str, DateTime<Utc>)> = keys.to_vec();
+        for (key, job, _) in &sorted {
             validate::key(key)?;
+            validate::job_name(job)?;
         }
         // One order for every replica: concurrent inserts of overlapping
         // key sets then wait for each other instead of deadlocking.
         sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let (names, dues): (Vec<&str>, Vec<DateTime<Utc>>) = sorted.into_iter().unzip();
-        // $1 holder, $2 keys, $3 first due times, $4 the wake-up channel.
+        let mut names = Vec::with_capacity(sorted.len());
+        let mut jobs = Vec::with_capacity(sorted.len());
+        let mut dues = Vec::with_capacity(sorted.len());
+        for (key, job, due) in sorted {
+            names.push(key);
+            jobs.push(job);
+            dues.push(due);
+        }
+        // $1 holder, $2 keys, $3 first due times, $4 the wake-up channel,
+        // $5 job names.
         // - The new row expires 1 µs after it was "acquired", from one clock
         //   reading: free, valid for the CHECK, and marked never run
         //   (`never_claimed`). Its fence still comes from the sequence.
@@ -130,10 +177,11 @@ impl LeaseStore {
         // - A new row due already wakes the listeners (the notify half).
         const REGISTER_MANY: &str = "
             WITH t AS (
-                SELECT * FROM unnest($2::text[], $3::timestamptz[]) AS t(key, first_due)
+                SELECT * FROM unnest($2::text[], $3::timestamptz[], $5::text[]) AS t(key, first_due, job)
             ), inserted AS (
-                INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at)
-                SELECT t.key, $1, nextval('leasehold_fence_seq'), c.now, c.now + interval '1 microsecond', t.first_due
+                INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)
+                SELECT t.key, $1, nextval('leasehold_fence_seq'), c.now, c.now + interval '1 microsecond',
+                       t.first_due, t.first_due, t.job
                   FROM t, (SELECT clock_timestamp() AS now) AS c
                 ON CONFLICT (key) DO NOTHING
                 RETURNING key, expires_at, next_due_at
@@ -156,6 +204,7 @@ impl LeaseStore {
             .bind(&names)
             .bind(&dues)
             .bind(WAKE_CHANNEL)
+            .bind(&jobs)
             .fetch_all(conn))
     }
 
@@ -165,25 +214,24 @@ impl LeaseStore {
     /// locked are skipped, not waited for. The candidates not claimed come
     /// back as the snapshot saw them; a candidate without a row is in
     /// neither list.
-    pub(crate) async fn claim_due(
-        &self,
-        holder: &str,
-        candidates: &[(&str, Duration)],
-        limit: usize,
-    ) -> Result<Claimed> {
+    pub(crate) async fn claim_due(&self, holder: &str, candidates: &[Candidate<'_>], limit: usize) -> Result<Claimed> {
         validate::holder(holder)?;
         let mut keys = Vec::with_capacity(candidates.len());
+        let mut jobs = Vec::with_capacity(candidates.len());
         let mut ttls = Vec::with_capacity(candidates.len());
-        for (key, ttl) in candidates {
-            validate::key(key)?;
-            keys.push(*key);
-            ttls.push(validate::lease_secs("lease duration", *ttl)?);
+        for candidate in candidates {
+            validate::key(candidate.key)?;
+            validate::job_name(candidate.job_name)?;
+            keys.push(candidate.key);
+            jobs.push(candidate.job_name);
+            ttls.push(validate::lease_secs("lease duration", candidate.lease)?);
         }
         if keys.is_empty() || limit == 0 {
             return Ok(Claimed::default());
         }
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        // $1 holder, $2 keys, $3 lease seconds, $4 how many to claim at most.
+        // $1 holder, $2 keys, $3 lease seconds, $4 how many to claim at most,
+        // $5 job names.
         // `pick` decides, with the guards of `claim_run` (invariant 3, no
         // re-entrance), evaluated on the latest row version once locked:
         // - expires_at <= now: the lease is free by the server clock —
@@ -193,19 +241,25 @@ impl LeaseStore {
         //   replicas whose timers fire at different moments still start one
         //   run per slot;
         // - FOR UPDATE SKIP LOCKED: a row another claimer (or any other
-        //   transaction) has locked is left to it, never waited for.
+        //   transaction) has locked is left to it, never waited for;
+        // - not paused (invariant 8): neither the key, nor its job — by the
+        //   row's job_name or the one this runtime registers it under.
         // `claimed` writes: a fresh nextval per row (invariants 4 and 5),
         // times from clock_timestamp() after the locks were taken, so
-        // acquired_at is never before the due time it consumed.
-        // The UNION half reports the unclaimed candidates, so the caller
-        // learns when to look again in the same round trip.
+        // acquired_at is never before the due time it consumed; the run's
+        // number (its history slot), the job's name, and the slot it owes.
+        // The UNION half reports the unclaimed candidates, paused or not, so
+        // the caller learns when to look again in the same round trip.
         const CLAIM_DUE: &str = "
             WITH t AS (
-                SELECT * FROM unnest($2::text[], $3::float8[]) AS t(key, ttl)
+                SELECT * FROM unnest($2::text[], $3::float8[], $5::text[]) AS t(key, ttl, job)
             ), pick AS (
                 SELECT l.key FROM leasehold_lease AS l JOIN t ON t.key = l.key
                  WHERE l.expires_at <= clock_timestamp()
                    AND (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
+                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause AS p
+                                    WHERE (p.scope = 'key' AND p.name = l.key)
+                                       OR (p.scope = 'job' AND (p.name = l.job_name OR p.name = t.job)))
                  ORDER BY l.next_due_at NULLS FIRST, l.key
                  LIMIT $4
                    FOR UPDATE OF l SKIP LOCKED
@@ -214,31 +268,46 @@ impl LeaseStore {
                    SET holder      = $1,
                        fence       = nextval('leasehold_fence_seq'),
                        acquired_at = clock_timestamp(),
-                       expires_at  = clock_timestamp() + make_interval(secs => t.ttl)
+                       expires_at  = clock_timestamp() + make_interval(secs => t.ttl),
+                       job_name    = t.job,
+                       runs        = l.runs + 1,
+                       slot_at     = COALESCE(l.slot_at, l.next_due_at)
                   FROM pick, t
                  WHERE l.key = pick.key AND t.key = pick.key
                 RETURNING l.*
             )
-            SELECT true AS acquired, c.*, clock_timestamp() AS server_now FROM claimed AS c
+            SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now FROM claimed AS c
             UNION ALL
-            SELECT false, l.*, clock_timestamp() FROM leasehold_lease AS l JOIN t ON t.key = l.key
+            SELECT false,
+                   EXISTS (SELECT 1 FROM leasehold_pause AS p
+                            WHERE (p.scope = 'key' AND p.name = l.key)
+                               OR (p.scope = 'job' AND (p.name = l.job_name OR p.name = t.job))),
+                   l.*, clock_timestamp()
+              FROM leasehold_lease AS l JOIN t ON t.key = l.key
              WHERE l.key NOT IN (SELECT key FROM claimed)";
         let rows: Vec<ClaimRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(CLAIM_DUE)
             .bind(holder)
             .bind(&keys)
             .bind(&ttls)
             .bind(limit)
+            .bind(&jobs)
             .fetch_all(conn))?;
         let mut claimed = Claimed::default();
-        for ClaimRow { acquired, row } in rows {
+        for ClaimRow { acquired, paused, row } in rows {
             if acquired {
-                claimed.acquired.push(row.into_lease());
+                let (run_no, pending_slot) = (row.runs, row.slot_at);
+                claimed.acquired.push(ClaimedRun {
+                    lease: row.into_lease(),
+                    run_no,
+                    pending_slot,
+                });
             } else {
                 claimed.seen.push(Sighting {
                     key: row.key,
                     expires_at: row.expires_at,
                     next_due_at: row.next_due_at,
                     server_now: row.server_now,
+                    paused,
                 });
             }
         }
@@ -257,7 +326,9 @@ impl LeaseStore {
         let mut fences = Vec::with_capacity(items.len());
         let mut ats: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(items.len());
         let mut afters: Vec<Option<f64>> = Vec::with_capacity(items.len());
+        let mut h = HistoryColumns::with_capacity(items.len());
         for item in items {
+            h.push(item.report.as_ref());
             validate::key(&item.key)?;
             validate::holder(&item.holder)?;
             validate::fence(item.fence)?;
@@ -276,7 +347,10 @@ impl LeaseStore {
             return Ok(Vec::new());
         }
         // $1 keys, $2 holders, $3 fences, $4 next due (absolute), $5 next due
-        // (seconds from now), $6 the wake-up channel.
+        // (seconds from now), $6 the wake-up channel; the runs' history:
+        // $7 job names, $8 run numbers, $9 slots run for, $10 start times,
+        // $11 outcomes (NULL: record nothing), $12 reasons, $13 errors,
+        // $14 ring lengths.
         // - `mine` (invariant 7): holder and fence scope each release to the
         //   caller's own tenure, so a late release — after a takeover, or of
         //   the same holder's earlier run — never frees a newer one.
@@ -285,13 +359,24 @@ impl LeaseStore {
         //   waited for, so one locked row never holds up the batch.
         // - Expiring at "now" rather than deleting keeps the schedule;
         //   GREATEST keeps the CHECK true even if the server clock stepped
-        //   back.
+        //   back. A new due time is also the slot the next run owes; a
+        //   retry (`after`) or no change keeps the slot still owed.
         // - A released key that is still due (a cancelled run, a trigger
         //   during the run) is claimable at once: `woken` tells listeners.
+        // - `recorded` (invariant 9) writes each run's history row, in this
+        //   same statement: a run whose tenure was released, and one that
+        //   had lost it already (its release changes nothing else), but not
+        //   a busy one — it is recorded when its release goes through. The
+        //   row goes to its key's ring at run_no mod ring, and replaces
+        //   only an *older* run there, so a late release never erases a
+        //   newer run.
         const FINISH_MANY: &str = "
             WITH t AS (
-                SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::timestamptz[], $5::float8[])
-                           AS t(key, holder, fence, at, after)
+                SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::timestamptz[], $5::float8[],
+                                     $7::text[], $8::int8[], $9::timestamptz[], $10::timestamptz[],
+                                     $11::text[], $12::text[], $13::text[], $14::int4[])
+                           AS t(key, holder, fence, at, after,
+                                job, run_no, scheduled_for, started_at, outcome, reason, error, ring)
             ), mine AS (
                 SELECT l.key FROM leasehold_lease AS l JOIN t ON t.key = l.key
                  WHERE l.holder = t.holder
@@ -300,7 +385,8 @@ impl LeaseStore {
             ), released AS (
                 UPDATE leasehold_lease AS l
                    SET expires_at  = GREATEST(clock_timestamp(), l.acquired_at + interval '1 microsecond'),
-                       next_due_at = COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after), l.next_due_at)
+                       next_due_at = COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after), l.next_due_at),
+                       slot_at     = COALESCE(t.at, l.slot_at, l.next_due_at)
                   FROM t
                  WHERE l.key = t.key
                    AND l.key IN (SELECT key FROM mine)
@@ -309,12 +395,30 @@ impl LeaseStore {
                 SELECT count(*) AS n FROM (
                     SELECT pg_notify($6, r.key) FROM released AS r
                      WHERE r.next_due_at IS NULL OR r.next_due_at <= clock_timestamp()) AS notified
+            ), busy AS (
+                SELECT l.key, l.fence FROM leasehold_lease AS l JOIN t ON t.key = l.key
+                 WHERE l.holder = t.holder AND l.fence = t.fence
+                   AND l.key NOT IN (SELECT key FROM mine)
+            ), recorded AS (
+                INSERT INTO leasehold_run AS r (key, slot, run_no, job_name, fence, holder, scheduled_for,
+                                                started_at, ended_at, outcome, reason, error)
+                SELECT DISTINCT ON (t.key, t.run_no % t.ring)
+                       t.key, (t.run_no % t.ring)::int, t.run_no, t.job, t.fence, t.holder, t.scheduled_for,
+                       t.started_at, clock_timestamp(), t.outcome, t.reason, t.error
+                  FROM t
+                 WHERE t.outcome IS NOT NULL AND t.ring > 0
+                   AND (t.key, t.fence) NOT IN (SELECT key, fence FROM busy)
+                 ORDER BY t.key, t.run_no % t.ring, t.run_no DESC
+                ON CONFLICT (key, slot) DO UPDATE
+                   SET run_no = EXCLUDED.run_no, job_name = EXCLUDED.job_name, fence = EXCLUDED.fence,
+                       holder = EXCLUDED.holder, scheduled_for = EXCLUDED.scheduled_for,
+                       started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
+                       outcome = EXCLUDED.outcome, reason = EXCLUDED.reason, error = EXCLUDED.error
+                 WHERE r.run_no < EXCLUDED.run_no
             )
             SELECT r.key, r.fence, false AS busy FROM released AS r, woken
             UNION ALL
-            SELECT l.key, l.fence, true FROM leasehold_lease AS l JOIN t ON t.key = l.key
-             WHERE l.holder = t.holder AND l.fence = t.fence
-               AND l.key NOT IN (SELECT key FROM mine)";
+            SELECT b.key, b.fence, true FROM busy AS b";
         let done: Vec<(String, i64, bool)> =
             connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(FINISH_MANY)
                 .bind(&keys)
@@ -323,6 +427,14 @@ impl LeaseStore {
                 .bind(&ats)
                 .bind(&afters)
                 .bind(WAKE_CHANNEL)
+                .bind(&h.jobs)
+                .bind(&h.run_nos)
+                .bind(&h.slots)
+                .bind(&h.started)
+                .bind(&h.outcomes)
+                .bind(&h.reasons)
+                .bind(&h.errors)
+                .bind(&h.rings)
                 .fetch_all(conn))?;
         Ok(items
             .iter()
@@ -340,16 +452,20 @@ impl LeaseStore {
     /// `since` because their due time passed or a trigger set it: the
     /// polling side of wake-ups, for when `LISTEN` cannot be used or a
     /// notification was lost. At most `limit` keys, oldest due first; the
-    /// server's clock comes back even when none did.
-    pub(crate) async fn due_since(&self, since: DateTime<Utc>, limit: usize) -> Result<(DateTime<Utc>, Vec<Sighting>)> {
+    /// server's clock and the pauses in force come back even when no key
+    /// did.
+    pub(crate) async fn due_since(&self, since: DateTime<Utc>, limit: usize) -> Result<Polled> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         // $1 since, $2 limit. Reads the next_due_at index, so its cost
         // follows the keys that became due, not the size of the table. A
         // LEFT JOIN on one clock row, so an empty answer still reads the
-        // server clock the next window starts from.
+        // server clock the next window starts from. The pauses (a small
+        // table) ride along for the runtime's gauge.
         const DUE_SINCE: &str = "
-            SELECT c.now AS server_now, d.key, d.expires_at, d.next_due_at
-              FROM (SELECT clock_timestamp() AS now) AS c
+            SELECT c.now AS server_now, c.scopes, c.names, d.key, d.expires_at, d.next_due_at
+              FROM (SELECT clock_timestamp() AS now,
+                           ARRAY(SELECT scope FROM leasehold_pause ORDER BY scope, name) AS scopes,
+                           ARRAY(SELECT name FROM leasehold_pause ORDER BY scope, name) AS names) AS c
               LEFT JOIN LATERAL (
                   SELECT l.key, l.expires_at, l.next_due_at FROM leasehold_lease AS l
                    WHERE l.next_due_at > $1
@@ -359,27 +475,45 @@ impl LeaseStore {
                    LIMIT $2) AS d ON true";
         type Row = (
             DateTime<Utc>,
+            Vec<String>,
+            Vec<String>,
             Option<String>,
             Option<DateTime<Utc>>,
             Option<DateTime<Utc>>,
         );
-        let rows: Vec<Row> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(DUE_SINCE)
+        let mut rows: Vec<Row> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(DUE_SINCE)
             .bind(since)
             .bind(limit)
             .fetch_all(conn))?;
         let server_now = rows.first().map(|r| r.0).unwrap_or(since);
+        let paused = match rows.first_mut() {
+            Some((_, scopes, names, ..)) => std::mem::take(scopes)
+                .into_iter()
+                .zip(std::mem::take(names))
+                .map(|(scope, name)| match scope.as_str() {
+                    "job" => PauseTarget::Job(name),
+                    _ => PauseTarget::Key(name),
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         let seen = rows
             .into_iter()
-            .filter_map(|(server_now, key, expires_at, next_due_at)| {
+            .filter_map(|(server_now, _, _, key, expires_at, next_due_at)| {
                 Some(Sighting {
                     key: key?,
                     expires_at: expires_at?,
                     next_due_at,
                     server_now,
+                    paused: false,
                 })
             })
             .collect();
-        Ok((server_now, seen))
+        Ok(Polled {
+            server_now,
+            seen,
+            paused,
+        })
     }
 
     /// Whether `listener` is a session of its own on the server, as `LISTEN`
@@ -444,10 +578,15 @@ impl LeaseStore {
         validate::key(key)?;
         // $1 key. The expiry clause is the whole safety of this statement:
         // deleting a live lease would let another replica claim it while its
-        // run goes on. The UNION half reports the row that was kept.
+        // run goes on. The key's history goes with it: its run numbers
+        // start again from 1 if it is registered again, and the ring never
+        // lets a lower run number overwrite a higher one. The UNION half
+        // reports the row that was kept.
         const FORGET: &str = "
             WITH gone AS (
                 DELETE FROM leasehold_lease WHERE key = $1 AND expires_at <= clock_timestamp() RETURNING key
+            ), history AS (
+                DELETE FROM leasehold_run WHERE key IN (SELECT key FROM gone)
             )
             SELECT true AS deleted, l.*, clock_timestamp() AS server_now
               FROM leasehold_lease AS l WHERE l.key IN (SELECT key FROM gone)
@@ -475,5 +614,45 @@ impl LeaseStore {
             }
             None => Forgotten::NotFound,
         })
+    }
+}
+
+/// The history columns of a [`LeaseStore::finish_many`] batch, one array
+/// per column (NULLs where a release records nothing).
+struct HistoryColumns<'a> {
+    jobs: Vec<Option<&'a str>>,
+    run_nos: Vec<Option<i64>>,
+    slots: Vec<Option<DateTime<Utc>>>,
+    started: Vec<Option<DateTime<Utc>>>,
+    outcomes: Vec<Option<&'static str>>,
+    reasons: Vec<Option<&'static str>>,
+    errors: Vec<Option<&'a str>>,
+    rings: Vec<i32>,
+}
+
+impl<'a> HistoryColumns<'a> {
+    fn with_capacity(n: usize) -> Self {
+        HistoryColumns {
+            jobs: Vec::with_capacity(n),
+            run_nos: Vec::with_capacity(n),
+            slots: Vec::with_capacity(n),
+            started: Vec::with_capacity(n),
+            outcomes: Vec::with_capacity(n),
+            reasons: Vec::with_capacity(n),
+            errors: Vec::with_capacity(n),
+            rings: Vec::with_capacity(n),
+        }
+    }
+
+    fn push(&mut self, report: Option<&'a RunReport>) {
+        self.jobs.push(report.map(|r| r.job_name.as_str()));
+        self.run_nos.push(report.map(|r| r.run_no));
+        self.slots.push(report.and_then(|r| r.scheduled_for));
+        self.started.push(report.map(|r| r.started_at));
+        self.outcomes.push(report.map(|r| r.outcome.as_str()));
+        self.reasons.push(report.and_then(|r| r.reason).map(|r| r.as_str()));
+        self.errors.push(report.and_then(|r| r.error.as_deref()));
+        self.rings
+            .push(report.map_or(0, |r| i32::try_from(r.ring).unwrap_or(i32::MAX)));
     }
 }

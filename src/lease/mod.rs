@@ -17,6 +17,11 @@
 //!    `nextval`, even from the same holder.
 //! 6. *Renew* needs holder, fence and non-expiry.
 //! 7. *Release* needs key, holder and fence.
+//! 8. *Paused keys are never claimed*: every claim checks `leasehold_pause`
+//!    for the key and for its job on the row it takes, after the row lock;
+//!    a pause with cancellation is reported by the next renewal.
+//! 9. *History is a bounded ring*: a run's row is written by its release,
+//!    at `run number mod ring length`, and never overwrites a newer run.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -29,9 +34,14 @@ use crate::error::Result;
 use crate::validate;
 
 mod batch;
+mod control;
+mod history;
 
 pub use batch::Forgotten;
-pub(crate) use batch::{Finish, Released, Sighting, WAKE_CHANNEL};
+pub(crate) use batch::{Candidate, Finish, Polled, Released, Sighting, WAKE_CHANNEL};
+pub use control::{Pause, PauseTarget, Resumed, Triggered};
+pub use history::{KeyStatus, RunOutcome, RunRecord};
+pub(crate) use history::{RunReport, truncate_error};
 
 /// A lease this caller holds: the tenure identified by `(key, holder, fence)`.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +79,9 @@ pub struct LeaseInfo {
     pub expires_at: DateTime<Utc>,
     /// When the next scheduled run is due (server time); `None` means now.
     pub next_due_at: Option<DateTime<Utc>>,
+    /// The job the key belongs to, as its runtime last registered or
+    /// claimed it (`None` on rows no runtime of schema 3 has touched yet).
+    pub job_name: Option<String>,
     /// The server's clock when this was read.
     pub server_now: DateTime<Utc>,
 }
@@ -121,6 +134,12 @@ pub enum Claim {
         /// The current row, when visible.
         current: Option<LeaseInfo>,
     },
+    /// The key, or its job, is paused ([`LeaseStore::pause`]): it is not
+    /// claimed until resumed. `current` is the row, if the key has one.
+    Paused {
+        /// The current row, when there is one.
+        current: Option<LeaseInfo>,
+    },
     /// The lease is free but the next scheduled run is not due yet
     /// ([`LeaseStore::claim_run`] with [`Due::Scheduled`] only).
     NotDue {
@@ -149,6 +168,10 @@ pub enum Renewal {
     /// Definitive: this tenure is over (taken over, released, or expired).
     /// Renewal never resurrects it; stop the work.
     Lost,
+    /// The lease was extended, but an operator paused the key (or its job)
+    /// and asked for the runs in progress to be cancelled
+    /// (`leasehold pause --cancel`): stop the work, then release.
+    Paused(Lease),
     /// Not renewed this time: another transaction has the lease row locked
     /// (leasehold does not wait for row locks). Still held; retry while the
     /// lease lasts.
@@ -167,6 +190,9 @@ pub struct RenewedMany {
     /// another transaction had their row locked: retry later; the lease
     /// runs out if the lock outlasts it.
     pub busy: Vec<(String, i64)>,
+    /// Tenures `(key, fence)` among `renewed` whose key (or job) an operator
+    /// paused with cancellation: stop those runs, then release them.
+    pub paused: Vec<(String, i64)>,
 }
 
 /// Whether a [`LeaseStore::claim_run`] must respect the schedule.
@@ -234,12 +260,20 @@ struct LeaseRow {
     acquired_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
     next_due_at: Option<DateTime<Utc>>,
+    job_name: Option<String>,
+    /// The slot the key's next run is for (NULL on rows written before
+    /// schema 3: then the due time is the slot).
+    slot_at: Option<DateTime<Utc>>,
+    /// Runs claimed for this key so far, this one included.
+    runs: i64,
     server_now: DateTime<Utc>,
 }
 
 #[derive(sqlx::FromRow)]
 struct RenewRow {
     busy: bool,
+    /// Renewed, but paused with cancellation.
+    stop: bool,
     #[sqlx(flatten)]
     row: LeaseRow,
 }
@@ -247,6 +281,8 @@ struct RenewRow {
 #[derive(sqlx::FromRow)]
 struct ClaimRow {
     acquired: bool,
+    /// Not acquired because the key or its job is paused.
+    paused: bool,
     #[sqlx(flatten)]
     row: LeaseRow,
 }
@@ -272,6 +308,7 @@ impl LeaseRow {
             acquired_at: self.acquired_at,
             expires_at: self.expires_at,
             next_due_at: self.next_due_at,
+            job_name: self.job_name,
             server_now: self.server_now,
         }
     }
@@ -326,6 +363,8 @@ impl LeaseStore {
         // - CASE: a holder re-claiming its own live lease keeps its tenure
         //   (same fence, same acquired_at); any other takeover starts a new
         //   tenure with the fresh fence.
+        // - Paused (invariant 8): a key paused by name, or (row's job_name) by
+        //   job, is never claimed — neither inserted nor taken over.
         // - The UNION half reports the current row when the claim lost, so
         //   the caller learns who holds it in the same round trip.
         const CLAIM: &str = "
@@ -335,6 +374,7 @@ impl LeaseStore {
                        clock_timestamp() + make_interval(secs => $3)
                  WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease c
                                     WHERE c.key = $1 AND c.holder <> $2 AND c.expires_at > clock_timestamp())
+                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p WHERE p.scope = 'key' AND p.name = $1)
                 ON CONFLICT (key) DO UPDATE
                    SET holder      = EXCLUDED.holder,
                        expires_at  = clock_timestamp() + make_interval(secs => $3),
@@ -342,20 +382,27 @@ impl LeaseStore {
                                           THEN l.acquired_at ELSE clock_timestamp() END,
                        fence       = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp()
                                           THEN l.fence ELSE EXCLUDED.fence END
-                 WHERE l.holder = EXCLUDED.holder
-                    OR l.expires_at <= clock_timestamp()
+                 WHERE (l.holder = EXCLUDED.holder
+                        OR l.expires_at <= clock_timestamp())
+                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p
+                                    WHERE (p.scope = 'key' AND p.name = l.key)
+                                       OR (p.scope = 'job' AND p.name = l.job_name))
                 RETURNING l.*
+            ), paused AS (
+                SELECT EXISTS (SELECT 1 FROM leasehold_pause p LEFT JOIN leasehold_lease l ON l.key = $1
+                                WHERE (p.scope = 'key' AND p.name = $1)
+                                   OR (p.scope = 'job' AND p.name = l.job_name)) AS paused
             )
-            SELECT true AS acquired, c.*, clock_timestamp() AS server_now FROM claimed c
+            SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now FROM claimed c
             UNION ALL
-            SELECT false, l.*, clock_timestamp() FROM leasehold_lease l
+            SELECT false, paused.paused, l.*, clock_timestamp() FROM leasehold_lease l, paused
              WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)";
         let row: Option<ClaimRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(CLAIM)
             .bind(key)
             .bind(holder)
             .bind(secs)
             .fetch_optional(conn))?;
-        Ok(claim_outcome(row, Due::Now))
+        self.claim_outcome(key, row, Due::Now).await
     }
 
     /// Claims `key` for a new run: succeeds only if the lease is free
@@ -392,27 +439,41 @@ impl LeaseStore {
         // - SET times use clock_timestamp() after that wait, so acquired_at
         //   is never earlier than the due time the claim consumed: the next
         //   slot, computed from it, is always a later one.
+        // - Paused (invariant 8): a key paused by name or by its row's
+        //   job_name is never claimed, not even by a trigger.
+        // - runs counts the key's runs (the history ring's position);
+        //   slot_at keeps the slot this run is for (older rows: the due time).
         const CLAIM_RUN: &str = "
             WITH claimed AS (
-                INSERT INTO leasehold_lease AS l (key, holder, fence, acquired_at, expires_at)
+                INSERT INTO leasehold_lease AS l (key, holder, fence, acquired_at, expires_at, runs)
                 SELECT $1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),
-                       clock_timestamp() + make_interval(secs => $3)
+                       clock_timestamp() + make_interval(secs => $3), 1
                  WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease c
                                     WHERE c.key = $1
                                       AND (c.expires_at > clock_timestamp()
                                            OR (NOT $4 AND c.next_due_at > clock_timestamp())))
+                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p WHERE p.scope = 'key' AND p.name = $1)
                 ON CONFLICT (key) DO UPDATE
                    SET holder      = EXCLUDED.holder,
                        fence       = EXCLUDED.fence,
                        acquired_at = clock_timestamp(),
-                       expires_at  = clock_timestamp() + make_interval(secs => $3)
+                       expires_at  = clock_timestamp() + make_interval(secs => $3),
+                       runs        = l.runs + 1,
+                       slot_at     = COALESCE(l.slot_at, l.next_due_at)
                  WHERE l.expires_at <= clock_timestamp()
                    AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
+                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p
+                                    WHERE (p.scope = 'key' AND p.name = l.key)
+                                       OR (p.scope = 'job' AND p.name = l.job_name))
                 RETURNING l.*
+            ), paused AS (
+                SELECT EXISTS (SELECT 1 FROM leasehold_pause p LEFT JOIN leasehold_lease l ON l.key = $1
+                                WHERE (p.scope = 'key' AND p.name = $1)
+                                   OR (p.scope = 'job' AND p.name = l.job_name)) AS paused
             )
-            SELECT true AS acquired, c.*, clock_timestamp() AS server_now FROM claimed c
+            SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now FROM claimed c
             UNION ALL
-            SELECT false, l.*, clock_timestamp() FROM leasehold_lease l
+            SELECT false, paused.paused, l.*, clock_timestamp() FROM leasehold_lease l, paused
              WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)";
         let row: Option<ClaimRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(CLAIM_RUN)
             .bind(key)
@@ -420,7 +481,7 @@ impl LeaseStore {
             .bind(secs)
             .bind(due == Due::Now)
             .fetch_optional(conn))?;
-        Ok(claim_outcome(row, due))
+        self.claim_outcome(key, row, due).await
     }
 
     /// Extends the tenure `lease` for `ttl` from now (server clock).
@@ -434,7 +495,9 @@ impl LeaseStore {
         let mut renewed = self
             .renew_many(&lease.holder, &[(&lease.key, lease.fence)], ttl)
             .await?;
+        let stop = !renewed.paused.is_empty();
         Ok(match (renewed.renewed.pop(), renewed.busy.pop()) {
+            (Some(lease), _) if stop => Renewal::Paused(lease),
             (Some(lease), _) => Renewal::Renewed(lease),
             (None, Some(_)) => Renewal::Busy,
             (None, None) => Renewal::Lost,
@@ -477,6 +540,10 @@ impl LeaseStore {
     ///   not lost either, so one locked row never stalls the renewal of
     ///   every other lease, and a stuck lock ends in that run's local
     ///   deadline rather than a wedged heartbeat.
+    ///
+    /// `stop` (invariant 8) reports a renewed tenure whose key or job was
+    /// paused with cancellation: the lease is still renewed — the run is
+    /// legitimately the holder until it stops and releases.
     const RENEW_MANY: &str = "
     WITH t AS (
         SELECT * FROM unnest($2::text[], $3::int8[], $4::float8[]) AS t(key, fence, ttl)
@@ -495,9 +562,13 @@ impl LeaseStore {
            AND l.expires_at > clock_timestamp()
         RETURNING l.*
     )
-    SELECT false AS busy, r.*, clock_timestamp() AS server_now FROM renewed AS r
+    SELECT false AS busy,
+           EXISTS (SELECT 1 FROM leasehold_pause AS p
+                    WHERE p.cancel AND ((p.scope = 'key' AND p.name = r.key)
+                                     OR (p.scope = 'job' AND p.name = r.job_name))) AS stop,
+           r.*, clock_timestamp() AS server_now FROM renewed AS r
     UNION ALL
-    SELECT true, l.*, clock_timestamp() FROM leasehold_lease AS l JOIN t ON t.key = l.key
+    SELECT true, false, l.*, clock_timestamp() FROM leasehold_lease AS l JOIN t ON t.key = l.key
      WHERE l.holder = $1 AND l.fence = t.fence AND l.expires_at > clock_timestamp()
        AND l.key NOT IN (SELECT key FROM mine)";
 
@@ -528,10 +599,19 @@ impl LeaseStore {
                 .fetch_all(conn))?;
         let mut renewed = Vec::with_capacity(rows.len());
         let mut busy = Vec::new();
-        for RenewRow { busy: locked, row } in rows {
+        let mut paused = Vec::new();
+        for RenewRow {
+            busy: locked,
+            stop,
+            row,
+        } in rows
+        {
             if locked {
                 busy.push((row.key, row.fence));
             } else {
+                if stop {
+                    paused.push((row.key.clone(), row.fence));
+                }
                 renewed.push(row.into_lease());
             }
         }
@@ -545,7 +625,12 @@ impl LeaseStore {
             .filter(|(key, fence, _)| !still_held.contains(&(*key, *fence)))
             .map(|(key, fence, _)| ((*key).to_owned(), *fence))
             .collect();
-        Ok(RenewedMany { renewed, lost, busy })
+        Ok(RenewedMany {
+            renewed,
+            lost,
+            busy,
+            paused,
+        })
     }
 
     /// Ends the tenure `(key, holder, fence)` now, so the next claim (by any
@@ -566,6 +651,7 @@ impl LeaseStore {
             holder: holder.to_owned(),
             fence,
             next: NextDue::Unchanged,
+            report: None,
         }];
         let mut pause = Duration::from_millis(10);
         loop {
@@ -586,24 +672,6 @@ impl LeaseStore {
             "SELECT clock_timestamp()"
         )
         .fetch_one(conn))
-    }
-
-    /// Makes `key`'s next scheduled run due now, for the whole fleet.
-    /// Returns false if the key has no row yet (it is then due anyway).
-    pub(crate) async fn make_due(&self, key: &str) -> Result<bool> {
-        validate::key(key)?;
-        // $1 key, $2 the wake-up channel. The notify rides in the same transaction, so listeners are
-        // woken exactly when the new due time is visible to their claims.
-        const MAKE_DUE: &str = "
-            WITH due AS (
-                UPDATE leasehold_lease SET next_due_at = clock_timestamp() WHERE key = $1 RETURNING key
-            )
-            SELECT count(*) FROM (SELECT pg_notify($2, d.key) FROM due AS d) AS notified";
-        let done: i64 = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(MAKE_DUE)
-            .bind(key)
-            .bind(WAKE_CHANNEL)
-            .fetch_one(conn))?;
-        Ok(done == 1)
     }
 
     /// Keys whose lease `holder` holds right now (at most 10), to warn about
@@ -631,13 +699,31 @@ impl LeaseStore {
     }
 }
 
-/// Reads a claim's answer. A lost scheduled claim whose snapshot shows a
-/// free lease that is not due yet is [`Claim::NotDue`]; anything else that lost was
-/// beaten by a holder (possibly one committed after the snapshot).
+impl LeaseStore {
+    /// Reads a claim's answer. A lost scheduled claim whose snapshot shows a
+    /// free lease that is not due yet is [`Claim::NotDue`]; anything else that
+    /// lost was beaten by a holder (possibly one committed after the
+    /// snapshot), or paused. With no row at all, a second statement tells a
+    /// paused key without a row from a winner committed after the snapshot.
+    async fn claim_outcome(&self, key: &str, row: Option<ClaimRow>, due: Due) -> Result<Claim> {
+        if row.is_none() && self.pause_of_key(key).await? {
+            return Ok(Claim::Paused { current: None });
+        }
+        Ok(claim_outcome(row, due))
+    }
+}
+
 fn claim_outcome(row: Option<ClaimRow>, due: Due) -> Claim {
     match row {
-        Some(ClaimRow { acquired: true, row }) => Claim::Acquired(row.into_lease()),
-        Some(ClaimRow { acquired: false, row }) => {
+        Some(ClaimRow {
+            acquired: true, row, ..
+        }) => Claim::Acquired(row.into_lease()),
+        Some(ClaimRow { paused: true, row, .. }) => Claim::Paused {
+            current: Some(row.into_info()),
+        },
+        Some(ClaimRow {
+            acquired: false, row, ..
+        }) => {
             let current = row.into_info();
             if due == Due::Scheduled && !current.is_held() && current.due_in() > Duration::ZERO {
                 Claim::NotDue { current }

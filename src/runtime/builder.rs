@@ -26,6 +26,12 @@ use crate::validate;
 /// Default of [`RuntimeBuilder::max_concurrent_runs`].
 pub const DEFAULT_MAX_CONCURRENT_RUNS: usize = 100;
 
+/// Default of [`RuntimeBuilder::history`]: runs kept per key.
+pub const DEFAULT_HISTORY: u32 = 100;
+
+/// Most runs [`RuntimeBuilder::history`] keeps per key.
+const MAX_HISTORY: u32 = 10_000;
+
 /// Builds a [`Runtime`]: register jobs, adjust settings, then
 /// [`start`](RuntimeBuilder::start). Every setting is checked at `start`,
 /// before anything runs.
@@ -36,6 +42,7 @@ pub struct RuntimeBuilder {
     migrate: bool,
     poll_interval: Duration,
     max_concurrent_runs: usize,
+    history: u32,
     listen: bool,
     jobs: Vec<JobEntry>,
     #[cfg(feature = "prometheus")]
@@ -67,6 +74,7 @@ impl RuntimeBuilder {
             migrate: true,
             poll_interval: Duration::from_secs(5),
             max_concurrent_runs: DEFAULT_MAX_CONCURRENT_RUNS,
+            history: DEFAULT_HISTORY,
             listen: true,
             jobs: Vec::new(),
             #[cfg(feature = "prometheus")]
@@ -128,6 +136,22 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How many runs of each key the history keeps (default 100, at most
+    /// 10,000; 0 records none). Each run's row is written by the statement
+    /// that releases it, into a ring of this many rows per key, so the
+    /// table never grows past keys × `runs` rows and never needs pruning.
+    /// Read it with [`LeaseStore::history`](crate::LeaseStore::history) or
+    /// `leasehold history KEY`.
+    ///
+    /// Give every replica the same value: a replica with a shorter ring
+    /// overwrites only its first `runs` places, so rows beyond them stay
+    /// until a longer ring reuses them (the table stays bounded by the
+    /// longest ring in use).
+    pub fn history(mut self, runs: u32) -> Self {
+        self.history = runs;
+        self
+    }
+
     /// Whether to listen for wake-ups with `LISTEN`/`NOTIFY` (default
     /// `true`). Listening costs **one extra connection per replica**, opened
     /// from the pool's connect options — never taken from the pool. It is
@@ -173,6 +197,13 @@ impl RuntimeBuilder {
                 "it must be at least 10ms",
             ));
         }
+        if self.history > MAX_HISTORY {
+            return Err(Error::invalid(
+                "history length",
+                self.history,
+                format!("keep at most {MAX_HISTORY} runs per key (0 records none)"),
+            ));
+        }
         if self.max_concurrent_runs == 0 {
             return Err(Error::invalid(
                 "max_concurrent_runs",
@@ -206,10 +237,10 @@ impl RuntimeBuilder {
                  same id (give each process its own, or leave the default), or this process restarted \
                  before its old leases expired; they are not taken over, they are claimed once they expire");
         }
-        let keys: Vec<(&str, DateTime<Utc>)> = self
+        let keys: Vec<(&str, &str, DateTime<Utc>)> = self
             .jobs
             .iter()
-            .map(|j| (&*j.key, first_due(&j.settings.schedule, server_now)))
+            .map(|j| (&*j.key, &*j.name, first_due(&j.settings.schedule, server_now)))
             .collect();
         let rows = store.register_many(&holder, &keys).await?;
         drop(keys);
@@ -244,6 +275,8 @@ impl RuntimeBuilder {
             stopping: CancellationToken::new(),
             poll_interval: self.poll_interval,
             max_concurrent_runs: self.max_concurrent_runs,
+            history: self.history,
+            paused: Mutex::new(Vec::new()),
             wake: Notify::new(),
             tick: AtomicU64::new(u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX)),
             retick: Notify::new(),

@@ -15,6 +15,7 @@ use super::state::{JobEntry, Shared, duplicate_key};
 use crate::error::{CancelReason, Error, Result};
 use crate::health::Degraded;
 use crate::job::FencedJob;
+use crate::lease::{Pause, PauseTarget, Resumed, Triggered};
 use crate::metrics;
 use crate::schedule::first_due;
 
@@ -168,7 +169,8 @@ impl Runtime {
     /// Makes the job with `key` due now, for the whole fleet: it runs once,
     /// under its lease, on whichever replica claims it first (this one is
     /// woken at once, the others by notification). A trigger that arrives
-    /// while the job is running may be absorbed by that run.
+    /// while the job is running may be absorbed by that run. A paused key
+    /// stays paused: it runs once resumed (logged).
     ///
     /// Cancel-safe.
     pub async fn trigger(&self, key: &str) -> Result<()> {
@@ -176,10 +178,44 @@ impl Runtime {
         if shared.registry().job(key).is_none() {
             return Err(Error::UnknownJob(key.to_owned()));
         }
-        shared.store.make_due(key).await?;
+        if shared.store.trigger(key).await? == Triggered::Paused {
+            tracing::info!(key, "triggered a paused key: it is due, and runs once resumed");
+        }
         shared.registry().wake(key, Instant::now());
         shared.wake.notify_one();
         Ok(())
+    }
+
+    /// Pauses `target` for the whole fleet, durably, as
+    /// [`LeaseStore::pause`](crate::LeaseStore::pause) does (recorded as
+    /// paused by this replica's holder id): no replica claims its keys until
+    /// [`Runtime::resume`]. Runs in progress finish, unless `cancel`: then
+    /// each is cancelled at its next renewal (reason
+    /// [`CancelReason::Paused`]) and released. Cancel-safe.
+    ///
+    /// ```no_run
+    /// # async fn demo(runtime: leasehold::Runtime) -> leasehold::Result<()> {
+    /// use leasehold::PauseTarget;
+    /// runtime.pause(&PauseTarget::job("billing"), true).await?; // stop billing everywhere, now
+    /// // ... the incident is over:
+    /// runtime.resume(&PauseTarget::job("billing")).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn pause(&self, target: &PauseTarget, cancel: bool) -> Result<Pause> {
+        let shared = self.shared();
+        shared.store.pause(target, cancel, &shared.holder).await
+    }
+
+    /// Lifts the pause of `target` ([`LeaseStore::resume`](crate::LeaseStore::resume)):
+    /// overdue keys are claimable at once, and what runs for the slots
+    /// missed meanwhile is each job's [`CatchUp`](crate::CatchUp) policy.
+    /// Cancel-safe.
+    pub async fn resume(&self, target: &PauseTarget) -> Result<Resumed> {
+        let shared = self.shared();
+        let resumed = shared.store.resume(target).await?;
+        shared.registry().wake_target(target, Instant::now());
+        shared.wake.notify_one();
+        Ok(resumed)
     }
 
     /// Registers one more job while the runtime runs: its row is created if
@@ -226,7 +262,10 @@ impl Runtime {
             None => shared.store.server_now().await?,
         };
         let first = first_due(&job.settings.schedule, server_now);
-        let seen = shared.store.register_many(&shared.holder, &[(&job.key, first)]).await?;
+        let seen = shared
+            .store
+            .register_many(&shared.holder, &[(&job.key, &job.name, first)])
+            .await?;
         metrics::prime(&job.name);
         shared.lower_tick(job.settings.heartbeat_interval());
         if !shared.registry().insert(job.clone(), Instant::now()) {

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::state::Shared;
 use crate::connection::bounded;
+use crate::error::CancelReason;
 use crate::metrics;
 use crate::tenure::Tenure;
 
@@ -73,6 +74,14 @@ async fn beat(shared: &Shared, tick: Duration) {
             for (key, fence) in &result.lost {
                 if let Some(t) = by_tenure.get(&(key.as_str(), *fence)) {
                     t.lose(t.loss_reason());
+                }
+            }
+            for (key, fence) in &result.paused {
+                if let Some(t) = by_tenure.get(&(key.as_str(), *fence))
+                    && t.cancel(CancelReason::Paused)
+                {
+                    tracing::warn!(job = %t.job, key = %t.key, fence = t.fence,
+                        "key paused with --cancel: cancelling its run (it keeps its lease until it returns)");
                 }
             }
             if !result.busy.is_empty() {

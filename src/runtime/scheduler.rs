@@ -26,6 +26,7 @@ use tokio::time::Instant;
 use super::state::{JobEntry, Shared};
 use super::supervise;
 use crate::connection::bounded;
+use crate::lease::{Candidate, Polled};
 use crate::metrics;
 use crate::schedule::first_due;
 use crate::tenure::Tenure;
@@ -116,8 +117,13 @@ impl Scheduler {
     async fn poll(&mut self, shared: &Shared) -> Result<(), Duration> {
         let since = self.since - WINDOW_OVERLAP;
         let answer = bounded(CLAIM_TIMEOUT, "poll", shared.store.due_since(since, MAX_DISCOVERED)).await;
-        let (server_now, seen) = self.answered(shared, answer)?;
+        let Polled {
+            server_now,
+            seen,
+            paused,
+        } = self.answered(shared, answer)?;
         shared.clock.observed(server_now);
+        shared.pauses_seen(paused);
         // A full page means more may wait: the next window starts after it.
         self.since = match seen.last() {
             Some(last) if seen.len() >= MAX_DISCOVERED => last.next_due_at.unwrap_or(server_now),
@@ -141,9 +147,9 @@ impl Scheduler {
             },
         };
         let jobs = std::mem::take(&mut self.missing);
-        let keys: Vec<(&str, DateTime<Utc>)> = jobs
+        let keys: Vec<(&str, &str, DateTime<Utc>)> = jobs
             .iter()
-            .map(|j| (&*j.key, first_due(&j.settings.schedule, server_now)))
+            .map(|j| (&*j.key, &*j.name, first_due(&j.settings.schedule, server_now)))
             .collect();
         let answer = bounded(
             CLAIM_TIMEOUT,
@@ -180,7 +186,14 @@ impl Scheduler {
         if jobs.is_empty() {
             return Ok(false);
         }
-        let candidates: Vec<(&str, Duration)> = jobs.iter().map(|j| (&*j.key, j.settings.lease)).collect();
+        let candidates: Vec<Candidate<'_>> = jobs
+            .iter()
+            .map(|j| Candidate {
+                key: &j.key,
+                job_name: &j.name,
+                lease: j.settings.lease,
+            })
+            .collect();
         let sent = Instant::now();
         let answer = bounded(
             CLAIM_TIMEOUT,
@@ -198,7 +211,8 @@ impl Scheduler {
         let by_key: HashMap<&str, &Arc<JobEntry>> = jobs.iter().map(|j| (&*j.key, j)).collect();
         // Candidates the server answered for; the others have no row.
         let mut answered: HashSet<&str> = HashSet::with_capacity(jobs.len());
-        for lease in claimed.acquired {
+        for run in claimed.acquired {
+            let lease = &run.lease;
             let Some(job) = by_key.get(lease.key.as_str()).map(|j| Arc::clone(j)) else {
                 continue;
             };
@@ -223,19 +237,21 @@ impl Scheduler {
             }
             let tenure = Arc::new(Tenure::new(
                 &job.name,
-                lease,
+                run.lease,
                 sent,
                 job.settings.lease,
                 job.settings.margin(),
                 shared.store.clone(),
             ));
-            supervise::spawn(shared.clone(), job, tenure);
+            supervise::spawn(shared.clone(), job, tenure, run.run_no, run.pending_slot);
         }
         for sighting in &claimed.seen {
             if let Some(job) = by_key.get(sighting.key.as_str()) {
                 answered.insert(&*job.key);
                 // Free and due but not claimed: another claimer had it locked.
-                let outcome = if sighting.due_in().is_zero() {
+                let outcome = if sighting.paused {
+                    "paused"
+                } else if sighting.due_in().is_zero() {
                     "held_elsewhere"
                 } else {
                     "not_due"

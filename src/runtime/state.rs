@@ -30,13 +30,18 @@ use crate::guard::FenceGuard;
 use crate::health::Tracker;
 use crate::job::FencedJob;
 use crate::job::{JobError, JobSettings};
-use crate::lease::{Finish, LeaseStore, Sighting};
+use crate::lease::{Finish, LeaseStore, PauseTarget, Sighting};
 use crate::tenure::Tenure;
 use crate::validate;
 
 /// A key that was free and due but went to another claimer's lock is looked
 /// at again this soon: the other claim is a few milliseconds from commit.
 const RACE_RETRY: Duration = Duration::from_millis(25);
+
+/// An overdue paused key is looked at again this often. A resume wakes its
+/// keys sooner: by notification, and by moving their due time into the
+/// next poll's window.
+const PAUSED_RECHECK: Duration = Duration::from_secs(30);
 
 /// A registered job's body, type-erased.
 pub(crate) type RunFn = Arc<dyn Fn(FenceGuard) -> BoxFuture<'static, Result<(), JobError>> + Send + Sync>;
@@ -160,6 +165,22 @@ impl Registry {
         }
     }
 
+    /// Wakes every waiting key `target` covers (after a resume).
+    pub(crate) fn wake_target(&mut self, target: &PauseTarget, now: Instant) {
+        let keys: Vec<Arc<str>> = match target {
+            PauseTarget::Key(key) => vec![Arc::from(key.as_str())],
+            PauseTarget::Job(name) => self
+                .slots
+                .values()
+                .filter(|s| *s.job.name == **name)
+                .map(|s| s.job.key.clone())
+                .collect(),
+        };
+        for key in keys {
+            self.wake(&key, now);
+        }
+    }
+
     /// The waiting keys worth a claim at `now`, earliest first, at most `max`.
     pub(crate) fn due(&self, now: Instant, max: usize) -> Vec<Arc<JobEntry>> {
         self.queue
@@ -202,6 +223,20 @@ impl Registry {
             slot.at = Some(at);
             self.queue.insert((at, slot.job.key.clone()));
         }
+    }
+
+    /// For every job registered here, how many of its keys `pauses` cover.
+    pub(crate) fn paused_per_job(&self, pauses: &[PauseTarget]) -> HashMap<Arc<str>, usize> {
+        let mut counts: HashMap<Arc<str>, usize> = HashMap::new();
+        for slot in self.slots.values() {
+            let job = &slot.job;
+            let paused = pauses.iter().any(|p| match p {
+                PauseTarget::Key(key) => **key == *job.key,
+                PauseTarget::Job(name) => **name == *job.name,
+            });
+            *counts.entry(job.name.clone()).or_default() += usize::from(paused);
+        }
+        counts
     }
 
     /// The failure and loss streaks of a key, to read and update.
@@ -276,6 +311,10 @@ pub(crate) struct Shared {
     pub(crate) stopping: CancellationToken,
     pub(crate) poll_interval: Duration,
     pub(crate) max_concurrent_runs: usize,
+    /// Runs kept per key in the history ring.
+    pub(crate) history: u32,
+    /// The pauses in force, as the latest poll read them (for the gauge).
+    pub(crate) paused: Mutex<Vec<PauseTarget>>,
     /// Wakes the scheduler: a key became worth a claim, or room freed up.
     pub(crate) wake: Notify,
     /// Heartbeat period in nanoseconds: the shortest of the jobs' heartbeat
@@ -342,11 +381,26 @@ impl Shared {
             let at = match sighting.held_for() {
                 Some(left) if self.listening() => now + left,
                 Some(left) => now + left.min(self.poll_interval),
+                None if sighting.paused && sighting.due_in().is_zero() => now + PAUSED_RECHECK,
                 None if sighting.due_in().is_zero() => now + RACE_RETRY,
                 None => self.clock.local(sighting.next_due_at.unwrap_or(sighting.server_now)),
             };
             registry.wait_until(&sighting.key, at);
         }
+    }
+
+    /// Records the pauses a poll read; when they changed, sets the paused
+    /// gauge of every job registered here.
+    pub(crate) fn pauses_seen(&self, pauses: Vec<PauseTarget>) {
+        let mut known = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        if *known == pauses {
+            return;
+        }
+        let counts = self.registry().paused_per_job(&pauses);
+        for (job, keys) in counts {
+            crate::metrics::jobs_paused(&job, keys);
+        }
+        *known = pauses;
     }
 
     /// Whether fault injection cut this runtime off from the database.

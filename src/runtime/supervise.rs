@@ -10,12 +10,14 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use chrono::{DateTime, Utc};
+
 use super::state::{FinishRequest, JobEntry, Shared};
 use crate::error::{CancelReason, Error};
 use crate::guard::FenceGuard;
-use crate::lease::{Finish, NextDue};
-use crate::metrics::{self, RunOutcome};
-use crate::schedule::never;
+use crate::lease::{Finish, NextDue, RunOutcome, RunReport, truncate_error};
+use crate::metrics;
+use crate::schedule::{SlotPlan, next_after_success, plan};
 use crate::tenure::Tenure;
 
 /// How long a release may take before the lease is left to expire.
@@ -23,7 +25,15 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Starts supervising the run of `tenure` in a task of its own (tracked, so
 /// shutdown waits for it). The key must already be marked running.
-pub(crate) fn spawn(shared: Arc<Shared>, job: Arc<JobEntry>, tenure: Arc<Tenure>) {
+/// `run_no` is the key's run number (its history slot); `pending` the
+/// schedule slot the key owed when claimed.
+pub(crate) fn spawn(
+    shared: Arc<Shared>,
+    job: Arc<JobEntry>,
+    tenure: Arc<Tenure>,
+    run_no: i64,
+    pending: Option<DateTime<Utc>>,
+) {
     shared
         .held
         .lock()
@@ -33,16 +43,52 @@ pub(crate) fn spawn(shared: Arc<Shared>, job: Arc<JobEntry>, tenure: Arc<Tenure>
     shared.in_progress.fetch_add(1, Ordering::SeqCst);
     metrics::runs_in_progress(1.0);
     let runs = shared.runs.clone();
-    runs.spawn(supervise(shared, job, tenure));
+    runs.spawn(supervise(shared, job, tenure, run_no, pending));
 }
 
-async fn supervise(shared: Arc<Shared>, job: Arc<JobEntry>, tenure: Arc<Tenure>) {
-    let outcome = run(&shared, &job, &tenure).await;
-    let next = next_due(&shared, &job, &tenure, outcome);
+async fn supervise(
+    shared: Arc<Shared>,
+    job: Arc<JobEntry>,
+    tenure: Arc<Tenure>,
+    run_no: i64,
+    pending: Option<DateTime<Utc>>,
+) {
+    let settings = &job.settings;
+    let (outcome, error, next) = match plan(
+        &settings.schedule,
+        settings.catch_up_policy(),
+        pending,
+        tenure.acquired_at,
+    ) {
+        SlotPlan::Skip { next } => {
+            tenure.set_slot(pending);
+            tracing::info!(job = %job.name, key = %job.key, missed = ?pending, ?next,
+                "missed slot skipped (catch-up policy \"skip\"): the next run is the next slot");
+            (RunOutcome::Skipped, None, NextDue::At(next))
+        }
+        SlotPlan::Run { slot } => {
+            tenure.set_slot(slot);
+            let (outcome, error) = run(&shared, &job, &tenure).await;
+            (outcome, error, next_due(&shared, &job, &tenure, outcome))
+        }
+    };
     // Stop renewing before releasing, so a renewal never races the release.
     shared.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&job.key);
     metrics::held(&job.name, -1.0);
-    let released = release(&shared, &job, &tenure, next).await;
+    let report = RunReport {
+        job_name: job.name.to_string(),
+        run_no,
+        scheduled_for: tenure.slot(),
+        started_at: tenure.acquired_at,
+        outcome,
+        reason: match outcome {
+            RunOutcome::Cancelled => tenure.reason(),
+            _ => None,
+        },
+        error: error.map(truncate_error),
+        ring: shared.history,
+    };
+    let released = release(&shared, &job, &tenure, next, report).await;
     tracing::info!(job = %job.name, key = %job.key, fence = tenure.fence, outcome = outcome.as_str(), released,
         "run ended");
     if shared.stopping.is_cancelled() {
@@ -63,8 +109,9 @@ async fn supervise(shared: Arc<Shared>, job: Arc<JobEntry>, tenure: Arc<Tenure>)
     shared.wake.notify_one();
 }
 
-/// Runs the body to its end, or stops it. Returns the outcome.
-async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> RunOutcome {
+/// Runs the body to its end, or stops it. Returns the outcome, and the
+/// error or panic message of a run that failed or panicked.
+async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (RunOutcome, Option<String>) {
     tracing::info!(job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence, "lease acquired; run starting");
     let span = tracing::info_span!("leasehold.run", job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence);
     let started = Instant::now();
@@ -105,15 +152,15 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> RunOutcom
         }
     };
 
-    let outcome = match finished {
-        Some(Ok(Ok(()))) => RunOutcome::Succeeded,
-        _ if tenure.reason().is_some_and(|r| r != CancelReason::Shutdown) => RunOutcome::Cancelled,
+    let (outcome, message) = match finished {
+        Some(Ok(Ok(()))) => (RunOutcome::Succeeded, None),
+        _ if tenure.reason().is_some_and(|r| r != CancelReason::Shutdown) => (RunOutcome::Cancelled, None),
         Some(Ok(Err(error))) => {
             if is_fencing(&*error) || tenure.reason().is_some() {
-                RunOutcome::Cancelled
+                (RunOutcome::Cancelled, None)
             } else {
                 tracing::error!(job = %job.name, key = %job.key, fence = tenure.fence, %error, "run failed");
-                RunOutcome::Failed
+                (RunOutcome::Failed, Some(error_chain(&*error)))
             }
         }
         Some(Err(join)) if join.is_panic() => {
@@ -124,12 +171,24 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> RunOutcom
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
             tracing::error!(job = %job.name, key = %job.key, fence = tenure.fence, %message, "run panicked");
-            RunOutcome::Panicked
+            (RunOutcome::Panicked, Some(message))
         }
-        Some(Err(_)) | None => RunOutcome::Cancelled,
+        Some(Err(_)) | None => (RunOutcome::Cancelled, None),
     };
     metrics::run_finished(&job.name, outcome, started.elapsed());
-    outcome
+    (outcome, message)
+}
+
+/// An error and its sources, `outer: inner: innermost`, for the history.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(e) = next {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        next = e.source();
+    }
+    text
 }
 
 /// What the release records about the schedule, and the failure streak.
@@ -141,12 +200,12 @@ fn next_due(shared: &Shared, job: &JobEntry, tenure: &Tenure, outcome: RunOutcom
             if let Some(failures) = failures {
                 *failures = 0;
             }
-            NextDue::At(
-                job.settings
-                    .schedule
-                    .next_after(tenure.acquired_at)
-                    .unwrap_or_else(never),
-            )
+            NextDue::At(next_after_success(
+                &job.settings.schedule,
+                job.settings.catch_up_policy(),
+                tenure.slot(),
+                tenure.acquired_at,
+            ))
         }
         RunOutcome::Failed | RunOutcome::Panicked => {
             let streak = match failures {
@@ -159,12 +218,12 @@ fn next_due(shared: &Shared, job: &JobEntry, tenure: &Tenure, outcome: RunOutcom
             NextDue::After(job.settings.backoff(streak))
         }
         // Not done: still due, so the next claimer runs it again at once.
-        RunOutcome::Cancelled => NextDue::Unchanged,
+        RunOutcome::Cancelled | RunOutcome::Skipped => NextDue::Unchanged,
     }
 }
 
 /// Hands the release to the finisher and waits for its answer (bounded).
-async fn release(shared: &Shared, job: &JobEntry, tenure: &Tenure, next: NextDue) -> bool {
+async fn release(shared: &Shared, job: &JobEntry, tenure: &Tenure, next: NextDue, report: RunReport) -> bool {
     if shared.partitioned() {
         tracing::warn!(job = %job.name, key = %job.key, "partitioned (fault injection): release skipped, the lease will expire");
         return false;
@@ -176,6 +235,7 @@ async fn release(shared: &Shared, job: &JobEntry, tenure: &Tenure, next: NextDue
             holder: tenure.holder.clone(),
             fence: tenure.fence,
             next,
+            report: Some(report),
         },
         done,
     };

@@ -10,6 +10,7 @@ mod isolation;
 mod lease;
 mod metrics;
 mod migrate;
+mod operators;
 mod pgbouncer;
 mod runtime;
 mod scheduler;

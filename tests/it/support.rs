@@ -50,6 +50,21 @@ pub async fn free_and_due_now(pool: &PgPool, key: &str) {
     .expect("free and due");
 }
 
+/// Arranges a fleet that was down: the free row of `key` owes the slot
+/// `slot` (and is due since then).
+pub async fn owe_slot(pool: &PgPool, key: &str, slot: chrono::DateTime<chrono::Utc>) {
+    let done = sqlx::query(
+        "UPDATE leasehold_lease SET expires_at = GREATEST(clock_timestamp(), acquired_at + interval '1 microsecond'),
+                next_due_at = $2, slot_at = $2 WHERE key = $1",
+    )
+    .bind(key)
+    .bind(slot)
+    .execute(pool)
+    .await
+    .expect("owe a slot");
+    assert_eq!(done.rows_affected(), 1, "no lease row for {key}");
+}
+
 /// Fault: an operator deletes the lease row of `key`.
 pub async fn operator_delete(pool: &PgPool, key: &str) {
     sqlx::query("DELETE FROM leasehold_lease WHERE key = $1")
@@ -265,6 +280,22 @@ pub async fn eventually<T>(within: Duration, mut check: impl FnMut() -> Option<T
     let deadline = Instant::now() + within;
     loop {
         if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "condition not reached within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Like [`eventually`], for a check that talks to the database.
+pub async fn eventually_async<T, F, Fut>(within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
             return v;
         }
         assert!(Instant::now() < deadline, "condition not reached within {within:?}");

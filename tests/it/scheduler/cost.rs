@@ -31,7 +31,7 @@ async fn a_thousand_keys_register_in_one_statement_and_idle_for_almost_nothing()
     let b = support::replica_on(db.pool.clone(), "b", poll, tenants()).await;
     let registrations = support::statement_calls(
         &db.pool,
-        "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at)",
+        "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)",
     )
     .await;
     assert_eq!(

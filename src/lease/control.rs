@@ -1,0 +1,297 @@
+//! Operators' controls on the schedule, fleet-wide: pause, resume, trigger.
+//!
+//! A pause is a row of `leasehold_pause`, so it is durable and every replica
+//! obeys it: the claims check it on the row they take (invariant 8 in
+//! `lease/mod.rs`), not a replica's memory. Resuming and triggering write
+//! the schedule in the same statement that wakes the listeners.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+
+use super::{LeaseStore, WAKE_CHANNEL};
+use crate::connection;
+use crate::error::Result;
+use crate::validate;
+
+/// What a pause applies to: one key, or every key of a job (by
+/// [`FencedJob::name`](crate::FencedJob::name)), including keys registered
+/// after the pause.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PauseTarget {
+    /// One lease key.
+    Key(String),
+    /// Every key whose job has this name.
+    Job(String),
+}
+
+impl PauseTarget {
+    /// One lease key.
+    pub fn key(key: impl Into<String>) -> Self {
+        PauseTarget::Key(key.into())
+    }
+
+    /// Every key of the job named `name`.
+    pub fn job(name: impl Into<String>) -> Self {
+        PauseTarget::Job(name.into())
+    }
+
+    /// `"key"` or `"job"`: the `scope` column.
+    pub fn scope(&self) -> &'static str {
+        match self {
+            PauseTarget::Key(_) => "key",
+            PauseTarget::Job(_) => "job",
+        }
+    }
+
+    /// The key or the job name.
+    pub fn name(&self) -> &str {
+        match self {
+            PauseTarget::Key(name) | PauseTarget::Job(name) => name,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        match self {
+            PauseTarget::Key(key) => validate::key(key),
+            PauseTarget::Job(name) => validate::job_name(name),
+        }
+    }
+
+    fn from_row(scope: &str, name: String) -> Self {
+        match scope {
+            "job" => PauseTarget::Job(name),
+            _ => PauseTarget::Key(name),
+        }
+    }
+}
+
+impl fmt::Display for PauseTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {:?}", self.scope(), self.name())
+    }
+}
+
+/// A pause in force, as the server sees it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Pause {
+    /// What is paused.
+    pub target: PauseTarget,
+    /// Whether runs in progress are asked to stop (at their next renewal,
+    /// reason [`CancelReason::Paused`](crate::CancelReason::Paused)).
+    pub cancel: bool,
+    /// Who paused it (free text: the CLI writes `user@host`, a runtime its
+    /// holder id).
+    pub paused_by: String,
+    /// Server time of the first pause.
+    pub paused_at: DateTime<Utc>,
+    /// Keys with a lease row that the pause covers, when read.
+    pub keys: u64,
+    /// Of those, how many had a live lease (a run in progress), when read.
+    pub running: u64,
+}
+
+/// What [`LeaseStore::resume`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Resumed {
+    /// The pause was lifted. `woken` keys were overdue and are claimable
+    /// now (their catch-up policy decides what runs); the others run at
+    /// their next slot.
+    Yes {
+        /// Overdue keys made claimable now.
+        woken: u64,
+    },
+    /// There was no such pause.
+    NotPaused,
+}
+
+/// What [`LeaseStore::trigger`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Triggered {
+    /// The key is due now; the first replica that claims it runs it.
+    Due,
+    /// The key is due now but paused: it runs once resumed.
+    Paused,
+    /// No lease row for this key: no runtime registered it (a runtime that
+    /// does creates the row).
+    NotFound,
+}
+
+#[derive(sqlx::FromRow)]
+struct PauseRow {
+    scope: String,
+    name: String,
+    cancel: bool,
+    paused_by: String,
+    paused_at: DateTime<Utc>,
+    keys: i64,
+    running: i64,
+}
+
+impl From<PauseRow> for Pause {
+    fn from(row: PauseRow) -> Self {
+        Pause {
+            target: PauseTarget::from_row(&row.scope, row.name),
+            cancel: row.cancel,
+            paused_by: row.paused_by,
+            paused_at: row.paused_at,
+            keys: u64::try_from(row.keys).unwrap_or(0),
+            running: u64::try_from(row.running).unwrap_or(0),
+        }
+    }
+}
+
+impl LeaseStore {
+    /// Pauses `target` for the whole fleet until [`LeaseStore::resume`]:
+    /// no replica claims a paused key, not even for a trigger. A run in
+    /// progress finishes, unless `cancel`: then its next renewal reports it
+    /// and the runtime cancels it (reason *paused*), gives it its grace
+    /// period and releases it. Slots that pass while paused are missed
+    /// slots: the job's catch-up policy decides what runs on resume.
+    ///
+    /// Pausing what is paused already keeps the first pause (its time and
+    /// author) and adds `cancel` if asked. `by` says who, for `status`.
+    /// Cancel-safe: one statement.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// use leasehold::PauseTarget;
+    /// let pause = store.pause(&PauseTarget::job("billing"), false, "alice@laptop").await?;
+    /// println!("{} paused: {} keys, {} running (they finish)", pause.target, pause.keys, pause.running);
+    /// # Ok(()) }
+    /// ```
+    pub async fn pause(&self, target: &PauseTarget, cancel: bool, by: &str) -> Result<Pause> {
+        target.check()?;
+        validate::paused_by(by)?;
+        // $1 scope, $2 name, $3 cancel, $4 by. The pause takes effect when
+        // this commits: every later claim checks it after its row lock.
+        const PAUSE: &str = "
+            WITH p AS (
+                INSERT INTO leasehold_pause AS p (scope, name, cancel, paused_by)
+                VALUES ($1, $2, $3, $4)
+                ON CONFLICT (scope, name) DO UPDATE SET cancel = p.cancel OR EXCLUDED.cancel
+                RETURNING p.*
+            )
+            SELECT p.scope, p.name, p.cancel, p.paused_by, p.paused_at, c.keys, c.running
+              FROM p, LATERAL (
+                  SELECT count(*) AS keys, count(*) FILTER (WHERE l.expires_at > clock_timestamp()) AS running
+                    FROM leasehold_lease AS l
+                   WHERE (p.scope = 'key' AND l.key = p.name) OR (p.scope = 'job' AND l.job_name = p.name)) AS c";
+        let row: PauseRow = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(PAUSE)
+            .bind(target.scope())
+            .bind(target.name())
+            .bind(cancel)
+            .bind(by)
+            .fetch_one(conn))?;
+        Ok(row.into())
+    }
+
+    /// Lifts the pause of `target`. Keys it covered that are overdue become
+    /// claimable at once (listeners are woken; polling replicas see them at
+    /// their next poll); a key also paused another way (its own name and
+    /// its job) stays paused until both are lifted. Cancel-safe.
+    pub async fn resume(&self, target: &PauseTarget) -> Result<Resumed> {
+        target.check()?;
+        // $1 scope, $2 name, $3 the wake-up channel.
+        // - `woken`: an overdue key's due time moves to now, so pollers'
+        //   windows (`due_since`) see it; slot_at keeps the slot it owes, so
+        //   catch-up still knows which slots were missed.
+        const RESUME: &str = "
+            WITH gone AS (
+                DELETE FROM leasehold_pause WHERE scope = $1 AND name = $2 RETURNING scope, name
+            ), woken AS (
+                UPDATE leasehold_lease AS l
+                   SET slot_at = COALESCE(l.slot_at, l.next_due_at),
+                       next_due_at = clock_timestamp()
+                  FROM gone
+                 WHERE ((gone.scope = 'key' AND l.key = gone.name) OR (gone.scope = 'job' AND l.job_name = gone.name))
+                   AND COALESCE(l.next_due_at, '-infinity') <= clock_timestamp()
+                RETURNING l.key
+            )
+            SELECT (SELECT count(*) FROM gone) AS resumed,
+                   (SELECT count(*) FROM (SELECT pg_notify($3, w.key) FROM woken AS w) AS n) AS woken";
+        let (resumed, woken): (i64, i64) = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(RESUME)
+            .bind(target.scope())
+            .bind(target.name())
+            .bind(WAKE_CHANNEL)
+            .fetch_one(conn))?;
+        Ok(if resumed == 0 {
+            Resumed::NotPaused
+        } else {
+            Resumed::Yes {
+                woken: u64::try_from(woken).unwrap_or(0),
+            }
+        })
+    }
+
+    /// Every pause in force, keys first, then jobs, by name. Cancel-safe.
+    pub async fn pauses(&self) -> Result<Vec<Pause>> {
+        const PAUSES: &str = "
+            SELECT p.scope, p.name, p.cancel, p.paused_by, p.paused_at, c.keys, c.running
+              FROM leasehold_pause AS p, LATERAL (
+                  SELECT count(*) AS keys, count(*) FILTER (WHERE l.expires_at > clock_timestamp()) AS running
+                    FROM leasehold_lease AS l
+                   WHERE (p.scope = 'key' AND l.key = p.name) OR (p.scope = 'job' AND l.job_name = p.name)) AS c
+             ORDER BY p.scope DESC, p.name";
+        let rows: Vec<PauseRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(PAUSES)
+            .fetch_all(conn))?;
+        Ok(rows.into_iter().map(Pause::from).collect())
+    }
+
+    /// Whether `key` is paused, by its own name or by its row's job.
+    pub(crate) async fn pause_of_key(&self, key: &str) -> Result<bool> {
+        const PAUSED: &str = "
+            SELECT EXISTS (SELECT 1 FROM leasehold_pause AS p LEFT JOIN leasehold_lease AS l ON l.key = $1
+                            WHERE (p.scope = 'key' AND p.name = $1) OR (p.scope = 'job' AND p.name = l.job_name))";
+        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(PAUSED)
+            .bind(key)
+            .fetch_one(conn))
+    }
+
+    /// Makes `key` due now, for the whole fleet: the first replica that
+    /// claims it runs it, once, under its lease. A trigger while the key
+    /// runs may be absorbed by that run. The slot the key owes (if any) is
+    /// kept, so a trigger never erases a missed slot. Cancel-safe.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// use leasehold::Triggered;
+    /// match store.trigger("nightly-reconcile").await? {
+    ///     Triggered::Due => println!("it runs now"),
+    ///     Triggered::Paused => println!("due, but paused: it runs once resumed"),
+    ///     _ => println!("no replica registered that key"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn trigger(&self, key: &str) -> Result<Triggered> {
+        validate::key(key)?;
+        // $1 key, $2 the wake-up channel. The notify rides in the same
+        // transaction, so listeners are woken exactly when the new due time
+        // is visible to their claims.
+        const TRIGGER: &str = "
+            WITH due AS (
+                UPDATE leasehold_lease
+                   SET slot_at = COALESCE(slot_at, next_due_at), next_due_at = clock_timestamp()
+                 WHERE key = $1
+                RETURNING key, job_name
+            )
+            SELECT (SELECT count(*) FROM (SELECT pg_notify($2, d.key) FROM due AS d) AS n) AS found,
+                   EXISTS (SELECT 1 FROM leasehold_pause AS p
+                            WHERE (p.scope = 'key' AND p.name = $1)
+                               OR (p.scope = 'job' AND p.name IN (SELECT job_name FROM due))) AS paused";
+        let (found, paused): (i64, bool) =
+            connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(TRIGGER)
+                .bind(key)
+                .bind(WAKE_CHANNEL)
+                .fetch_one(conn))?;
+        Ok(match (found, paused) {
+            (0, _) => Triggered::NotFound,
+            (_, true) => Triggered::Paused,
+            _ => Triggered::Due,
+        })
+    }
+}

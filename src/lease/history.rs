@@ -1,0 +1,336 @@
+//! Run history and the per-key overview operators read.
+//!
+//! Each run's row is written by the statement that releases it
+//! (`LeaseStore::finish_many`), into a ring per key (invariant 9 in
+//! `lease/mod.rs`): `leasehold_run.slot = run number mod ring length`, so
+//! a key never has more rows than its ring, and keeping the table bounded
+//! costs no pruning statement and no scan.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{LeaseInfo, LeaseRow, LeaseStore};
+use crate::connection;
+use crate::error::{CancelReason, Error, Result};
+use crate::validate;
+
+/// Longest error message kept in a run's history row, in bytes; longer
+/// messages are cut at a character boundary and end with `…`.
+pub(crate) const HISTORY_ERROR_BYTES: usize = 2000;
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RunOutcome {
+    /// The job returned `Ok`.
+    Succeeded,
+    /// The job returned an error (not a fencing error).
+    Failed,
+    /// The run was stopped: lease lost, deadline, shutdown or pause (the
+    /// reason is recorded), or the job gave up on a stale fence.
+    Cancelled,
+    /// The job panicked.
+    Panicked,
+    /// Not run: its slot was missed and the job's catch-up policy is
+    /// [`CatchUp::Skip`](crate::CatchUp::Skip).
+    Skipped,
+}
+
+impl RunOutcome {
+    /// A stable lower-case name, used in the history table, metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunOutcome::Succeeded => "succeeded",
+            RunOutcome::Failed => "failed",
+            RunOutcome::Cancelled => "cancelled",
+            RunOutcome::Panicked => "panicked",
+            RunOutcome::Skipped => "skipped",
+        }
+    }
+
+    fn parse(s: &str) -> RunOutcome {
+        match s {
+            "succeeded" => RunOutcome::Succeeded,
+            "failed" => RunOutcome::Failed,
+            "panicked" => RunOutcome::Panicked,
+            "skipped" => RunOutcome::Skipped,
+            _ => RunOutcome::Cancelled,
+        }
+    }
+}
+
+impl std::fmt::Display for RunOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One run of a key, as its release recorded it. Times are the server's.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RunRecord {
+    /// The lease key.
+    pub key: String,
+    /// The key's run number (1 for its first run).
+    pub run_no: i64,
+    /// The job's name.
+    pub job_name: Option<String>,
+    /// The run's fence.
+    pub fence: i64,
+    /// The replica that ran it.
+    pub holder: String,
+    /// The schedule slot it ran for; `None` for a triggered or manual run.
+    pub scheduled_for: Option<DateTime<Utc>>,
+    /// When its claim took the lease.
+    pub started_at: DateTime<Utc>,
+    /// When its release was written.
+    pub ended_at: DateTime<Utc>,
+    /// How it ended.
+    pub outcome: RunOutcome,
+    /// Why a cancelled run stopped (`stolen`, `expired`, `deadline`,
+    /// `shutdown`, `paused`).
+    pub reason: Option<String>,
+    /// The job's error or panic message (at most 2,000 bytes).
+    pub error: Option<String>,
+}
+
+impl RunRecord {
+    /// From claim to release, by the server clock.
+    pub fn duration(&self) -> Duration {
+        (self.ended_at - self.started_at).to_std().unwrap_or(Duration::ZERO)
+    }
+}
+
+/// A key as operators look at it: its lease row, whether it is paused, and
+/// its latest runs.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct KeyStatus {
+    /// The lease row, read with the server's clock.
+    pub lease: LeaseInfo,
+    /// Whether the key is paused, by its own name or by its job.
+    pub paused: bool,
+    /// The latest recorded run.
+    pub last: Option<RunRecord>,
+    /// The latest run that succeeded.
+    pub last_success: Option<RunRecord>,
+    /// The latest run that failed or panicked, with its error.
+    pub last_error: Option<RunRecord>,
+}
+
+/// What a run's release records about it (`Finish::report`).
+#[derive(Debug, Clone)]
+pub(crate) struct RunReport {
+    pub(crate) job_name: String,
+    pub(crate) run_no: i64,
+    pub(crate) scheduled_for: Option<DateTime<Utc>>,
+    pub(crate) started_at: DateTime<Utc>,
+    pub(crate) outcome: RunOutcome,
+    pub(crate) reason: Option<CancelReason>,
+    pub(crate) error: Option<String>,
+    /// Length of the key's history ring; 0 records nothing.
+    pub(crate) ring: u32,
+}
+
+/// Cuts `message` to [`HISTORY_ERROR_BYTES`] at a character boundary.
+pub(crate) fn truncate_error(mut message: String) -> String {
+    if message.len() > HISTORY_ERROR_BYTES {
+        let mut end = HISTORY_ERROR_BYTES - '…'.len_utf8();
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    message
+}
+
+#[derive(sqlx::FromRow)]
+struct RunRow {
+    key: String,
+    run_no: i64,
+    job_name: Option<String>,
+    fence: i64,
+    holder: String,
+    scheduled_for: Option<DateTime<Utc>>,
+    started_at: DateTime<Utc>,
+    ended_at: DateTime<Utc>,
+    outcome: String,
+    reason: Option<String>,
+    error: Option<String>,
+}
+
+impl From<RunRow> for RunRecord {
+    fn from(row: RunRow) -> Self {
+        RunRecord {
+            key: row.key,
+            run_no: row.run_no,
+            job_name: row.job_name,
+            fence: row.fence,
+            holder: row.holder,
+            scheduled_for: row.scheduled_for,
+            started_at: row.started_at,
+            ended_at: row.ended_at,
+            outcome: RunOutcome::parse(&row.outcome),
+            reason: row.reason,
+            error: row.error,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct StatusRow {
+    paused: bool,
+    #[sqlx(flatten)]
+    row: LeaseRow,
+}
+
+/// Most runs one `history` call returns.
+const MAX_HISTORY: usize = 10_000;
+
+impl LeaseStore {
+    /// The recorded runs of `key`, newest first, at most `limit` (1 to
+    /// 10,000). The ring keeps the last runs of each key (100 by default,
+    /// [`RuntimeBuilder::history`](crate::RuntimeBuilder::history)); a run
+    /// whose release never reached the database (a crash) has no row.
+    /// Cancel-safe.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// for run in store.history("nightly-reconcile", 10).await? {
+    ///     println!("{} fence {} {} in {:?} {}", run.started_at, run.fence, run.outcome,
+    ///              run.duration(), run.error.unwrap_or_default());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn history(&self, key: &str, limit: usize) -> Result<Vec<RunRecord>> {
+        validate::key(key)?;
+        if limit == 0 || limit > MAX_HISTORY {
+            return Err(Error::invalid(
+                "history limit",
+                limit,
+                format!("ask for 1 to {MAX_HISTORY} runs"),
+            ));
+        }
+        const HISTORY: &str = "
+            SELECT * FROM leasehold_run WHERE key = $1 ORDER BY run_no DESC LIMIT $2";
+        let rows: Vec<RunRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(HISTORY)
+            .bind(key)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(conn))?;
+        Ok(rows.into_iter().map(RunRecord::from).collect())
+    }
+
+    /// Every key whose name starts with `prefix` (taken literally; all keys
+    /// for `""`), by key: its lease row, whether it is paused, and its
+    /// latest run, success and error. Two statements; cancel-safe.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<KeyStatus>> {
+        // $1 prefix. `paused` is the claims' own rule (invariant 8).
+        const KEYS: &str = "
+            SELECT l.*, clock_timestamp() AS server_now,
+                   EXISTS (SELECT 1 FROM leasehold_pause AS p
+                            WHERE (p.scope = 'key' AND p.name = l.key)
+                               OR (p.scope = 'job' AND p.name = l.job_name)) AS paused
+              FROM leasehold_lease AS l
+             WHERE starts_with(l.key, $1)
+             ORDER BY l.key";
+        // $1 prefix. Each key's ring holds a bounded number of rows, so
+        // this reads at most (keys x ring length) rows.
+        const LATEST: &str = "
+            (SELECT DISTINCT ON (key) 'last' AS kind, * FROM leasehold_run
+              WHERE starts_with(key, $1) ORDER BY key, run_no DESC)
+            UNION ALL
+            (SELECT DISTINCT ON (key) 'success', * FROM leasehold_run
+              WHERE starts_with(key, $1) AND outcome = 'succeeded' ORDER BY key, run_no DESC)
+            UNION ALL
+            (SELECT DISTINCT ON (key) 'error', * FROM leasehold_run
+              WHERE starts_with(key, $1) AND outcome IN ('failed', 'panicked') ORDER BY key, run_no DESC)";
+        #[derive(sqlx::FromRow)]
+        struct Latest {
+            kind: String,
+            #[sqlx(flatten)]
+            run: RunRow,
+        }
+        let keys: Vec<StatusRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(KEYS)
+            .bind(prefix)
+            .fetch_all(conn))?;
+        let latest: Vec<Latest> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(LATEST)
+            .bind(prefix)
+            .fetch_all(conn))?;
+        let mut runs: HashMap<String, [Option<RunRecord>; 3]> = HashMap::new();
+        for Latest { kind, run } in latest {
+            let at = match kind.as_str() {
+                "last" => 0,
+                "success" => 1,
+                _ => 2,
+            };
+            let key = run.key.clone();
+            runs.entry(key).or_default()[at] = Some(run.into());
+        }
+        Ok(keys
+            .into_iter()
+            .map(|StatusRow { paused, row }| {
+                let [last, last_success, last_error] = runs.remove(&row.key).unwrap_or_default();
+                KeyStatus {
+                    lease: row.into_info(),
+                    paused,
+                    last,
+                    last_success,
+                    last_error,
+                }
+            })
+            .collect())
+    }
+}
+
+#[cfg(feature = "test-util")]
+impl LeaseStore {
+    /// Records runs `run_nos` of `key` as the release statement does for
+    /// runs that lost their lease (holder `test-recorder`, fence = run
+    /// number, outcome succeeded), in one statement: for tests of the
+    /// history ring at volumes a real run rate would take minutes to reach.
+    #[doc(hidden)]
+    pub async fn record_runs_for_test(
+        &self,
+        key: &str,
+        run_nos: std::ops::RangeInclusive<i64>,
+        ring: u32,
+    ) -> Result<()> {
+        let now = DateTime::<Utc>::UNIX_EPOCH;
+        let items: Vec<super::Finish> = run_nos
+            .map(|run_no| super::Finish {
+                key: key.to_owned(),
+                holder: "test-recorder".to_owned(),
+                fence: run_no,
+                next: super::NextDue::Unchanged,
+                report: Some(RunReport {
+                    job_name: "test".to_owned(),
+                    run_no,
+                    scheduled_for: None,
+                    started_at: now,
+                    outcome: RunOutcome::Succeeded,
+                    reason: None,
+                    error: None,
+                    ring,
+                }),
+            })
+            .collect();
+        self.finish_many(&items).await.map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_errors_are_cut_at_a_character_boundary() {
+        let long = "é".repeat(HISTORY_ERROR_BYTES);
+        let cut = truncate_error(long);
+        assert!(cut.len() <= HISTORY_ERROR_BYTES, "{}", cut.len());
+        assert!(cut.ends_with('…'));
+        assert_eq!(truncate_error("short".into()), "short");
+    }
+}

@@ -1,0 +1,127 @@
+//! Run history: one row per run, written by the run's release, in a ring
+//! per key that never grows past its length.
+
+use std::time::Duration;
+
+use leasehold::{JobSettings, LeaseStore, RunOutcome, Runtime, Schedule};
+
+use crate::support::{self, Runs, job, quick};
+
+async fn rows_of(pool: &sqlx::PgPool, key: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM leasehold_run WHERE key = $1")
+        .bind(key)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// A key that fails and retries back to back for hundreds of runs keeps
+/// exactly its ring's length of history rows: the latest runs, newest
+/// first, each with its error message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_key_keeps_only_its_ring_of_history() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let runs = Runs::default();
+    let counter = runs.clone();
+    let failing = job(
+        "flaky",
+        JobSettings::new(Schedule::Manual)
+            .lease(Duration::from_secs(5))
+            .retry(Duration::from_millis(1), Duration::from_millis(1)),
+        move |guard| {
+            let runs = counter.clone();
+            async move {
+                runs.start(&guard);
+                Err(format!("upstream said no to fence {}", guard.fence()).into())
+            }
+        },
+    );
+    let rt = Runtime::builder(db.pool_with(2).await)
+        .holder("r1")
+        .history(20)
+        .register(failing)
+        .start()
+        .await
+        .unwrap();
+    rt.trigger("flaky").await.unwrap();
+    runs.wait_started(300, Duration::from_secs(60)).await;
+    rt.shutdown().await;
+
+    let history = store.history("flaky", 100).await.unwrap();
+    assert_eq!(history.len(), 20, "the ring holds 20 rows");
+    assert_eq!(rows_of(&db.pool, "flaky").await, 20);
+    let newest = history[0].run_no;
+    assert!(newest >= 300, "newest run {newest}");
+    let numbers: Vec<i64> = history.iter().map(|r| r.run_no).collect();
+    assert_eq!(
+        numbers,
+        (newest - 19..=newest).rev().collect::<Vec<_>>(),
+        "the latest 20, newest first"
+    );
+    let last = &history[0];
+    assert_eq!(last.outcome, RunOutcome::Failed);
+    assert_eq!(
+        last.error.as_deref(),
+        Some(format!("upstream said no to fence {}", last.fence).as_str())
+    );
+    assert_eq!((last.holder.as_str(), last.job_name.as_deref()), ("r1", Some("flaky")));
+    assert!(last.ended_at >= last.started_at);
+}
+
+/// 10,000 runs of one key, recorded in the release statement's own SQL
+/// (batches of 1,000 late releases): the ring holds the latest 100 and
+/// never more; a late record of an older run never overwrites a newer one.
+#[tokio::test]
+async fn ten_thousand_runs_leave_one_ring_and_late_records_do_not_overwrite() {
+    let (db, store) = support::store().await;
+    for batch in 0..10 {
+        store
+            .record_runs_for_test("hot", (batch * 1000 + 1)..=(batch * 1000 + 1000), 100)
+            .await
+            .unwrap();
+        assert_eq!(rows_of(&db.pool, "hot").await, (batch * 1000 + 1000).min(100));
+    }
+    let history = store.history("hot", 10_000).await.unwrap();
+    let numbers: Vec<i64> = history.iter().map(|r| r.run_no).collect();
+    assert_eq!(numbers, (9_901..=10_000).rev().collect::<Vec<_>>());
+
+    // Run 9,950's place holds run 9,950; a late record of run 50 (same
+    // place in the ring) changes nothing.
+    store.record_runs_for_test("hot", 50..=50, 100).await.unwrap();
+    let history = store.history("hot", 10_000).await.unwrap();
+    assert!(
+        history.iter().all(|r| r.run_no > 9_900),
+        "an older run overwrote a newer one"
+    );
+    assert_eq!(history.len(), 100);
+}
+
+/// The runtime's history switch: `history(0)` records nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_zero_records_nothing() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let runs = Runs::default();
+    let rt = Runtime::builder(db.pool_with(2).await)
+        .holder("r1")
+        .history(0)
+        .register(job(
+            "quiet",
+            quick(Schedule::Manual, Duration::from_secs(5)),
+            runs.body(Duration::ZERO),
+        ))
+        .start()
+        .await
+        .unwrap();
+    rt.trigger("quiet").await.unwrap();
+    runs.wait_started(1, Duration::from_secs(5)).await;
+    rt.shutdown().await;
+    assert!(store.history("quiet", 10).await.unwrap().is_empty());
+    let err = Runtime::builder(db.pool.clone())
+        .history(10_001)
+        .start()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("history length 10001"), "{err}");
+}

@@ -1,0 +1,203 @@
+//! Pause and resume, fleet-wide and durable: a paused key is claimed by no
+//! replica, a run in progress finishes unless the pause cancels it, and a
+//! resumed key runs again once per slot.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use leasehold::{CancelReason, Claim, Due, LeaseStore, PauseTarget, Resumed, RunOutcome, Schedule, Triggered};
+
+use crate::support::{self, Runs, job, quick};
+
+/// Runs per epoch second (the slots of an every-second schedule).
+fn per_slot(runs: &[crate::support::RunRecord]) -> BTreeMap<i64, usize> {
+    let mut slots = BTreeMap::new();
+    for run in runs {
+        *slots.entry(run.started_unix.floor() as i64).or_default() += 1;
+    }
+    slots
+}
+
+/// Three replicas run one every-second key. Paused, it runs nowhere for
+/// five slots; resumed, it runs again, at most once per slot, in (nearly)
+/// every slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_key_runs_on_no_replica_until_resumed() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let runs = Runs::default();
+    let settings = || quick(Schedule::every(Duration::from_secs(1)), Duration::from_secs(5));
+    let mut fleet = Vec::new();
+    for holder in ["r1", "r2", "r3"] {
+        let key = job("nightly", settings(), runs.body(Duration::from_millis(50)));
+        fleet.push(support::replica(&db, holder, 2, vec![key]).await);
+    }
+    runs.wait_started(2, Duration::from_secs(5)).await;
+
+    let pause = store.pause(&PauseTarget::key("nightly"), false, "test").await.unwrap();
+    assert_eq!((pause.keys, pause.cancel), (1, false));
+    // A run claimed just before the pause committed may still start.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = runs.all().len();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let during = runs.all().len() - before;
+    assert_eq!(during, 0, "runs while paused: {:?}", &runs.all()[before..]);
+    assert!(matches!(
+        store
+            .claim_run("nightly", "intruder", Duration::from_secs(5), Due::Now)
+            .await
+            .unwrap(),
+        Claim::Paused { .. }
+    ));
+    assert_eq!(store.trigger("nightly").await.unwrap(), Triggered::Paused);
+
+    let resumed_at = Instant::now();
+    assert!(matches!(
+        store.resume(&PauseTarget::key("nightly")).await.unwrap(),
+        Resumed::Yes { .. }
+    ));
+    support::eventually(Duration::from_secs(3), || {
+        runs.all()
+            .iter()
+            .skip(before)
+            .any(|r| r.started >= resumed_at)
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after: Vec<_> = runs.all().into_iter().filter(|r| r.started >= resumed_at).collect();
+    let slots = per_slot(&after);
+    assert!(
+        slots.values().all(|&n| n == 1),
+        "more than one run in a slot: {slots:?}"
+    );
+    assert!(
+        slots.len() >= 4,
+        "runs in only {} slots after resume: {slots:?}",
+        slots.len()
+    );
+    assert_eq!(
+        store.resume(&PauseTarget::key("nightly")).await.unwrap(),
+        Resumed::NotPaused
+    );
+    for rt in fleet {
+        rt.shutdown().await;
+    }
+}
+
+/// A run in progress when its key is paused finishes on its own; with
+/// `cancel`, the next renewal cancels it (reason *paused*), it is released,
+/// and its history row says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_lets_the_run_finish_unless_it_cancels_it() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let runs = Runs::default();
+    let settings = quick(Schedule::Manual, Duration::from_secs(3));
+    let rt = support::replica(
+        &db,
+        "r1",
+        2,
+        vec![
+            job("short:a", settings.clone(), runs.body(Duration::from_millis(1500))),
+            job("long:b", settings, runs.body(Duration::from_secs(600))),
+        ],
+    )
+    .await;
+    rt.trigger("short:a").await.unwrap();
+    rt.trigger("long:b").await.unwrap();
+    runs.wait_started(2, Duration::from_secs(5)).await;
+
+    rt.pause(&PauseTarget::key("short:a"), false).await.unwrap();
+    let paused_at = Instant::now();
+    let cancelling = rt.pause(&PauseTarget::job("long"), true).await.unwrap();
+    assert_eq!((cancelling.keys, cancelling.running), (1, 1));
+
+    let all = support::eventually(Duration::from_secs(5), || {
+        let all = runs.all();
+        all.iter().all(|r| r.ended.is_some()).then_some(all)
+    })
+    .await;
+    let short = all.iter().find(|r| r.key == "short:a").unwrap();
+    let long = all.iter().find(|r| r.key == "long:b").unwrap();
+    assert_eq!(short.cancelled, None, "a pause without cancel lets the run finish");
+    let (when, reason) = long.cancelled.expect("the cancelling pause stops the run");
+    assert_eq!(reason, CancelReason::Paused);
+    assert!(
+        when - paused_at < Duration::from_secs(3),
+        "cancelled after {:?}",
+        when - paused_at
+    );
+
+    let released = support::eventually_async(Duration::from_secs(5), || async {
+        let row = store.get("long:b").await.unwrap()?;
+        (!row.is_held()).then_some(row)
+    })
+    .await;
+    assert!(!released.is_held(), "the cancelled run released its lease");
+    let history = support::eventually_async(Duration::from_secs(5), || async {
+        let h = store.history("long:b", 10).await.unwrap();
+        (!h.is_empty()).then_some(h)
+    })
+    .await;
+    assert_eq!(history[0].outcome, RunOutcome::Cancelled);
+    assert_eq!(history[0].reason.as_deref(), Some("paused"));
+    let short_history = store.history("short:a", 10).await.unwrap();
+    assert_eq!(short_history[0].outcome, RunOutcome::Succeeded);
+
+    // Neither runs again while paused, trigger or not.
+    rt.trigger("short:a").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(runs.all().len(), 2);
+    rt.shutdown().await;
+}
+
+/// Pausing a job pauses every key of it — on every replica, including a
+/// key registered after the pause — and leaves other jobs alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_job_pauses_all_its_keys_and_nothing_else() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    store.pause(&PauseTarget::job("tenant"), false, "test").await.unwrap();
+    let runs = Runs::default();
+    let settings = || quick(Schedule::every(Duration::from_secs(1)), Duration::from_secs(5));
+    let rt = support::replica(
+        &db,
+        "r1",
+        2,
+        vec![
+            job("tenant:a", settings(), runs.body(Duration::from_millis(10))),
+            job("tenant:b", settings(), runs.body(Duration::from_millis(10))),
+            job("other", settings(), runs.body(Duration::from_millis(10))),
+        ],
+    )
+    .await;
+    rt.add(job("tenant:c", settings(), runs.body(Duration::from_millis(10))))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let keys: Vec<String> = runs.all().into_iter().map(|r| r.key).collect();
+    assert!(keys.iter().any(|k| k == "other"), "the other job runs: {keys:?}");
+    assert!(keys.iter().all(|k| k == "other"), "a paused job's key ran: {keys:?}");
+    let pauses = store.pauses().await.unwrap();
+    assert_eq!(pauses.len(), 1);
+    assert_eq!(
+        (pauses[0].target.clone(), pauses[0].keys),
+        (PauseTarget::job("tenant"), 3)
+    );
+
+    let before = runs.all().len();
+    rt.resume(&PauseTarget::job("tenant")).await.unwrap();
+    let all = support::eventually(Duration::from_secs(5), || {
+        let all = runs.all();
+        let tenants = all[before..].iter().filter(|r| r.key.starts_with("tenant:")).count();
+        (tenants >= 3).then_some(all)
+    })
+    .await;
+    for key in ["tenant:a", "tenant:b", "tenant:c"] {
+        assert!(all[before..].iter().any(|r| r.key == key), "{key} runs after resume");
+    }
+    rt.shutdown().await;
+}
