@@ -115,6 +115,14 @@ impl Db {
         }
     }
 
+    /// The server's clock, for commands whose library reads carry none
+    /// (no lease row to read it with).
+    pub(crate) async fn server_now(&self) -> Result<chrono::DateTime<chrono::Utc>, Failure> {
+        Ok(sqlx::query_scalar("SELECT clock_timestamp()")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
     /// The highest version recorded in `leasehold_schema_version`, or `None`
     /// when the table does not exist.
     pub(crate) async fn schema_version(&self) -> Result<Option<i32>, Failure> {

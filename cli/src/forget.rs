@@ -147,6 +147,7 @@ mod tests {
             acquired_at: now - TimeDelta::seconds(60),
             expires_at: now + TimeDelta::seconds(expires_in_secs),
             next_due_at: None,
+            job_name: None,
             server_now: now,
         }
     }

@@ -1,10 +1,12 @@
 //! `leasehold`: the operator CLI for [leasehold](https://docs.rs/leasehold).
 //!
-//! See who holds which lease (`status`), end a tenure so another replica takes
-//! over with a higher fence (`release`), delete the row of a key no replica
-//! registers any more (`forget`), create the schema (`migrate`), and check a
-//! database and this machine's clock (`check`). `cli/README.md` has example
-//! sessions.
+//! See who holds which lease, what is paused and how each key's last runs
+//! ended (`status`), read a key's run history (`history`), pause and resume a
+//! key or a job for the whole fleet (`pause`, `resume`), make a key due now
+//! (`trigger`), end a tenure so another replica takes over with a higher
+//! fence (`release`), delete the row of a key no replica registers any more
+//! (`forget`), create the schema (`migrate`), and check a database and this
+//! machine's clock (`check`). `cli/README.md` has example sessions.
 //!
 //! # Exit codes
 //!
@@ -14,7 +16,7 @@
 //! | 1 | error: database unreachable, schema missing, a failed check, … |
 //! | 2 | usage: bad arguments, no database URL, an invalid URL |
 //! | 3 | refused: `release` of a lease that is held, without `--force`; `forget` of a held lease |
-//! | 4 | not found: `release` or `forget` of a key that has no lease row |
+//! | 4 | not found: `release`, `forget` or `trigger` of a key that has no lease row; `resume` of a key or job that is not paused; `history` of a key with neither a lease row nor runs |
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -23,9 +25,12 @@ mod check;
 mod db;
 mod failure;
 mod forget;
+mod history;
+mod pause;
 mod release;
 mod status;
 mod text;
+mod trigger;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -37,7 +42,8 @@ use crate::failure::Failure;
 /// Operate leasehold's leases in a PostgreSQL database.
 ///
 /// Exit codes: 0 ok, 1 error, 2 usage, 3 refused (release of a held lease without --force, forget of a
-/// held lease), 4 key not found (release, forget).
+/// held lease), 4 not found (release, forget, trigger or history of a key without a row; resume of
+/// something not paused).
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, about, long_about)]
 struct Cli {
@@ -63,8 +69,30 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Show every lease: holder, fence, expiry and next due time, by the server clock.
+    /// Show every lease: holder, fence, expiry, next due time, pause, job and
+    /// latest runs, by the server clock; and the pauses in force.
     Status(status::Args),
+    /// Show a key's recorded runs, newest first: fence, holder, slot, start,
+    /// duration, outcome and error.
+    History(history::Args),
+    /// Pause a key, or every key of a job, for the whole fleet until
+    /// `leasehold resume`.
+    ///
+    /// No replica claims a paused key, not even for a trigger; slots that
+    /// pass meanwhile are missed slots (each job's catch-up policy decides
+    /// what runs on resume). Runs in progress finish, unless --cancel: then
+    /// each is cancelled at its next renewal (reason `paused`) and released.
+    /// Pausing what is paused keeps the first pause (adding --cancel).
+    Pause(pause::PauseArgs),
+    /// Lift the pause of a key or of a job; overdue keys become claimable at
+    /// once. Exits 4 if it is not paused.
+    ///
+    /// A key paused both by its own name and by its job stays paused until
+    /// both are lifted.
+    Resume(pause::ResumeArgs),
+    /// Make a key due now: the first replica that claims it runs it (a
+    /// paused key runs once resumed). Exits 4 if the key has no lease row.
+    Trigger(trigger::Args),
     /// End the current tenure of a lease; the next claim gets a higher fence.
     Release(release::Args),
     /// Delete the row of a key no replica registers any more, unless its lease is held.
@@ -110,6 +138,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
         Command::Release(args) => args.validate()?,
         Command::Forget(args) => args.validate()?,
+        Command::History(args) => args.validate()?,
+        Command::Pause(args) => args.validate()?,
+        Command::Resume(args) => args.validate()?,
+        Command::Trigger(args) => args.validate()?,
         Command::Status(_) | Command::Migrate | Command::Check => {}
     }
     let target = db::Target::parse(url)?;
@@ -118,6 +150,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Status(args) => status::run(&db, &args).await,
         Command::Release(args) => release::run(&db, &args).await,
         Command::Forget(args) => forget::run(&db, &args).await,
+        Command::History(args) => history::run(&db, &args).await,
+        Command::Pause(args) => pause::pause(&db, &args).await,
+        Command::Resume(args) => pause::resume(&db, &args).await,
+        Command::Trigger(args) => trigger::run(&db, &args).await,
         Command::Migrate => db.migrate().await,
         Command::Check => check::run(&db).await,
     }

@@ -1,4 +1,8 @@
-//! `leasehold status`: every lease as the server sees it now.
+//! `leasehold status`: every lease as the server sees it now, whether it is
+//! paused, its latest runs, and the pauses in force.
+//!
+//! All read through the library (`LeaseStore::list`, `LeaseStore::pauses`):
+//! the CLI sends no SQL of its own for them.
 //!
 //! A lease is **held** while its `expires_at` is after the server clock, and
 //! **free** otherwise. A released lease keeps its last holder and expires at
@@ -6,10 +10,12 @@
 //! look the same: both are free, shown with how long ago they ended.
 
 use chrono::{DateTime, Datelike, Utc};
+use leasehold::{KeyStatus, LeaseStore, Pause, RunRecord};
 use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
+use crate::history;
 use crate::text::{self, Align};
 
 /// Arguments of `leasehold status`.
@@ -32,6 +38,8 @@ pub(crate) struct Row {
     pub(crate) acquired_at: DateTime<Utc>,
     pub(crate) expires_at: DateTime<Utc>,
     pub(crate) next_due_at: Option<DateTime<Utc>>,
+    /// The key's job, as its runtime last registered or claimed it.
+    pub(crate) job_name: Option<String>,
     pub(crate) server_now: DateTime<Utc>,
 }
 
@@ -85,14 +93,8 @@ impl Row {
 /// Columns shared by `status` and `release`. `server_now` is one value for
 /// the whole statement (an uncorrelated subquery runs once), so every row
 /// is judged against the same instant.
-pub(crate) const ROW_COLUMNS: &str =
-    "l.key, l.holder, l.fence, l.acquired_at, l.expires_at, l.next_due_at, (SELECT clock_timestamp()) AS server_now";
-
-#[derive(Serialize)]
-struct StatusJson<'a> {
-    server_now: DateTime<Utc>,
-    leases: Vec<LeaseJson<'a>>,
-}
+pub(crate) const ROW_COLUMNS: &str = "l.key, l.holder, l.fence, l.acquired_at, l.expires_at, l.next_due_at, l.job_name, \
+     (SELECT clock_timestamp()) AS server_now";
 
 /// A lease as the library reports it (`LeaseStore::forget`'s `Held`).
 impl From<leasehold::LeaseInfo> for Row {
@@ -104,6 +106,7 @@ impl From<leasehold::LeaseInfo> for Row {
             acquired_at: info.acquired_at,
             expires_at: info.expires_at,
             next_due_at: info.next_due_at,
+            job_name: info.job_name,
             server_now: info.server_now,
         }
     }
@@ -113,6 +116,9 @@ impl From<leasehold::LeaseInfo> for Row {
 #[derive(Serialize)]
 pub(crate) struct LeaseJson<'a> {
     key: &'a str,
+    /// The job the key belongs to (`null` on rows no runtime of schema 3
+    /// has registered or claimed yet).
+    job_name: Option<&'a str>,
     /// The holder, or the last holder of a free lease.
     holder: &'a str,
     fence: i64,
@@ -133,6 +139,7 @@ impl Row {
     pub(crate) fn json(&self) -> LeaseJson<'_> {
         LeaseJson {
             key: &self.key,
+            job_name: self.job_name.as_deref(),
             holder: &self.holder,
             fence: self.fence,
             state: self.state(),
@@ -145,89 +152,324 @@ impl Row {
     }
 }
 
+/// One key as `status` shows it: its lease row, whether it is paused, and
+/// its latest runs (all from `LeaseStore::list`).
+pub(crate) struct Entry {
+    pub(crate) row: Row,
+    pub(crate) paused: bool,
+    pub(crate) last: Option<RunRecord>,
+    pub(crate) last_success: Option<RunRecord>,
+    pub(crate) last_error: Option<RunRecord>,
+}
+
+impl From<KeyStatus> for Entry {
+    fn from(status: KeyStatus) -> Entry {
+        Entry {
+            row: Row::from(status.lease),
+            paused: status.paused,
+            last: status.last,
+            last_success: status.last_success,
+            last_error: status.last_error,
+        }
+    }
+}
+
+impl Entry {
+    /// `held`, `free`, `never-run`, with `, paused` when it is.
+    fn state_text(&self) -> String {
+        if self.paused {
+            format!("{}, paused", self.row.state())
+        } else {
+            self.row.state().to_owned()
+        }
+    }
+
+    /// `succeeded 41s ago`, `cancelled (paused) 3m 2s ago`, or `-`.
+    fn last_text(&self) -> String {
+        match &self.last {
+            Some(run) => format!(
+                "{} {}",
+                history::outcome_text(run),
+                text::relative(text::secs(run.ended_at - self.row.server_now))
+            ),
+            None => "-".to_owned(),
+        }
+    }
+
+    /// `41s ago`; `never` when runs are recorded but none succeeded; `-`
+    /// without any run.
+    fn last_success_text(&self) -> String {
+        match (&self.last_success, &self.last) {
+            (Some(run), _) => text::relative(text::secs(run.ended_at - self.row.server_now)),
+            (None, Some(_)) => "never".to_owned(),
+            (None, None) => "-".to_owned(),
+        }
+    }
+
+    /// `2m 3s ago: connection refused` (the table cuts it), or `-`.
+    fn last_error_text(&self) -> String {
+        match &self.last_error {
+            Some(run) => format!(
+                "{}: {}",
+                text::relative(text::secs(run.ended_at - self.row.server_now)),
+                match run.error.as_deref() {
+                    Some(message) => text::one_line(message),
+                    None => history::outcome_text(run),
+                }
+            ),
+            None => "-".to_owned(),
+        }
+    }
+
+    fn json(&self) -> EntryJson<'_> {
+        EntryJson {
+            lease: self.row.json(),
+            paused: self.paused,
+            last_run: self.last.as_ref().map(history::RunJson::from),
+            last_success_at: self.last_success.as_ref().map(|run| run.ended_at),
+            last_error: self.last_error.as_ref().map(|run| ErrorJson {
+                at: run.ended_at,
+                run_no: run.run_no,
+                outcome: run.outcome.as_str(),
+                message: run.error.as_deref(),
+            }),
+        }
+    }
+}
+
+/// `status --json`.
+#[derive(Serialize)]
+struct StatusJson<'a> {
+    server_now: DateTime<Utc>,
+    leases: Vec<EntryJson<'a>>,
+    /// The pauses in force (with `--prefix`, those that cover a listed key
+    /// or a key with the prefix).
+    pauses: Vec<PauseJson<'a>>,
+}
+
+/// One key in `status --json`: the lease's fields, then the operators'.
+#[derive(Serialize)]
+struct EntryJson<'a> {
+    #[serde(flatten)]
+    lease: LeaseJson<'a>,
+    /// Paused by its own name or by its job: no replica claims it.
+    paused: bool,
+    /// The latest recorded run (`null` when none is).
+    last_run: Option<history::RunJson<'a>>,
+    /// When the latest successful run ended.
+    last_success_at: Option<DateTime<Utc>>,
+    /// The latest run that failed or panicked.
+    last_error: Option<ErrorJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct ErrorJson<'a> {
+    /// When that run ended.
+    at: DateTime<Utc>,
+    run_no: i64,
+    /// `failed` or `panicked`.
+    outcome: &'static str,
+    /// The job's error or panic message, in full (as recorded: at most
+    /// 2,000 bytes).
+    message: Option<&'a str>,
+}
+
+/// A pause in `--json` output (`status`, `pause`).
+#[derive(Serialize)]
+pub(crate) struct PauseJson<'a> {
+    /// `key` or `job`.
+    pub(crate) scope: &'static str,
+    /// The key or the job name.
+    pub(crate) name: &'a str,
+    /// Runs in progress are cancelled at their next renewal.
+    pub(crate) cancel: bool,
+    pub(crate) paused_by: &'a str,
+    pub(crate) paused_at: DateTime<Utc>,
+    /// Keys with a lease row that it covers.
+    pub(crate) keys: u64,
+    /// Of those, how many were held (running) when read.
+    pub(crate) running: u64,
+}
+
+impl<'a> From<&'a Pause> for PauseJson<'a> {
+    fn from(pause: &'a Pause) -> Self {
+        PauseJson {
+            scope: pause.target.scope(),
+            name: pause.target.name(),
+            cancel: pause.cancel,
+            paused_by: &pause.paused_by,
+            paused_at: pause.paused_at,
+            keys: pause.keys,
+            running: pause.running,
+        }
+    }
+}
+
 pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     db.require_schema().await?;
-    let sql = format!(
-        "SELECT {ROW_COLUMNS} FROM leasehold_lease l WHERE $1::text IS NULL OR starts_with(l.key, $1) ORDER BY l.key"
-    );
-    let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(args.prefix.as_deref())
-        .fetch_all(&db.pool)
-        .await?;
-    let server_now = match rows.first() {
-        Some(row) => row.server_now,
-        None => {
-            sqlx::query_scalar("SELECT clock_timestamp()")
-                .fetch_one(&db.pool)
-                .await?
-        }
+    let store = LeaseStore::new(db.pool.clone());
+    let prefix = args.prefix.as_deref().unwrap_or("");
+    let entries: Vec<Entry> = store
+        .list(prefix)
+        .await
+        .map_err(|e| db.failure(e))?
+        .into_iter()
+        .map(Entry::from)
+        .collect();
+    let pauses = store.pauses().await.map_err(|e| db.failure(e))?;
+    let pauses = relevant_pauses(pauses, &entries, args.prefix.as_deref());
+    let server_now = match entries.first() {
+        Some(entry) => entry.row.server_now,
+        None => db.server_now().await?,
     };
     if args.json {
         let doc = StatusJson {
             server_now,
-            leases: rows.iter().map(Row::json).collect(),
+            leases: entries.iter().map(Entry::json).collect(),
+            pauses: pauses.iter().map(PauseJson::from).collect(),
         };
         let json = serde_json::to_string_pretty(&doc).map_err(|e| Failure::error(format!("writing JSON: {e}")))?;
         println!("{json}");
         return Ok(());
     }
-    print!("{}", render(&rows, server_now, args.prefix.as_deref()));
+    print!(
+        "{}",
+        render(
+            &entries,
+            &pauses,
+            server_now,
+            args.prefix.as_deref(),
+            text::terminal_width()
+        )
+    );
     Ok(())
 }
 
-fn render(rows: &[Row], server_now: DateTime<Utc>, prefix: Option<&str>) -> String {
-    let held = rows.iter().filter(|r| r.held()).count();
+/// All pauses; with a prefix, those of keys with the prefix and those of
+/// jobs that a listed key belongs to.
+fn relevant_pauses(pauses: Vec<Pause>, entries: &[Entry], prefix: Option<&str>) -> Vec<Pause> {
+    let Some(prefix) = prefix else {
+        return pauses;
+    };
+    pauses
+        .into_iter()
+        .filter(|pause| match pause.target.scope() {
+            "job" => entries
+                .iter()
+                .any(|e| e.row.job_name.as_deref() == Some(pause.target.name())),
+            _ => pause.target.name().starts_with(prefix),
+        })
+        .collect()
+}
+
+/// The `pauses in force` table.
+pub(crate) fn render_pauses(pauses: &[Pause], server_now: DateTime<Utc>) -> String {
+    let header = [
+        ("PAUSED", Align::Left),
+        ("BY", Align::Left),
+        ("SINCE", Align::Left),
+        ("CANCEL", Align::Left),
+        ("KEYS", Align::Right),
+        ("RUNNING", Align::Right),
+    ];
+    let cells: Vec<Vec<String>> = pauses
+        .iter()
+        .map(|p| {
+            vec![
+                text::cell(&p.target.to_string()),
+                text::cell(&p.paused_by),
+                format!(
+                    "{} ({})",
+                    text::time(p.paused_at),
+                    text::relative(text::secs(p.paused_at - server_now))
+                ),
+                if p.cancel { "yes" } else { "no" }.to_owned(),
+                p.keys.to_string(),
+                p.running.to_string(),
+            ]
+        })
+        .collect();
+    text::table(&header, &cells)
+}
+
+/// Widest `LAST ERROR` cell when the terminal's width is unknown.
+const LAST_ERROR_CHARS: usize = 40;
+
+fn render(
+    entries: &[Entry],
+    pauses: &[Pause],
+    server_now: DateTime<Utc>,
+    prefix: Option<&str>,
+    width: Option<usize>,
+) -> String {
+    let held = entries.iter().filter(|e| e.row.held()).count();
+    let paused = entries.iter().filter(|e| e.paused).count();
     let scope = match prefix {
         Some(p) => format!(" with prefix {}", text::cell(&format!("{p:?}"))),
         None => String::new(),
     };
     let mut out = format!(
-        "server time {}: {} lease{}{scope} ({held} held, {} free)\n",
+        "server time {}: {} lease{}{scope} ({held} held, {} free{})\n",
         text::time(server_now),
-        rows.len(),
-        if rows.len() == 1 { "" } else { "s" },
-        rows.len() - held,
+        entries.len(),
+        if entries.len() == 1 { "" } else { "s" },
+        entries.len() - held,
+        if paused > 0 {
+            format!(", {paused} paused")
+        } else {
+            String::new()
+        },
     );
-    if rows.is_empty() {
-        return out;
-    }
-    out.push('\n');
-    let header = [
-        ("KEY", Align::Left),
-        ("STATE", Align::Left),
-        ("HOLDER", Align::Left),
-        ("FENCE", Align::Right),
-        ("ACQUIRED", Align::Left),
-        ("EXPIRES", Align::Left),
-        ("NEXT DUE", Align::Left),
-    ];
-    let cells: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            if r.never_run() {
+    if !entries.is_empty() {
+        out.push('\n');
+        let header = [
+            ("KEY", Align::Left),
+            ("STATE", Align::Left),
+            ("HOLDER", Align::Left),
+            ("FENCE", Align::Right),
+            ("ACQUIRED", Align::Left),
+            ("EXPIRES", Align::Left),
+            ("NEXT DUE", Align::Left),
+            ("JOB", Align::Left),
+            ("LAST RUN", Align::Left),
+            ("LAST SUCCESS", Align::Left),
+            ("LAST ERROR", Align::Left),
+        ];
+        let cells: Vec<Vec<String>> = entries
+            .iter()
+            .map(|e| {
+                let r = &e.row;
                 let none = || "-".to_owned();
-                vec![
-                    text::cell(&r.key),
-                    r.state().to_owned(),
-                    none(),
-                    none(),
-                    none(),
-                    none(),
+                let mut cells = if r.never_run() {
+                    vec![text::cell(&r.key), e.state_text(), none(), none(), none(), none()]
+                } else {
+                    vec![
+                        text::cell(&r.key),
+                        e.state_text(),
+                        text::cell(&r.holder),
+                        r.fence.to_string(),
+                        text::time(r.acquired_at),
+                        r.expiry_text(),
+                    ]
+                };
+                cells.extend([
                     r.due_text(),
-                ]
-            } else {
-                vec![
-                    text::cell(&r.key),
-                    r.state().to_owned(),
-                    text::cell(&r.holder),
-                    r.fence.to_string(),
-                    text::time(r.acquired_at),
-                    r.expiry_text(),
-                    r.due_text(),
-                ]
-            }
-        })
-        .collect();
-    out.push_str(&text::table(&header, &cells));
+                    r.job_name.as_deref().map_or_else(none, text::cell),
+                    e.last_text(),
+                    e.last_success_text(),
+                    e.last_error_text(),
+                ]);
+                cells
+            })
+            .collect();
+        out.push_str(&text::table_fitted(&header, cells, width, LAST_ERROR_CHARS));
+    }
+    if !pauses.is_empty() {
+        out.push_str(&format!(
+            "\n{} in force (no replica claims a paused key; `leasehold resume` lifts one):\n",
+            text::plural(pauses.len() as u64, "pause")
+        ));
+        out.push_str(&render_pauses(pauses, server_now));
+    }
     out
 }

@@ -70,6 +70,87 @@ pub(crate) fn shell_word(value: &str) -> String {
     }
 }
 
+/// A message on one line: every run of whitespace (newlines included)
+/// becomes one space, other control characters are shown escaped.
+pub(crate) fn one_line(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut space = false;
+    for c in value.trim().chars() {
+        if c.is_whitespace() {
+            space = true;
+            continue;
+        }
+        if space {
+            out.push(' ');
+            space = false;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// At most `max` characters (at least one), ending with `…` when cut.
+pub(crate) fn cut(value: &str, max: usize) -> String {
+    let max = max.max(1);
+    if value.chars().count() <= max {
+        return value.to_owned();
+    }
+    let mut out: String = value.chars().take(max - 1).collect();
+    out.truncate(out.trim_end().len());
+    out.push('…');
+    out
+}
+
+/// `1 key`, `2 keys`.
+pub(crate) fn plural(n: u64, one: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {one}s")
+    }
+}
+
+/// The terminal's width in characters, from `COLUMNS` when the shell
+/// exports it; `None` otherwise (output to a pipe, or not exported).
+pub(crate) fn terminal_width() -> Option<usize> {
+    std::env::var("COLUMNS").ok()?.trim().parse().ok().filter(|w| *w >= 20)
+}
+
+/// [`table`], with the last column's cells cut (ending with `…`) so the
+/// lines fit `width` characters, leaving it at least 20; without a width,
+/// to `fallback` characters.
+pub(crate) fn table_fitted(
+    header: &[(&str, Align)],
+    mut rows: Vec<Vec<String>>,
+    width: Option<usize>,
+    fallback: usize,
+) -> String {
+    let last = header.len().saturating_sub(1);
+    let budget = match width {
+        Some(width) => {
+            let mut widths: Vec<usize> = header[..last].iter().map(|(h, _)| h.chars().count()).collect();
+            for row in &rows {
+                for (w, value) in widths.iter_mut().zip(row) {
+                    *w = (*w).max(value.chars().count());
+                }
+            }
+            let others: usize = widths.iter().map(|w| w + 2).sum();
+            width.saturating_sub(others).max(20)
+        }
+        None => fallback,
+    };
+    for row in &mut rows {
+        if let Some(cell) = row.get_mut(last) {
+            *cell = cut(cell, budget);
+        }
+    }
+    table(header, &rows)
+}
+
 /// Left or right alignment of a column.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Align {
@@ -133,6 +214,35 @@ mod tests {
         assert_eq!(shell_word("a b"), "'a b'");
         assert_eq!(shell_word("it's $HOME"), r"'it'\''s $HOME'");
         assert_eq!(shell_word("two\nlines"), r#""two\nlines""#);
+    }
+
+    #[test]
+    fn messages_fit_on_one_line() {
+        assert_eq!(
+            one_line("  connection refused\n\tat line 3\r\n "),
+            "connection refused at line 3"
+        );
+        assert_eq!(one_line("bell\u{7}"), "bell\\u{7}");
+        assert_eq!(cut("abcdef", 6), "abcdef");
+        assert_eq!(cut("abcdefg", 6), "abcde…");
+        assert_eq!(cut("ab  cdefg", 4), "ab…");
+        assert_eq!(plural(1, "key"), "1 key");
+        assert_eq!(plural(0, "key"), "0 keys");
+    }
+
+    #[test]
+    fn fitted_tables_cut_the_last_column() {
+        let header = [("KEY", Align::Left), ("ERROR", Align::Left)];
+        let rows = vec![vec!["k".to_owned(), "x".repeat(100)]];
+        let out = table_fitted(&header, rows.clone(), None, 10);
+        assert_eq!(out.lines().nth(1), Some(format!("k    {}…", "x".repeat(9)).as_str()));
+        let out = table_fitted(&header, rows.clone(), Some(40), 10);
+        assert!(out.lines().all(|l| l.chars().count() <= 40), "{out}");
+        let out = table_fitted(&header, rows, Some(10), 10);
+        assert!(
+            out.lines().nth(1).unwrap().ends_with(&format!("{}…", "x".repeat(19))),
+            "{out}"
+        );
     }
 
     #[test]

@@ -505,7 +505,23 @@ async fn status_shows_a_never_run_job_as_never_run() {
     assert_exit(&out, 0);
     let text = stdout(&out);
     let row = table_row(&text, "held-job");
-    assert_eq!(row, ["held-job", "never-run", "-", "-", "-", "-", "never"], "{text}");
+    assert_eq!(
+        row,
+        [
+            "held-job",
+            "never-run",
+            "-",
+            "-",
+            "-",
+            "-",
+            "never",
+            "held-job",
+            "-",
+            "-",
+            "-"
+        ],
+        "{text}"
+    );
     let out = leasehold(Some(&url), &["status", "--json"]).await;
     let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(doc["leases"][0]["state"], "never-run", "{doc}");

@@ -1,0 +1,341 @@
+//! `leasehold pause` and `leasehold resume`: stop and restart a key, or
+//! every key of a job, for the whole fleet.
+//!
+//! Through `leasehold::LeaseStore::{pause, resume, pauses, get}`: a pause is
+//! a row the claims check, so every replica obeys it, restarts included.
+//! The CLI sends no SQL of its own for them.
+
+use leasehold::{LeaseStore, Pause, PauseTarget, Resumed};
+use serde::Serialize;
+
+use crate::db::Db;
+use crate::failure::Failure;
+use crate::release::check_name;
+use crate::status::PauseJson;
+use crate::text;
+
+/// What to pause or resume: a key, or a job's keys (exactly one).
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct Target {
+    /// The lease key.
+    key: Option<String>,
+    /// Every key of the job with this name (`FencedJob::name`), including
+    /// keys registered later.
+    #[arg(long, value_name = "NAME")]
+    job: Option<String>,
+}
+
+impl Target {
+    fn validate(&self) -> Result<(), Failure> {
+        match (&self.key, &self.job) {
+            (Some(key), None) => check_name("lease key", key),
+            (None, Some(job)) => check_name("job name", job),
+            // clap's group makes this unreachable; say so plainly anyway.
+            _ => Err(Failure::usage("name exactly one of KEY or --job NAME")),
+        }
+    }
+
+    fn target(&self) -> Result<PauseTarget, Failure> {
+        self.validate()?;
+        match (&self.key, &self.job) {
+            (Some(key), None) => Ok(PauseTarget::key(key.as_str())),
+            (None, Some(job)) => Ok(PauseTarget::job(job.as_str())),
+            _ => Err(Failure::usage("name exactly one of KEY or --job NAME")),
+        }
+    }
+}
+
+/// The target as the operator would type it again: `KEY` or `--job NAME`.
+fn as_args(target: &PauseTarget) -> String {
+    let name = target.name();
+    match target.scope() {
+        "job" => format!("--job {}", text::shell_word(name)),
+        _ if name.starts_with('-') => format!("-- {}", text::shell_word(name)),
+        _ => text::shell_word(name),
+    }
+}
+
+/// Arguments of `leasehold pause`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct PauseArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Also stop the runs in progress, at their next renewal (reason
+    /// `paused`); without it they finish.
+    #[arg(long)]
+    cancel: bool,
+    /// Who pauses, shown by `status` [default: $USER@<hostname>].
+    #[arg(long, value_name = "WHO")]
+    by: Option<String>,
+    /// Print the pause as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl PauseArgs {
+    /// Checks the names before anything is sent (or even connected).
+    pub(crate) fn validate(&self) -> Result<(), Failure> {
+        self.target.validate()?;
+        if let Some(by) = &self.by {
+            check_name("--by", by)?;
+        }
+        Ok(())
+    }
+}
+
+/// `$USER@<hostname>`, or `leasehold-cli` when the user is unknown.
+fn default_by() -> String {
+    let nonempty = |s: String| {
+        let s = s.trim().replace('\0', "");
+        (!s.is_empty()).then_some(s)
+    };
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .and_then(nonempty);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()
+        .and_then(nonempty)
+        .or_else(|| std::env::var("HOSTNAME").ok().and_then(nonempty));
+    let by = match (user, host) {
+        (Some(user), Some(host)) => format!("{user}@{host}"),
+        (Some(user), None) => user,
+        (None, _) => "leasehold-cli".to_owned(),
+    };
+    if by.len() > leasehold::MAX_KEY_BYTES {
+        let mut end = leasehold::MAX_KEY_BYTES;
+        while !by.is_char_boundary(end) {
+            end -= 1;
+        }
+        return by[..end].to_owned();
+    }
+    by
+}
+
+#[derive(Serialize)]
+struct PausedJson<'a> {
+    #[serde(flatten)]
+    pause: PauseJson<'a>,
+    /// It was paused before this command (its first author and time are
+    /// kept; `--cancel` is added).
+    already_paused: bool,
+}
+
+pub(crate) async fn pause(db: &Db, args: &PauseArgs) -> Result<(), Failure> {
+    args.validate()?;
+    let target = args.target.target()?;
+    db.require_schema().await?;
+    let store = LeaseStore::new(db.pool.clone());
+    let by = args.by.clone().unwrap_or_else(default_by);
+    // Only to tell the operator whether this pause is new: the pause
+    // itself is one statement that keeps an earlier one.
+    let before = store
+        .pauses()
+        .await
+        .map_err(|e| db.failure(e))?
+        .into_iter()
+        .find(|p| p.target == target);
+    let pause = store
+        .pause(&target, args.cancel, &by)
+        .await
+        .map_err(|e| db.failure(e))?;
+    if args.json {
+        let doc = PausedJson {
+            pause: PauseJson::from(&pause),
+            already_paused: before.is_some(),
+        };
+        let json = serde_json::to_string_pretty(&doc).map_err(|e| Failure::error(format!("writing JSON: {e}")))?;
+        println!("{json}");
+        return Ok(());
+    }
+    print!("{}", pause_text(&pause, before.as_ref()));
+    Ok(())
+}
+
+/// What `pause` prints: what is paused, what it covers, what happens to
+/// the runs in progress, how to undo it.
+fn pause_text(pause: &Pause, before: Option<&Pause>) -> String {
+    let what = text::cell(&pause.target.to_string());
+    let mut out = match before {
+        None => format!(
+            "paused {what} for the whole fleet (by {}, at {})\n",
+            text::cell(&pause.paused_by),
+            text::time(pause.paused_at)
+        ),
+        Some(before) if pause.cancel && !before.cancel => format!(
+            "{what} was already paused by {} since {}; now its runs in progress are cancelled too\n",
+            text::cell(&pause.paused_by),
+            text::time(pause.paused_at)
+        ),
+        Some(_) => format!(
+            "{what} was already paused by {} since {}; nothing changed\n",
+            text::cell(&pause.paused_by),
+            text::time(pause.paused_at)
+        ),
+    };
+    let covers = format!("it covers {}", text::plural(pause.keys, "key"));
+    let running = match (pause.running, pause.cancel) {
+        (0, _) => "none running".to_owned(),
+        (n, false) => format!(
+            "{n} running: {} (use --cancel to stop {} at {} next renewal)",
+            if n == 1 {
+                "that run finishes"
+            } else {
+                "those runs finish"
+            },
+            if n == 1 { "it" } else { "them" },
+            if n == 1 { "its" } else { "their" },
+        ),
+        (n, true) => format!(
+            "{n} running: cancelled at {} next renewal (reason paused), then released",
+            if n == 1 { "its" } else { "their" }
+        ),
+    };
+    out.push_str(&format!("  {covers}, {running}\n"));
+    if pause.keys == 0 {
+        let why = match pause.target.scope() {
+            "job" => "no lease row names this job yet (a runtime records it when it registers or claims a key)",
+            _ => "no replica has registered this key yet",
+        };
+        out.push_str(&format!(
+            "  warning: {why}: check the spelling; the pause applies to keys registered later\n"
+        ));
+    }
+    out.push_str(&format!(
+        "  no replica claims {} until `leasehold resume {}`; slots that pass meanwhile are missed (each job's catch-up policy decides what runs on resume)\n",
+        if pause.target.scope() == "job" { "its keys" } else { "it" },
+        as_args(&pause.target)
+    ));
+    out
+}
+
+/// Arguments of `leasehold resume`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ResumeArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Print the outcome as JSON (in every outcome; the exit code is the
+    /// same as without --json).
+    #[arg(long)]
+    json: bool,
+}
+
+impl ResumeArgs {
+    /// Checks the names before anything is sent (or even connected).
+    pub(crate) fn validate(&self) -> Result<(), Failure> {
+        self.target.validate()
+    }
+}
+
+#[derive(Serialize)]
+struct ResumeJson<'a> {
+    scope: &'static str,
+    name: &'a str,
+    /// `resumed` or `not-paused`.
+    outcome: &'static str,
+    /// Overdue keys made claimable now; absent for `not-paused`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    woken: Option<u64>,
+    /// For a key: the job whose own pause still holds it (after `resumed`),
+    /// or holds it instead (`not-paused`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paused_by_job: Option<&'a str>,
+}
+
+pub(crate) async fn resume(db: &Db, args: &ResumeArgs) -> Result<(), Failure> {
+    args.validate()?;
+    let target = args.target.target()?;
+    db.require_schema().await?;
+    let store = LeaseStore::new(db.pool.clone());
+    let resumed = store.resume(&target).await.map_err(|e| db.failure(e))?;
+    let job_pause = job_pause_of_key(db, &store, &target).await?;
+    let what = text::cell(&target.to_string());
+    let job_note = |job: &str| {
+        format!(
+            "its job {} is paused too (`leasehold resume --job {}`)",
+            text::cell(&format!("{job:?}")),
+            text::shell_word(job)
+        )
+    };
+    match resumed {
+        Resumed::Yes { woken } => {
+            if args.json {
+                print_json(&ResumeJson {
+                    scope: target.scope(),
+                    name: target.name(),
+                    outcome: "resumed",
+                    woken: Some(woken),
+                    paused_by_job: job_pause.as_deref(),
+                })?;
+                return Ok(());
+            }
+            if woken == 0 {
+                println!("resumed {what}: no key was overdue; each runs at its next slot");
+            } else {
+                println!(
+                    "resumed {what}: {} overdue, woken (claimable now; each job's catch-up policy decides what runs); the others run at their next slot",
+                    text::plural(woken, "key")
+                );
+            }
+            if let Some(job) = &job_pause {
+                println!("  still paused: {}", job_note(job));
+            }
+            Ok(())
+        }
+        Resumed::NotPaused => {
+            if args.json {
+                print_json(&ResumeJson {
+                    scope: target.scope(),
+                    name: target.name(),
+                    outcome: "not-paused",
+                    woken: None,
+                    paused_by_job: job_pause.as_deref(),
+                })?;
+            }
+            let hint = match &job_pause {
+                Some(job) => format!("; {}", job_note(job)),
+                None => " (see `leasehold status`)".to_owned(),
+            };
+            Err(Failure::not_found(format!(
+                "{what} is not paused in {}{hint}; nothing to resume",
+                db.name
+            )))
+        }
+        // An outcome of a newer library that this CLI does not know.
+        other => Err(Failure::error(format!(
+            "resume {what}: the library answered {other:?}, which this CLI does not know: upgrade \
+             leasehold-cli (see `leasehold status` for the pauses in force)"
+        ))),
+    }
+}
+
+/// For a key target: the key's job, if that job is paused (a key is also
+/// paused through its job, which resuming the key does not lift).
+async fn job_pause_of_key(db: &Db, store: &LeaseStore, target: &PauseTarget) -> Result<Option<String>, Failure> {
+    if target.scope() != "key" {
+        return Ok(None);
+    }
+    let Some(job) = store
+        .get(target.name())
+        .await
+        .map_err(|e| db.failure(e))?
+        .and_then(|info| info.job_name)
+    else {
+        return Ok(None);
+    };
+    let paused = store
+        .pauses()
+        .await
+        .map_err(|e| db.failure(e))?
+        .iter()
+        .any(|p| p.target == PauseTarget::job(job.as_str()));
+    Ok(paused.then_some(job))
+}
+
+fn print_json(doc: &impl Serialize) -> Result<(), Failure> {
+    let json = serde_json::to_string_pretty(doc).map_err(|e| Failure::error(format!("writing JSON: {e}")))?;
+    println!("{json}");
+    Ok(())
+}
