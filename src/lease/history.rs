@@ -319,6 +319,31 @@ impl LeaseStore {
             .collect();
         self.finish_many(&items).await.map(drop)
     }
+
+    /// Releases `lease` as the runtime releases a run that succeeded:
+    /// the release statement writing the run's history row (run `run_no`,
+    /// ring `ring`). For the benchmark that compares it with
+    /// [`LeaseStore::release`], which records nothing.
+    #[doc(hidden)]
+    pub async fn release_recorded(&self, lease: &super::Lease, run_no: i64, ring: u32) -> Result<bool> {
+        let item = super::Finish {
+            key: lease.key.clone(),
+            holder: lease.holder.clone(),
+            fence: lease.fence,
+            next: super::NextDue::Unchanged,
+            report: Some(RunReport {
+                job_name: "bench".to_owned(),
+                run_no,
+                scheduled_for: None,
+                started_at: lease.acquired_at,
+                outcome: RunOutcome::Succeeded,
+                reason: None,
+                error: None,
+                ring,
+            }),
+        };
+        Ok(self.finish_many(&[item]).await?.first() == Some(&super::Released::Yes))
+    }
 }
 
 #[cfg(test)]
