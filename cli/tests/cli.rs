@@ -4,7 +4,13 @@
 use std::process::Output;
 use std::time::Duration;
 
-use leasehold::{Claim, Error, FenceGuard, FencedJob, JobError, JobSettings, LeaseStore, Renewal, Runtime, Schedule};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use leasehold::{
+    CancelReason, Claim, Due, Error, FenceGuard, FencedJob, JobError, JobSettings, LeaseStore, Renewal, Runtime,
+    Schedule,
+};
 use leasehold_testkit::TestDb;
 use tokio::sync::mpsc;
 
@@ -43,6 +49,9 @@ async fn migrated_db() -> TestDb {
 async fn leasehold(url: Option<&str>, args: &[&str]) -> Output {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
     cmd.args(args);
+    // Tables cut their last column to the terminal's width when it is known:
+    // not here, so the tests see the default.
+    cmd.env_remove("COLUMNS");
     match url {
         Some(url) => cmd.env("DATABASE_URL", url),
         None => cmd.env_remove("DATABASE_URL"),
@@ -274,7 +283,8 @@ async fn release_of_a_free_lease_needs_no_force_and_still_fences_out_the_last_ho
     assert_eq!(raised, info.fence);
 }
 
-/// A job that hands its guard to the test and waits to be cancelled.
+/// A job that hands its guard to the test and waits to be cancelled (then
+/// fails with the reason, unless it was for shutdown).
 struct Holding {
     guards: mpsc::UnboundedSender<FenceGuard>,
 }
@@ -291,6 +301,9 @@ impl FencedJob for Holding {
     async fn run(&self, guard: FenceGuard) -> Result<(), JobError> {
         let _ = self.guards.send(guard.clone());
         guard.cancelled().await;
+        // Stopped, not done: the history records it as cancelled (with
+        // the reason), not as succeeded.
+        guard.check()?;
         Ok(())
     }
 }
@@ -398,6 +411,10 @@ async fn an_unreachable_database_is_a_clear_error() {
         &["migrate"],
         &["release", "k"],
         &["forget", "k"],
+        &["history", "k"],
+        &["pause", "k"],
+        &["resume", "--job", "j"],
+        &["trigger", "k"],
     ] {
         let mut all = args.to_vec();
         all.extend(["--connect-timeout", "5"]);
@@ -439,7 +456,15 @@ async fn usage_errors_exit_2() {
 async fn a_missing_schema_names_leasehold_migrate_which_creates_it() {
     let db = leasehold_testkit::test_db().await;
     let url = url(&db);
-    for args in [&["status"][..], &["release", "k", "--force"], &["forget", "k"]] {
+    for args in [
+        &["status"][..],
+        &["release", "k", "--force"],
+        &["forget", "k"],
+        &["history", "k"],
+        &["pause", "k"],
+        &["resume", "k"],
+        &["trigger", "k"],
+    ] {
         let out = leasehold(Some(&url), args).await;
         assert_exit(&out, 1);
         assert!(stderr(&out).contains("run `leasehold migrate`"), "{}", stderr(&out));
@@ -688,4 +713,464 @@ async fn a_forgotten_key_claimed_again_gets_a_higher_fence() {
         store.get("tenant-42:reconcile").await.unwrap().unwrap().fence,
         again.fence
     );
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("invalid JSON ({e}):\n{}", stdout(out)))
+}
+
+fn is_paused(claim: &Claim) -> bool {
+    matches!(claim, Claim::Paused { .. })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_and_resume_of_a_key() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let store = LeaseStore::new(db.pool.clone());
+    released_row(&store, "tenant-1:sync", "web-1").await;
+    released_row(&store, "tenant-2:sync", "web-1").await;
+
+    let out = leasehold(
+        Some(&url),
+        &["pause", "tenant-1:sync", "--by", "alice@laptop", "--json"],
+    )
+    .await;
+    assert_exit(&out, 0);
+    let doc = json(&out);
+    assert_eq!(
+        (doc["scope"].as_str(), doc["name"].as_str(), doc["paused_by"].as_str()),
+        (Some("key"), Some("tenant-1:sync"), Some("alice@laptop")),
+        "{doc}"
+    );
+    assert_eq!(
+        (doc["cancel"].as_bool(), doc["already_paused"].as_bool()),
+        (Some(false), Some(false))
+    );
+    assert_eq!(
+        (doc["keys"].as_u64(), doc["running"].as_u64()),
+        (Some(1), Some(0)),
+        "{doc}"
+    );
+    assert!(doc["paused_at"].is_string(), "{doc}");
+
+    // Every replica obeys it: a claim of the key is refused, even a trigger's.
+    let claim = store.claim_run("tenant-1:sync", "web-2", LONG, Due::Now).await.unwrap();
+    assert!(is_paused(&claim), "{claim:?}");
+    let other = store.claim_run("tenant-2:sync", "web-2", LONG, Due::Now).await.unwrap();
+    let other = acquired(other);
+    assert!(store.release("tenant-2:sync", "web-2", other.fence).await.unwrap());
+
+    // Pausing again keeps the first pause.
+    let out = leasehold(Some(&url), &["pause", "tenant-1:sync", "--by", "bob@desk"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("key \"tenant-1:sync\" was already paused by alice@laptop since "),
+        "{text}"
+    );
+    assert!(text.contains("it covers 1 key, none running"), "{text}");
+    assert!(text.contains("`leasehold resume tenant-1:sync`"), "{text}");
+
+    let out = leasehold(Some(&url), &["status"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("2 leases (0 held, 2 free, 1 paused)"), "{text}");
+    assert_eq!(table_row(&text, "tenant-1:sync")[1], "free, paused", "{text}");
+    assert_eq!(table_row(&text, "tenant-2:sync")[1], "free", "{text}");
+    assert!(text.contains("1 pause in force"), "{text}");
+    let pause_line = text
+        .lines()
+        .find(|l| l.starts_with("key \"tenant-1:sync\""))
+        .unwrap_or_else(|| panic!("no pause row in\n{text}"));
+    assert!(
+        pause_line.contains("alice@laptop") && pause_line.contains(" ago)"),
+        "{pause_line}"
+    );
+    let out = leasehold(Some(&url), &["status", "--json"]).await;
+    let doc = json(&out);
+    assert_eq!(doc["leases"][0]["paused"], true, "{doc}");
+    assert_eq!(doc["leases"][1]["paused"], false, "{doc}");
+    assert_eq!(doc["pauses"][0]["scope"], "key", "{doc}");
+    assert_eq!(doc["pauses"][0]["paused_by"], "alice@laptop", "{doc}");
+    // A prefix that covers no paused key shows no pause.
+    let out = leasehold(Some(&url), &["status", "--json", "--prefix", "tenant-2"]).await;
+    assert_eq!(json(&out)["pauses"], serde_json::json!([]));
+
+    let out = leasehold(Some(&url), &["resume", "tenant-1:sync", "--json"]).await;
+    assert_exit(&out, 0);
+    let doc = json(&out);
+    assert_eq!(doc["outcome"], "resumed", "{doc}");
+    assert_eq!(doc["woken"], 1, "due since it was created: overdue, woken: {doc}");
+    let claim = store.claim_run("tenant-1:sync", "web-2", LONG, Due::Now).await.unwrap();
+    let lease = acquired(claim);
+    assert!(store.release("tenant-1:sync", "web-2", lease.fence).await.unwrap());
+
+    // Nothing left to resume: exit 4, in text and in JSON.
+    let out = leasehold(Some(&url), &["resume", "tenant-1:sync"]).await;
+    assert_exit(&out, 4);
+    assert!(
+        stderr(&out).contains("key \"tenant-1:sync\" is not paused"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+    let out = leasehold(Some(&url), &["resume", "--job", "no-such-job", "--json"]).await;
+    assert_exit(&out, 4);
+    assert_eq!(
+        json(&out),
+        serde_json::json!({ "scope": "job", "name": "no-such-job", "outcome": "not-paused" })
+    );
+    assert!(
+        stderr(&out).contains("job \"no-such-job\" is not paused"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A job with a run in progress, paused with and without `--cancel`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_and_resume_of_a_job() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let store = LeaseStore::new(db.pool.clone());
+    let (rt, _guards, guard) = running_job(&db).await;
+
+    let out = leasehold(Some(&url), &["pause", "--job", "held-job"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("paused job \"held-job\" for the whole fleet (by "),
+        "{text}"
+    );
+    assert!(
+        text.contains("it covers 1 key, 1 running: that run finishes (use --cancel to stop it at its next renewal)"),
+        "{text}"
+    );
+    assert!(text.contains("`leasehold resume --job held-job`"), "{text}");
+    let by = std::env::var("USER").map_or("leasehold-cli".to_owned(), |user| format!("{user}@"));
+    let pause = store.pauses().await.unwrap();
+    assert!(pause[0].paused_by.starts_with(&by), "{pause:?}");
+    assert!(!guard.is_cancelled(), "without --cancel the run goes on");
+
+    // --cancel on the same pause: the run stops at its next renewal
+    // (heartbeat lease/3 = 3.3s) with reason `paused`.
+    let out = leasehold(Some(&url), &["pause", "--job", "held-job", "--cancel", "--json"]).await;
+    assert_exit(&out, 0);
+    let doc = json(&out);
+    assert_eq!(
+        (
+            doc["scope"].as_str(),
+            doc["cancel"].as_bool(),
+            doc["already_paused"].as_bool()
+        ),
+        (Some("job"), Some(true), Some(true)),
+        "{doc}"
+    );
+    assert_eq!(
+        (doc["keys"].as_u64(), doc["running"].as_u64()),
+        (Some(1), Some(1)),
+        "{doc}"
+    );
+    tokio::time::timeout(Duration::from_secs(10), guard.cancelled())
+        .await
+        .expect("the pause cancels the run");
+    assert_eq!(guard.reason(), Some(CancelReason::Paused));
+    // Released, and no replica claims it back.
+    let claim = loop {
+        let claim = store.claim_run("held-job", "web-9", LONG, Due::Now).await.unwrap();
+        if !matches!(claim, Claim::HeldElsewhere { .. }) {
+            break claim;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(is_paused(&claim), "{claim:?}");
+
+    // status: paused, its job, the cancelled run.
+    let out = leasehold(Some(&url), &["status"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let row = table_row(&text, "held-job");
+    assert_eq!(row[1], "free, paused", "{text}");
+    assert_eq!(row[7], "held-job", "the JOB column: {text}");
+    assert!(
+        row[8].starts_with("cancelled (paused) ") && row[8].ends_with(" ago"),
+        "{text}"
+    );
+    assert_eq!(row[9], "never", "no run succeeded: {text}");
+    assert!(text.contains("job \"held-job\""), "the pause is listed: {text}");
+    let out = leasehold(Some(&url), &["status", "--json"]).await;
+    let doc = json(&out);
+    let lease = &doc["leases"][0];
+    assert_eq!(
+        (lease["job_name"].as_str(), lease["paused"].as_bool()),
+        (Some("held-job"), Some(true)),
+        "{doc}"
+    );
+    assert_eq!(lease["last_run"]["outcome"], "cancelled", "{doc}");
+    assert_eq!(lease["last_run"]["reason"], "paused", "{doc}");
+    assert!(
+        lease["last_success_at"].is_null() && lease["last_error"].is_null(),
+        "{doc}"
+    );
+    assert_eq!(doc["pauses"][0]["cancel"], true, "{doc}");
+
+    // Resuming the key alone does not lift its job's pause.
+    let out = leasehold(Some(&url), &["resume", "held-job"]).await;
+    assert_exit(&out, 4);
+    assert!(
+        stderr(&out).contains("its job \"held-job\" is paused too (`leasehold resume --job held-job`)"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = leasehold(Some(&url), &["resume", "--job", "held-job", "--json"]).await;
+    assert_exit(&out, 0);
+    assert_eq!(json(&out)["outcome"], "resumed");
+    assert!(store.pauses().await.unwrap().is_empty());
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trigger_makes_a_key_due_now_and_a_missing_key_exits_4() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let store = LeaseStore::new(db.pool.clone());
+    // A manual job's key, registered and never run: due "never".
+    let (guards, _rx) = mpsc::unbounded_channel();
+    let runtime = Runtime::builder(db.pool.clone())
+        .register(Holding { guards })
+        .start()
+        .await
+        .unwrap();
+    runtime.shutdown().await;
+    let before = store.get("held-job").await.unwrap().unwrap();
+    assert!(before.next_due_at.is_some_and(|due| due > before.server_now));
+
+    let out = leasehold(Some(&url), &["trigger", "held-job"]).await;
+    assert_exit(&out, 0);
+    assert_eq!(
+        stdout(&out),
+        "\"held-job\" is due now: the first replica that claims it runs it\n"
+    );
+    let after = store.get("held-job").await.unwrap().unwrap();
+    assert!(
+        after.next_due_at.is_some_and(|due| due <= after.server_now),
+        "{after:?}"
+    );
+
+    // A paused key is due too, and runs once resumed.
+    let out = leasehold(Some(&url), &["pause", "--job", "held-job"]).await;
+    assert_exit(&out, 0);
+    let out = leasehold(Some(&url), &["trigger", "held-job", "--json"]).await;
+    assert_exit(&out, 0);
+    assert_eq!(
+        json(&out),
+        serde_json::json!({ "key": "held-job", "outcome": "paused", "paused": true })
+    );
+    let out = leasehold(Some(&url), &["trigger", "held-job"]).await;
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("is due now but paused"), "{}", stdout(&out));
+
+    let out = leasehold(Some(&url), &["trigger", "no-such-job"]).await;
+    assert_exit(&out, 4);
+    assert!(
+        stderr(&out).contains("no lease with key \"no-such-job\"") && stderr(&out).contains("nothing to trigger"),
+        "{}",
+        stderr(&out)
+    );
+    let out = leasehold(Some(&url), &["trigger", "no-such-job", "--json"]).await;
+    assert_exit(&out, 4);
+    assert_eq!(
+        json(&out),
+        serde_json::json!({ "key": "no-such-job", "outcome": "not-found", "paused": false })
+    );
+    assert!(store.get("no-such-job").await.unwrap().is_none(), "no row is created");
+}
+
+/// Fails its first run (with a long, multi-line error), then succeeds.
+struct FailsOnce {
+    runs: Arc<AtomicU32>,
+}
+
+const LONG_ERROR: &str = "upstream said no\n  while posting invoice 42: the ledger service answered 503 \
+                          Service Unavailable after 3 attempts; retry later or check the ledger's health page";
+
+impl FencedJob for FailsOnce {
+    fn name(&self) -> &str {
+        "invoices"
+    }
+
+    fn key(&self) -> String {
+        "invoices:acme".to_owned()
+    }
+
+    fn settings(&self) -> JobSettings {
+        JobSettings::new(Schedule::Manual)
+            .lease(Duration::from_secs(10))
+            .retry(Duration::from_millis(10), Duration::from_millis(10))
+    }
+
+    async fn run(&self, _guard: FenceGuard) -> Result<(), JobError> {
+        if self.runs.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(LONG_ERROR.into());
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_shows_recorded_runs_newest_first() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let store = LeaseStore::new(db.pool.clone());
+    let rt = Runtime::builder(db.pool.clone())
+        .holder("web-1")
+        .poll_interval(Duration::from_millis(100))
+        .register(FailsOnce {
+            runs: Arc::new(AtomicU32::new(0)),
+        })
+        .start()
+        .await
+        .expect("runtime starts");
+
+    // Registered, no run yet: a row, no history.
+    let out = leasehold(Some(&url), &["history", "invoices:acme"]).await;
+    assert_exit(&out, 0);
+    assert_eq!(stdout(&out), "no runs recorded for \"invoices:acme\"\n");
+
+    rt.trigger("invoices:acme").await.expect("trigger");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while store.history("invoices:acme", 10).await.unwrap().len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "two runs recorded within 15s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    rt.shutdown().await;
+    let runs = store.history("invoices:acme", 10).await.unwrap();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+
+    let out = leasehold(Some(&url), &["history", "invoices:acme"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("history of \"invoices:acme\" (job invoices): 2 runs recorded, newest first; server time "),
+        "{text}"
+    );
+    let header = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("RUN"))
+        .expect("a header");
+    for column in ["FENCE", "HOLDER", "SLOT", "STARTED", "DURATION", "OUTCOME", "ERROR"] {
+        assert!(header.contains(column), "{header}");
+    }
+    let rows: Vec<Vec<String>> = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("RUN"))
+        .skip(1)
+        .map(|l| {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    let (newest, oldest) = (&rows[0], &rows[1]);
+    assert_eq!(newest[0], runs[0].run_no.to_string(), "newest first: {text}");
+    assert_eq!(
+        &newest[1..4],
+        [runs[0].fence.to_string().as_str(), "web-1", "-"],
+        "{text}"
+    );
+    assert!(newest[4].ends_with(" ago)"), "absolute and relative start: {text}");
+    assert_eq!(newest[6], "succeeded", "{text}");
+    assert_eq!(newest.len(), 7, "no error: {text}");
+    assert_eq!(oldest[6], "failed", "{text}");
+    // The error, on one line, cut for the table.
+    let error = &oldest[7];
+    assert!(
+        error.starts_with("upstream said no while posting invoice 42: "),
+        "{text}"
+    );
+    assert!(error.ends_with('…') && error.chars().count() <= 60, "{error}");
+
+    let out = leasehold(Some(&url), &["history", "invoices:acme", "--json"]).await;
+    assert_exit(&out, 0);
+    let doc = json(&out);
+    assert_eq!(doc["key"], "invoices:acme");
+    assert!(doc["server_now"].is_string(), "{doc}");
+    let json_runs = doc["runs"].as_array().expect("a runs array");
+    assert_eq!(json_runs.len(), 2);
+    assert_eq!(json_runs[0]["outcome"], "succeeded");
+    assert_eq!(json_runs[0]["run_no"], runs[0].run_no);
+    assert_eq!(json_runs[0]["holder"], "web-1");
+    assert_eq!(json_runs[0]["job_name"], "invoices");
+    assert!(json_runs[0]["error"].is_null() && json_runs[0]["scheduled_for"].is_null());
+    assert!(json_runs[0]["duration_seconds"].as_f64().unwrap() >= 0.0);
+    assert_eq!(json_runs[1]["outcome"], "failed");
+    assert_eq!(json_runs[1]["error"], LONG_ERROR, "in full in JSON");
+
+    let out = leasehold(Some(&url), &["history", "invoices:acme", "--limit", "1"]).await;
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains(": the latest 1 run (--limit 1), newest first"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("succeeded") && !stdout(&out).contains("failed"),
+        "{}",
+        stdout(&out)
+    );
+
+    // status: the latest run, success and error of the key.
+    let out = leasehold(Some(&url), &["status"]).await;
+    let text = stdout(&out);
+    let row = table_row(&text, "invoices:acme");
+    assert_eq!(row[7], "invoices", "{text}");
+    assert!(row[8].starts_with("succeeded ") && row[8].ends_with(" ago"), "{text}");
+    assert!(row[9].ends_with(" ago"), "{text}");
+    assert!(
+        row[10].contains(" ago: upstream said no while") && row[10].ends_with('…'),
+        "{text}"
+    );
+    let out = leasehold(Some(&url), &["status", "--json"]).await;
+    let lease = json(&out)["leases"][0].clone();
+    assert_eq!(lease["last_run"]["outcome"], "succeeded", "{lease}");
+    assert_eq!(lease["last_success_at"], lease["last_run"]["ended_at"], "{lease}");
+    assert_eq!(lease["last_error"]["message"], LONG_ERROR, "{lease}");
+    assert_eq!(lease["last_error"]["outcome"], "failed", "{lease}");
+    assert!(lease["last_error"]["at"].is_string(), "{lease}");
+
+    // A key with neither a row nor runs.
+    let out = leasehold(Some(&url), &["history", "no-such-key"]).await;
+    assert_exit(&out, 4);
+    assert!(
+        stderr(&out).contains("no lease with key \"no-such-key\""),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_usage_errors_exit_2() {
+    let url = Some("postgres://u@127.0.0.1:1/d");
+    for (args, says) in [
+        (&["history", "k", "--limit", "0"][..], "0 is not in 1..=10000"),
+        (&["history", "k", "--limit", "10001"], "10001 is not in 1..=10000"),
+        (&["history", "k", "--limit", "-3"], "-3"),
+        (&["pause"], "required"),
+        (&["pause", "k", "--job", "j"], "cannot be used with"),
+        (&["resume"], "required"),
+        (&["resume", "k", "--job", "j"], "cannot be used with"),
+        (&["pause", "k", "--by", ""], "invalid --by"),
+        (&["pause", "--job", ""], "invalid job name"),
+        (&["trigger"], "required"),
+        (&["trigger", ""], "invalid lease key"),
+    ] {
+        let out = leasehold(url, args).await;
+        assert_exit(&out, 2);
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
 }
