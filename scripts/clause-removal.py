@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Clause removal: for each guard clause of the lease SQL (src/lease/mod.rs,
-and the scheduler's batch statements in src/lease/batch.rs),
+the scheduler's batch statements and the run history in src/lease/batch.rs),
 remove it (or, for a rule that forbids something, add the forbidden clause)
 in a scratch worktree of HEAD and run the scenario tests named with it
 (`lease::` unless a mutation names others); every mutation must make at
@@ -20,17 +20,18 @@ ROOT = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=Tr
 # (name, pattern, replacement[, tests]) in src/lease/mod.rs.
 mutations = [
  ("claim: re-entrant clause `l.holder = EXCLUDED.holder OR` removed",
-  """                 WHERE l.holder = EXCLUDED.holder
-                    OR l.expires_at <= clock_timestamp()""",
-  """                 WHERE l.expires_at <= clock_timestamp()"""),
+  """                 WHERE (l.holder = EXCLUDED.holder
+                        OR l.expires_at <= clock_timestamp())""",
+  """                 WHERE (l.expires_at <= clock_timestamp())"""),
  ("claim: expiry clause `OR l.expires_at <= clock_timestamp()` removed",
-  """                 WHERE l.holder = EXCLUDED.holder
-                    OR l.expires_at <= clock_timestamp()""",
-  """                 WHERE l.holder = EXCLUDED.holder"""),
+  """                 WHERE (l.holder = EXCLUDED.holder
+                        OR l.expires_at <= clock_timestamp())""",
+  """                 WHERE (l.holder = EXCLUDED.holder)"""),
  ("claim: whole WHERE of DO UPDATE removed",
-  """                 WHERE l.holder = EXCLUDED.holder
-                    OR l.expires_at <= clock_timestamp()""",
-  ""),
+  """                 WHERE (l.holder = EXCLUDED.holder
+                        OR l.expires_at <= clock_timestamp())
+                   AND NOT""",
+  """                 WHERE NOT"""),
  ("claim: CASE keeping the fence of a live re-entrant claim removed (always fresh fence)",
   """                       fence       = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp()
                                           THEN l.fence ELSE EXCLUDED.fence END""",
@@ -68,17 +69,39 @@ mutations = [
   "isolation::wedged_heartbeat"),
  ("claim_run: times taken from VALUES, before the row-lock wait (the slot bug)",
   """                       acquired_at = clock_timestamp(),
-                       expires_at  = clock_timestamp() + make_interval(secs => $3)
-                 WHERE l.expires_at <= clock_timestamp()
-                   AND ($4""",
+                       expires_at  = clock_timestamp() + make_interval(secs => $3),
+                       runs        = l.runs + 1,""",
   """                       acquired_at = EXCLUDED.acquired_at,
-                       expires_at  = EXCLUDED.expires_at
-                 WHERE l.expires_at <= clock_timestamp()
-                   AND ($4"""),
+                       expires_at  = EXCLUDED.expires_at,
+                       runs        = l.runs + 1,"""),
  ("claim: snapshot pre-check removed",
   """                 WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease c
                                     WHERE c.key = $1 AND c.holder <> $2 AND c.expires_at > clock_timestamp())
 """, ""),
+ ("claim: pause clause removed (a paused key is taken over)",
+  """                        OR l.expires_at <= clock_timestamp())
+                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p
+                                    WHERE (p.scope = 'key' AND p.name = l.key)
+                                       OR (p.scope = 'job' AND p.name = l.job_name))""",
+  """                        OR l.expires_at <= clock_timestamp())""",
+  "operators::pause"),
+ ("claim/claim_run: key-pause clause of the insert path removed (a paused key without a row is created)",
+  "                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p WHERE p.scope = 'key' AND p.name = $1)\n",
+  "", "operators::pause"),
+ ("claim_run: pause clause removed (a paused key is claimed for a run)",
+  """                   AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
+                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p""",
+  """                   AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
+                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p WHERE false AND""",
+  "operators::pause"),
+ ("renew: pause-with-cancel never reported (a cancelling pause lets the run go on)",
+  "                    WHERE p.cancel AND ((p.scope = 'key' AND p.name = r.key)",
+  "                    WHERE false AND p.cancel AND ((p.scope = 'key' AND p.name = r.key)",
+  "operators::pause::a_pause_lets_the_run_finish_unless_it_cancels_it"),
+ ("renew: cancel flag ignored (every pause cancels the run in progress)",
+  "                    WHERE p.cancel AND ((p.scope = 'key' AND p.name = r.key)",
+  "                    WHERE ((p.scope = 'key' AND p.name = r.key)",
+  "operators::pause::a_pause_lets_the_run_finish_unless_it_cancels_it"),
 ]
 
 # The same, in src/lease/batch.rs (the scheduler's statements).
@@ -88,8 +111,8 @@ batch_mutations = [
   "                 WHERE true\n                   AND (l.next_due_at IS NULL",
   "scheduler::batch_claim::a_batch_claim_never_takes_a_live_lease"),
  ("claim_due: due clause removed (a key runs again in its slot)",
-  "                   AND (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())\n                 ORDER BY",
-  "\n                 ORDER BY",
+  "                   AND (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())\n                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause",
+  "\n                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause",
   "scheduler::batch_claim runtime::three_replicas_run_a_job_once_per_slot"),
  ("claim_due: SKIP LOCKED removed (a locked row holds up the batch)",
   "                 LIMIT $4\n                   FOR UPDATE OF l SKIP LOCKED",
@@ -126,6 +149,30 @@ batch_mutations = [
   "DELETE FROM leasehold_lease WHERE key = $1 AND expires_at <= clock_timestamp() RETURNING key",
   "DELETE FROM leasehold_lease WHERE key = $1 RETURNING key",
   "scheduler::forget"),
+ ("claim_due: pause clause removed (a paused key runs)",
+  "                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause AS p\n                                    WHERE (p.scope = 'key' AND p.name = l.key)\n                                       OR (p.scope = 'job' AND (p.name = l.job_name OR p.name = t.job)))\n                 ORDER BY",
+  "\n                 ORDER BY",
+  "operators::pause"),
+ ("claim_due: job clause of the pause removed (a paused job's keys run)",
+  "                                       OR (p.scope = 'job' AND (p.name = l.job_name OR p.name = t.job)))\n                 ORDER BY",
+  ")\n                 ORDER BY",
+  "operators::pause::a_paused_job_pauses_all_its_keys_and_nothing_else"),
+ ("finish_many: history ring overwrites a newer run with a late older one",
+  "                 WHERE r.run_no < EXCLUDED.run_no\n",
+  "\n",
+  "operators::history"),
+ ("finish_many: history row keyed by fence instead of the run number (the ring is not the latest runs)",
+  "t.key, (t.run_no % t.ring)::int, t.run_no,",
+  "t.key, (t.fence % t.ring)::int, t.run_no,",
+  "operators::history"),
+ ("finish_many: retry forgets the slot owed (catch-up loses a failed slot)",
+  "                       slot_at     = COALESCE(t.at, l.slot_at, l.next_due_at)\n",
+  "                       slot_at     = COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after), l.slot_at)\n",
+  "operators::catch_up"),
+ ("forget: history kept after the row is deleted (a re-added key's ring refuses its runs)",
+  "                DELETE FROM leasehold_run WHERE key IN (SELECT key FROM gone)\n",
+  "                SELECT 1\n",
+  "operators::history scheduler::forget"),
 ]
 
 FILES = [("src/lease/mod.rs", mutations), ("src/lease/batch.rs", batch_mutations)]

@@ -125,3 +125,32 @@ async fn history_zero_records_nothing() {
         .unwrap_err();
     assert!(err.to_string().contains("history length 10001"), "{err}");
 }
+
+/// Forgetting a key deletes its history with its row: when the key is
+/// registered again its run numbers start over, and its new runs are
+/// recorded (an old ring would refuse them as older).
+#[tokio::test]
+async fn forgetting_a_key_forgets_its_history() {
+    let (db, store) = support::store().await;
+    let ttl = Duration::from_secs(5);
+    let lease = store
+        .claim_run("gone", "h1", ttl, leasehold::Due::Now)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    assert!(store.release(&lease.key, "h1", lease.fence).await.unwrap());
+    store.record_runs_for_test("gone", 1..=5, 100).await.unwrap();
+    assert_eq!(rows_of(&db.pool, "gone").await, 5);
+    assert_eq!(store.forget("gone").await.unwrap(), leasehold::Forgotten::Deleted);
+    assert_eq!(rows_of(&db.pool, "gone").await, 0, "history deleted with the row");
+    store.record_runs_for_test("gone", 1..=2, 100).await.unwrap();
+    let numbers: Vec<i64> = store
+        .history("gone", 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.run_no)
+        .collect();
+    assert_eq!(numbers, vec![2, 1]);
+}

@@ -201,3 +201,51 @@ async fn a_paused_job_pauses_all_its_keys_and_nothing_else() {
     }
     rt.shutdown().await;
 }
+
+/// Every claim refuses a paused key — the article's `claim`, `claim_run`
+/// (even a manual `Due::Now`), a key with no row yet (key pause), and a
+/// key whose row names a paused job — and takes it again once resumed.
+#[tokio::test]
+async fn every_claim_refuses_a_paused_key() {
+    let (_db, store) = support::store().await;
+    let ttl = Duration::from_secs(5);
+    let free = |claim: Claim| matches!(claim, Claim::Paused { .. });
+
+    store.pause(&PauseTarget::key("k:new"), false, "test").await.unwrap();
+    assert!(
+        free(store.claim("k:new", "h1", ttl).await.unwrap()),
+        "insert path, claim"
+    );
+    assert!(
+        free(store.claim_run("k:new", "h1", ttl, Due::Now).await.unwrap()),
+        "insert path, claim_run"
+    );
+    assert_eq!(store.get("k:new").await.unwrap(), None, "nothing was inserted");
+
+    let lease = store
+        .claim_run("k:old", "h1", ttl, Due::Now)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    assert!(store.release(&lease.key, "h1", lease.fence).await.unwrap());
+    store.pause(&PauseTarget::key("k:old"), false, "test").await.unwrap();
+    assert!(
+        free(store.claim("k:old", "h2", ttl).await.unwrap()),
+        "takeover path, claim"
+    );
+    assert!(
+        free(store.claim_run("k:old", "h2", ttl, Due::Now).await.unwrap()),
+        "takeover path, claim_run"
+    );
+
+    store.resume(&PauseTarget::key("k:old")).await.unwrap();
+    assert!(
+        store
+            .claim_run("k:old", "h2", ttl, Due::Now)
+            .await
+            .unwrap()
+            .acquired()
+            .is_some()
+    );
+}
