@@ -11,7 +11,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::{Data, DeriveInput, Fields, Ident, LitStr};
 
-use crate::validate::{Job, Key, Schedule, Segment, snake_case, unraw};
+use crate::validate::{CatchUp, Job, Key, Schedule, Segment, snake_case, unraw};
 
 /// The whole derive: parse, check, generate.
 pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
@@ -46,7 +46,18 @@ fn implement(input: &DeriveInput, job: &Job) -> TokenStream {
             let period = duration(*period);
             quote!(::leasehold::Schedule::every(#period))
         }
-        Schedule::Cron(expr) => quote!(::leasehold::__private::cron(#expr)),
+        Schedule::Cron { expr, tz: None } => quote!(::leasehold::__private::cron(#expr)),
+        // Both checked at compile time; a failure here means mismatched
+        // leasehold and leasehold-macros versions.
+        Schedule::Cron { expr, tz: Some(tz) } => quote! {
+            match ::leasehold::Schedule::cron_in(#expr, #tz) {
+                ::core::result::Result::Ok(schedule) => schedule,
+                ::core::result::Result::Err(e) => ::core::panic!(
+                    "leasehold-macros accepted cron {:?} in {:?} but leasehold rejects it ({}): use matching versions",
+                    #expr, #tz, e
+                ),
+            }
+        },
     };
     let mut setters = Vec::new();
     let mut set = |method: &str, value: Option<Duration>| {
@@ -63,6 +74,17 @@ fn implement(input: &DeriveInput, job: &Job) -> TokenStream {
     if let Some((initial, max)) = job.retry {
         let (initial, max) = (duration(initial), duration(max));
         setters.push(quote!(.retry(#initial, #max)));
+    }
+    if let Some(policy) = job.catch_up {
+        let policy = match policy {
+            CatchUp::Once => quote!(::leasehold::CatchUp::Once),
+            CatchUp::Skip => quote!(::leasehold::CatchUp::Skip),
+            CatchUp::All(max) => {
+                let max = Literal::u32_suffixed(max);
+                quote!(::leasehold::CatchUp::all(#max))
+            }
+        };
+        setters.push(quote!(.catch_up(#policy)));
     }
     let settings = quote! {
         fn settings(&self) -> ::leasehold::JobSettings {

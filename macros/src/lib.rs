@@ -53,8 +53,10 @@ mod validate;
 /// | `name = "reconcile"` | struct name in snake_case | label in metrics and logs; not empty, at most 255 bytes, no NUL |
 /// | `key = "reconcile:{tenant}"` | the name | lease key; `{field}` is that named field of `self` (`Display`), `{{`/`}}` are braces; unknown fields, positional or formatted placeholders, an empty key and more than 255 literal bytes are errors |
 /// | `every = "5m"` | — | run once per period, aligned slots; at least `100ms`; not with `cron` |
-/// | `cron = "0 3 * * *"` | — | run when the expression matches (UTC; 5 fields, or 6 with seconds first); parsed by `croner` as the library does, and must fire at least once; not with `every` |
+/// | `cron = "0 3 * * *"` | — | run when the expression matches (UTC unless `tz`; 5 fields, or 6 with seconds first); parsed by `croner` as the library does, and must fire at least once; not with `every` |
 /// | *(neither)* | manual | the job runs only when triggered |
+/// | `tz = "Europe/Paris"` | UTC | the IANA time zone `cron` is read in (`Schedule::cron_in`, with its daylight-saving rule); only with `cron`; the zone must exist in the library's `chrono-tz` (the error suggests the closest name) |
+/// | `catch_up = "all(24)"` | `"once"` | slots missed while no replica ran the key (`leasehold::CatchUp`): `"once"`, `"skip"` or `"all(N)"` with `N` from 1 to 1000 (`MAX_CATCH_UP`); a bare `"all"` is an error |
 /// | `lease = "60s"` | `60s` | lease length; `10ms` to `168h` (`MIN_LEASE`..=`MAX_LEASE`) |
 /// | `heartbeat = "20s"` | lease/3 | renewal interval; must be below half the lease |
 /// | `margin = "6s"` | lease/10 | local deadline margin; heartbeat + margin must be below the lease |

@@ -15,6 +15,8 @@ pub(crate) const ATTRIBUTES: &[&str] = &[
     "key",
     "every",
     "cron",
+    "tz",
+    "catch_up",
     "lease",
     "heartbeat",
     "margin",
@@ -41,6 +43,14 @@ const SYNONYMS: &[(&str, &str)] = &[
     ("retry_backoff_max", "retry_max"),
     ("label", "name"),
     ("lease_key", "key"),
+    ("timezone", "tz"),
+    ("time_zone", "tz"),
+    ("zone", "tz"),
+    ("tzid", "tz"),
+    ("misfire", "catch_up"),
+    ("missed", "catch_up"),
+    ("backfill", "catch_up"),
+    ("catchup", "catch_up"),
 ];
 
 /// One `name = "value"` setting, as written.
@@ -60,6 +70,8 @@ pub(crate) struct RawJob {
     pub(crate) key: Option<Setting>,
     pub(crate) every: Option<Setting>,
     pub(crate) cron: Option<Setting>,
+    pub(crate) tz: Option<Setting>,
+    pub(crate) catch_up: Option<Setting>,
     pub(crate) lease: Option<Setting>,
     pub(crate) heartbeat: Option<Setting>,
     pub(crate) margin: Option<Setting>,
@@ -77,6 +89,8 @@ impl RawJob {
             "key" => &mut self.key,
             "every" => &mut self.every,
             "cron" => &mut self.cron,
+            "tz" => &mut self.tz,
+            "catch_up" => &mut self.catch_up,
             "lease" => &mut self.lease,
             "heartbeat" => &mut self.heartbeat,
             "margin" => &mut self.margin,
@@ -211,6 +225,8 @@ fn example(name: &str) -> &'static str {
         "name" => "\"reconcile\"",
         "key" => "\"reconcile:{tenant}\"",
         "cron" => "\"0 3 * * *\"",
+        "tz" => "\"Europe/Paris\"",
+        "catch_up" => "\"all(24)\"",
         "every" => "\"5m\"",
         "heartbeat" => "\"20s\"",
         "margin" => "\"6s\"",
@@ -248,7 +264,7 @@ fn unknown(name: &str) -> String {
 }
 
 /// Levenshtein distance, for "did you mean".
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
@@ -272,7 +288,10 @@ mod tests {
         assert!(unknown("deadline_margin").contains("did you mean `margin`?"));
         assert!(unknown("retrymax").contains("did you mean `retry_max`?"));
         assert!(!unknown("frobnicate").contains("did you mean"));
-        assert!(unknown("frobnicate").contains("expected one of: name, key, every, cron"));
+        assert!(unknown("frobnicate").contains("expected one of: name, key, every, cron, tz, catch_up"));
+        assert!(unknown("timezone").contains("did you mean `tz`?"));
+        assert!(unknown("catchup").contains("did you mean `catch_up`?"));
+        assert!(unknown("catch_upp").contains("did you mean `catch_up`?"));
     }
 
     #[test]

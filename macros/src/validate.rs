@@ -4,8 +4,10 @@
 //!
 //! Limits mirrored from the library (keep in step with `src/validate.rs` and
 //! `src/job.rs` there; `tests/it/derive.rs` checks the constants):
-//! `MIN_LEASE` 10ms, `MAX_LEASE` 7 days, `MAX_KEY_BYTES` 255, a schedule
-//! period of at least 100ms, and the `JobSettings` defaults.
+//! `MIN_LEASE` 10ms, `MAX_LEASE` 7 days, `MAX_KEY_BYTES` 255,
+//! `MAX_CATCH_UP` 1000, a schedule period of at least 100ms, and the
+//! `JobSettings` defaults. Time zones are checked with the `chrono-tz`
+//! version the library uses.
 
 use std::fmt;
 use std::str::FromStr;
@@ -15,7 +17,7 @@ use proc_macro2::Span;
 use syn::{Data, DeriveInput, Fields, Ident};
 
 use crate::Errors;
-use crate::parse::{RawJob, Setting};
+use crate::parse::{RawJob, Setting, edit_distance};
 
 /// `leasehold::MIN_LEASE`.
 const MIN_LEASE: Duration = Duration::from_millis(10);
@@ -23,6 +25,8 @@ const MIN_LEASE: Duration = Duration::from_millis(10);
 const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// `leasehold::MAX_KEY_BYTES`.
 const MAX_KEY_BYTES: usize = 255;
+/// `leasehold::MAX_CATCH_UP`: the largest `N` of `catch_up = "all(N)"`.
+const MAX_CATCH_UP: u32 = 1000;
 /// The shortest `every` period `Schedule::validate` accepts.
 const MIN_PERIOD: Duration = Duration::from_millis(100);
 /// `JobSettings::new` defaults.
@@ -42,13 +46,26 @@ pub(crate) struct Job {
     pub(crate) grace: Option<Duration>,
     /// `(initial, max)`, present when either `retry` or `retry_max` is given.
     pub(crate) retry: Option<(Duration, Duration)>,
+    pub(crate) catch_up: Option<CatchUp>,
 }
 
 /// When the job runs.
 pub(crate) enum Schedule {
     Manual,
     Every(Duration),
-    Cron(String),
+    /// A cron expression, read in the IANA zone `tz` (UTC if `None`).
+    Cron {
+        expr: String,
+        tz: Option<String>,
+    },
+}
+
+/// `catch_up = "..."`: `leasehold::CatchUp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CatchUp {
+    Once,
+    Skip,
+    All(u32),
 }
 
 /// A lease key: literal text and fields of `self`, from `key = "..."`.
@@ -131,6 +148,37 @@ pub(crate) fn validate(input: &DeriveInput, raw: &RawJob, errors: &mut Errors) -
                 None
             }
         });
+    let tz = raw.tz.as_ref().and_then(|setting| {
+        if raw.cron.is_none() {
+            let problem = if raw.every.is_some() {
+                "`tz` is the time zone of a `cron` schedule, and `every` slots are aligned on the Unix epoch, \
+                 in no zone; for times of day use `cron = \"0 3 * * *\"` with `tz`, or remove `tz`"
+            } else {
+                "`tz` is the time zone of a `cron` schedule, and this job has none; \
+                 add `cron = \"0 3 * * *\"` (read in this zone), or remove `tz`"
+            };
+            errors.push(syn::Error::new_spanned(&setting.meta.path, problem));
+            return None;
+        }
+        let name = setting.value.value();
+        match zone(&name) {
+            Ok(()) => Some(name),
+            Err(problem) => {
+                errors.push(value_error(setting, problem));
+                None
+            }
+        }
+    });
+    let catch_up = raw
+        .catch_up
+        .as_ref()
+        .and_then(|setting| match catch_up(&setting.value.value()) {
+            Ok(policy) => Some(policy),
+            Err(problem) => {
+                errors.push(value_error(setting, problem));
+                None
+            }
+        });
     let schedule = match (&raw.every, &raw.cron) {
         (Some(e), Some(c)) => {
             let later = if e.order > c.order { e } else { c };
@@ -143,7 +191,7 @@ pub(crate) fn validate(input: &DeriveInput, raw: &RawJob, errors: &mut Errors) -
         }
         _ => match (every, cron) {
             (Some(Ok(period)), _) => Schedule::Every(period),
-            (_, Some(expr)) => Schedule::Cron(expr),
+            (_, Some(expr)) => Schedule::Cron { expr, tz },
             _ => Schedule::Manual,
         },
     };
@@ -247,6 +295,7 @@ pub(crate) fn validate(input: &DeriveInput, raw: &RawJob, errors: &mut Errors) -
         margin: value(margin),
         grace: value(grace),
         retry,
+        catch_up,
     })
 }
 
@@ -652,6 +701,97 @@ fn field_list(names: &[(&str, &str)]) -> String {
     names.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(" ")
 }
 
+/// Checks a time zone name as `leasehold::Schedule::cron_in` does (the
+/// same `chrono-tz`), suggesting the closest known name.
+fn zone(name: &str) -> Result<(), String> {
+    if chrono_tz::Tz::from_str(name).is_ok() {
+        return Ok(());
+    }
+    Err(match suggest_zone(name) {
+        Some(known) => format!("unknown time zone; did you mean {known:?}? (IANA names, case-sensitive)"),
+        None if abbreviation(name) => "unknown time zone: an abbreviation names an offset, not a zone with its \
+             daylight-saving rules; expected an IANA name such as \"Europe/Paris\", \"America/New_York\" or \"UTC\""
+            .to_owned(),
+        None => "unknown time zone; expected an IANA name such as \"Europe/Paris\", \"America/New_York\" or \"UTC\""
+            .to_owned(),
+    })
+}
+
+/// `CEST`, `PDT`, `AEST`: what clocks show, not a zone.
+fn abbreviation(name: &str) -> bool {
+    (2..=5).contains(&name.len()) && name.chars().all(|c| c.is_ascii_uppercase())
+}
+
+/// The known zone closest to `name`: the same name in another case, the
+/// one whose last part is `name` (`Paris`), or one within a few typos
+/// (the library's `suggest_zone`).
+fn suggest_zone(name: &str) -> Option<&'static str> {
+    let lower = name.trim().to_ascii_lowercase();
+    if lower.is_empty() {
+        return None;
+    }
+    let names = || chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name());
+    names()
+        .find(|known| known.to_ascii_lowercase() == lower)
+        .or_else(|| {
+            names().find(|known| {
+                known
+                    .rsplit('/')
+                    .next()
+                    .is_some_and(|city| city.to_ascii_lowercase() == lower.replace(' ', "_"))
+            })
+        })
+        .or_else(|| {
+            names()
+                .map(|known| (edit_distance(&lower, &known.to_ascii_lowercase()), known))
+                .filter(|(d, known)| *d <= 3 && *d * 3 < known.len())
+                .min()
+                .map(|(_, known)| known)
+        })
+}
+
+const CATCH_UP_FORMS: &str = "expected \"once\" (the default: one run for a missed stretch), \"skip\" \
+     (no run for missed slots) or \"all(N)\" (a run for each of the latest N missed slots, 1 to 1000, \
+     e.g. \"all(24)\")";
+
+/// Parses `once`, `skip` or `all(N)` as `leasehold::CatchUp`.
+fn catch_up(text: &str) -> Result<CatchUp, String> {
+    match text {
+        "once" => return Ok(CatchUp::Once),
+        "skip" => return Ok(CatchUp::Skip),
+        _ => {}
+    }
+    let bare = text.trim().to_ascii_lowercase();
+    let bare: String = bare.chars().filter(|c| !c.is_whitespace()).collect();
+    if bare == "all" || bare == "all()" {
+        return Err(format!(
+            "`all` needs a bound: how many of the latest missed slots may run (1 to {MAX_CATCH_UP}), \
+             e.g. `catch_up = \"all(24)\"`"
+        ));
+    }
+    if let Some(inner) = text.trim().strip_prefix("all(").and_then(|rest| rest.strip_suffix(')')) {
+        let inner = inner.trim();
+        if !inner.is_empty() && inner.chars().all(|c| c.is_ascii_digit()) {
+            return match inner.parse::<u32>() {
+                Ok(n) if (1..=MAX_CATCH_UP).contains(&n) => Ok(CatchUp::All(n)),
+                Ok(0) => Err(format!(
+                    "the bound of `all` must be 1 to {MAX_CATCH_UP}; for no runs for missed slots, write \"skip\""
+                )),
+                _ => Err(format!(
+                    "the bound of `all` must be 1 to {MAX_CATCH_UP}, the most missed slots a key catches up on"
+                )),
+            };
+        }
+        return Err(format!(
+            "the bound of `all` is a whole number from 1 to {MAX_CATCH_UP}, e.g. \"all(24)\""
+        ));
+    }
+    if matches!(bare.as_str(), "once" | "skip") || bare.starts_with("all(") {
+        return Err(format!("write it as {bare:?}"));
+    }
+    Err(format!("unknown catch-up policy; {CATCH_UP_FORMS}"))
+}
+
 /// The struct name as a snake_case job name: `NightlyReconcile` →
 /// `nightly_reconcile`, `HTTPPoller` → `http_poller`.
 pub(crate) fn snake_case(ident: &Ident) -> String {
@@ -811,6 +951,54 @@ mod tests {
     }
 
     #[test]
+    fn zones_are_checked_like_the_library() {
+        assert!(zone("Europe/Paris").is_ok());
+        assert!(zone("UTC").is_ok());
+        assert!(zone("America/Argentina/Buenos_Aires").is_ok());
+        let msg = zone("Europe/Pariss").unwrap_err();
+        assert!(msg.contains("did you mean \"Europe/Paris\"?"), "{msg}");
+        assert!(zone("europe/paris").unwrap_err().contains("\"Europe/Paris\""));
+        assert!(zone("Tokyo").unwrap_err().contains("\"Asia/Tokyo\""));
+        let msg = zone("Mars/Olympus").unwrap_err();
+        assert!(msg.contains("an IANA name such as \"Europe/Paris\""), "{msg}");
+        assert!(zone("").is_err());
+        assert!(zone("CEST").unwrap_err().contains("an abbreviation"));
+    }
+
+    #[test]
+    fn catch_up_forms() {
+        assert_eq!(catch_up("once"), Ok(CatchUp::Once));
+        assert_eq!(catch_up("skip"), Ok(CatchUp::Skip));
+        assert_eq!(catch_up("all(24)"), Ok(CatchUp::All(24)));
+        assert_eq!(catch_up("all( 3 )"), Ok(CatchUp::All(3)));
+        assert_eq!(catch_up("all(1)"), Ok(CatchUp::All(1)));
+        assert_eq!(catch_up("all(1000)"), Ok(CatchUp::All(MAX_CATCH_UP)));
+        let err = |text: &str| catch_up(text).unwrap_err();
+        assert!(
+            err("all").contains("needs a bound") && err("all").contains("all(24)"),
+            "{}",
+            err("all")
+        );
+        assert!(err("all()").contains("needs a bound"));
+        assert!(
+            err("all(0)").contains("1 to 1000") && err("all(0)").contains("\"skip\""),
+            "{}",
+            err("all(0)")
+        );
+        assert!(err("all(1001)").contains("1 to 1000"));
+        assert!(err("all(99999999999)").contains("1 to 1000"));
+        assert!(err("all(-1)").contains("whole number"));
+        assert!(err("all(x)").contains("whole number"));
+        assert!(err("Skip").contains("write it as \"skip\""), "{}", err("Skip"));
+        assert!(err("ALL(3)").contains("\"all(3)\""));
+        let msg = err("latest");
+        assert!(
+            msg.contains("\"once\"") && msg.contains("\"skip\"") && msg.contains("\"all(N)\""),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn durations_print_in_attribute_syntax() {
         assert_eq!(human(ms(5_400_000)), "1h30m");
         assert_eq!(human(ms(300_000)), "5m");
@@ -823,6 +1011,7 @@ mod tests {
     fn library_limits_are_mirrored() {
         assert_eq!(MIN_LEASE, ms(10));
         assert_eq!(MAX_LEASE, Duration::from_secs(604_800));
+        assert_eq!(MAX_CATCH_UP, 1000);
         assert!(DEFAULT_LEASE / 3 * 2 < DEFAULT_LEASE);
     }
 }

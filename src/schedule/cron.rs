@@ -101,6 +101,11 @@ fn zone(name: &str) -> Result<Tz> {
     Tz::from_str(name).map_err(|_| {
         let fix = match suggest_zone(name) {
             Some(known) => format!("did you mean {known:?}? (zone names are IANA names, case-sensitive)"),
+            None if (2..=5).contains(&name.len()) && name.chars().all(|c| c.is_ascii_uppercase()) => {
+                "an abbreviation names an offset, not a zone with its daylight-saving rules; expected an IANA name \
+                 such as \"Europe/Paris\", \"America/New_York\" or \"UTC\""
+                    .to_owned()
+            }
             None => "expected an IANA name such as \"Europe/Paris\", \"America/New_York\" or \"UTC\"".to_owned(),
         };
         Error::invalid("time zone", name, format!("no such time zone; {fix}"))
@@ -523,6 +528,8 @@ mod tests {
         let m = msg("Mars/Olympus");
         assert!(m.contains("an IANA name such as \"Europe/Paris\""), "{m}");
         assert!(msg("").contains("an IANA name"));
+        assert!(msg("CEST").contains("an abbreviation"), "{}", msg("CEST"));
+        Schedule::cron_in("0 3 * * *", "EST").unwrap(); // a real (fixed-offset) zone
         // The expression is checked first, with its own message.
         let m = Schedule::cron_in("0 25 * * *", "Nowhere").unwrap_err().to_string();
         assert!(m.contains("cron expression"), "{m}");

@@ -41,10 +41,20 @@ fn derive_limits_match_the_library() {
         255,
         "update MAX_KEY_BYTES in macros/src/validate.rs"
     );
+    assert_eq!(
+        leasehold::MAX_CATCH_UP,
+        1000,
+        "update MAX_CATCH_UP in macros/src/validate.rs"
+    );
 
     // `JobSettings::new` defaults, which the derive assumes when it checks
     // the settings that are given against those that are not.
     let settings = leasehold::JobSettings::new(leasehold::Schedule::Manual);
+    assert_eq!(
+        settings.catch_up_policy(),
+        leasehold::CatchUp::Once,
+        "the derive sets `catch_up` only when given"
+    );
     assert_eq!(
         settings.heartbeat_interval(),
         Duration::from_secs(20),
