@@ -78,7 +78,7 @@ mutations = [
   """                 WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease c
                                     WHERE c.key = $1 AND c.holder <> $2 AND c.expires_at > clock_timestamp())
 """, ""),
- ("claim: pause clause removed (a paused key is taken over)",
+ ("claim: pause clause removed (a paused job's key is taken over)",
   """                        OR l.expires_at <= clock_timestamp())
                    AND NOT EXISTS (SELECT 1 FROM leasehold_pause p
                                     WHERE (p.scope = 'key' AND p.name = l.key)
@@ -88,11 +88,12 @@ mutations = [
  ("claim/claim_run: key-pause clause of the insert path removed (a paused key without a row is created)",
   "                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p WHERE p.scope = 'key' AND p.name = $1)\n",
   "", "operators::pause"),
- ("claim_run: pause clause removed (a paused key is claimed for a run)",
+ ("claim_run: pause clause removed (a paused job's key is claimed for a run)",
   """                   AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
-                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p""",
-  """                   AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
-                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p WHERE false AND""",
+                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p
+                                    WHERE (p.scope = 'key' AND p.name = l.key)
+                                       OR (p.scope = 'job' AND p.name = l.job_name))""",
+  """                   AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())""",
   "operators::pause"),
  ("renew: pause-with-cancel never reported (a cancelling pause lets the run go on)",
   "                    WHERE p.cancel AND ((p.scope = 'key' AND p.name = r.key)",
@@ -160,10 +161,6 @@ batch_mutations = [
  ("finish_many: history ring overwrites a newer run with a late older one",
   "                 WHERE r.run_no < EXCLUDED.run_no\n",
   "\n",
-  "operators::history"),
- ("finish_many: history row keyed by fence instead of the run number (the ring is not the latest runs)",
-  "t.key, (t.run_no % t.ring)::int, t.run_no,",
-  "t.key, (t.fence % t.ring)::int, t.run_no,",
   "operators::history"),
  ("finish_many: retry forgets the slot owed (catch-up loses a failed slot)",
   "                       slot_at     = COALESCE(t.at, l.slot_at, l.next_due_at)\n",

@@ -78,7 +78,6 @@ impl CatchUp {
 
 /// What a run that just claimed a key does about its pending slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // the runtime's entry points, used as it adopts them
 pub(crate) enum SlotPlan {
     /// Run, for this slot (`None`: not a scheduled slot — a trigger before
     /// the slot, a manual job, or a row with no slot recorded).
@@ -103,7 +102,6 @@ pub(crate) enum SlotPlan {
 ///
 /// `pending` itself counts as a slot even when the schedule no longer has
 /// it (it changed since the row was written).
-#[allow(dead_code)] // the runtime's entry points, used as it adopts them
 pub(crate) fn plan(
     schedule: &Schedule,
     catch_up: CatchUp,
@@ -143,7 +141,6 @@ pub(crate) fn plan(
 /// scheduled slot: the slot after *that* slot, which may already be past —
 /// the key is then due again at once, for the next missed slot. Never for a
 /// manual job.
-#[allow(dead_code)] // the runtime's entry points, used as it adopts them
 pub(crate) fn next_after_success(
     schedule: &Schedule,
     catch_up: CatchUp,

@@ -21,7 +21,6 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 
 pub use self::catch_up::{CatchUp, MAX_CATCH_UP};
-#[allow(unused_imports)] // the runtime's entry points, used as it adopts them
 pub(crate) use self::catch_up::{SlotPlan, next_after_success, plan};
 pub use self::cron::CronSchedule;
 use crate::error::{Error, Result};

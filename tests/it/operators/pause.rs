@@ -207,17 +207,17 @@ async fn a_paused_job_pauses_all_its_keys_and_nothing_else() {
 /// key whose row names a paused job — and takes it again once resumed.
 #[tokio::test]
 async fn every_claim_refuses_a_paused_key() {
-    let (_db, store) = support::store().await;
+    let (db, store) = support::store().await;
     let ttl = Duration::from_secs(5);
-    let free = |claim: Claim| matches!(claim, Claim::Paused { .. });
+    let paused = |claim: Claim| matches!(claim, Claim::Paused { .. });
 
     store.pause(&PauseTarget::key("k:new"), false, "test").await.unwrap();
     assert!(
-        free(store.claim("k:new", "h1", ttl).await.unwrap()),
+        paused(store.claim("k:new", "h1", ttl).await.unwrap()),
         "insert path, claim"
     );
     assert!(
-        free(store.claim_run("k:new", "h1", ttl, Due::Now).await.unwrap()),
+        paused(store.claim_run("k:new", "h1", ttl, Due::Now).await.unwrap()),
         "insert path, claim_run"
     );
     assert_eq!(store.get("k:new").await.unwrap(), None, "nothing was inserted");
@@ -231,11 +231,11 @@ async fn every_claim_refuses_a_paused_key() {
     assert!(store.release(&lease.key, "h1", lease.fence).await.unwrap());
     store.pause(&PauseTarget::key("k:old"), false, "test").await.unwrap();
     assert!(
-        free(store.claim("k:old", "h2", ttl).await.unwrap()),
+        paused(store.claim("k:old", "h2", ttl).await.unwrap()),
         "takeover path, claim"
     );
     assert!(
-        free(store.claim_run("k:old", "h2", ttl, Due::Now).await.unwrap()),
+        paused(store.claim_run("k:old", "h2", ttl, Due::Now).await.unwrap()),
         "takeover path, claim_run"
     );
 
@@ -247,5 +247,25 @@ async fn every_claim_refuses_a_paused_key() {
             .unwrap()
             .acquired()
             .is_some()
+    );
+
+    // A row a runtime registered carries its job's name: a job pause
+    // covers it for every claim, the store's included.
+    let rt = support::replica(
+        &db,
+        "r1",
+        2,
+        vec![job("reports:x", quick(Schedule::Manual, ttl), |_| async { Ok(()) })],
+    )
+    .await;
+    rt.shutdown().await;
+    store.pause(&PauseTarget::job("reports"), false, "test").await.unwrap();
+    assert!(
+        paused(store.claim("reports:x", "h3", ttl).await.unwrap()),
+        "job pause, claim"
+    );
+    assert!(
+        paused(store.claim_run("reports:x", "h3", ttl, Due::Now).await.unwrap()),
+        "job pause, claim_run"
     );
 }
