@@ -1,4 +1,4 @@
-//! A demo replica to try the `leasehold` CLI on: it runs three jobs under
+//! A demo replica to try the `leasehold` CLI on: it runs four jobs under
 //! leasehold against `DATABASE_URL` until Ctrl-C (or for N seconds).
 //!
 //! ```sh
@@ -9,8 +9,11 @@
 //!   until it is cancelled or a write is rejected: run
 //!   `leasehold release reindex --force` to watch it stop;
 //! - `billing:acme` runs every 30 s for about 5 s;
+//! - `invoices:acme` runs every 20 s; every other run fails (the ledger
+//!   answers 503) and is retried a second later, for `leasehold history`;
 //! - `nightly-reconcile` is due at 03:00 UTC and idles until then.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use leasehold::{FenceGuard, FencedJob, JobError, JobSettings, Runtime, Schedule};
@@ -46,6 +49,9 @@ impl FencedJob for Reindex {
                 _ = tokio::time::sleep(Duration::from_secs(2)) => {}
                 _ = guard.cancelled() => {
                     println!("reindex: run with fence {} cancelled ({:?})", guard.fence(), guard.reason());
+                    // Stopped, not done: `Err` (the history records the run
+                    // as cancelled, with the reason), except for shutdown.
+                    guard.check()?;
                     return Ok(());
                 }
             }
@@ -80,6 +86,38 @@ impl FencedJob for Billing {
     }
 }
 
+#[derive(Default)]
+struct Invoices {
+    runs: AtomicU32,
+}
+
+impl FencedJob for Invoices {
+    fn name(&self) -> &str {
+        "invoices"
+    }
+
+    fn key(&self) -> String {
+        "invoices:acme".to_owned()
+    }
+
+    fn settings(&self) -> JobSettings {
+        JobSettings::new(Schedule::every(Duration::from_secs(20))).lease(Duration::from_secs(30))
+    }
+
+    async fn run(&self, guard: FenceGuard) -> Result<(), JobError> {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if self.runs.fetch_add(1, Ordering::Relaxed) % 2 == 1 {
+            return Err(format!(
+                "posting invoice batch for acme with fence {}: the ledger answered 503 Service Unavailable \
+                 (upstream connect error or disconnect/reset before headers); retry later",
+                guard.fence()
+            )
+            .into());
+        }
+        Ok(())
+    }
+}
+
 struct Nightly;
 
 impl FencedJob for Nightly {
@@ -108,6 +146,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .holder(holder.as_str())
         .register(Reindex { db: db.clone() })
         .register(Billing { db: db.clone() })
+        .register(Invoices::default())
         .register(Nightly)
         .start()
         .await?;

@@ -271,16 +271,21 @@ pub(crate) async fn resume(db: &Db, args: &ResumeArgs) -> Result<(), Failure> {
                 })?;
                 return Ok(());
             }
-            if woken == 0 {
-                println!("resumed {what}: no key was overdue; each runs at its next slot");
-            } else {
-                println!(
-                    "resumed {what}: {} overdue, woken (claimable now; each job's catch-up policy decides what runs); the others run at their next slot",
-                    text::plural(woken, "key")
-                );
-            }
             if let Some(job) = &job_pause {
-                println!("  still paused: {}", job_note(job));
+                println!("lifted the pause of {what}, but it stays paused: {}", job_note(job));
+                return Ok(());
+            }
+            let key = target.scope() == "key";
+            match (key, woken) {
+                (true, 0) => println!("resumed {what}: it runs at its next slot"),
+                (true, _) => println!(
+                    "resumed {what}: it was overdue, so it is claimable now (its job's catch-up policy decides what runs)"
+                ),
+                (false, 0) => println!("resumed {what}: no key was overdue; each runs at its next slot"),
+                (false, _) => println!(
+                    "resumed {what}: {} overdue, woken (claimable now; the job's catch-up policy decides what runs); the others run at their next slot",
+                    text::plural(woken, "key")
+                ),
             }
             Ok(())
         }
@@ -294,14 +299,19 @@ pub(crate) async fn resume(db: &Db, args: &ResumeArgs) -> Result<(), Failure> {
                     paused_by_job: job_pause.as_deref(),
                 })?;
             }
-            let hint = match &job_pause {
-                Some(job) => format!("; {}", job_note(job)),
-                None => " (see `leasehold status`)".to_owned(),
-            };
-            Err(Failure::not_found(format!(
-                "{what} is not paused in {}{hint}; nothing to resume",
-                db.name
-            )))
+            Err(Failure::not_found(match &job_pause {
+                Some(job) => format!(
+                    "{what} has no pause of its own in {}: it is paused through its job {} \
+                     (`leasehold resume --job {}` lifts that, for every key of the job); nothing to resume",
+                    db.name,
+                    text::cell(&format!("{job:?}")),
+                    text::shell_word(job)
+                ),
+                None => format!(
+                    "{what} is not paused in {} (see `leasehold status`); nothing to resume",
+                    db.name
+                ),
+            }))
         }
         // An outcome of a newer library that this CLI does not know.
         other => Err(Failure::error(format!(

@@ -919,10 +919,27 @@ async fn pause_and_resume_of_a_job() {
     let out = leasehold(Some(&url), &["resume", "held-job"]).await;
     assert_exit(&out, 4);
     assert!(
-        stderr(&out).contains("its job \"held-job\" is paused too (`leasehold resume --job held-job`)"),
+        stderr(&out).contains("key \"held-job\" has no pause of its own in ")
+            && stderr(&out)
+                .contains(": it is paused through its job \"held-job\" (`leasehold resume --job held-job` lifts"),
         "{}",
         stderr(&out)
     );
+
+    // Paused both ways: lifting the key's own pause leaves the job's.
+    let out = leasehold(Some(&url), &["pause", "held-job", "--by", "ops"]).await;
+    assert_exit(&out, 0);
+    let out = leasehold(Some(&url), &["resume", "held-job"]).await;
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).starts_with(
+            "lifted the pause of key \"held-job\", but it stays paused: its job \"held-job\" is paused too"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    let claim = store.claim_run("held-job", "web-9", LONG, Due::Now).await.unwrap();
+    assert!(is_paused(&claim), "{claim:?}");
 
     let out = leasehold(Some(&url), &["resume", "--job", "held-job", "--json"]).await;
     assert_exit(&out, 0);
