@@ -153,6 +153,10 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (RunOutco
     };
 
     let (outcome, message) = match finished {
+        // A run an operator's pause cancelled is recorded as cancelled even
+        // if it returned Ok: most jobs return early when cancelled, and the
+        // slot must stay owed so it runs again once resumed.
+        Some(Ok(Ok(()))) if tenure.reason() == Some(CancelReason::Paused) => (RunOutcome::Cancelled, None),
         Some(Ok(Ok(()))) => (RunOutcome::Succeeded, None),
         _ if tenure.reason().is_some_and(|r| r != CancelReason::Shutdown) => (RunOutcome::Cancelled, None),
         Some(Ok(Err(error))) => {
