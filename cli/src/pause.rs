@@ -65,7 +65,7 @@ pub(crate) struct PauseArgs {
     /// `paused`); without it they finish.
     #[arg(long)]
     cancel: bool,
-    /// Who pauses, shown by `status` [default: $USER@<hostname>].
+    /// Who pauses, shown by `status` (default: `$USER@<hostname>`).
     #[arg(long, value_name = "WHO")]
     by: Option<String>,
     /// Print the pause as JSON.
