@@ -185,8 +185,8 @@ mod tests {
 
     use super::*;
     use crate::error::CancelReason;
-    use crate::lease::RunOutcome;
     use crate::metrics as m;
+    use crate::outcome::RunOutcome;
 
     #[test]
     fn addresses_are_checked_before_anything_binds() {

@@ -59,6 +59,7 @@ mod job;
 mod lease;
 pub mod metrics;
 mod migrate;
+mod outcome;
 mod runtime;
 mod schedule;
 mod tenure;
@@ -72,10 +73,11 @@ pub use job::{FencedJob, JobError, JobSettings};
 pub use lease::never_claimed;
 pub use lease::{
     Claim, Due, Forgotten, KeyStatus, Lease, LeaseInfo, LeaseStore, Pause, PauseTarget, Renewal, RenewedMany, Resumed,
-    RunOutcome, RunRecord, Triggered,
+    RunRecord, Triggered,
 };
 pub use leasehold_macros::FencedJob;
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate};
+pub use outcome::RunOutcome;
 #[doc(hidden)]
 pub use runtime::__private;
 #[cfg(feature = "test-util")]

@@ -52,7 +52,7 @@
 
 use std::time::Duration;
 
-use crate::lease::RunOutcome;
+use crate::outcome::RunOutcome;
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
 use crate::error::CancelReason;

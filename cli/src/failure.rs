@@ -2,6 +2,8 @@
 
 use std::process::ExitCode;
 
+use crate::text;
+
 /// How the process ends when a command fails. The values are documented
 /// in the crate docs and `cli/README.md`; scripts rely on them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,4 +77,16 @@ impl From<sqlx::Error> for Failure {
     fn from(e: sqlx::Error) -> Self {
         Failure::error(format!("database error: {}", describe(&e)))
     }
+}
+
+/// Same limits as the schema's CHECK constraints and the library's checks.
+pub(crate) fn check_name(what: &str, value: &str) -> Result<(), Failure> {
+    if value.is_empty() || value.len() > leasehold::MAX_KEY_BYTES {
+        return Err(Failure::usage(format!(
+            "invalid {what} {}: it must be 1 to {} bytes long",
+            text::cell(&format!("{value:?}")),
+            leasehold::MAX_KEY_BYTES
+        )));
+    }
+    Ok(())
 }

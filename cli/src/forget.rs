@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
-use crate::release::check_name;
+use crate::failure::check_name;
 use crate::status::{LeaseJson, Row};
 use crate::text;
 

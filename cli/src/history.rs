@@ -6,12 +6,13 @@
 //! clock, and whether the key has a lease row); no SQL of its own.
 
 use chrono::{DateTime, Utc};
-use leasehold::{LeaseStore, RunOutcome, RunRecord};
+use leasehold::{LeaseStore, RunRecord};
 use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
-use crate::release::check_name;
+use crate::failure::check_name;
+use crate::runs::{RunJson, outcome_text};
 use crate::text::{self, Align};
 
 /// Most runs one `history` call returns (the library's limit).
@@ -44,53 +45,6 @@ impl Args {
             )));
         }
         Ok(())
-    }
-}
-
-/// `succeeded`, `failed`, `cancelled (paused)`.
-pub(crate) fn outcome_text(run: &RunRecord) -> String {
-    match (run.outcome, run.reason.as_deref()) {
-        (RunOutcome::Cancelled, Some(reason)) => format!("cancelled ({})", text::cell(reason)),
-        (outcome, _) => outcome.as_str().to_owned(),
-    }
-}
-
-/// One run in `--json` output (`history`, and `status`'s `last_run`).
-#[derive(Serialize)]
-pub(crate) struct RunJson<'a> {
-    run_no: i64,
-    job_name: Option<&'a str>,
-    fence: i64,
-    holder: &'a str,
-    /// The schedule slot it ran for; `null` for a triggered or manual run.
-    scheduled_for: Option<DateTime<Utc>>,
-    started_at: DateTime<Utc>,
-    ended_at: DateTime<Utc>,
-    duration_seconds: f64,
-    /// `succeeded`, `failed`, `cancelled`, `panicked` or `skipped`.
-    outcome: &'static str,
-    /// Why a cancelled run stopped: `stolen`, `expired`, `deadline`,
-    /// `shutdown`, `paused`.
-    reason: Option<&'a str>,
-    /// The job's error or panic message, in full (at most 2,000 bytes).
-    error: Option<&'a str>,
-}
-
-impl<'a> From<&'a RunRecord> for RunJson<'a> {
-    fn from(run: &'a RunRecord) -> Self {
-        RunJson {
-            run_no: run.run_no,
-            job_name: run.job_name.as_deref(),
-            fence: run.fence,
-            holder: &run.holder,
-            scheduled_for: run.scheduled_for,
-            started_at: run.started_at,
-            ended_at: run.ended_at,
-            duration_seconds: run.duration().as_secs_f64(),
-            outcome: run.outcome.as_str(),
-            reason: run.reason.as_deref(),
-            error: run.error.as_deref(),
-        }
     }
 }
 

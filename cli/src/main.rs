@@ -28,6 +28,7 @@ mod forget;
 mod history;
 mod pause;
 mod release;
+mod runs;
 mod status;
 mod text;
 mod trigger;

@@ -18,7 +18,7 @@
 //! this fences it out. A held lease needs `--force`.
 
 use crate::db::Db;
-use crate::failure::Failure;
+use crate::failure::{Failure, check_name};
 use crate::status::{ROW_COLUMNS, Row};
 use crate::text;
 
@@ -36,18 +36,6 @@ pub(crate) struct Args {
     /// Name only resources that belong to this key.
     #[arg(long = "resource", value_name = "R")]
     resources: Vec<String>,
-}
-
-/// Same limits as the schema's CHECK constraints and the library's checks.
-pub(crate) fn check_name(what: &str, value: &str) -> Result<(), Failure> {
-    if value.is_empty() || value.len() > leasehold::MAX_KEY_BYTES {
-        return Err(Failure::usage(format!(
-            "invalid {what} {}: it must be 1 to {} bytes long",
-            text::cell(&format!("{value:?}")),
-            leasehold::MAX_KEY_BYTES
-        )));
-    }
-    Ok(())
 }
 
 impl Args {

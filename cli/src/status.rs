@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
-use crate::history;
+use crate::runs;
 use crate::text::{self, Align};
 
 /// Arguments of `leasehold status`.
@@ -189,7 +189,7 @@ impl Entry {
         match &self.last {
             Some(run) => format!(
                 "{} {}",
-                history::outcome_text(run),
+                runs::outcome_text(run),
                 text::relative(text::secs(run.ended_at - self.row.server_now))
             ),
             None => "-".to_owned(),
@@ -214,7 +214,7 @@ impl Entry {
                 text::relative(text::secs(run.ended_at - self.row.server_now)),
                 match run.error.as_deref() {
                     Some(message) => text::one_line(message),
-                    None => history::outcome_text(run),
+                    None => runs::outcome_text(run),
                 }
             ),
             None => "-".to_owned(),
@@ -225,7 +225,7 @@ impl Entry {
         EntryJson {
             lease: self.row.json(),
             paused: self.paused,
-            last_run: self.last.as_ref().map(history::RunJson::from),
+            last_run: self.last.as_ref().map(runs::RunJson::from),
             last_success_at: self.last_success.as_ref().map(|run| run.ended_at),
             last_error: self.last_error.as_ref().map(|run| ErrorJson {
                 at: run.ended_at,
@@ -255,7 +255,7 @@ struct EntryJson<'a> {
     /// Paused by its own name or by its job: no replica claims it.
     paused: bool,
     /// The latest recorded run (`null` when none is).
-    last_run: Option<history::RunJson<'a>>,
+    last_run: Option<runs::RunJson<'a>>,
     /// When the latest successful run ended.
     last_success_at: Option<DateTime<Utc>>,
     /// The latest run that failed or panicked.

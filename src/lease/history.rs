@@ -14,58 +14,12 @@ use chrono::{DateTime, Utc};
 use super::{LeaseInfo, LeaseRow, LeaseStore};
 use crate::connection;
 use crate::error::{CancelReason, Error, Result};
+use crate::outcome::RunOutcome;
 use crate::validate;
 
 /// Longest error message kept in a run's history row, in bytes; longer
 /// messages are cut at a character boundary and end with `…`.
 pub(crate) const HISTORY_ERROR_BYTES: usize = 2000;
-
-/// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum RunOutcome {
-    /// The job returned `Ok`.
-    Succeeded,
-    /// The job returned an error (not a fencing error).
-    Failed,
-    /// The run was stopped: lease lost, deadline, shutdown or pause (the
-    /// reason is recorded), or the job gave up on a stale fence.
-    Cancelled,
-    /// The job panicked.
-    Panicked,
-    /// Not run: its slot was missed and the job's catch-up policy is
-    /// [`CatchUp::Skip`](crate::CatchUp::Skip).
-    Skipped,
-}
-
-impl RunOutcome {
-    /// A stable lower-case name, used in the history table, metrics and logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunOutcome::Succeeded => "succeeded",
-            RunOutcome::Failed => "failed",
-            RunOutcome::Cancelled => "cancelled",
-            RunOutcome::Panicked => "panicked",
-            RunOutcome::Skipped => "skipped",
-        }
-    }
-
-    fn parse(s: &str) -> RunOutcome {
-        match s {
-            "succeeded" => RunOutcome::Succeeded,
-            "failed" => RunOutcome::Failed,
-            "panicked" => RunOutcome::Panicked,
-            "skipped" => RunOutcome::Skipped,
-            _ => RunOutcome::Cancelled,
-        }
-    }
-}
-
-impl std::fmt::Display for RunOutcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// One run of a key, as its release recorded it. Times are the server's.
 #[derive(Debug, Clone, PartialEq)]

@@ -37,10 +37,11 @@ mod batch;
 mod control;
 mod history;
 
+pub(crate) use crate::outcome::RunOutcome;
 pub use batch::Forgotten;
 pub(crate) use batch::{Candidate, Finish, Polled, Released, Sighting, WAKE_CHANNEL};
 pub use control::{Pause, PauseTarget, Resumed, Triggered};
-pub use history::{KeyStatus, RunOutcome, RunRecord};
+pub use history::{KeyStatus, RunRecord};
 pub(crate) use history::{RunReport, truncate_error};
 
 /// A lease this caller holds: the tenure identified by `(key, holder, fence)`.
