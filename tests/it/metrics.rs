@@ -559,3 +559,43 @@ fn metric_tokens(text: &str) -> impl Iterator<Item = &str> {
         Some(&text[at..at + len])
     })
 }
+
+/// `leasehold_jobs_paused{job_name}` counts the replica's keys of a job
+/// that are paused, as its polls see them: 0 (primed) before, the number of
+/// keys covered while paused (by job, or one key), 0 again after resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_paused_gauge_follows_pauses_of_keys_and_jobs() {
+    let m = recorder();
+    let db = support::db().await;
+    let store = leasehold::LeaseStore::new(db.pool.clone());
+    let name = "metrics_paused";
+    let paused = |m: &TestRecorder| m.gauge(names::JOBS_PAUSED, &[("job_name", name)]);
+    let jobs = (0..3)
+        .map(|k| {
+            job(
+                &format!("{name}:{k}"),
+                quick(Schedule::Manual, Duration::from_secs(5)),
+                |_| async { Ok(()) },
+            )
+        })
+        .collect();
+    let rt = replica(&db, "a", 2, jobs).await;
+    assert_eq!(paused(m), Some(0.0), "primed at zero");
+    store
+        .pause(&leasehold::PauseTarget::job(name), false, "test")
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), || (paused(m) == Some(3.0)).then_some(())).await;
+    store.resume(&leasehold::PauseTarget::job(name)).await.unwrap();
+    store
+        .pause(&leasehold::PauseTarget::key(format!("{name}:1")), false, "test")
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), || (paused(m) == Some(1.0)).then_some(())).await;
+    store
+        .resume(&leasehold::PauseTarget::key(format!("{name}:1")))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), || (paused(m) == Some(0.0)).then_some(())).await;
+    rt.shutdown().await;
+}
