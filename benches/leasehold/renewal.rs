@@ -4,7 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
 use leasehold::{LeaseStore, Renewal};
 use sqlx::PgPool;
 
@@ -15,18 +14,6 @@ use crate::stats::{RENEW_SQL, reset_stats, stat_totals};
 /// The text of `LeaseStore::renew_many`'s statement, to time it alone and
 /// to EXPLAIN it: the library's own constant, so the two never drift.
 const RENEW_MANY_SQL: &str = LeaseStore::RENEW_MANY_SQL;
-
-/// `busy`, then the lease row and the server's clock.
-type LeaseRowTuple = (
-    bool,
-    String,
-    String,
-    i64,
-    DateTime<Utc>,
-    DateTime<Utc>,
-    Option<DateTime<Utc>>,
-    DateTime<Utc>,
-);
 
 pub(crate) async fn renewal(b: &Bench) {
     progress("2. renewal cost");
@@ -103,7 +90,7 @@ pub(crate) async fn renewal(b: &Bench) {
                     }
                     _ => {
                         let t = Instant::now();
-                        let out: Vec<LeaseRowTuple> = sqlx::query_as(RENEW_MANY_SQL)
+                        let out: Vec<sqlx::postgres::PgRow> = sqlx::query(RENEW_MANY_SQL)
                             .bind(&holder)
                             .bind(&keys)
                             .bind(&fences)
