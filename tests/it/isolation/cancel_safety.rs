@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use leasehold::{LeaseStore, Runtime, Schedule};
+use leasehold::{LeaseStore, PauseTarget, Runtime, Schedule};
 use leasehold_testkit::proxy::{Mode, Proxy};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
@@ -176,6 +176,68 @@ async fn scheduler_calls_dropped_at_every_await_leave_no_open_transaction() {
     })
     .await;
     println!("measured: dropped release at {release}, forget at {forget}, start at {start}, add at {add} cut points");
+    proxy.set(Mode::Normal);
+    rt.shutdown().await;
+}
+
+/// The operators' calls, swept the same way: pause, resume, trigger and
+/// list (two statements) on the store, pause and resume on a runtime.
+/// (`history` and `pauses` are one read statement each, through the same
+/// `connection::run!` as `trigger`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
+    let db = support::db().await;
+    let port = db.options.get_port();
+    let proxy = Proxy::start("127.0.0.1", port).await.expect("proxy");
+    proxy.set(Mode::Delay(Duration::from_millis(10)));
+    let pool = proxied_pool(&db, &proxy, 2).await;
+    let step = Duration::from_millis(7);
+    let direct = LeaseStore::new(db.pool.clone());
+    let store = LeaseStore::new(pool.clone());
+    let lease = direct
+        .claim_run("op:k", "sweeper", support::LONG, leasehold::Due::Now)
+        .await
+        .unwrap()
+        .acquired()
+        .expect("free key");
+    direct.release(&lease.key, "sweeper", lease.fence).await.unwrap();
+
+    let pause = sweep(&db, &pool, step, "pause+resume", |n| {
+        let store = store.clone();
+        async move {
+            let target = PauseTarget::key(format!("op:{n}"));
+            store.pause(&target, n % 2 == 0, "sweeper").await?;
+            store.resume(&target).await.map(drop)
+        }
+    })
+    .await;
+    let trigger = sweep(&db, &pool, step, "trigger", |_| {
+        let store = store.clone();
+        async move { store.trigger("op:k").await }
+    })
+    .await;
+    let read = sweep(&db, &pool, step, "list", |_| {
+        let store = store.clone();
+        async move { store.list("op:").await }
+    })
+    .await;
+    let rt = Runtime::builder(pool.clone())
+        .listen(false)
+        .start()
+        .await
+        .expect("runtime starts");
+    let runtime = sweep(&db, &pool, step, "runtime pause+resume", |n| {
+        let rt = rt.clone();
+        async move {
+            let target = PauseTarget::job(format!("job-{n}"));
+            rt.pause(&target, true).await?;
+            rt.resume(&target).await.map(drop)
+        }
+    })
+    .await;
+    println!(
+        "measured: dropped pause+resume at {pause}, trigger at {trigger}, list at {read}, runtime pause+resume at {runtime} cut points"
+    );
     proxy.set(Mode::Normal);
     rt.shutdown().await;
 }
