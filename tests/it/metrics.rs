@@ -351,9 +351,11 @@ async fn a_stale_fenced_write_is_counted_as_a_fence_rejection() {
 async fn each_run_outcome_is_counted_once() {
     let m = recorder();
     let db = support::db().await;
-    // A long backoff: a failed run is not retried while the test looks.
+    // A long backoff: a failed run is not retried while the test looks. A
+    // lease long enough that a heartbeat delayed by a loaded machine never
+    // loses the waiting run (a lost run is claimed again: a second claim).
     let settings =
-        quick(Schedule::Manual, Duration::from_secs(2)).retry(Duration::from_secs(60), Duration::from_secs(60));
+        quick(Schedule::Manual, Duration::from_secs(10)).retry(Duration::from_secs(60), Duration::from_secs(60));
     let jobs = vec![
         job("metrics_ok", settings.clone(), |_: FenceGuard| async { Ok(()) }),
         job("metrics_fail", settings.clone(), |_: FenceGuard| async {
