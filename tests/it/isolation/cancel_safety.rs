@@ -23,6 +23,19 @@ async fn proxied_pool(db: &TestDb, proxy: &Proxy, max: u32) -> PgPool {
         .connect_lazy_with(options)
 }
 
+/// How far apart the sweep's cut points are; below the proxy's delay per
+/// chunk, so every await gets cut.
+const SWEEP_STEP: Duration = Duration::from_millis(7);
+
+/// A proxy in front of `db` that delays every chunk by 10 ms, and a
+/// 2-connection pool through it: the setup of every sweep below.
+async fn delaying_proxy(db: &TestDb) -> (Proxy, PgPool) {
+    let proxy = Proxy::start("127.0.0.1", db.options.get_port()).await.expect("proxy");
+    proxy.set(Mode::Delay(Duration::from_millis(10)));
+    let pool = proxied_pool(db, &proxy, 2).await;
+    (proxy, pool)
+}
+
 /// Drops `operation()` after 0, `step`, 2·`step` … until one attempt
 /// completes; after each drop, checks that no backend is left inside a
 /// transaction and (if the schema exists) that a leasehold claim on the
@@ -70,11 +83,8 @@ async fn fenced_transactions_and_lease_statements_dropped_at_every_await_leave_n
     let db = support::db().await;
     support::accounts(&db.pool).await;
     let (rt, guard) = support::held_guard(&db, "holder", "swept").await;
-    let port = db.options.get_port();
-    let proxy = Proxy::start("127.0.0.1", port).await.expect("proxy");
-    proxy.set(Mode::Delay(Duration::from_millis(10)));
-    let pool = proxied_pool(&db, &proxy, 2).await;
-    let step = Duration::from_millis(7);
+    let (proxy, pool) = delaying_proxy(&db).await;
+    let step = SWEEP_STEP;
 
     let begin = sweep(&db, &pool, step, "begin_fenced", |_| {
         let (guard, pool) = (guard.clone(), pool.clone());
@@ -118,11 +128,8 @@ async fn fenced_transactions_and_lease_statements_dropped_at_every_await_leave_n
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scheduler_calls_dropped_at_every_await_leave_no_open_transaction() {
     let db = support::db().await;
-    let port = db.options.get_port();
-    let proxy = Proxy::start("127.0.0.1", port).await.expect("proxy");
-    proxy.set(Mode::Delay(Duration::from_millis(10)));
-    let pool = proxied_pool(&db, &proxy, 2).await;
-    let step = Duration::from_millis(7);
+    let (proxy, pool) = delaying_proxy(&db).await;
+    let step = SWEEP_STEP;
     let direct = LeaseStore::new(db.pool.clone());
     let store = LeaseStore::new(pool.clone());
 
@@ -187,11 +194,8 @@ async fn scheduler_calls_dropped_at_every_await_leave_no_open_transaction() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
     let db = support::db().await;
-    let port = db.options.get_port();
-    let proxy = Proxy::start("127.0.0.1", port).await.expect("proxy");
-    proxy.set(Mode::Delay(Duration::from_millis(10)));
-    let pool = proxied_pool(&db, &proxy, 2).await;
-    let step = Duration::from_millis(7);
+    let (proxy, pool) = delaying_proxy(&db).await;
+    let step = SWEEP_STEP;
     let direct = LeaseStore::new(db.pool.clone());
     let store = LeaseStore::new(pool.clone());
     let lease = direct
