@@ -11,6 +11,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::connection;
 use crate::error::{CancelReason, Error, Result};
+use crate::lease::fence::{self, Advance};
 use crate::tenure::Tenure;
 use crate::{metrics, validate};
 
@@ -216,28 +217,10 @@ impl FenceGuard {
     pub async fn begin_fenced_on(&self, pool: &PgPool, resource: &str) -> Result<Transaction<'static, Postgres>> {
         validate::resource(resource)?;
         let mut tx = connection::begin(pool, self.tenure.store.poisoned()).await?;
-        // $1 resource, $2 fence. `<=`, not `<`: the writes of one run share
-        // one fence. The row lock taken here is held until COMMIT, so an
-        // older run's transaction cannot interleave with a newer one's.
-        const ADVANCE_FENCE: &str = "
-            INSERT INTO leasehold_fence AS f (resource, last_fence) VALUES ($1, $2)
-            ON CONFLICT (resource) DO UPDATE
-               SET last_fence = EXCLUDED.last_fence, updated_at = clock_timestamp()
-             WHERE f.last_fence <= EXCLUDED.last_fence
-            RETURNING f.last_fence";
-        let accepted: Option<i64> = sqlx::query_scalar(ADVANCE_FENCE)
-            .bind(resource)
-            .bind(self.tenure.fence)
-            .fetch_optional(&mut *tx)
-            .await?;
-        if accepted.is_some() {
-            return Ok(tx);
-        }
-        const NEWER_FENCE: &str = "SELECT last_fence FROM leasehold_fence WHERE resource = $1";
-        let newer: i64 = sqlx::query_scalar(NEWER_FENCE)
-            .bind(resource)
-            .fetch_one(&mut *tx)
-            .await?;
+        let newer = match fence::advance(&mut tx, resource, self.tenure.fence).await? {
+            Advance::Accepted => return Ok(tx),
+            Advance::Newer(newer) => newer,
+        };
         tx.rollback().await?;
         Err(self.rejected(format!("fenced resource {resource:?}"), newer))
     }
@@ -377,35 +360,15 @@ impl<'g> FencedUpdate<'g> {
             ));
         }
         let table = quote_ident("table", &self.table)?;
-        // Filter values are $1..$n (shared with the rejection check below),
-        // then the set values, then the fence.
-        let n = self.filters.len();
-        let filter_sql: String = self
-            .filters
-            .iter()
-            .enumerate()
-            .map(|(i, col)| format!("{col} = ${} AND ", i + 1))
-            .collect();
-        let set_sql: String = self
-            .sets
-            .iter()
-            .enumerate()
-            .map(|(i, col)| format!("{col} = ${}, ", n + i + 1))
-            .collect();
-        let fence_param = n + self.sets.len() + 1;
+        let sql = fence::fenced_update(&table, &self.sets, &self.filters);
         let mut args = self.filter_args.clone();
         for bind in self.set_values {
             bind(&mut args).map_err(|e| Error::invalid("set value", &self.table, e.to_string()))?;
         }
         args.add(self.guard.fence())
             .map_err(|e| Error::invalid("fence", self.guard.fence(), e.to_string()))?;
-        // The fence clause is the whole point: a row already written by a
-        // newer run (greater last_fence) is not touched.
-        let update = format!(
-            "UPDATE {table} SET {set_sql}last_fence = ${fence_param} WHERE {filter_sql}last_fence <= ${fence_param}"
-        );
         let done = connection::run!(pool, self.guard.tenure.store.poisoned(), |conn| sqlx::query_with(
-            sqlx::AssertSqlSafe(update.clone()),
+            sqlx::AssertSqlSafe(sql.update.clone()),
             args.clone()
         )
         .execute(conn))?;
@@ -414,9 +377,8 @@ impl<'g> FencedUpdate<'g> {
         }
         // Nothing updated: no such row, or a newer fence. Only this
         // (rare) path pays for a second statement.
-        let check = format!("SELECT max(last_fence) FROM {table} WHERE {filter_sql}true");
         let newest: Option<i64> = connection::run!(pool, self.guard.tenure.store.poisoned(), |conn| {
-            sqlx::query_scalar_with(sqlx::AssertSqlSafe(check.clone()), self.filter_args.clone()).fetch_one(conn)
+            sqlx::query_scalar_with(sqlx::AssertSqlSafe(sql.newest.clone()), self.filter_args.clone()).fetch_one(conn)
         })?;
         match newest {
             Some(newer) if newer > self.guard.fence() => Err(self.guard.rejected(format!("table {table}"), newer)),

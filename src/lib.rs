@@ -73,10 +73,10 @@ pub use job::{FencedJob, JobError, JobSettings};
 pub use lease::never_claimed;
 pub use lease::{
     Claim, Due, Forgotten, KeyStatus, Lease, LeaseInfo, LeaseStore, Pause, PauseTarget, Renewal, RenewedMany, Resumed,
-    RunRecord, Triggered,
+    Revoke, Revoked, RunRecord, Triggered,
 };
 pub use leasehold_macros::FencedJob;
-pub use migrate::{SCHEMA_VERSION, check_schema, migrate};
+pub use migrate::{SCHEMA_VERSION, check_schema, migrate, schema_version};
 pub use outcome::RunOutcome;
 #[doc(hidden)]
 pub use runtime::__private;

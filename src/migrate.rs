@@ -83,6 +83,26 @@ pub async fn check_schema(pool: &PgPool) -> Result<()> {
     }
 }
 
+/// The schema version applied to the database: the highest version in
+/// `leasehold_schema_version`, or `None` when leasehold's schema is absent.
+/// Changes nothing. Compare it with [`SCHEMA_VERSION`], the version this
+/// library needs (or use [`check_schema`], which does).
+///
+/// Cancel-safe: a checked connection, in a transaction rolled back on drop.
+///
+/// ```no_run
+/// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
+/// match leasehold::schema_version(&pool).await? {
+///     Some(v) => println!("schema version {v} (this library needs {})", leasehold::SCHEMA_VERSION),
+///     None => println!("no leasehold schema: run leasehold::migrate"),
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn schema_version(pool: &PgPool) -> Result<Option<i32>> {
+    let mut tx = crate::connection::begin(pool, &Default::default()).await?;
+    read_version(&mut tx).await
+}
+
 /// The highest applied version, or `None` when the version table is absent.
 async fn read_version(conn: &mut sqlx::PgConnection) -> Result<Option<i32>> {
     // Looking the table up first avoids an error (which would abort the

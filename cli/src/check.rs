@@ -2,7 +2,7 @@
 //! its clock say?
 //!
 //! - the server: PostgreSQL 13 or newer, and a primary (leases are writes);
-//! - the schema version, read from `leasehold_schema_version`;
+//! - the schema version (`leasehold::schema_version`);
 //! - the server clock against this machine's. leasehold never compares the
 //!   two (every expiry is computed on the server), so skew is reported, not
 //!   failed: it matters for reading logs and dashboards side by side;
@@ -14,7 +14,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use leasehold::{Claim, LeaseStore, Renewal};
+use leasehold::{Claim, Forgotten, LeaseStore, Renewal, Revoke};
 
 use crate::db::Db;
 use crate::failure::{Failure, describe};
@@ -163,11 +163,15 @@ async fn lease_round_trip(db: &Db) -> Result<String, String> {
     let started = Instant::now();
     let outcome = round_trip(&store, &key, &suffix).await;
     let took = started.elapsed();
-    // Whatever happened, leave no scratch row behind.
-    let cleanup = sqlx::query("DELETE FROM leasehold_lease WHERE key = $1")
-        .bind(&key)
-        .execute(&db.pool)
-        .await;
+    // Whatever happened, leave no scratch row behind. A round trip cut
+    // short may have left the key held: end that tenure, then forget it.
+    let cleanup = match store.forget(&key).await {
+        Ok(Forgotten::Held(_)) => match store.revoke(&key, Revoke::Force, &[]).await {
+            Ok(_) => store.forget(&key).await.map(|_| ()),
+            Err(e) => Err(e),
+        },
+        other => other.map(|_| ()),
+    };
     let (first, second) = outcome?;
     if let Err(e) = cleanup {
         return Err(format!("round trip ok, but deleting scratch key {key} failed: {e}"));

@@ -118,23 +118,15 @@ impl Db {
     /// The server's clock, for commands whose library reads carry none
     /// (no lease row to read it with).
     pub(crate) async fn server_now(&self) -> Result<chrono::DateTime<chrono::Utc>, Failure> {
-        Ok(sqlx::query_scalar("SELECT clock_timestamp()")
-            .fetch_one(&self.pool)
-            .await?)
+        leasehold::LeaseStore::new(self.pool.clone())
+            .server_now()
+            .await
+            .map_err(|e| self.failure(e))
     }
 
-    /// The highest version recorded in `leasehold_schema_version`, or `None`
-    /// when the table does not exist.
+    /// The schema version applied (`None`: no leasehold schema).
     pub(crate) async fn schema_version(&self) -> Result<Option<i32>, Failure> {
-        let exists: bool = sqlx::query_scalar("SELECT to_regclass('leasehold_schema_version') IS NOT NULL")
-            .fetch_one(&self.pool)
-            .await?;
-        if !exists {
-            return Ok(None);
-        }
-        Ok(sqlx::query_scalar("SELECT max(version) FROM leasehold_schema_version")
-            .fetch_one(&self.pool)
-            .await?)
+        leasehold::schema_version(&self.pool).await.map_err(|e| self.failure(e))
     }
 
     /// `leasehold migrate`.

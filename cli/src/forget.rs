@@ -149,6 +149,7 @@ mod tests {
             next_due_at: None,
             job_name: None,
             server_now: now,
+            triggered_only: false,
         }
     }
 

@@ -1,25 +1,21 @@
 //! `leasehold release KEY [--force]`: end the current tenure of a lease.
 //!
-//! In one transaction, with the lease row locked:
-//!
-//! 1. the row gets a fresh fence from `leasehold_fence_seq` and (if it was
-//!    held) expires now. The old holder's renewal
-//!    (`… WHERE key AND holder AND fence AND expires_at > now`) then finds no
-//!    row: its heartbeat reports the lease lost and cancels the run. Its own
-//!    late release finds no row either. The next claim, by any replica,
-//!    draws a fence above the new one.
-//! 2. the fence row of the key's default fenced resource (the key itself, in
-//!    `leasehold_fence`) and of every `--resource` is raised to the new
-//!    fence, so the old run's next `begin_fenced` is rejected with
-//!    `StaleFence` at once, not only after a newer run has written.
+//! The library's `LeaseStore::revoke` does it, in one statement with the
+//! row locked: the row takes a fresh fence (and, if held, expires now), so
+//! the old holder's renewal finds no row and cancels its run; and the fence
+//! rows of the key and of every `--resource` rise to the new fence, so the
+//! old run's next `begin_fenced` is rejected at once. This file only parses
+//! and presents.
 //!
 //! A lease that is free (expired or released) needs no `--force`: nobody is
 //! running under it, but a paused ex-holder may still wake up and write, and
 //! this fences it out. A held lease needs `--force`.
 
+use leasehold::{LeaseStore, Revoke, Revoked};
+
 use crate::db::Db;
 use crate::failure::{Failure, check_name};
-use crate::status::{ROW_COLUMNS, Row};
+use crate::status::Row;
 use crate::text;
 
 /// Arguments of `leasehold release`.
@@ -52,64 +48,39 @@ impl Args {
 pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     args.validate()?;
     db.require_schema().await?;
-    let mut resources = vec![args.key.clone()];
-    for resource in &args.resources {
-        if !resources.contains(resource) {
-            resources.push(resource.clone());
+    let key = format!("{:?}", args.key);
+    let revoke = if args.force { Revoke::Force } else { Revoke::IfFree };
+    let resources: Vec<&str> = args.resources.iter().map(String::as_str).collect();
+    let store = LeaseStore::new(db.pool.clone());
+    let (old, new_fence) = match store
+        .revoke(&args.key, revoke, &resources)
+        .await
+        .map_err(|e| db.failure(e))?
+    {
+        Revoked::Ended { previous, fence } => (Row::from(previous), fence),
+        Revoked::Held(info) => {
+            let held = Row::from(info);
+            return Err(Failure::refused(format!(
+                "lease {key} is held by {} (fence {}, expires {}); nothing changed. Pass --force to end this \
+                 tenure: the holder's run is cancelled at its next heartbeat and its fenced writes are rejected",
+                text::cell(&held.holder),
+                held.fence,
+                held.expiry_text(),
+            )));
+        }
+        _ => {
+            return Err(Failure::not_found(format!(
+                "no lease with key {key} in {} (see `leasehold status`)",
+                db.name
+            )));
+        }
+    };
+    let mut raised = vec![args.key.as_str()];
+    for resource in &resources {
+        if !raised.contains(resource) {
+            raised.push(resource);
         }
     }
-    let key = format!("{:?}", args.key);
-
-    let mut tx = db.pool.begin().await?;
-    // FOR UPDATE: no claim, renewal or release of this key can slip in
-    // between reading the tenure and ending it.
-    let lock = format!("SELECT {ROW_COLUMNS} FROM leasehold_lease l WHERE l.key = $1 FOR UPDATE");
-    let old: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(lock))
-        .bind(&args.key)
-        .fetch_optional(&mut *tx)
-        .await?;
-    let Some(old) = old else {
-        tx.rollback().await?;
-        return Err(Failure::not_found(format!(
-            "no lease with key {key} in {} (see `leasehold status`)",
-            db.name
-        )));
-    };
-    if old.held() && !args.force {
-        tx.rollback().await?;
-        return Err(Failure::refused(format!(
-            "lease {key} is held by {} (fence {}, expires {}); nothing changed. Pass --force to end this \
-             tenure: the holder's run is cancelled at its next heartbeat and its fenced writes are rejected",
-            text::cell(&old.holder),
-            old.fence,
-            old.expiry_text(),
-        )));
-    }
-    // A new fence from the sequence, so even a renewal that names the old
-    // fence fails. A held lease expires now (GREATEST keeps the CHECK
-    // true if the server clock stepped back); a free one keeps its expiry.
-    const END_TENURE: &str = "
-        UPDATE leasehold_lease
-           SET fence = nextval('leasehold_fence_seq'),
-               expires_at = LEAST(expires_at, GREATEST(clock_timestamp(), acquired_at + interval '1 microsecond'))
-         WHERE key = $1
-        RETURNING fence";
-    let new_fence: i64 = sqlx::query_scalar(END_TENURE)
-        .bind(&args.key)
-        .fetch_one(&mut *tx)
-        .await?;
-    // The same rule as FenceGuard::begin_fenced_on: a fence row only rises.
-    const RAISE_FENCES: &str = "
-        INSERT INTO leasehold_fence AS f (resource, last_fence)
-        SELECT r, $2 FROM unnest($1::text[]) AS r
-        ON CONFLICT (resource) DO UPDATE
-           SET last_fence = GREATEST(f.last_fence, EXCLUDED.last_fence), updated_at = clock_timestamp()";
-    sqlx::query(RAISE_FENCES)
-        .bind(&resources)
-        .bind(new_fence)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
 
     let holder = text::cell(&old.holder);
     if old.held() {
@@ -126,7 +97,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
             old.expiry_text(),
         );
     }
-    let names: Vec<String> = resources.iter().map(|r| format!("{r:?}")).collect();
+    let names: Vec<String> = raised.iter().map(|r| format!("{r:?}")).collect();
     println!(
         "  begin_fenced on {} now rejects every fence below {new_fence} (StaleFence);",
         names.join(", ")

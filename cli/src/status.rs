@@ -9,7 +9,7 @@
 //! the moment of release, so from the row alone "released" and "expired"
 //! look the same: both are free, shown with how long ago they ended.
 
-use chrono::{DateTime, Datelike, Utc};
+use chrono::{DateTime, Utc};
 use leasehold::{KeyStatus, LeaseStore, Pause, RunRecord};
 use serde::Serialize;
 
@@ -30,7 +30,7 @@ pub(crate) struct Args {
 }
 
 /// One lease row, read with the server clock of the same statement.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug)]
 pub(crate) struct Row {
     pub(crate) key: String,
     pub(crate) holder: String,
@@ -41,6 +41,8 @@ pub(crate) struct Row {
     /// The key's job, as its runtime last registered or claimed it.
     pub(crate) job_name: Option<String>,
     pub(crate) server_now: DateTime<Utc>,
+    /// The library's rule: the key runs only when triggered.
+    pub(crate) triggered_only: bool,
 }
 
 impl Row {
@@ -84,22 +86,17 @@ impl Row {
     pub(crate) fn due_text(&self) -> String {
         match self.next_due_at {
             None => "now".to_owned(),
-            Some(due) if due.year() >= 9999 => "never".to_owned(),
+            Some(_) if self.triggered_only => "never".to_owned(),
             Some(due) => text::relative(text::secs(due - self.server_now)),
         }
     }
 }
 
-/// Columns shared by `status` and `release`. `server_now` is one value for
-/// the whole statement (an uncorrelated subquery runs once), so every row
-/// is judged against the same instant.
-pub(crate) const ROW_COLUMNS: &str = "l.key, l.holder, l.fence, l.acquired_at, l.expires_at, l.next_due_at, l.job_name, \
-     (SELECT clock_timestamp()) AS server_now";
-
-/// A lease as the library reports it (`LeaseStore::forget`'s `Held`).
+/// A lease as the library reports it.
 impl From<leasehold::LeaseInfo> for Row {
     fn from(info: leasehold::LeaseInfo) -> Row {
         Row {
+            triggered_only: info.due_only_when_triggered(),
             key: info.key,
             holder: info.holder,
             fence: info.fence,

@@ -32,6 +32,8 @@
 
 use std::time::Duration;
 
+use leasehold::LeaseStore;
+
 use crate::faults::{Chaos, FaultKind, signal};
 use crate::replica::now_us;
 use leasehold_testkit::proxy::Mode;
@@ -103,15 +105,15 @@ impl Chaos {
     /// server (as an operator's `leasehold release --force` would), and
     /// returns how many. Errors count as none: the fault then only delays.
     async fn expire_leases_of(&self, n: usize) -> u64 {
-        sqlx::query(
-            "UPDATE leasehold_lease
-                SET expires_at = GREATEST(clock_timestamp(), acquired_at + interval '1 microsecond')
-              WHERE holder LIKE $1 AND expires_at > clock_timestamp()",
-        )
-        .bind(format!("r{n}-%"))
-        .execute(&self.admin)
-        .await
-        .map(|done| done.rows_affected())
-        .unwrap_or(0)
+        let store = LeaseStore::new(self.admin.clone());
+        let mut expired = 0;
+        for lease in self.live_leases().await {
+            if lease.holder.starts_with(&format!("r{n}-"))
+                && matches!(store.expire_for_test(&lease.key).await, Ok(Some(true)))
+            {
+                expired += 1;
+            }
+        }
+        expired
     }
 }

@@ -35,7 +35,11 @@ use crate::validate;
 
 mod batch;
 mod control;
+#[cfg(feature = "test-util")]
+mod faults;
+pub(crate) mod fence;
 mod history;
+mod revoke;
 
 pub(crate) use crate::outcome::RunOutcome;
 pub use batch::Forgotten;
@@ -43,6 +47,7 @@ pub(crate) use batch::{Candidate, Finish, Polled, Released, Sighting, WAKE_CHANN
 pub use control::{Pause, PauseTarget, Resumed, Triggered};
 pub use history::{KeyStatus, RunRecord};
 pub(crate) use history::{RunReport, truncate_error};
+pub use revoke::{Revoke, Revoked};
 
 /// A lease this caller holds: the tenure identified by `(key, holder, fence)`.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,6 +108,13 @@ impl LeaseInfo {
         self.next_due_at
             .and_then(|due| (due - self.server_now).to_std().ok())
             .unwrap_or(Duration::ZERO)
+    }
+
+    /// Whether the key runs only when triggered: its job is manual, or its
+    /// schedule has no slot left (the due time is the "never" marker, year
+    /// 9999, that the runtime writes for such keys).
+    pub fn due_only_when_triggered(&self) -> bool {
+        self.next_due_at.is_some_and(|due| due >= crate::schedule::never())
     }
 
     /// Whether the key was registered by a runtime but never claimed: its
@@ -322,6 +334,23 @@ impl LeaseStore {
             pool,
             poisoned: PoisonCount::default(),
         }
+    }
+
+    /// The database server's clock: the only clock leasehold compares
+    /// leases against (invariant 1), and the one schedules are computed
+    /// from. For showing times relative to it when no lease row was read.
+    ///
+    /// Cancel-safe as described on [`LeaseStore`].
+    ///
+    /// ```no_run
+    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// println!("server time: {}", store.server_now().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn server_now(&self) -> Result<DateTime<Utc>> {
+        const SERVER_NOW: &str = "SELECT clock_timestamp()";
+        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(SERVER_NOW)
+            .fetch_one(conn))
     }
 
     /// The pool this store runs on.
@@ -665,14 +694,6 @@ impl LeaseStore {
                 _ => return Ok(false),
             }
         }
-    }
-
-    /// The server's clock: schedules are computed from it, never from ours.
-    pub(crate) async fn server_now(&self) -> Result<DateTime<Utc>> {
-        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(
-            "SELECT clock_timestamp()"
-        )
-        .fetch_one(conn))
     }
 
     /// Keys whose lease `holder` holds right now (at most 10), to warn about

@@ -28,41 +28,29 @@ pub const LONG: Duration = Duration::from_secs(600);
 /// Fault: the lease of `key` expires now, by the server clock, as if its
 /// holder had stalled past the lease. Its row, holder and fence stay.
 pub async fn expire_now(pool: &PgPool, key: &str) {
-    let done = sqlx::query(
-        "UPDATE leasehold_lease SET expires_at = GREATEST(clock_timestamp(), acquired_at + interval '1 microsecond') WHERE key = $1",
-    )
-    .bind(key)
-    .execute(pool)
-    .await
-    .expect("expire lease");
-    assert_eq!(done.rows_affected(), 1, "no lease row for {key}");
+    let found = LeaseStore::new(pool.clone())
+        .expire_for_test(key)
+        .await
+        .expect("expire lease");
+    assert!(found.is_some(), "no lease row for {key}");
 }
 
 /// Makes the lease of `key` free (expired now) and its next run due now.
 pub async fn free_and_due_now(pool: &PgPool, key: &str) {
-    sqlx::query(
-        "UPDATE leasehold_lease SET expires_at = GREATEST(clock_timestamp(), acquired_at + interval '1 microsecond'),
-                next_due_at = clock_timestamp() WHERE key = $1",
-    )
-    .bind(key)
-    .execute(pool)
-    .await
-    .expect("free and due");
+    LeaseStore::new(pool.clone())
+        .owe_slot_for_test(key, None)
+        .await
+        .expect("free and due");
 }
 
 /// Arranges a fleet that was down: the free row of `key` owes the slot
 /// `slot` (and is due since then).
 pub async fn owe_slot(pool: &PgPool, key: &str, slot: chrono::DateTime<chrono::Utc>) {
-    let done = sqlx::query(
-        "UPDATE leasehold_lease SET expires_at = GREATEST(clock_timestamp(), acquired_at + interval '1 microsecond'),
-                next_due_at = $2, slot_at = $2 WHERE key = $1",
-    )
-    .bind(key)
-    .bind(slot)
-    .execute(pool)
-    .await
-    .expect("owe a slot");
-    assert_eq!(done.rows_affected(), 1, "no lease row for {key}");
+    let found = LeaseStore::new(pool.clone())
+        .owe_slot_for_test(key, Some(slot))
+        .await
+        .expect("owe a slot");
+    assert!(found.is_some(), "no lease row for {key}");
 }
 
 /// Fault: an operator deletes the lease row of `key`.

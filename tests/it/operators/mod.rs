@@ -4,3 +4,4 @@
 mod catch_up;
 mod history;
 mod pause;
+mod revoke;

@@ -1,0 +1,54 @@
+//! Faults on the lease table for tests and chaos runs (feature
+//! `test-util`): what an outside event does to a row, not anything the
+//! library itself ever sends. One statement each, so the tests, the chaos
+//! harness and the benchmarks share one "expire now".
+
+use chrono::{DateTime, Utc};
+
+use super::LeaseStore;
+use crate::connection;
+use crate::error::Result;
+use crate::validate;
+
+impl LeaseStore {
+    /// Fault: the lease of `key` expires now by the server clock, as if its
+    /// holder had stalled past its lease; its holder and fence stay, so the
+    /// holder's next renewal finds it lost (invariant 6). A free lease
+    /// keeps its expiry. `None`: no such row; `Some(was_held)` otherwise.
+    #[doc(hidden)]
+    pub async fn expire_for_test(&self, key: &str) -> Result<Option<bool>> {
+        self.expire_owing_for_test(key, None, false).await
+    }
+
+    /// Fault: as [`LeaseStore::expire_for_test`], and the key is due now
+    /// (`slot` `None`) or owes `slot` (due since then, its next run for
+    /// that slot): a fleet that was down while slots passed.
+    #[doc(hidden)]
+    pub async fn owe_slot_for_test(&self, key: &str, slot: Option<DateTime<Utc>>) -> Result<Option<bool>> {
+        self.expire_owing_for_test(key, slot, true).await
+    }
+
+    async fn expire_owing_for_test(&self, key: &str, slot: Option<DateTime<Utc>>, due: bool) -> Result<Option<bool>> {
+        validate::key(key)?;
+        // $1 key, $2 slot (NULL: now), $3 whether to move the schedule.
+        // GREATEST keeps the row's CHECK (expires_at > acquired_at) true.
+        const EXPIRE: &str = "
+            WITH old AS (
+                SELECT key, expires_at > clock_timestamp() AS was_held
+                  FROM leasehold_lease WHERE key = $1 FOR UPDATE
+            ), expired AS (
+                UPDATE leasehold_lease AS l
+                   SET expires_at  = LEAST(l.expires_at,
+                                           GREATEST(clock_timestamp(), l.acquired_at + interval '1 microsecond')),
+                       next_due_at = CASE WHEN $3 THEN COALESCE($2, clock_timestamp()) ELSE l.next_due_at END,
+                       slot_at     = CASE WHEN $3 THEN COALESCE($2, l.slot_at) ELSE l.slot_at END
+                  FROM old WHERE l.key = old.key
+            )
+            SELECT was_held FROM old";
+        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(EXPIRE)
+            .bind(key)
+            .bind(slot)
+            .bind(due)
+            .fetch_optional(conn))
+    }
+}

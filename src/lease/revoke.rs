@@ -1,0 +1,145 @@
+//! An operator's revoke (`leasehold release [--force]`): end a key's
+//! current tenure now and fence its holder out, whether or not that holder
+//! is still alive.
+//!
+//! One statement, with the lease row locked, so no claim, renewal or
+//! release of the key can slip in between reading the tenure and ending it:
+//!
+//! 1. the row takes a fresh fence from `leasehold_fence_seq` and, if it was
+//!    held, expires now. The old holder's renewal (holder + fence +
+//!    non-expiry, invariant 6) then finds no row: its heartbeat reports the
+//!    lease lost and cancels the run; its late release finds nothing
+//!    (invariant 7). The next claim, by any replica, draws a fence above
+//!    the new one (invariant 4).
+//! 2. the fence rows of the resources (the key itself, and any other
+//!    resource the caller names) rise to the new fence, so the old run's
+//!    next `begin_fenced` is rejected at once (F1 in `fence.rs`), not only
+//!    after a newer run has written.
+
+use sqlx::FromRow;
+
+use super::{LeaseInfo, LeaseRow, LeaseStore};
+use crate::connection;
+use crate::error::Result;
+use crate::validate;
+
+/// Whether [`LeaseStore::revoke`] may end a tenure that is live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Revoke {
+    /// Only a free lease (expired or released): fences out an ex-holder
+    /// that may still wake up and write, and never interrupts a run.
+    IfFree,
+    /// Also a held lease: its run is cancelled at its next heartbeat and
+    /// its fenced writes are rejected from now on.
+    Force,
+}
+
+/// The answer to [`LeaseStore::revoke`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Revoked {
+    /// The tenure ended. `previous` is the row as it was (its holder lost
+    /// `previous.fence`); every named resource now rejects fences below
+    /// `fence`.
+    Ended {
+        /// The row before the revoke, read with the lock held.
+        previous: LeaseInfo,
+        /// The new fence of the row, above every fence handed out before.
+        fence: i64,
+    },
+    /// The lease is held and [`Revoke::IfFree`] was asked: nothing changed.
+    Held(LeaseInfo),
+    /// No lease with that key.
+    NotFound,
+}
+
+#[derive(FromRow)]
+struct RevokeRow {
+    /// NULL when nothing was ended (held without force).
+    new_fence: Option<i64>,
+    #[sqlx(flatten)]
+    row: LeaseRow,
+}
+
+impl LeaseStore {
+    /// Ends the current tenure of `key` and raises the fence of `key`, and
+    /// of each of `resources`, to a fresh fence — an operator's
+    /// `leasehold release`. See [`Revoke`] for when a held lease is
+    /// revoked. Name only resources that belong to this key (fences are
+    /// ordered within a key).
+    ///
+    /// The schedule is untouched: a due job is claimed again at once, by
+    /// any replica, with a fence above the new one.
+    ///
+    /// Cancel-safe as described on [`LeaseStore`]: one statement, which
+    /// either committed or did not.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// use leasehold::{Revoke, Revoked};
+    /// match store.revoke("billing", Revoke::IfFree, &["ledger"]).await? {
+    ///     Revoked::Ended { previous, fence } => println!("{} fenced out; new fence {fence}", previous.holder),
+    ///     Revoked::Held(info) => println!("held by {}: pass Revoke::Force", info.holder),
+    ///     _ => println!("no such key"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn revoke(&self, key: &str, revoke: Revoke, resources: &[&str]) -> Result<Revoked> {
+        validate::key(key)?;
+        let mut raise = vec![key];
+        for &resource in resources {
+            validate::resource(resource)?;
+            if !raise.contains(&resource) {
+                raise.push(resource);
+            }
+        }
+        // $1 key, $2 force, $3 resources (the key first).
+        // - `old … FOR UPDATE`: the tenure read is the one ended.
+        // - `$2 OR old.expires_at <= clock_timestamp()`: a live run is only
+        //   interrupted on request.
+        // - `fence = nextval(…)`: a fresh fence, so a renewal naming the
+        //   old one fails (invariants 4 and 6).
+        // - `expires_at = LEAST(expires_at, …)`: a held lease expires now
+        //   (GREATEST keeps the row's CHECK true if the server clock stepped
+        //   back); a free one keeps its expiry.
+        // - `raised`: GREATEST, a fence row only rises (F1).
+        const REVOKE: &str = "
+            WITH old AS (
+                SELECT l.*, clock_timestamp() AS server_now
+                  FROM leasehold_lease AS l WHERE l.key = $1 FOR UPDATE
+            ), ended AS (
+                UPDATE leasehold_lease AS l
+                   SET fence = nextval('leasehold_fence_seq'),
+                       expires_at = LEAST(l.expires_at,
+                                          GREATEST(clock_timestamp(), l.acquired_at + interval '1 microsecond'))
+                  FROM old
+                 WHERE l.key = old.key
+                   AND ($2 OR old.expires_at <= clock_timestamp())
+                RETURNING l.fence
+            ), raised AS (
+                INSERT INTO leasehold_fence AS f (resource, last_fence)
+                SELECT r, ended.fence FROM ended CROSS JOIN unnest($3::text[]) AS r
+                ON CONFLICT (resource) DO UPDATE
+                   SET last_fence = GREATEST(f.last_fence, EXCLUDED.last_fence), updated_at = clock_timestamp()
+            )
+            SELECT (SELECT fence FROM ended) AS new_fence, old.* FROM old";
+        let force = revoke == Revoke::Force;
+        let row: Option<RevokeRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(REVOKE)
+            .bind(key)
+            .bind(force)
+            .bind(&raise)
+            .fetch_optional(conn))?;
+        Ok(match row {
+            None => Revoked::NotFound,
+            Some(RevokeRow {
+                new_fence: Some(fence),
+                row,
+            }) => Revoked::Ended {
+                previous: row.into_info(),
+                fence,
+            },
+            Some(RevokeRow { new_fence: None, row }) => Revoked::Held(row.into_info()),
+        })
+    }
+}
