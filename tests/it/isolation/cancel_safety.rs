@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use leasehold::{LeaseStore, PauseTarget, Runtime, Schedule};
+use leasehold::{LeaseStore, PauseTarget, Revoke, Runtime, Schedule};
 use leasehold_testkit::proxy::{Mode, Proxy};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
@@ -187,10 +187,11 @@ async fn scheduler_calls_dropped_at_every_await_leave_no_open_transaction() {
     rt.shutdown().await;
 }
 
-/// The operators' calls, swept the same way: pause, resume, trigger and
-/// list (two statements) on the store, pause and resume on a runtime.
-/// (`history` and `pauses` are one read statement each, through the same
-/// `connection::run!` as `trigger`.)
+/// The operators' calls, swept the same way: pause, resume, trigger,
+/// revoke, schema version (a checked transaction of two reads) and list
+/// (two statements) on the store, pause and resume on a runtime.
+/// (`history`, `pauses` and `server_now` are one read statement each,
+/// through the same `connection::run!` as `trigger`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
     let db = support::db().await;
@@ -220,6 +221,17 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
         async move { store.trigger("op:k").await }
     })
     .await;
+    let revoke = sweep(&db, &pool, step, "revoke", |n| {
+        let store = store.clone();
+        let revoke = if n % 2 == 0 { Revoke::Force } else { Revoke::IfFree };
+        async move { store.revoke("op:k", revoke, &["op:ledger"]).await.map(drop) }
+    })
+    .await;
+    let version = sweep(&db, &pool, step, "schema_version", |_| {
+        let pool = pool.clone();
+        async move { leasehold::schema_version(&pool).await }
+    })
+    .await;
     let read = sweep(&db, &pool, step, "list", |_| {
         let store = store.clone();
         async move { store.list("op:").await }
@@ -240,7 +252,8 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
     })
     .await;
     println!(
-        "measured: dropped pause+resume at {pause}, trigger at {trigger}, list at {read}, runtime pause+resume at {runtime} cut points"
+        "measured: dropped pause+resume at {pause}, trigger at {trigger}, revoke at {revoke}, schema_version at \
+         {version}, list at {read}, runtime pause+resume at {runtime} cut points"
     );
     proxy.set(Mode::Normal);
     rt.shutdown().await;
