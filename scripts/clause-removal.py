@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Clause removal: for each guard clause of the lease SQL (src/lease/mod.rs,
-the scheduler's batch statements and the run history in src/lease/batch.rs),
+the scheduler's batch statements and the run history in src/lease/batch.rs,
+the fence SQL in src/lease/fence.rs, the operator's revoke in
+src/lease/revoke.rs; pause and trigger are in mod.rs and batch.rs's claims),
 remove it (or, for a rule that forbids something, add the forbidden clause)
 in a scratch worktree of HEAD and run the scenario tests named with it
 (`lease::` unless a mutation names others); every mutation must make at
@@ -172,7 +174,69 @@ batch_mutations = [
   "operators::history scheduler::forget"),
 ]
 
-FILES = [("src/lease/mod.rs", mutations), ("src/lease/batch.rs", batch_mutations)]
+# The fence SQL (src/lease/fence.rs): the downstream half of the lease.
+fence_mutations = [
+ ("fence advance: guard clause removed (a stale run's transaction goes through)",
+  "           SET last_fence = EXCLUDED.last_fence, updated_at = clock_timestamp()\n         WHERE f.last_fence <= EXCLUDED.last_fence\n",
+  "           SET last_fence = EXCLUDED.last_fence, updated_at = clock_timestamp()\n",
+  "fenced:: operators::revoke"),
+ ("fence advance: `<=` made `<` (a run's second fenced transaction is refused)",
+  "         WHERE f.last_fence <= EXCLUDED.last_fence\n",
+  "         WHERE f.last_fence < EXCLUDED.last_fence\n",
+  "fenced::"),
+ ("fenced update: fence clause removed (a stale run overwrites a newer run's row)",
+  "WHERE {filter_sql}last_fence <= ${fence}",
+  "WHERE {filter_sql}true",
+  "fenced::"),
+ ("fenced update: `<=` made `<` (a run cannot write its own row twice)",
+  "WHERE {filter_sql}last_fence <= ${fence}",
+  "WHERE {filter_sql}last_fence < ${fence}",
+  "fenced::"),
+]
+
+# An operator's revoke (src/lease/revoke.rs): `leasehold release [--force]`.
+revoke_mutations = [
+ ("revoke: force clause removed (a held lease is revoked without --force)",
+  "                   AND ($2 OR old.expires_at <= clock_timestamp())\n", "\n",
+  "operators::revoke"),
+ ("revoke: the old fence kept (the revoked run still writes through the fence)",
+  "                   SET fence = nextval('leasehold_fence_seq'),\n",
+  "                   SET fence = l.fence,\n",
+  "operators::revoke"),
+ ("revoke: a held lease not expired (no other replica can claim it)",
+  "                       expires_at = LEAST(l.expires_at,\n",
+  "                       expires_at = GREATEST(l.expires_at,\n",
+  "operators::revoke"),
+ ("revoke: fence rows not raised (the revoked run writes until a newer run does)",
+  "                SELECT r, ended.fence FROM ended CROSS JOIN unnest($3::text[]) AS r\n",
+  "                SELECT r, ended.fence FROM ended CROSS JOIN unnest($3::text[]) AS r WHERE false\n",
+  "operators::revoke"),
+ ("revoke: a fence row lowered (GREATEST removed)",
+  "                   SET last_fence = GREATEST(f.last_fence, EXCLUDED.last_fence), updated_at = clock_timestamp()\n            )",
+  "                   SET last_fence = EXCLUDED.last_fence, updated_at = clock_timestamp()\n            )",
+  "operators::revoke"),
+]
+
+# The operators' controls (src/lease/control.rs): pause, resume, trigger.
+# (The pause rule itself is enforced by the claims: see the pause
+# mutations above.)
+control_mutations = [
+ ("pause: a second pause without cancel downgrades a pause with cancel",
+  "ON CONFLICT (scope, name) DO UPDATE SET cancel = p.cancel OR EXCLUDED.cancel",
+  "ON CONFLICT (scope, name) DO UPDATE SET cancel = EXCLUDED.cancel",
+  "operators::pause"),
+ ("resume: keys not yet due are made due too (a resume runs every key at once)",
+  "                   AND COALESCE(l.next_due_at, '-infinity') <= clock_timestamp()\n",
+  "\n",
+  "operators::pause"),
+ ("resume: the target clause removed (resuming one key wakes every key)",
+  "                 WHERE ((gone.scope = 'key' AND l.key = gone.name) OR (gone.scope = 'job' AND l.job_name = gone.name))\n",
+  "                 WHERE true\n",
+  "operators::pause"),
+]
+
+FILES = [("src/lease/mod.rs", mutations), ("src/lease/control.rs", control_mutations), ("src/lease/batch.rs", batch_mutations),
+         ("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations)]
 
 
 def main():
