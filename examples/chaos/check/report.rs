@@ -1,0 +1,162 @@
+//! The verdict: a table of what the run did, then one row per check, then
+//! the first examples of each violated check.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use super::history::History;
+use super::slots::{NearFaults, QuietTail};
+use super::{Check, Verdict};
+use crate::faults::FaultKind;
+
+/// The verdict on `checks`, with the run's numbers from the history and
+/// what checks 8 and 10 counted.
+pub fn verdict(h: &History, checks: &[Check], near: &NearFaults, tail: &QuietTail) -> Verdict {
+    let input = h.input;
+    let count = |kind: &str| input.events.iter().filter(|e| e.kind == kind).count();
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    for e in input
+        .events
+        .iter()
+        .filter(|e| e.kind == "cancelled" || e.kind == "dropped")
+    {
+        let reason = e.detail.split_whitespace().next().unwrap_or("?").to_owned();
+        *reasons.entry(format!("{} {reason}", e.kind)).or_default() += 1;
+    }
+    let mut faults: BTreeMap<&str, usize> = BTreeMap::new();
+    for w in &input.windows {
+        *faults.entry(w.kind.name()).or_default() += 1;
+    }
+    let started = count("start");
+    let ended = count("done") + count("stale") + count("cancelled") + count("failed") + count("dropped");
+    let complete_runs = h.runs.values().filter(|r| h.complete(r)).count();
+    let fault_count = |kind: FaultKind| input.windows.iter().filter(|w| w.kind == kind).count();
+    let dropped = count("dropped");
+    let dropped_in_begin = input
+        .events
+        .iter()
+        .filter(|e| e.kind == "dropped" && e.detail.ends_with(" in begin_fenced"))
+        .count();
+    let raw_begins = input
+        .events
+        .iter()
+        .filter(|e| e.kind == "raw-begin" && e.detail == "ok")
+        .count();
+
+    let mut s = String::new();
+    let _ = writeln!(s, "| measure | value |");
+    let _ = writeln!(s, "|---|---|");
+    let _ = writeln!(s, "| runs started (replica logs) | {started} |");
+    let _ = writeln!(s, "| runs succeeded | {} |", count("done"));
+    let reasons_text: Vec<String> = reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
+    let _ = writeln!(
+        s,
+        "| runs cancelled / dropped | {} ({}) |",
+        count("cancelled") + count("dropped"),
+        if reasons_text.is_empty() {
+            "-".to_owned()
+        } else {
+            reasons_text.join(", ")
+        }
+    );
+    let _ = writeln!(s, "| runs failed (database errors) | {} |", count("failed"));
+    let _ = writeln!(
+        s,
+        "| runs with no end (replica killed) | {} |",
+        started.saturating_sub(ended)
+    );
+    let _ = writeln!(
+        s,
+        "| ledger: rows / runs / complete runs | {} / {} / {complete_runs} |",
+        input.ledger.len(),
+        h.runs.len()
+    );
+    let faults_text: Vec<String> = FaultKind::ALL
+        .iter()
+        .map(|k| format!("{} {}", k.name(), faults.get(k.name()).copied().unwrap_or(0)))
+        .collect();
+    let _ = writeln!(
+        s,
+        "| faults injected ({}) | {} |",
+        input.windows.len(),
+        faults_text.join(", ")
+    );
+    if !input.skipped.is_empty() {
+        let _ = writeln!(s, "| faults skipped (target busy) | {} |", input.skipped.len());
+    }
+    let _ = writeln!(
+        s,
+        "| connection-poisoning faults: begin-drop / raw-begin | {} ({dropped_in_begin} of {dropped} dropped runs were in begin_fenced) / {} ({raw_begins} BEGINs left on a pool) |",
+        fault_count(FaultKind::BeginDrop),
+        fault_count(FaultKind::RawBegin)
+    );
+    let _ = writeln!(s, "| stale writes rejected (StaleFence) | {} |", count("stale"));
+    let _ = writeln!(
+        s,
+        "| slots near faults: checked loosely / completed twice | {} / {} |",
+        near.slots, near.doubles
+    );
+    let _ = writeln!(
+        s,
+        "| quiet tail: slots per job / slots checked / extra attempts that did not succeed | {} / {} / {} |",
+        tail.slots, tail.checked, tail.attempts
+    );
+    let _ = writeln!(
+        s,
+        "| replica backends at the end: scanned / idle in transaction | {} / {} |",
+        input.backends.backends.len(),
+        input.backends.stuck.len()
+    );
+    let longest = input
+        .orphans
+        .iter()
+        .map(|o| o.last_seen - o.first_seen)
+        .max()
+        .unwrap_or(0);
+    let _ = writeln!(
+        s,
+        "| during the run: samples / transactions seen idle after an autocommit statement (longest seen) | {} / {} ({:.1} s) |",
+        input.samples,
+        input.orphans.len(),
+        longest as f64 / 1e6
+    );
+    let _ = writeln!(
+        s,
+        "| leasehold lease writes (committed): claims / renewals / releases | {} |",
+        crate::commits::summary(&input.lease_writes)
+    );
+    let violations: usize = checks.iter().map(|c| c.violations).sum();
+    for c in checks {
+        let _ = writeln!(
+            s,
+            "| check: {} | {} ({} checked) |",
+            c.name,
+            if c.violations == 0 {
+                "ok".to_owned()
+            } else {
+                format!("**{} VIOLATIONS**", c.violations)
+            },
+            c.checked
+        );
+    }
+    let _ = writeln!(s, "| **violations** | **{violations}** |");
+    if !near.examples.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nnear faults, slots completed twice (at-least-once, allowed), e.g.:"
+        );
+        for e in &near.examples {
+            let _ = writeln!(s, "  - {e}");
+        }
+    }
+    for c in checks.iter().filter(|c| c.violations > 0) {
+        let _ = writeln!(s, "\nVIOLATION {} — first examples:", c.name);
+        for e in &c.examples {
+            let _ = writeln!(s, "  - {e}");
+        }
+        if c.violations > c.examples.len() {
+            let _ = writeln!(s, "  - … and {} more", c.violations - c.examples.len());
+        }
+    }
+    Verdict { text: s, violations }
+}

@@ -1,0 +1,495 @@
+//! Each check against a small hand-written history: [`healthy`] passes
+//! every check, and each test breaks it the way one property is broken and
+//! asserts which checks the verdict names. Where a property cannot be
+//! broken alone (a stale write is also an interleaving or a commit-order
+//! violation), the test names every check that must fail.
+
+use super::*;
+use crate::backends::Backend;
+
+const S: i64 = 1_000_000;
+const MS: i64 = 1_000;
+
+const ORDER: &str = "fences never decrease in commit order";
+const STALE: &str = "no write accepted after a higher fence";
+const INTERLEAVE: &str = "runs' effects never interleave in time";
+const UNIQUE: &str = "each fence is one run of one key";
+const COUNTER: &str = "counter fence never goes back";
+const LOST_STEPS: &str = "runs reported done have all steps committed";
+const LOST_WRITES: &str = "runs reported done have all counter writes committed";
+const CALM: &str = "calm slots during faults ran exactly once to completion";
+const LIVE: &str = "every job ran again after the last fault";
+const TAIL: &str = "quiet tail: every slot ran exactly once";
+const IDLE: &str = "no replica backend idle in transaction at the end";
+const ORPHANED: &str = "no replica backend seen idle in transaction after an autocommit statement";
+const ALONE: &str = "leasehold's lease writes commit on their own";
+const CLAIMED: &str = "every run's claim committed";
+
+/// One job `a`, period and lease 1 s, two steps per run, observed from 10 s
+/// to 26 s, one fault at [16 s, 16.5 s). So slots 10–13 are calm (check 8),
+/// 14–18 near the fault, and 19–23 the quiet tail (check 10). Slot k ran
+/// once, as fence 100 + k: claimed at +50 ms, steps at +100 and +300 ms
+/// (each a ledger row and a counter write), released at +400 ms, reported
+/// done.
+fn healthy() -> Input {
+    let mut input = Input {
+        keys: vec!["a".to_owned()],
+        period_us: S,
+        lease_us: S,
+        steps: 2,
+        observe_from: 10 * S,
+        observe_to: 26 * S,
+        ledger: Vec::new(),
+        counter: Vec::new(),
+        lease_writes: Vec::new(),
+        events: Vec::new(),
+        windows: vec![Window {
+            kind: FaultKind::Stop,
+            start: 16 * S,
+            end: 16 * S + 500 * MS,
+        }],
+        skipped: Vec::new(),
+        backends: Scan::default(),
+        orphans: Vec::new(),
+        samples: 40,
+    };
+    for k in 10..=23 {
+        let fence = 100 + k;
+        let lease = |what: &str, xid: i64, at: i64| LeaseWrite {
+            key: "a".to_owned(),
+            holder: "r0".to_owned(),
+            fence,
+            what: what.to_owned(),
+            xid,
+            xact_start: at,
+            stmt_start: at,
+            at,
+        };
+        input.lease_writes.push(lease("claim", 3000 + k, k * S + 50 * MS));
+        for step in 0..2 {
+            let at = k * S + (100 + 200 * step) * MS;
+            input
+                .ledger
+                .push(row(input.ledger.len() as i64 + 1, fence, k, step as i32, at));
+            input.counter.push(CounterRow {
+                id: input.counter.len() as i64 + 1,
+                key: "a".to_owned(),
+                old_fence: if step == 0 { fence - 1 } else { fence },
+                new_fence: fence,
+                run_id: format!("run{k}"),
+                at: at + MS,
+                xid: 2000 + 10 * k + step,
+            });
+        }
+        input.lease_writes.push(lease("release", 4000 + k, k * S + 400 * MS));
+        input.events.push(event("start", fence, &format!("run{k}")));
+        input.events.push(event("done", fence, ""));
+    }
+    input
+}
+
+/// Ledger row `id` of job `a`: step `step` of the run of slot `slot` with
+/// fence `fence`, at `at`.
+fn row(id: i64, fence: i64, slot: i64, step: i32, at: i64) -> LedgerRow {
+    LedgerRow {
+        id,
+        key: "a".to_owned(),
+        fence,
+        run_id: format!("run{slot}"),
+        step,
+        holder: "r0".to_owned(),
+        slot,
+        at,
+        xid: 1000 + 10 * slot + step as i64,
+    }
+}
+
+fn event(kind: &str, fence: i64, detail: &str) -> Event {
+    Event {
+        kind: kind.to_owned(),
+        key: "a".to_owned(),
+        fence,
+        detail: detail.to_owned(),
+    }
+}
+
+/// The ledger row of step `step` of slot `slot`'s run.
+fn ledger_row(input: &mut Input, slot: i64, step: i32) -> &mut LedgerRow {
+    input
+        .ledger
+        .iter_mut()
+        .find(|r| r.slot == slot && r.step == step)
+        .unwrap()
+}
+
+/// The checks the verdict reports violated, in its order.
+fn violated(verdict: &Verdict) -> Vec<&str> {
+    verdict
+        .text
+        .lines()
+        .filter_map(|l| l.strip_prefix("VIOLATION "))
+        .map(|l| l.split(" — ").next().unwrap())
+        .collect()
+}
+
+/// Asserts that exactly the checks `names` failed, and that the verdict's
+/// examples say `example`.
+fn assert_violates(input: &Input, names: &[&str], example: &str) -> Verdict {
+    let verdict = check(input);
+    assert_eq!(violated(&verdict), names, "{}", verdict.text);
+    assert!(verdict.violations >= names.len(), "{}", verdict.text);
+    for name in names {
+        assert!(
+            verdict.text.contains(&format!("| check: {name} | **")),
+            "{name} not in the table: {}",
+            verdict.text
+        );
+    }
+    assert!(verdict.text.contains(example), "no {example:?} in {}", verdict.text);
+    verdict
+}
+
+#[test]
+fn the_healthy_history_passes_every_check() {
+    let verdict = check(&healthy());
+    assert_eq!(verdict.violations, 0, "{}", verdict.text);
+    assert_eq!(verdict.text.matches("| check: ").count(), 14, "{}", verdict.text);
+    for name in [
+        ORDER,
+        STALE,
+        INTERLEAVE,
+        UNIQUE,
+        COUNTER,
+        LOST_STEPS,
+        LOST_WRITES,
+        CALM,
+        LIVE,
+        TAIL,
+        IDLE,
+        ORPHANED,
+        ALONE,
+        CLAIMED,
+    ] {
+        assert!(
+            verdict.text.contains(&format!("| check: {name} | ok (")),
+            "{name}: {}",
+            verdict.text
+        );
+    }
+    assert!(
+        verdict
+            .text
+            .contains("| slots near faults: checked loosely / completed twice | 5 / 0 |"),
+        "{}",
+        verdict.text
+    );
+    assert!(
+        verdict.text.contains(
+            "| quiet tail: slots per job / slots checked / extra attempts that did not succeed | 5 / 5 / 0 |"
+        ),
+        "{}",
+        verdict.text
+    );
+}
+
+/// Check 1: slot 12's first step committed before slot 11's last one.
+#[test]
+fn a_lower_fence_committed_later_violates_commit_order() {
+    let mut input = healthy();
+    let (a, b) = (ledger_row(&mut input, 11, 1).id, ledger_row(&mut input, 12, 0).id);
+    ledger_row(&mut input, 11, 1).id = b;
+    ledger_row(&mut input, 12, 0).id = a;
+    assert_violates(
+        &input,
+        &[ORDER],
+        "a: ledger id 5 (fence 111, r0, step 1, at 1.300s) committed after id 4 (fence 112, r0, at 2.100s)",
+    );
+}
+
+/// Check 2: fence 111's last step carries the same server time as fence
+/// 112's first one but committed after it. That is a lower fence accepted
+/// after a higher one, and out of commit order too; the two runs' write
+/// intervals only touch, so they do not interleave.
+#[test]
+fn a_lower_fence_written_after_a_higher_one_is_stale() {
+    let mut input = healthy();
+    let at = ledger_row(&mut input, 12, 0).at;
+    let (a, b) = (ledger_row(&mut input, 11, 1).id, ledger_row(&mut input, 12, 0).id);
+    let stale = ledger_row(&mut input, 11, 1);
+    stale.at = at;
+    stale.id = b;
+    ledger_row(&mut input, 12, 0).id = a;
+    assert_violates(
+        &input,
+        &[ORDER, STALE],
+        "a: fence 111 (r0, step 1) written at 2.100s after fence 112 wrote at 2.100s",
+    );
+}
+
+/// Check 3: fence 111's last step lands after fence 112 started writing (in
+/// commit order: ids follow time). Every write that interleaves is also a
+/// stale one (check 2).
+#[test]
+fn a_lower_fence_writing_inside_a_higher_fences_run_interleaves() {
+    let mut input = healthy();
+    ledger_row(&mut input, 11, 1).at = 12 * S + 200 * MS;
+    let verdict = assert_violates(
+        &input,
+        &[STALE, INTERLEAVE],
+        "a: fence 111 wrote until 2.200s but fence 112 (r0) had started writing at 2.100s",
+    );
+    assert_eq!(verdict.violations, 2, "{}", verdict.text);
+}
+
+/// Check 4: job `b` wrote with fence 110, which is job `a`'s run of slot 10.
+#[test]
+fn a_fence_used_by_two_runs_violates_uniqueness() {
+    let mut input = healthy();
+    input.ledger.push(LedgerRow {
+        key: "b".to_owned(),
+        run_id: "other".to_owned(),
+        xid: 9000,
+        ..row(999, 110, 10, 0, 10 * S + 200 * MS)
+    });
+    assert_violates(
+        &input,
+        &[UNIQUE],
+        r#"fence 110 was used by {("a", "run10"), ("b", "other")}"#,
+    );
+}
+
+/// Check 5: a counter write set fence 112 over fence 999.
+#[test]
+fn a_counter_write_over_a_higher_fence_violates_the_counter_check() {
+    let mut input = healthy();
+    let c = input.counter.iter_mut().find(|c| c.new_fence == 112).unwrap();
+    c.old_fence = 999;
+    assert_violates(
+        &input,
+        &[COUNTER],
+        "a: counter history id 5 set fence 112 (run run12) over fence 999",
+    );
+}
+
+/// Check 6: a run of slot 9 (before the observation, so no slot check sees
+/// it) was reported done, and both its counter writes committed, but only
+/// its first step is in the ledger.
+#[test]
+fn a_done_run_missing_a_step_is_a_lost_commit() {
+    let mut input = healthy();
+    input.ledger.insert(0, row(0, 109, 9, 0, 9 * S + 100 * MS));
+    for step in 0..2 {
+        input.counter.push(CounterRow {
+            id: 100 + step,
+            key: "a".to_owned(),
+            old_fence: 108,
+            new_fence: 109,
+            run_id: "run9".to_owned(),
+            at: 9 * S + 200 * MS,
+            xid: 8000 + step,
+        });
+    }
+    input.events.push(event("done", 109, ""));
+    assert_violates(
+        &input,
+        &[LOST_STEPS],
+        "a fence 109: replica reported done, ledger has steps {0}",
+    );
+}
+
+/// Check 7: slot 12's run was reported done, but one of its two counter
+/// writes is not in the counter's history.
+#[test]
+fn a_done_run_missing_a_counter_write_lost_it() {
+    let mut input = healthy();
+    let i = input.counter.iter().position(|c| c.new_fence == 112).unwrap();
+    input.counter.remove(i);
+    assert_violates(
+        &input,
+        &[LOST_WRITES],
+        "a fence 112: replica reported done, counter history has 1 of its 2 writes",
+    );
+}
+
+/// Check 8: the run that served calm slot 11 says it served slot 10: slot
+/// 10 completed twice and slot 11 never.
+#[test]
+fn a_calm_slot_run_twice_or_never_violates_the_calm_slots_check() {
+    let mut input = healthy();
+    for r in input.ledger.iter_mut().filter(|r| r.slot == 11) {
+        r.slot = 10;
+    }
+    let verdict = assert_violates(
+        &input,
+        &[CALM],
+        "a: slot 10 (at 0.000s) completed 2 times, fences [110, 111]",
+    );
+    assert!(
+        verdict.text.contains("a: slot 11 (at 1.000s) never completed"),
+        "{}",
+        verdict.text
+    );
+}
+
+/// Near the fault, a slot completed twice is at-least-once, allowed: it is
+/// only counted.
+#[test]
+fn a_slot_near_a_fault_may_complete_twice() {
+    let mut input = healthy();
+    for r in input.ledger.iter_mut().filter(|r| r.slot == 15) {
+        r.slot = 14;
+    }
+    let verdict = check(&input);
+    assert_eq!(verdict.violations, 0, "{}", verdict.text);
+    assert!(
+        verdict
+            .text
+            .contains("| slots near faults: checked loosely / completed twice | 5 / 1 |"),
+        "{}",
+        verdict.text
+    );
+    assert!(
+        verdict
+            .text
+            .contains("a: slot 14 (at 4.000s) completed by fences [114, 115]"),
+        "{}",
+        verdict.text
+    );
+}
+
+/// Check 9: every run's writes carry server times from before the fault
+/// healed (10 s earlier than the slots they served, as if the server's
+/// clock had stepped back): job `a` never ran again after the fault.
+#[test]
+fn no_completed_run_after_the_last_fault_violates_liveness() {
+    let mut input = healthy();
+    for r in &mut input.ledger {
+        r.at -= 10 * S;
+    }
+    assert_violates(
+        &input,
+        &[LIVE],
+        "a: no completed run after the last fault ended at 6.500s",
+    );
+}
+
+/// Check 10: tail slot 21's run committed both steps, but its replica never
+/// reported it done.
+#[test]
+fn a_tail_slot_without_a_successful_run_violates_the_quiet_tail() {
+    let mut input = healthy();
+    input.events.retain(|e| !(e.kind == "done" && e.fence == 121));
+    assert_violates(
+        &input,
+        &[TAIL],
+        "a: tail slot 21 (at 11.000s) ran 0 times; other attempts: fence 121: 2 of 2 steps",
+    );
+}
+
+/// Check 10: a tail slot that two runs completed and their replicas
+/// reported done.
+#[test]
+fn a_tail_slot_run_twice_violates_the_quiet_tail() {
+    let mut input = healthy();
+    for r in input.ledger.iter_mut().filter(|r| r.slot == 21) {
+        r.slot = 20;
+    }
+    let verdict = assert_violates(
+        &input,
+        &[TAIL],
+        "a: tail slot 20 (at 10.000s) ran 2 times, fences [120, 121]",
+    );
+    assert!(
+        verdict.text.contains("a: tail slot 21 (at 11.000s) ran 0 times"),
+        "{}",
+        verdict.text
+    );
+}
+
+/// Check 10: the observation ends a slot early, so the tail has four
+/// checkable slots where five are needed.
+#[test]
+fn a_quiet_tail_too_short_to_check_is_a_violation() {
+    let mut input = healthy();
+    input.observe_to -= S;
+    assert_violates(
+        &input,
+        &[TAIL],
+        "the quiet tail has 4 checkable slots, 5 are needed (last fault ended at 6.500s; raise --tail)",
+    );
+}
+
+/// Check 11: the final scan found a backend idle in transaction.
+#[test]
+fn a_backend_idle_in_transaction_at_the_end_is_a_violation() {
+    let mut input = healthy();
+    let stuck = Backend {
+        pid: 4242,
+        application_name: "chaos-r1".to_owned(),
+        state: "idle in transaction".to_owned(),
+        query: "UPDATE leasehold_lease SET expires_at = now()".to_owned(),
+        state_change: "2026-01-01 00:00:00+00".to_owned(),
+        xact_start: "2026-01-01 00:00:00+00".to_owned(),
+        xact_start_us: 25 * S,
+        xact_ms: 3000,
+    };
+    input.backends.backends.push(stuck.clone());
+    input.backends.stuck.push(stuck);
+    assert_violates(&input, &[IDLE], "pid 4242 (chaos-r1) \"idle in transaction\"");
+}
+
+/// Check 12: the watcher saw a transaction idle after a lease statement.
+#[test]
+fn a_backend_seen_idle_after_an_autocommit_statement_is_a_violation() {
+    let mut input = healthy();
+    input.orphans.push(Orphan {
+        pid: 77,
+        application_name: "chaos-r2".to_owned(),
+        xact_start: 12 * S,
+        first_seen: 12 * S + 250 * MS,
+        last_seen: 13 * S,
+        samples: 4,
+        queries: vec!["UPDATE leasehold_lease".to_owned()],
+    });
+    assert_violates(
+        &input,
+        &[ORPHANED],
+        "pid 77 (chaos-r2): transaction open since 2.000s, seen idle in it after autocommit statements from 2.250s to 3.000s",
+    );
+}
+
+/// Check 13 (`commits.rs`): a renewal of fence 112 committed in the
+/// transaction of that run's first ledger row.
+#[test]
+fn a_lease_write_committed_with_a_jobs_write_is_a_violation() {
+    let mut input = healthy();
+    let xid = ledger_row(&mut input, 12, 0).xid;
+    input.lease_writes.push(LeaseWrite {
+        key: "a".to_owned(),
+        holder: "r0".to_owned(),
+        fence: 112,
+        what: "renewal".to_owned(),
+        xid,
+        xact_start: 12 * S + 90 * MS,
+        stmt_start: 12 * S + 200 * MS,
+        at: 12 * S + 200 * MS,
+    });
+    assert_violates(
+        &input,
+        &[ALONE],
+        r#"1 statement(s) [renewal a fence 112 by r0 at 2.200s], committed with 1 ledger rows of {("a", 112)}"#,
+    );
+}
+
+/// Check 14 (`commits.rs`): slot 13's run started, but no committed claim
+/// gave the lease fence 113.
+#[test]
+fn a_run_without_a_committed_claim_is_a_violation() {
+    let mut input = healthy();
+    input.lease_writes.retain(|w| !(w.what == "claim" && w.fence == 113));
+    assert_violates(
+        &input,
+        &[CLAIMED],
+        "a fence 113 (run run13): started, but no committed claim ever gave the lease that fence",
+    );
+}
