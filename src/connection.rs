@@ -8,9 +8,9 @@
 //! statement run there would not commit: it would hold row locks, then be
 //! rolled back with someone else's work.
 //!
-//! # Invariants
+//! # Invariants (docs/design.md §4, C1–C3)
 //!
-//! 1. Every leasehold statement runs on a connection whose last
+//! 1. (C1) Every leasehold statement runs on a connection whose last
 //!    `ReadyForQuery` said *idle* (`I`): each one is its own implicit
 //!    transaction and commits when it returns. The probe is an empty simple
 //!    query sent as a custom `BEGIN` statement: sqlx then reads the status
@@ -18,14 +18,14 @@
 //!    [`sqlx::Error::BeginFailed`] exactly when the connection is *not*
 //!    inside a transaction. An empty query starts nothing, runs nothing and
 //!    is not a statement in `pg_stat_statements`.
-//! 2. A connection found inside a transaction (`T`) is closed, never handed
+//! 2. (C1) A connection found inside a transaction (`T`) is closed, never handed
 //!    back: closing it makes the server roll the foreign transaction back.
 //!    A connection inside an *aborted* transaction (`E`) looks idle to the
 //!    probe, but then every statement fails with SQLSTATE 25P02 without
 //!    effect: that answer marks it poisoned too. Both are counted in
 //!    [`crate::metrics::names::POISONED_CONNECTIONS`], logged at WARN, and
 //!    the statement is retried on another connection.
-//! 3. A connection whose statement was interrupted (its future dropped by a
+//! 3. (C2) A connection whose statement was interrupted (its future dropped by a
 //!    timeout or a cancelled caller) is closed rather than returned, so a
 //!    statement stuck behind a row lock holds no pool slot.
 //!
@@ -68,7 +68,7 @@ impl PoisonCount {
 }
 
 /// A pooled connection that was idle when checked. Dropped while a
-/// statement is in flight, it is closed instead of returned (invariant 3).
+/// statement is in flight, it is closed instead of returned (C2).
 pub(crate) struct Checked {
     conn: Option<PoolConnection<Postgres>>,
     in_flight: bool,
@@ -142,7 +142,7 @@ fn poisoned(state: &'static str) {
 }
 
 /// Takes a connection from `pool` that is not inside a transaction,
-/// closing every poisoned one it meets (invariant 1, 2).
+/// closing every poisoned one it meets (C1).
 ///
 /// Cancel-safe: dropped during the probe, the connection is closed.
 pub(crate) async fn acquire(pool: &PgPool, count: &PoisonCount) -> Result<Checked> {

@@ -3,7 +3,7 @@
 //! what to do with the answers (cancel the run, count the rejection); the
 //! rules themselves live here, next to the lease SQL that hands fences out.
 //!
-//! # Invariants (docs/design.md §4, F1–F3)
+//! # Invariants (docs/design.md §4, F1–F4)
 //!
 //! - **F1** *A fence row only rises*: an advance applies only when the
 //!   stored fence is not above the run's (`WHERE f.last_fence <=

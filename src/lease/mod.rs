@@ -1,14 +1,16 @@
 //! The lease store: claim, renew, release and inspect leases, one SQL
 //! statement each.
 //!
-//! # Invariants (DESIGN §3), and where each is enforced
+//! # Invariants (docs/design.md §4), and where each is enforced
 //!
 //! 1. *Server clock only*: every comparison and expiry below uses
 //!    `clock_timestamp()`; durations are sent as seconds and added on the
 //!    server. The only times returned to Rust are for display and for
 //!    computing the next cron slot from the server's own `now`.
-//! 2. *One round trip*: every method runs exactly one statement on a pooled
-//!    connection and returns it to the pool before returning.
+//! 2. *One round trip*: claim, renew and release are one statement each on
+//!    a pooled connection, returned to the pool before the method returns
+//!    (a claim that returns no row costs a second read, to say why; `list`
+//!    reads twice; a release meeting a locked row retries).
 //! 3. *Claim* succeeds iff the row is absent, expired, or (re-entrant claim
 //!    only) held by the same holder: the `WHERE` of `ON CONFLICT DO UPDATE`.
 //! 4. *Fence monotonicity*: fences come from the `leasehold_fence_seq`
@@ -364,7 +366,7 @@ impl LeaseStore {
         &self.poisoned
     }
 
-    /// The article's re-entrant claim: acquire `key` for `holder` for `ttl`
+    /// The re-entrant claim (invariant 3): acquire `key` for `holder` for `ttl`
     /// if it is free or expired; if `holder` already holds it, extend it and
     /// keep the same fence.
     ///

@@ -6,8 +6,11 @@
 //! scheduler (batch claims), one finisher (batch releases), one heartbeat
 //! (one renewal statement per tick), one listener (wake-ups), and one task
 //! per run in progress. [`Runtime`] is a cheap, cloneable handle on them;
-//! the last handle dropped shuts the runtime down. One file per concern,
-//! none importing another except through `state.rs`:
+//! the last handle dropped shuts the runtime down. One file per concern;
+//! they share state through `state.rs`, and the imports between them run
+//! one way (the scheduler starts runs in `supervise.rs`, the builder hands
+//! out `handle.rs`'s handle, `faults.rs` is reached from the handle and the
+//! state), never in a circle:
 //!
 //! - `builder.rs`: settings, checks and start;
 //! - `handle.rs`: the handle — trigger, add, remove, health, shutdown, drop;

@@ -1,4 +1,4 @@
-//! Lease store scenarios: one test per invariant of DESIGN §3 (and per guard
+//! Lease store scenarios: one test per invariant of docs/design.md §4 (and per guard
 //! clause of the claim, renew and release statements).
 
 use std::sync::Arc;

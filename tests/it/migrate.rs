@@ -4,7 +4,7 @@ use leasehold::Error;
 
 use crate::support;
 
-/// Invariant 8: 50 replicas migrating an empty database at once all succeed,
+/// docs/design.md §3, M1: 50 replicas migrating an empty database at once all succeed,
 /// the schema is created once, a second run is a no-op, and the user's own
 /// `_sqlx_migrations` table is untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! leasehold behind PgBouncer in transaction mode (DESIGN §9).
+//! leasehold behind PgBouncer in transaction mode (docs/design.md §8).
 //!
 //! - The runtime keeps no session state, so claims, heartbeats, fenced
 //!   transactions, fenced column writes and shutdown all work through a
@@ -15,7 +15,7 @@
 //!   (statements are still named, just never reused or closed), nor does
 //!   `.persistent(false)` (the unnamed statement is also per server
 //!   connection). [`sqlx_prepared_statements_need_pgbouncer_1_21`] shows it.
-//! - Session advisory locks, the article's original approach, cannot work
+//! - Session advisory locks, the approach leasehold replaces, cannot work
 //!   there at all: [`advisory_locks_do_not_survive_transaction_pooling`].
 //!
 //! The tests need the `pgbouncer` binary and FAIL without it:
@@ -187,7 +187,7 @@ async fn pid_of(conn: &mut PgConnection) -> i32 {
         .get(0)
 }
 
-/// Why the article's session advisory locks cannot work behind transaction
+/// Why session advisory locks cannot work behind transaction
 /// pooling: the lock belongs to whichever server connection ran
 /// `pg_try_advisory_lock`; the unlock, one call later, runs on another one
 /// and fails, the lock stays with a server connection that now serves

@@ -202,7 +202,7 @@ async fn a_paused_job_pauses_all_its_keys_and_nothing_else() {
     rt.shutdown().await;
 }
 
-/// Every claim refuses a paused key — the article's `claim`, `claim_run`
+/// Every claim refuses a paused key — the re-entrant `claim`, `claim_run`
 /// (even a manual `Due::Now`), a key with no row yet (key pause), and a
 /// key whose row names a paused job — and takes it again once resumed.
 #[tokio::test]
