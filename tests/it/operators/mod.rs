@@ -4,4 +4,5 @@
 mod catch_up;
 mod history;
 mod pause;
+mod resume;
 mod revoke;

@@ -1,0 +1,78 @@
+//! What resuming touches, and what pausing again keeps: a resume makes the
+//! overdue keys of its own target claimable now and leaves every other
+//! schedule alone; a second pause never weakens the first.
+
+use std::time::Duration;
+
+use chrono::{TimeDelta, Utc};
+use leasehold::{LeaseStore, PauseTarget, Resumed, Schedule};
+
+use crate::support::{self, job, quick};
+
+/// Keys of job `tenant` (one overdue, one not yet due) and an overdue key
+/// of another job. Resuming `tenant` wakes its overdue key only: the key
+/// that is not yet due keeps its slot, and the other job's key is not
+/// touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_wakes_only_the_overdue_keys_of_its_target() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let manual = || quick(Schedule::Manual, Duration::from_secs(5));
+    let noop = || |_| async { Ok(()) };
+    // Register the rows (with their job names), then stop: nothing claims
+    // them while the schedules are arranged by hand.
+    let rt = support::replica(
+        &db,
+        "r1",
+        2,
+        vec![
+            job("tenant:overdue", manual(), noop()),
+            job("tenant:later", manual(), noop()),
+            job("other:overdue", manual(), noop()),
+        ],
+    )
+    .await;
+    rt.shutdown().await;
+    let past = Utc::now() - TimeDelta::minutes(10);
+    let future = Utc::now() + TimeDelta::hours(1);
+    store.pause(&PauseTarget::job("tenant"), false, "test").await.unwrap();
+    support::owe_slot(&db.pool, "tenant:overdue", past).await;
+    support::owe_slot(&db.pool, "tenant:later", future).await;
+    support::owe_slot(&db.pool, "other:overdue", past).await;
+    let due = |info: Option<leasehold::LeaseInfo>| info.expect("row").next_due_at.expect("scheduled");
+
+    let resumed = store.resume(&PauseTarget::job("tenant")).await.unwrap();
+
+    assert_eq!(resumed, Resumed::Yes { woken: 1 });
+    let woken = due(store.get("tenant:overdue").await.unwrap());
+    assert!(
+        woken > past + TimeDelta::minutes(5),
+        "the overdue key is due now: {woken}"
+    );
+    assert_eq!(
+        due(store.get("tenant:later").await.unwrap()),
+        future,
+        "not yet due: keeps its slot"
+    );
+    assert_eq!(
+        due(store.get("other:overdue").await.unwrap()),
+        past,
+        "another job's key is not touched"
+    );
+}
+
+/// Pausing again without cancellation keeps the cancellation asked by the
+/// first pause: an operator re-running `pause` cannot silently let runs go
+/// on that were asked to stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_again_without_cancel_keeps_the_cancel() {
+    let (_db, store) = support::store().await;
+    let target = PauseTarget::key("billing");
+    assert!(store.pause(&target, true, "alice").await.unwrap().cancel);
+    let again = store.pause(&target, false, "bob").await.unwrap();
+    assert!(again.cancel, "the second pause kept the cancel: {again:?}");
+    let pauses = store.pauses().await.unwrap();
+    assert_eq!(pauses.len(), 1);
+    assert!(pauses[0].cancel);
+    assert_eq!(pauses[0].paused_by, "alice", "the first pause is the one in force");
+}
