@@ -33,8 +33,11 @@ async fn a_resume_wakes_only_the_overdue_keys_of_its_target() {
     )
     .await;
     rt.shutdown().await;
-    let past = Utc::now() - TimeDelta::minutes(10);
-    let future = Utc::now() + TimeDelta::hours(1);
+    // Whole microseconds: what a timestamptz keeps.
+    let micros =
+        |t: chrono::DateTime<Utc>| chrono::DateTime::from_timestamp_micros(t.timestamp_micros()).expect("in range");
+    let past = micros(Utc::now() - TimeDelta::minutes(10));
+    let future = micros(Utc::now() + TimeDelta::hours(1));
     store.pause(&PauseTarget::job("tenant"), false, "test").await.unwrap();
     support::owe_slot(&db.pool, "tenant:overdue", past).await;
     support::owe_slot(&db.pool, "tenant:later", future).await;
