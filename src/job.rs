@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::guard::FenceGuard;
 use crate::schedule::{CatchUp, Schedule};
 use crate::validate;
+use leasehold_rules as rules;
 
 /// The error a job returns. Any error type converts with `?`; a
 /// [`leasehold::Error`](crate::Error) inside (say a stale fence) is
@@ -71,6 +72,37 @@ pub trait FencedJob: Send + Sync + 'static {
 /// Defaults: lease 60 s, heartbeat lease/3, local deadline margin lease/10,
 /// grace 5 s, retry backoff from 1 s doubling to at most 5 min, one run for
 /// a stretch of missed slots ([`CatchUp::Once`]).
+///
+/// # Naming
+///
+/// Every setting has one name, used twice, the way
+/// [`std::process::Command`] does it (`current_dir` / `get_current_dir`):
+/// the setter is the bare name and consumes and returns the settings, the
+/// getter is `get_` + the name and gives the value in effect (the default
+/// when none was set). The `#[job(...)]` attribute of the derive has the
+/// same name too (`retry_max` is the second argument of `retry`).
+///
+/// | setting | setter | getter |
+/// |---|---|---|
+/// | schedule | [`schedule`](JobSettings::schedule) (or [`new`](JobSettings::new)) | [`get_schedule`](JobSettings::get_schedule) |
+/// | lease | [`lease`](JobSettings::lease) | [`get_lease`](JobSettings::get_lease) |
+/// | heartbeat | [`heartbeat`](JobSettings::heartbeat) | [`get_heartbeat`](JobSettings::get_heartbeat) |
+/// | margin | [`margin`](JobSettings::margin) | [`get_margin`](JobSettings::get_margin) |
+/// | grace | [`grace`](JobSettings::grace) | [`get_grace`](JobSettings::get_grace) |
+/// | retry | [`retry`](JobSettings::retry) | [`get_retry`](JobSettings::get_retry) |
+/// | catch_up | [`catch_up`](JobSettings::catch_up) | [`get_catch_up`](JobSettings::get_catch_up) |
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::{JobSettings, Schedule};
+///
+/// let settings = JobSettings::new(Schedule::every(Duration::from_secs(300)))
+///     .lease(Duration::from_secs(30))
+///     .margin(Duration::from_secs(2));
+/// assert_eq!(settings.get_lease(), Duration::from_secs(30));
+/// assert_eq!(settings.get_heartbeat(), Duration::from_secs(10)); // lease/3
+/// assert_eq!(settings.get_margin(), Duration::from_secs(2));
+/// ```
 #[derive(Debug, Clone)]
 pub struct JobSettings {
     pub(crate) schedule: Schedule,
@@ -88,44 +120,57 @@ impl JobSettings {
     pub fn new(schedule: Schedule) -> Self {
         JobSettings {
             schedule,
-            lease: Duration::from_secs(60),
+            lease: rules::DEFAULT_LEASE,
             heartbeat: None,
             margin: None,
-            grace: Duration::from_secs(5),
-            retry_initial: Duration::from_secs(1),
-            retry_max: Duration::from_secs(300),
+            grace: rules::DEFAULT_GRACE,
+            retry_initial: rules::DEFAULT_RETRY,
+            retry_max: rules::DEFAULT_RETRY_MAX,
             catch_up: CatchUp::Once,
         }
     }
 
+    /// When the job runs (replaces the schedule given to
+    /// [`new`](JobSettings::new)).
+    pub fn schedule(mut self, schedule: Schedule) -> Self {
+        self.schedule = schedule;
+        self
+    }
+
     /// Lease length: how long a replica that stopped heartbeating keeps
-    /// others from taking the job over.
+    /// others from taking the job over. [`MIN_LEASE`](crate::MIN_LEASE) to
+    /// [`MAX_LEASE`](crate::MAX_LEASE); default 60 s.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
     }
 
-    /// Heartbeat interval; must be less than half the lease (default lease/3).
+    /// Heartbeat interval: how often the lease is renewed while a run is in
+    /// progress. Must be above zero and below half the lease (default
+    /// lease/3).
     pub fn heartbeat(mut self, every: Duration) -> Self {
         self.heartbeat = Some(every);
         self
     }
 
-    /// Safety margin before the local deadline (default lease/10). See the
-    /// runtime docs for why it is safe.
-    pub fn deadline_margin(mut self, margin: Duration) -> Self {
+    /// Safety margin before the local deadline (default lease/10);
+    /// heartbeat + margin must be below the lease. See the runtime docs for
+    /// why it is safe.
+    pub fn margin(mut self, margin: Duration) -> Self {
         self.margin = Some(margin);
         self
     }
 
-    /// How long a cancelled run may take to return before it is dropped.
+    /// How long a cancelled run may take to return before it is dropped
+    /// (default 5 s).
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
     }
 
     /// Retry backoff after a failed run: `initial`, doubling per consecutive
-    /// failure, capped at `max`.
+    /// failure, capped at `max` (default 1 s to 5 min). `initial` must be
+    /// above zero and `max` at least `initial`.
     pub fn retry(mut self, initial: Duration, max: Duration) -> Self {
         self.retry_initial = initial;
         self.retry_max = max;
@@ -145,7 +190,7 @@ impl JobSettings {
     /// // of at most the last 7 nights, oldest first.
     /// let settings = JobSettings::new(Schedule::cron_in("0 6 * * *", "Europe/Paris")?)
     ///     .catch_up(CatchUp::all(7));
-    /// assert_eq!(settings.catch_up_policy(), CatchUp::All { max: 7 });
+    /// assert_eq!(settings.get_catch_up(), CatchUp::All { max: 7 });
     /// # Ok::<(), leasehold::Error>(())
     /// ```
     pub fn catch_up(mut self, policy: CatchUp) -> Self {
@@ -154,29 +199,56 @@ impl JobSettings {
     }
 
     /// The schedule.
-    pub fn schedule(&self) -> &Schedule {
+    pub fn get_schedule(&self) -> &Schedule {
         &self.schedule
     }
 
-    /// The catch-up policy in effect.
-    pub fn catch_up_policy(&self) -> CatchUp {
+    /// The lease length.
+    pub fn get_lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The heartbeat interval in effect (lease/3 unless set).
+    pub fn get_heartbeat(&self) -> Duration {
+        self.timing().heartbeat()
+    }
+
+    /// The local deadline margin in effect (lease/10 unless set).
+    pub fn get_margin(&self) -> Duration {
+        self.timing().margin()
+    }
+
+    /// The grace period of a cancelled run.
+    pub fn get_grace(&self) -> Duration {
+        self.grace
+    }
+
+    /// The retry backoff: `(initial, max)`.
+    pub fn get_retry(&self) -> (Duration, Duration) {
+        (self.retry_initial, self.retry_max)
+    }
+
+    /// The catch-up policy.
+    pub fn get_catch_up(&self) -> CatchUp {
         self.catch_up
-    }
-
-    /// The heartbeat interval in effect.
-    pub fn heartbeat_interval(&self) -> Duration {
-        self.heartbeat.unwrap_or(self.lease / 3)
-    }
-
-    /// The local deadline margin in effect.
-    pub fn margin(&self) -> Duration {
-        self.margin.unwrap_or(self.lease / 10)
     }
 
     /// Backoff before retry number `failures` (1 = first retry).
     pub(crate) fn backoff(&self, failures: u32) -> Duration {
         let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
         self.retry_initial.saturating_mul(factor).min(self.retry_max)
+    }
+
+    /// The durations, for the shared rules.
+    fn timing(&self) -> rules::Timing {
+        rules::Timing {
+            lease: Some(self.lease),
+            heartbeat: self.heartbeat,
+            margin: self.margin,
+            grace: Some(self.grace),
+            retry: Some(self.retry_initial),
+            retry_max: Some(self.retry_max),
+        }
     }
 
     /// Checks every setting, naming the job's key in the error.
@@ -189,40 +261,11 @@ impl JobSettings {
             },
             other => other,
         };
-        validate::lease_secs("lease duration", self.lease).map_err(context)?;
+        let timing = self.timing();
+        rules::lease("lease duration", self.lease).map_err(|e| context(validate::rule(e)))?;
         self.schedule.validate().map_err(context)?;
         self.catch_up.validate().map_err(context)?;
-        let heartbeat = self.heartbeat_interval();
-        if heartbeat.is_zero() || heartbeat * 2 >= self.lease {
-            return Err(context(Error::invalid(
-                "heartbeat interval",
-                heartbeat,
-                format!(
-                    "it must be above zero and below half the lease ({:?}) so a late beat still renews",
-                    self.lease
-                ),
-            )));
-        }
-        let margin = self.margin();
-        if heartbeat + margin >= self.lease {
-            return Err(context(Error::invalid(
-                "deadline margin",
-                margin,
-                format!(
-                    "heartbeat ({heartbeat:?}) + margin must be below the lease ({:?}), \
-                     or every run is cancelled before its first renewal",
-                    self.lease
-                ),
-            )));
-        }
-        if self.retry_initial.is_zero() || self.retry_max < self.retry_initial {
-            return Err(context(Error::invalid(
-                "retry backoff",
-                (self.retry_initial, self.retry_max),
-                "initial must be above zero and max at least initial",
-            )));
-        }
-        Ok(())
+        timing.check().map_err(|e| context(validate::rule(e)))
     }
 }
 
@@ -237,7 +280,7 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         every_second().validate("k").unwrap();
-        assert_eq!(every_second().heartbeat_interval(), Duration::from_secs(20));
+        assert_eq!(every_second().get_heartbeat(), Duration::from_secs(20));
     }
 
     #[test]
@@ -258,7 +301,7 @@ mod tests {
             "{msg}"
         );
         let msg = every_second()
-            .deadline_margin(Duration::from_secs(45))
+            .margin(Duration::from_secs(45))
             .validate("k")
             .unwrap_err()
             .to_string();
@@ -267,9 +310,9 @@ mod tests {
 
     #[test]
     fn catch_up_defaults_to_once_and_its_bound_is_checked() {
-        assert_eq!(every_second().catch_up_policy(), CatchUp::Once);
+        assert_eq!(every_second().get_catch_up(), CatchUp::Once);
         let skip = every_second().catch_up(CatchUp::Skip);
-        assert_eq!(skip.catch_up_policy(), CatchUp::Skip);
+        assert_eq!(skip.get_catch_up(), CatchUp::Skip);
         skip.validate("k").unwrap();
         every_second().catch_up(CatchUp::all(1)).validate("k").unwrap();
         every_second().catch_up(CatchUp::all(1000)).validate("k").unwrap();
@@ -286,6 +329,54 @@ mod tests {
                 "{msg}"
             );
         }
+    }
+
+    #[test]
+    fn every_setter_has_a_get_getter_of_the_same_name() {
+        let secs = Duration::from_secs;
+        let s = every_second()
+            .schedule(Schedule::Manual)
+            .lease(secs(30))
+            .heartbeat(secs(5))
+            .margin(secs(2))
+            .grace(secs(1))
+            .retry(secs(2), secs(10))
+            .catch_up(CatchUp::Skip);
+        assert!(matches!(s.get_schedule(), Schedule::Manual));
+        assert_eq!(
+            (s.get_lease(), s.get_heartbeat(), s.get_margin(), s.get_grace()),
+            (secs(30), secs(5), secs(2), secs(1))
+        );
+        assert_eq!(s.get_retry(), (secs(2), secs(10)));
+        assert_eq!(s.get_catch_up(), CatchUp::Skip);
+        s.validate("k").unwrap();
+        // Unset heartbeat and margin follow the lease.
+        let s = every_second().lease(secs(30));
+        assert_eq!((s.get_heartbeat(), s.get_margin()), (secs(10), secs(3)));
+        let d = every_second();
+        assert_eq!((d.get_lease(), d.get_grace()), (secs(60), secs(5)));
+        assert_eq!(d.get_retry(), (secs(1), secs(300)));
+    }
+
+    #[test]
+    fn a_retry_cap_below_the_first_backoff_is_refused() {
+        let secs = Duration::from_secs;
+        let msg = every_second()
+            .retry(secs(10), secs(5))
+            .validate("k")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.starts_with("invalid retry backoff (10s, 5s): the cap (5s) must be at least the first backoff (10s)")
+                && msg.ends_with("(job \"k\")"),
+            "{msg}"
+        );
+        let msg = every_second()
+            .retry(Duration::ZERO, secs(5))
+            .validate("k")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("above zero"), "{msg}");
     }
 
     #[test]

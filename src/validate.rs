@@ -4,20 +4,26 @@
 //! reads like a database failure; these give an error that names the value,
 //! the limit and the fix.
 
+use std::fmt;
 use std::time::Duration;
+
+use leasehold_rules::RuleError;
+pub use leasehold_rules::{MAX_KEY_BYTES, MAX_LEASE, MIN_LEASE};
 
 use crate::error::{Error, Result};
 
-/// Longest lease key or holder id, in bytes (also a CHECK in the schema).
-pub const MAX_KEY_BYTES: usize = 255;
-
-/// Shortest lease leasehold accepts. Below this, a single round trip to the
-/// database can outlast the lease.
-pub const MIN_LEASE: Duration = Duration::from_millis(10);
-
-/// Longest lease leasehold accepts. A lease this long means a dead replica
-/// blocks its jobs for a week: it is almost always a unit mistake.
-pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// A broken rule as [`Error::InvalidInput`], with the same what, value and
+/// problem.
+pub(crate) fn rule(e: RuleError) -> Error {
+    /// The value as the rule showed it (already quoted or formatted).
+    struct Shown(String);
+    impl fmt::Debug for Shown {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+    Error::invalid(e.what, Shown(e.value), e.problem)
+}
 
 pub(crate) fn key(key: &str) -> Result<()> {
     identifier("lease key", key)
@@ -41,44 +47,15 @@ pub(crate) fn resource(resource: &str) -> Result<()> {
 }
 
 fn identifier(what: &'static str, value: &str) -> Result<()> {
-    if value.is_empty() {
-        return Err(Error::invalid(what, value, "it must not be empty"));
-    }
-    if value.len() > MAX_KEY_BYTES {
-        return Err(Error::invalid(
-            what,
-            value,
-            format!("it is {} bytes long, the limit is {MAX_KEY_BYTES} bytes", value.len()),
-        ));
-    }
-    if value.contains('\0') {
-        return Err(Error::invalid(
-            what,
-            value,
-            "it contains a NUL byte, which PostgreSQL text cannot store",
-        ));
-    }
-    Ok(())
+    leasehold_rules::identifier(what, value).map_err(rule)
 }
 
 /// A lease duration, checked and converted to the seconds PostgreSQL's
 /// `make_interval(secs => …)` takes.
 pub(crate) fn lease_secs(what: &'static str, ttl: Duration) -> Result<f64> {
-    if ttl < MIN_LEASE {
-        return Err(Error::invalid(
-            what,
-            ttl,
-            format!("it must be at least {MIN_LEASE:?} (a lease shorter than a round trip is lost at once)"),
-        ));
-    }
-    if ttl > MAX_LEASE {
-        return Err(Error::invalid(
-            what,
-            ttl,
-            format!("it must be at most {MAX_LEASE:?} (a dead replica would block the job that long)"),
-        ));
-    }
-    Ok(ttl.as_secs_f64())
+    leasehold_rules::lease(what, ttl)
+        .map(|ttl| ttl.as_secs_f64())
+        .map_err(rule)
 }
 
 /// A fence as handed out by the lease table: always positive.
@@ -105,6 +82,10 @@ mod tests {
         let msg = key(&long).unwrap_err().to_string();
         assert!(msg.contains("300 bytes") && msg.contains("255"), "{msg}");
         assert!(msg.len() < 300, "huge values are shortened: {msg}");
+        assert!(
+            msg.contains("\"kkkk") && msg.contains("kkk...: "),
+            "the value is quoted, then cut: {msg}"
+        );
         let msg = holder("a\0b").unwrap_err().to_string();
         assert!(msg.contains("holder id") && msg.contains("NUL"), "{msg}");
         assert!(key(&"k".repeat(255)).is_ok());
@@ -114,6 +95,7 @@ mod tests {
     fn durations_are_bounded_both_ways() {
         let msg = lease_secs("lease duration", Duration::ZERO).unwrap_err().to_string();
         assert!(msg.contains("0ns") && msg.contains("at least 10ms"), "{msg}");
+        assert!(msg.starts_with("invalid lease duration 0ns: "), "{msg}");
         let msg = lease_secs("lease duration", Duration::from_secs(30 * 24 * 3600))
             .unwrap_err()
             .to_string();

@@ -69,7 +69,7 @@ fn implement(input: &DeriveInput, job: &Job) -> TokenStream {
     };
     set("lease", job.lease);
     set("heartbeat", job.heartbeat);
-    set("deadline_margin", job.margin);
+    set("margin", job.margin);
     set("grace", job.grace);
     if let Some((initial, max)) = job.retry {
         let (initial, max) = (duration(initial), duration(max));

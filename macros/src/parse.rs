@@ -7,6 +7,8 @@
 use syn::punctuated::Punctuated;
 use syn::{Attribute, Data, DeriveInput, Expr, ExprLit, Lit, LitStr, Meta, MetaNameValue, Token};
 
+use leasehold_rules::edit_distance;
+
 use crate::Errors;
 
 /// Every attribute `#[job(...)]` accepts, in the order the docs list them.
@@ -263,21 +265,6 @@ fn unknown(name: &str) -> String {
     }
 }
 
-/// Levenshtein distance, for "did you mean".
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let substitute = prev[j] + usize::from(ca != *cb);
-            cur.push(substitute.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,14 +279,6 @@ mod tests {
         assert!(unknown("timezone").contains("did you mean `tz`?"));
         assert!(unknown("catchup").contains("did you mean `catch_up`?"));
         assert!(unknown("catch_upp").contains("did you mean `catch_up`?"));
-    }
-
-    #[test]
-    fn edit_distance_counts_edits() {
-        assert_eq!(edit_distance("lease", "lease"), 0);
-        assert_eq!(edit_distance("lese", "lease"), 1);
-        assert_eq!(edit_distance("crn", "cron"), 1);
-        assert_eq!(edit_distance("", "key"), 3);
     }
 
     fn parse_str(src: &str) -> (RawJob, Option<String>) {

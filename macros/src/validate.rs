@@ -1,38 +1,18 @@
 //! What the settings mean: durations, the cron expression, the key template
-//! against the struct's fields, and the rules between settings — the same
-//! rules `leasehold` applies when the runtime starts, moved to compile time.
-//!
-//! Limits mirrored from the library (keep in step with `src/validate.rs` and
-//! `src/job.rs` there; `tests/it/derive.rs` checks the constants):
-//! `MIN_LEASE` 10ms, `MAX_LEASE` 7 days, `MAX_KEY_BYTES` 255,
-//! `MAX_CATCH_UP` 1000, a schedule period of at least 100ms, and the
-//! `JobSettings` defaults. Time zones are checked with the `chrono-tz`
-//! version the library uses.
+//! against the struct's fields, and the rules between settings — the rules
+//! `leasehold` applies when the runtime starts, from the crate both use
+//! (`leasehold-rules`), moved to compile time: a `RuleError` becomes a
+//! compile error at the attribute's value.
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
+use leasehold_rules::{self as rules, RuleError, Timing};
 use proc_macro2::Span;
 use syn::{Data, DeriveInput, Fields, Ident};
 
 use crate::Errors;
-use crate::parse::{RawJob, Setting, edit_distance};
-
-/// `leasehold::MIN_LEASE`.
-const MIN_LEASE: Duration = Duration::from_millis(10);
-/// `leasehold::MAX_LEASE`.
-const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
-/// `leasehold::MAX_KEY_BYTES`.
-const MAX_KEY_BYTES: usize = 255;
-/// `leasehold::MAX_CATCH_UP`: the largest `N` of `catch_up = "all(N)"`.
-const MAX_CATCH_UP: u32 = 1000;
-/// The shortest `every` period `Schedule::validate` accepts.
-const MIN_PERIOD: Duration = Duration::from_millis(100);
-/// `JobSettings::new` defaults.
-const DEFAULT_LEASE: Duration = Duration::from_secs(60);
-const DEFAULT_RETRY: Duration = Duration::from_secs(1);
-const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(300);
+use crate::parse::{RawJob, Setting};
 
 /// A job's settings, checked; what `expand` turns into code. `None` means
 /// "not given": the library's default applies.
@@ -118,7 +98,7 @@ pub(crate) fn validate(input: &DeriveInput, raw: &RawJob, errors: &mut Errors) -
     let name = match &raw.name {
         Some(setting) => {
             let name = setting.value.value();
-            if let Err(problem) = identifier(&name) {
+            if let Err(problem) = rules::check_identifier(&name) {
                 errors.push(value_error(setting, format!("job name {problem}")));
             }
             name
@@ -134,10 +114,7 @@ pub(crate) fn validate(input: &DeriveInput, raw: &RawJob, errors: &mut Errors) -
         }
     });
 
-    let every = duration(raw.every.as_ref(), errors, |d| {
-        (d < MIN_PERIOD)
-            .then(|| format!("must be at least {MIN_PERIOD:?} (a period this short would only hammer the database)"))
-    });
+    let every = duration(raw.every.as_ref(), errors, |d| rules::period(d).err());
     let cron = raw
         .cron
         .as_ref()
@@ -196,17 +173,7 @@ pub(crate) fn validate(input: &DeriveInput, raw: &RawJob, errors: &mut Errors) -
         },
     };
 
-    let lease = duration(raw.lease.as_ref(), errors, |d| {
-        if d < MIN_LEASE {
-            Some(format!(
-                "must be at least {MIN_LEASE:?}: a lease shorter than a database round trip is lost at once"
-            ))
-        } else if d > MAX_LEASE {
-            Some("must be at most 7 days (168h): a dead replica would block the job that long".to_owned())
-        } else {
-            None
-        }
-    });
+    let lease = duration(raw.lease.as_ref(), errors, |d| rules::lease("lease duration", d).err());
     let heartbeat = duration(raw.heartbeat.as_ref(), errors, |_| None);
     let margin = duration(raw.margin.as_ref(), errors, |_| None);
     let grace = duration(raw.grace.as_ref(), errors, |_| None);
@@ -214,65 +181,38 @@ pub(crate) fn validate(input: &DeriveInput, raw: &RawJob, errors: &mut Errors) -
     let retry_max = duration(raw.retry_max.as_ref(), errors, |_| None);
 
     // Rules between settings, checked only when every value involved is
-    // itself valid (a bad lease is one mistake, not three).
-    if let (Ok(lease_value), Ok(heartbeat_value)) =
-        (given_or(lease, DEFAULT_LEASE), given_or(heartbeat, Duration::ZERO))
-    {
-        let lease_text = shown(raw.lease.as_ref(), lease_value);
-        let heartbeat_eff = if raw.heartbeat.is_some() {
-            heartbeat_value
-        } else {
-            lease_value / 3
+    // itself valid (a bad lease is one mistake, not three), and reported at
+    // the setting that was given.
+    if let (Ok(lease), Ok(heartbeat)) = (given(lease), given(heartbeat)) {
+        let timing = Timing {
+            lease,
+            heartbeat,
+            margin: given(margin).unwrap_or(None),
+            ..Timing::default()
         };
-        if let Some(setting) = &raw.heartbeat
-            && heartbeat_eff * 2 >= lease_value
-        {
-            errors.push(value_error(
-                setting,
-                format!(
-                    "heartbeat must be below half the lease ({lease_text}), so that one late heartbeat \
-                     still renews it; leave it out for lease/3 ({})",
-                    human(lease_value / 3)
-                ),
-            ));
-        } else if let (Some(setting), Ok(margin_value)) = (&raw.margin, given_or(margin, Duration::ZERO))
-            && heartbeat_eff + margin_value >= lease_value
-        {
-            errors.push(value_error(
-                setting,
-                format!(
-                    "heartbeat ({}) + margin must be below the lease ({lease_text}), or every run is \
-                     cancelled before its first renewal; leave it out for lease/10 ({})",
-                    shown(raw.heartbeat.as_ref(), heartbeat_eff).replace("the default", "lease/3"),
-                    human(lease_value / 10)
-                ),
-            ));
+        if let (Some(setting), Err(e)) = (&raw.heartbeat, timing.check_heartbeat()) {
+            errors.push(value_error(setting, e.problem));
+        } else if let (Some(setting), Ok(Some(_)), Err(e)) = (&raw.margin, given(margin), timing.check_margin()) {
+            errors.push(value_error(setting, e.problem));
         }
     }
-    if let (Ok(initial), Ok(max)) = (given_or(retry, DEFAULT_RETRY), given_or(retry_max, DEFAULT_RETRY_MAX))
-        && max < initial
-    {
-        // Point at what was written: `retry_max` if given, else the `retry`
-        // that exceeds the default maximum.
-        match (&raw.retry_max, &raw.retry) {
-            (Some(setting), _) => errors.push(value_error(
-                setting,
-                format!(
-                    "retry_max must be at least retry ({}): the backoff after a failure starts at retry \
-                     and doubles up to retry_max",
-                    shown(raw.retry.as_ref(), initial)
-                ),
-            )),
-            (None, Some(setting)) => errors.push(value_error(
-                setting,
-                format!(
-                    "retry is above the default retry_max ({}): the backoff after a failure starts at retry \
-                     and doubles up to retry_max; set `retry_max = \"{}\"` or more too",
-                    human(max),
-                    setting.value.value()
-                ),
-            )),
-            (None, None) => {}
+    if let (Ok(retry), Ok(retry_max)) = (given(retry), given(retry_max)) {
+        let timing = Timing {
+            retry,
+            retry_max,
+            ..Timing::default()
+        };
+        if let Err(e) = timing.check_retry() {
+            // Point at what was written: `retry_max` if given, else the
+            // `retry` that exceeds the default maximum.
+            match (&raw.retry_max, &raw.retry) {
+                (Some(setting), _) => errors.push(value_error(setting, e.problem)),
+                (None, Some(setting)) => {
+                    let fix = format!("{} (`retry_max = \"{}\"`)", e.problem, setting.value.value());
+                    errors.push(value_error(setting, fix));
+                }
+                (None, None) => {}
+            }
         }
     }
 
@@ -282,8 +222,8 @@ pub(crate) fn validate(input: &DeriveInput, raw: &RawJob, errors: &mut Errors) -
     let value = |d: Option<Result<Duration, ()>>| d.and_then(Result::ok);
     let retry = (raw.retry.is_some() || raw.retry_max.is_some()).then(|| {
         (
-            value(retry).unwrap_or(DEFAULT_RETRY),
-            value(retry_max).unwrap_or(DEFAULT_RETRY_MAX),
+            value(retry).unwrap_or(rules::DEFAULT_RETRY),
+            value(retry_max).unwrap_or(rules::DEFAULT_RETRY_MAX),
         )
     });
     Some(Job {
@@ -304,14 +244,14 @@ pub(crate) fn validate(input: &DeriveInput, raw: &RawJob, errors: &mut Errors) -
 fn duration(
     setting: Option<&Setting>,
     errors: &mut Errors,
-    bounds: impl FnOnce(Duration) -> Option<String>,
+    bounds: impl FnOnce(Duration) -> Option<RuleError>,
 ) -> Option<Result<Duration, ()>> {
     let setting = setting?;
     let name = setting_name(setting);
     let text = setting.value.value();
-    let result = parse_duration(&text)
+    let result = rules::parse_duration(&text)
         .map_err(|e| e.to_string())
-        .and_then(|d| bounds(d).map_or(Ok(d), Err));
+        .and_then(|d| bounds(d).map_or(Ok(d), |e| Err(e.problem)));
     Some(result.map_err(|problem| {
         errors.push(syn::Error::new_spanned(
             &setting.value,
@@ -320,34 +260,10 @@ fn duration(
     }))
 }
 
-/// The given value, or `default` when not given; `Err` when given but invalid.
-fn given_or(value: Option<Result<Duration, ()>>, default: Duration) -> Result<Duration, ()> {
-    value.unwrap_or(Ok(default))
-}
-
-/// `30s` for a given setting (as written), `60s, the default` otherwise.
-fn shown(setting: Option<&Setting>, value: Duration) -> String {
-    match setting {
-        Some(s) => s.value.value(),
-        None => format!("{}, the default", human(value)),
-    }
-}
-
-/// A duration in the attribute syntax (`1h30m`, `16s666ms`), or `Debug`
-/// when it is not whole milliseconds.
-fn human(d: Duration) -> String {
-    if !d.subsec_nanos().is_multiple_of(1_000_000) || d.is_zero() {
-        return format!("{d:?}");
-    }
-    let mut ms = d.as_millis();
-    let mut out = String::new();
-    for (unit, size) in [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)] {
-        if ms >= size {
-            out.push_str(&format!("{}{unit}", ms / size));
-            ms %= size;
-        }
-    }
-    out
+/// A duration as [`Timing`] takes it: `Ok(None)` when not given, `Err` when
+/// given but invalid (already reported).
+fn given(value: Option<Result<Duration, ()>>) -> Result<Option<Duration>, ()> {
+    value.transpose()
 }
 
 fn setting_name(setting: &Setting) -> String {
@@ -365,127 +281,6 @@ fn value_error(setting: &Setting, problem: String) -> syn::Error {
         &setting.value,
         format!("`{} = {:?}`: {problem}", setting_name(setting), setting.value.value()),
     )
-}
-
-/// What is wrong with a duration string.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum DurationError {
-    Empty,
-    Negative,
-    NoNumber,
-    Fraction,
-    NoUnit(String),
-    UnknownUnit(String),
-    UnitOrder(&'static str),
-    Unexpected(char),
-    Overflow,
-    Zero,
-}
-
-const UNITS_HELP: &str = "units: ms, s, m, h, largest first, e.g. \"250ms\", \"60s\", \"5m\", \"1h30m\"";
-
-impl fmt::Display for DurationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DurationError::Empty => write!(f, "empty duration ({UNITS_HELP})"),
-            DurationError::Negative => write!(f, "durations cannot be negative ({UNITS_HELP})"),
-            DurationError::NoNumber => write!(f, "expected a number before the unit ({UNITS_HELP})"),
-            DurationError::Fraction => write!(f, "fractions are not supported; write 1s500ms, not 1.5s ({UNITS_HELP})"),
-            DurationError::NoUnit(n) => write!(f, "`{n}` has no unit; write \"{n}s\" for seconds ({UNITS_HELP})"),
-            DurationError::UnknownUnit(u) => {
-                let hint = match u.as_str() {
-                    "d" | "day" | "days" => "; for days write hours, e.g. \"24h\"",
-                    "sec" | "secs" | "second" | "seconds" => "; write \"s\"",
-                    "min" | "mins" | "minute" | "minutes" => "; write \"m\"",
-                    "hr" | "hrs" | "hour" | "hours" => "; write \"h\"",
-                    "us" | "µs" | "ns" => "; the smallest unit is ms",
-                    _ => "",
-                };
-                write!(f, "unknown unit `{u}`{hint} ({UNITS_HELP})")
-            }
-            DurationError::UnitOrder(u) => {
-                write!(
-                    f,
-                    "unit `{u}` is repeated or out of order; give each unit once, largest first ({UNITS_HELP})"
-                )
-            }
-            DurationError::Unexpected(' ') => write!(f, "spaces are not allowed ({UNITS_HELP})"),
-            DurationError::Unexpected(c) => write!(f, "unexpected {c:?} ({UNITS_HELP})"),
-            DurationError::Overflow => write!(f, "duration is too large"),
-            DurationError::Zero => write!(f, "duration must be above zero"),
-        }
-    }
-}
-
-/// Parses `250ms`, `60s`, `5m`, `1h`, `1h30m`: whole numbers each followed
-/// by a unit, units at most once each and largest first. Zero, negative and
-/// overflowing values are errors.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, DurationError> {
-    const UNITS: &[(&str, u64)] = &[("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)];
-    if text.is_empty() {
-        return Err(DurationError::Empty);
-    }
-    if text.starts_with('-') {
-        return Err(DurationError::Negative);
-    }
-    let mut rest = text;
-    let mut total_ms: u64 = 0;
-    // Index into UNITS of the next unit allowed (each one smaller).
-    let mut next_unit = 0;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-        let (number, after) = rest.split_at(digits);
-        if number.is_empty() {
-            return Err(match after.chars().next() {
-                Some(c) if c.is_alphabetic() => DurationError::NoNumber,
-                Some('.') => DurationError::Fraction,
-                Some('-') => DurationError::Negative,
-                Some(c) => DurationError::Unexpected(c),
-                None => DurationError::Empty,
-            });
-        }
-        let letters = after.find(|c: char| !c.is_alphabetic()).unwrap_or(after.len());
-        let (unit, after) = after.split_at(letters);
-        if unit.is_empty() {
-            return Err(match after.chars().next() {
-                None => DurationError::NoUnit(number.to_owned()),
-                Some('.') => DurationError::Fraction,
-                Some(c) => DurationError::Unexpected(c),
-            });
-        }
-        let Some(index) = UNITS.iter().position(|(name, _)| *name == unit) else {
-            return Err(DurationError::UnknownUnit(unit.to_owned()));
-        };
-        if index < next_unit {
-            return Err(DurationError::UnitOrder(UNITS[index].0));
-        }
-        next_unit = index + 1;
-        let number: u64 = number.parse().map_err(|_| DurationError::Overflow)?;
-        let ms = number.checked_mul(UNITS[index].1).ok_or(DurationError::Overflow)?;
-        total_ms = total_ms.checked_add(ms).ok_or(DurationError::Overflow)?;
-        rest = after;
-    }
-    if total_ms == 0 {
-        return Err(DurationError::Zero);
-    }
-    Ok(Duration::from_millis(total_ms))
-}
-
-/// The checks `leasehold` runs on a lease key or a job name.
-fn identifier(value: &str) -> Result<(), String> {
-    if value.is_empty() {
-        return Err("must not be empty".to_owned());
-    }
-    if value.len() > MAX_KEY_BYTES {
-        return Err(format!(
-            "is {} bytes long; the limit is {MAX_KEY_BYTES} bytes",
-            value.len()
-        ));
-    }
-    if value.contains('\0') {
-        return Err("contains a NUL byte, which PostgreSQL text cannot store".to_owned());
-    }
-    Ok(())
 }
 
 /// `key = "..."`: parses the template and resolves `{field}`s.
@@ -507,7 +302,7 @@ fn key(input: &DeriveInput, setting: &Setting) -> syn::Result<Key> {
             "the lease key must not be empty; leave `key` out to use the job name".to_owned(),
         ));
     }
-    if let Err(problem) = identifier(&literal)
+    if let Err(problem) = rules::check_identifier(&literal)
         && (!has_fields || !literal.is_empty())
     {
         return Err(err(format!("the lease key {problem}")));
@@ -628,134 +423,32 @@ pub(crate) fn parse_template(text: &str) -> Result<Vec<Segment>, TemplateError> 
     Ok(segments)
 }
 
-const CRON_FIELDS: &str = "minute hour day-of-month month day-of-week";
-
 /// Parses `expr` exactly as `leasehold::Schedule::cron` does and, like the
 /// runtime's check, rejects an expression that never fires.
 fn cron(expr: &str) -> Result<(), String> {
-    let cron = croner::Cron::from_str(expr).map_err(|e| {
-        let e = e.to_string();
-        let e = e.trim_end_matches('.');
-        match cron_culprit(expr) {
-            Some(culprit) => format!("invalid cron expression: {culprit} ({e})"),
-            None => format!(
-                "invalid cron expression ({e}); expected 5 fields ({CRON_FIELDS}) or 6 with seconds first, \
-                 e.g. \"0 3 * * *\" for 03:00 UTC daily"
-            ),
-        }
-    })?;
-    // The same starting point as the library's `Schedule::validate`.
-    let start = chrono::DateTime::from_timestamp(365 * 30 * 86_400, 0)
-        .expect("a valid timestamp")
-        .naive_utc();
-    cron.find_next_occurrence(&start, false)
-        .map(drop)
-        .map_err(|_| "this cron expression never fires (no date matches it)".to_owned())
+    let cron = rules::cron(expr).map_err(|e| format!("invalid cron expression: {}", e.problem))?;
+    rules::cron_fires(&cron).map_err(|e| e.problem)
 }
 
-/// Which part of an invalid cron expression is wrong: the field count, or
-/// the first field that is invalid on its own (the others set to `*`).
-fn cron_culprit(expr: &str) -> Option<String> {
-    let fields: Vec<&str> = expr.split_whitespace().collect();
-    if fields.first().is_some_and(|f| f.starts_with('@')) {
-        return None;
-    }
-    let names: &[(&str, &str)] = &[
-        ("second", "0-59"),
-        ("minute", "0-59"),
-        ("hour", "0-23"),
-        ("day-of-month", "1-31"),
-        ("month", "1-12 or JAN-DEC"),
-        ("day-of-week", "0-7 or SUN-SAT"),
-        ("year", ""),
-    ];
-    let names = match fields.len() {
-        5 => &names[1..6],
-        6 => &names[..6],
-        7 => names,
-        n => {
-            return Some(format!(
-                "it has {n} field{}; expected 5 ({CRON_FIELDS}) or 6 with seconds first",
-                if n == 1 { "" } else { "s" }
-            ));
-        }
-    };
-    fields.iter().enumerate().find_map(|(i, field)| {
-        let alone: Vec<&str> = (0..fields.len()).map(|j| if i == j { field } else { "*" }).collect();
-        croner::Cron::from_str(&alone.join(" ")).err().map(|_| {
-            let (name, range) = names[i];
-            let range = if range.is_empty() {
-                String::new()
-            } else {
-                format!(" ({range})")
-            };
-            format!(
-                "the {name} field `{field}` is invalid{range}; the fields are {}",
-                field_list(names)
-            )
-        })
-    })
-}
-
-fn field_list(names: &[(&str, &str)]) -> String {
-    names.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(" ")
-}
-
-/// Checks a time zone name as `leasehold::Schedule::cron_in` does (the
-/// same `chrono-tz`), suggesting the closest known name.
+/// Checks a time zone name as `leasehold::Schedule::cron_in` does,
+/// suggesting the closest known name.
 fn zone(name: &str) -> Result<(), String> {
-    if chrono_tz::Tz::from_str(name).is_ok() {
-        return Ok(());
-    }
-    Err(match suggest_zone(name) {
-        Some(known) => format!("unknown time zone; did you mean {known:?}? (IANA names, case-sensitive)"),
-        None if abbreviation(name) => "unknown time zone: an abbreviation names an offset, not a zone with its \
-             daylight-saving rules; expected an IANA name such as \"Europe/Paris\", \"America/New_York\" or \"UTC\""
-            .to_owned(),
-        None => "unknown time zone; expected an IANA name such as \"Europe/Paris\", \"America/New_York\" or \"UTC\""
-            .to_owned(),
-    })
+    rules::zone(name).map(drop).map_err(|e| e.problem)
 }
 
-/// `CEST`, `PDT`, `AEST`: what clocks show, not a zone.
-fn abbreviation(name: &str) -> bool {
-    (2..=5).contains(&name.len()) && name.chars().all(|c| c.is_ascii_uppercase())
+/// The forms of `catch_up`.
+fn catch_up_forms() -> String {
+    format!(
+        "expected \"once\" (the default: one run for a missed stretch), \"skip\" (no run for missed slots) or \
+         \"all(N)\" (a run for each of the latest N missed slots, 1 to {}, e.g. \"all(24)\")",
+        rules::MAX_CATCH_UP
+    )
 }
 
-/// The known zone closest to `name`: the same name in another case, the
-/// one whose last part is `name` (`Paris`), or one within a few typos
-/// (the library's `suggest_zone`).
-fn suggest_zone(name: &str) -> Option<&'static str> {
-    let lower = name.trim().to_ascii_lowercase();
-    if lower.is_empty() {
-        return None;
-    }
-    let names = || chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name());
-    names()
-        .find(|known| known.to_ascii_lowercase() == lower)
-        .or_else(|| {
-            names().find(|known| {
-                known
-                    .rsplit('/')
-                    .next()
-                    .is_some_and(|city| city.to_ascii_lowercase() == lower.replace(' ', "_"))
-            })
-        })
-        .or_else(|| {
-            names()
-                .map(|known| (edit_distance(&lower, &known.to_ascii_lowercase()), known))
-                .filter(|(d, known)| *d <= 3 && *d * 3 < known.len())
-                .min()
-                .map(|(_, known)| known)
-        })
-}
-
-const CATCH_UP_FORMS: &str = "expected \"once\" (the default: one run for a missed stretch), \"skip\" \
-     (no run for missed slots) or \"all(N)\" (a run for each of the latest N missed slots, 1 to 1000, \
-     e.g. \"all(24)\")";
-
-/// Parses `once`, `skip` or `all(N)` as `leasehold::CatchUp`.
+/// Parses `once`, `skip` or `all(N)` as `leasehold::CatchUp`; `N` is
+/// checked by the library's rule (1 to `MAX_CATCH_UP`).
 fn catch_up(text: &str) -> Result<CatchUp, String> {
+    const MAX_CATCH_UP: u32 = rules::MAX_CATCH_UP;
     match text {
         "once" => return Ok(CatchUp::Once),
         "skip" => return Ok(CatchUp::Skip),
@@ -772,9 +465,9 @@ fn catch_up(text: &str) -> Result<CatchUp, String> {
     if let Some(inner) = text.trim().strip_prefix("all(").and_then(|rest| rest.strip_suffix(')')) {
         let inner = inner.trim();
         if !inner.is_empty() && inner.chars().all(|c| c.is_ascii_digit()) {
-            return match inner.parse::<u32>() {
-                Ok(n) if (1..=MAX_CATCH_UP).contains(&n) => Ok(CatchUp::All(n)),
-                Ok(0) => Err(format!(
+            return match inner.parse::<u32>().map(rules::catch_up_bound) {
+                Ok(Ok(n)) => Ok(CatchUp::All(n)),
+                Ok(Err(_)) if inner.trim_start_matches('0').is_empty() => Err(format!(
                     "the bound of `all` must be 1 to {MAX_CATCH_UP}; for no runs for missed slots, write \"skip\""
                 )),
                 _ => Err(format!(
@@ -789,7 +482,7 @@ fn catch_up(text: &str) -> Result<CatchUp, String> {
     if matches!(bare.as_str(), "once" | "skip") || bare.starts_with("all(") {
         return Err(format!("write it as {bare:?}"));
     }
-    Err(format!("unknown catch-up policy; {CATCH_UP_FORMS}"))
+    Err(format!("unknown catch-up policy; {}", catch_up_forms()))
 }
 
 /// The struct name as a snake_case job name: `NightlyReconcile` →
@@ -829,62 +522,6 @@ pub(crate) fn unraw(ident: &Ident) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("250ms"), Ok(ms(250)));
-        assert_eq!(parse_duration("60s"), Ok(ms(60_000)));
-        assert_eq!(parse_duration("5m"), Ok(ms(300_000)));
-        assert_eq!(parse_duration("1h"), Ok(ms(3_600_000)));
-        assert_eq!(parse_duration("1h30m"), Ok(ms(5_400_000)));
-        assert_eq!(parse_duration("1m30s"), Ok(ms(90_000)));
-        assert_eq!(parse_duration("1s500ms"), Ok(ms(1_500)));
-        assert_eq!(parse_duration("2h3m4s5ms"), Ok(ms(7_384_005)));
-        assert_eq!(parse_duration("168h"), Ok(MAX_LEASE));
-        assert_eq!(parse_duration("1h0m"), Ok(ms(3_600_000)));
-        assert_eq!(parse_duration("007s"), Ok(ms(7_000)));
-    }
-
-    #[test]
-    fn bad_durations_say_why() {
-        use DurationError::*;
-        assert_eq!(parse_duration(""), Err(Empty));
-        assert_eq!(parse_duration("60"), Err(NoUnit("60".into())));
-        assert_eq!(parse_duration("1h30"), Err(NoUnit("30".into())));
-        assert_eq!(parse_duration("0s"), Err(Zero));
-        assert_eq!(parse_duration("0h0m"), Err(Zero));
-        assert_eq!(parse_duration("-5s"), Err(Negative));
-        assert_eq!(parse_duration("1.5s"), Err(Fraction));
-        assert_eq!(parse_duration("1."), Err(Fraction));
-        assert_eq!(parse_duration("s"), Err(NoNumber));
-        assert_eq!(parse_duration("5d"), Err(UnknownUnit("d".into())));
-        assert_eq!(parse_duration("5sec"), Err(UnknownUnit("sec".into())));
-        assert_eq!(parse_duration("5S"), Err(UnknownUnit("S".into())));
-        assert_eq!(parse_duration("30m1h"), Err(UnitOrder("h")));
-        assert_eq!(parse_duration("1s1s"), Err(UnitOrder("s")));
-        assert_eq!(parse_duration("1ms1s"), Err(UnitOrder("s")));
-        assert_eq!(parse_duration("1h 30m"), Err(Unexpected(' ')));
-        assert_eq!(parse_duration(" 1h"), Err(Unexpected(' ')));
-        assert_eq!(parse_duration("1_000ms"), Err(Unexpected('_')));
-        assert_eq!(parse_duration("99999999999999999999s"), Err(Overflow));
-        assert_eq!(parse_duration("18446744073709551615s"), Err(Overflow));
-        assert_eq!(parse_duration("5124095576031h"), Err(Overflow));
-        assert_eq!(parse_duration("5124095576030h59m"), Err(Overflow));
-        assert!(parse_duration("5124095576030h").is_ok());
-        assert!(parse_duration("18446744073709551615ms").is_ok());
-    }
-
-    #[test]
-    fn duration_errors_name_the_fix() {
-        let msg = parse_duration("60").unwrap_err().to_string();
-        assert!(msg.contains("\"60s\"") && msg.contains("units: ms, s, m, h"), "{msg}");
-        let msg = parse_duration("2d").unwrap_err().to_string();
-        assert!(msg.contains("\"24h\""), "{msg}");
-    }
 
     #[test]
     fn templates_parse() {
@@ -972,7 +609,7 @@ mod tests {
         assert_eq!(catch_up("all(24)"), Ok(CatchUp::All(24)));
         assert_eq!(catch_up("all( 3 )"), Ok(CatchUp::All(3)));
         assert_eq!(catch_up("all(1)"), Ok(CatchUp::All(1)));
-        assert_eq!(catch_up("all(1000)"), Ok(CatchUp::All(MAX_CATCH_UP)));
+        assert_eq!(catch_up("all(1000)"), Ok(CatchUp::All(rules::MAX_CATCH_UP)));
         let err = |text: &str| catch_up(text).unwrap_err();
         assert!(
             err("all").contains("needs a bound") && err("all").contains("all(24)"),
@@ -996,22 +633,5 @@ mod tests {
             msg.contains("\"once\"") && msg.contains("\"skip\"") && msg.contains("\"all(N)\""),
             "{msg}"
         );
-    }
-
-    #[test]
-    fn durations_print_in_attribute_syntax() {
-        assert_eq!(human(ms(5_400_000)), "1h30m");
-        assert_eq!(human(ms(300_000)), "5m");
-        assert_eq!(human(ms(20_000)), "20s");
-        assert_eq!(human(ms(16_666)), "16s666ms");
-        assert_eq!(human(Duration::from_secs(50) / 3), "16.666666666s");
-    }
-
-    #[test]
-    fn library_limits_are_mirrored() {
-        assert_eq!(MIN_LEASE, ms(10));
-        assert_eq!(MAX_LEASE, Duration::from_secs(604_800));
-        assert_eq!(MAX_CATCH_UP, 1000);
-        assert!(DEFAULT_LEASE / 3 * 2 < DEFAULT_LEASE);
     }
 }

@@ -253,7 +253,7 @@ impl RuntimeBuilder {
         let tick = self
             .jobs
             .iter()
-            .map(|j| j.settings.heartbeat_interval())
+            .map(|j| j.settings.get_heartbeat())
             .min()
             .unwrap_or(Duration::from_secs(20));
         let health = Tracker::new(3 * tick.max(self.poll_interval), store.poisoned().clone());

@@ -267,7 +267,7 @@ impl Runtime {
             .register_many(&shared.holder, &[(&job.key, &job.name, first)])
             .await?;
         metrics::prime(&job.name);
-        shared.lower_tick(job.settings.heartbeat_interval());
+        shared.lower_tick(job.settings.get_heartbeat());
         if !shared.registry().insert(job.clone(), Instant::now()) {
             return Err(duplicate_key(&job.key));
         }

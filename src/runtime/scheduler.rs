@@ -240,7 +240,7 @@ impl Scheduler {
                 run.lease,
                 sent,
                 job.settings.lease,
-                job.settings.margin(),
+                job.settings.get_margin(),
                 shared.store.clone(),
             ));
             supervise::spawn(shared.clone(), job, tenure, run.run_no, run.pending_slot);

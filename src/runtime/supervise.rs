@@ -56,7 +56,7 @@ async fn supervise(
     let settings = &job.settings;
     let (outcome, error, next) = match plan(
         &settings.schedule,
-        settings.catch_up_policy(),
+        settings.get_catch_up(),
         pending,
         tenure.acquired_at,
     ) {
@@ -206,7 +206,7 @@ fn next_due(shared: &Shared, job: &JobEntry, tenure: &Tenure, outcome: RunOutcom
             }
             NextDue::At(next_after_success(
                 &job.settings.schedule,
-                job.settings.catch_up_policy(),
+                job.settings.get_catch_up(),
                 tenure.slot(),
                 tenure.acquired_at,
             ))

@@ -9,11 +9,10 @@
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{Schedule, never};
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::validate;
 
-/// The largest bound of [`CatchUp::All`]: a key catches up on at most the
-/// latest 1000 missed slots.
-pub const MAX_CATCH_UP: u32 = 1000;
+pub use leasehold_rules::MAX_CATCH_UP;
 
 /// What happens to slots missed while no replica ran the key (fleet down,
 /// paused, ...).
@@ -29,7 +28,7 @@ pub const MAX_CATCH_UP: u32 = 1000;
 /// // last day's worth after an outage.
 /// let settings = JobSettings::new(Schedule::every(Duration::from_secs(3600)))
 ///     .catch_up(CatchUp::all(24));
-/// assert_eq!(settings.catch_up_policy(), CatchUp::All { max: 24 });
+/// assert_eq!(settings.get_catch_up(), CatchUp::All { max: 24 });
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -63,14 +62,7 @@ impl CatchUp {
     /// Checks the bound of `All`.
     pub(crate) fn validate(self) -> Result<()> {
         match self {
-            CatchUp::All { max } if !(1..=MAX_CATCH_UP).contains(&max) => Err(Error::invalid(
-                "catch-up bound",
-                max,
-                format!(
-                    "CatchUp::all(max) runs at most the latest `max` missed slots and needs 1 to {MAX_CATCH_UP}; \
-                     use CatchUp::Skip for none or CatchUp::Once for a single run"
-                ),
-            )),
+            CatchUp::All { max } => leasehold_rules::catch_up_bound(max).map(drop).map_err(validate::rule),
             _ => Ok(()),
         }
     }

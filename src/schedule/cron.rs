@@ -26,12 +26,13 @@
 //! instants by the rule above ([`first_instant`]).
 
 use std::fmt;
-use std::str::FromStr;
 
 use chrono::{DateTime, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Utc};
-use chrono_tz::Tz;
+use leasehold_rules::chrono_tz::Tz;
+use leasehold_rules::croner;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::validate;
 
 /// A cron schedule: the expression and the time zone its times are read
 /// in. Made by [`Schedule::cron`](crate::Schedule::cron) (UTC) or
@@ -49,17 +50,16 @@ pub struct CronSchedule {
 impl CronSchedule {
     /// Parses `expr`, read in `tz` (UTC if `None`).
     pub(super) fn parse(expr: &str, tz: Option<&str>) -> Result<CronSchedule> {
-        let cron = croner::Cron::from_str(expr).map_err(|e| {
-            Error::invalid(
-                "cron expression",
-                expr,
-                format!("{e}; expected 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first"),
-            )
-        })?;
-        let tz = tz.map(zone).transpose()?;
+        let cron = leasehold_rules::cron(expr).map_err(validate::rule)?;
+        let tz = tz.map(leasehold_rules::zone).transpose().map_err(validate::rule)?;
         let time = [&cron.pattern.seconds, &cron.pattern.minutes, &cron.pattern.hours];
         let fixed = !time.iter().any(|field| field.from_wildcard);
         Ok(CronSchedule { cron, tz, fixed })
+    }
+
+    /// Checks that the expression fires at all (`0 0 30 2 *` never does).
+    pub(super) fn validate(&self) -> Result<()> {
+        leasehold_rules::cron_fires(&self.cron).map_err(validate::rule)
     }
 
     /// The expression, as written.
@@ -94,64 +94,6 @@ impl fmt::Debug for CronSchedule {
             .field("tz", &self.time_zone())
             .finish()
     }
-}
-
-/// The zone named `name`, or an error naming it and the fix.
-fn zone(name: &str) -> Result<Tz> {
-    Tz::from_str(name).map_err(|_| {
-        let fix = match suggest_zone(name) {
-            Some(known) => format!("did you mean {known:?}? (zone names are IANA names, case-sensitive)"),
-            None if (2..=5).contains(&name.len()) && name.chars().all(|c| c.is_ascii_uppercase()) => {
-                "an abbreviation names an offset, not a zone with its daylight-saving rules; expected an IANA name \
-                 such as \"Europe/Paris\", \"America/New_York\" or \"UTC\""
-                    .to_owned()
-            }
-            None => "expected an IANA name such as \"Europe/Paris\", \"America/New_York\" or \"UTC\"".to_owned(),
-        };
-        Error::invalid("time zone", name, format!("no such time zone; {fix}"))
-    })
-}
-
-/// The known zone closest to `name`: the same name in another case, the
-/// one whose last part is `name` (`Paris`), or one within a few typos.
-pub(crate) fn suggest_zone(name: &str) -> Option<&'static str> {
-    let lower = name.trim().to_ascii_lowercase();
-    if lower.is_empty() {
-        return None;
-    }
-    let names = || chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name());
-    names()
-        .find(|known| known.to_ascii_lowercase() == lower)
-        .or_else(|| {
-            names().find(|known| {
-                known
-                    .rsplit('/')
-                    .next()
-                    .is_some_and(|city| city.to_ascii_lowercase() == lower.replace(' ', "_"))
-            })
-        })
-        .or_else(|| {
-            names()
-                .map(|known| (edit_distance(&lower, &known.to_ascii_lowercase()), known))
-                .filter(|(d, known)| *d <= 3 && *d * 3 < known.len())
-                .min()
-                .map(|(_, known)| known)
-        })
-}
-
-/// Levenshtein distance, for "did you mean".
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let substitute = prev[j] + usize::from(ca != *cb);
-            cur.push(substitute.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 /// The most local matches [`next_wall_clock`] looks at that map to
@@ -217,6 +159,8 @@ fn gap_end(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
 
 #[cfg(test)]
 mod tests {
+    use std::str::FromStr;
+
     use chrono::NaiveDate;
 
     use super::super::{Schedule, at};
@@ -533,7 +477,7 @@ mod tests {
         // The expression is checked first, with its own message.
         let m = Schedule::cron_in("0 25 * * *", "Nowhere").unwrap_err().to_string();
         assert!(m.contains("cron expression"), "{m}");
-        assert_eq!(suggest_zone("paris"), Some("Europe/Paris"));
+        assert_eq!(leasehold_rules::suggest_zone("paris"), Some("Europe/Paris"));
     }
 
     #[test]

@@ -18,12 +18,13 @@ mod cron;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 
 pub use self::catch_up::{CatchUp, MAX_CATCH_UP};
 pub(crate) use self::catch_up::{SlotPlan, next_after_success, plan};
 pub use self::cron::CronSchedule;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::validate;
 
 /// When a job is due.
 ///
@@ -98,19 +99,13 @@ impl Schedule {
         CronSchedule::parse(expr, Some(tz)).map(|cron| Schedule::Cron(Box::new(cron)))
     }
 
-    /// Checks the schedule itself (a zero period, a cron that never fires).
+    /// Checks the schedule itself (a period under 100ms, a cron that never
+    /// fires).
     pub(crate) fn validate(&self) -> Result<()> {
         match self {
-            Schedule::Every(period) if *period < Duration::from_millis(100) => Err(Error::invalid(
-                "schedule period",
-                period,
-                "it must be at least 100ms; use a longer period",
-            )),
-            Schedule::Cron(cron) => self
-                .next_after(DateTime::<Utc>::UNIX_EPOCH + TimeDelta::days(365 * 30))
-                .map(drop)
-                .ok_or_else(|| Error::invalid("cron expression", cron.expression(), "it never fires")),
-            _ => Ok(()),
+            Schedule::Every(period) => leasehold_rules::period(*period).map(drop).map_err(validate::rule),
+            Schedule::Cron(cron) => cron.validate(),
+            Schedule::Manual => Ok(()),
         }
     }
 
@@ -249,6 +244,8 @@ pub(crate) fn at(s: &str) -> DateTime<Utc> {
 
 #[cfg(test)]
 mod tests {
+    use chrono::TimeDelta;
+
     use super::*;
 
     #[test]

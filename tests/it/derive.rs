@@ -9,7 +9,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use leasehold::{FenceGuard, FencedJob, Runtime};
+use leasehold::{CatchUp, FenceGuard, FencedJob, JobSettings, Runtime, Schedule};
 use tokio::sync::mpsc;
 
 use crate::support;
@@ -21,53 +21,60 @@ fn ui() {
     t.compile_fail("tests/ui/fail/*.rs");
 }
 
-/// The derive checks settings at compile time against copies of the
-/// library's limits (a proc-macro crate cannot import them); this fails when
-/// they drift apart. Keep `macros/src/validate.rs` in step.
-#[test]
-fn derive_limits_match_the_library() {
-    assert_eq!(
-        leasehold::MIN_LEASE,
-        Duration::from_millis(10),
-        "update MIN_LEASE in macros/src/validate.rs"
-    );
-    assert_eq!(
-        leasehold::MAX_LEASE,
-        Duration::from_secs(7 * 24 * 3600),
-        "update MAX_LEASE in macros/src/validate.rs"
-    );
-    assert_eq!(
-        leasehold::MAX_KEY_BYTES,
-        255,
-        "update MAX_KEY_BYTES in macros/src/validate.rs"
-    );
-    assert_eq!(
-        leasehold::MAX_CATCH_UP,
-        1000,
-        "update MAX_CATCH_UP in macros/src/validate.rs"
-    );
+#[derive(FencedJob)]
+struct Bare;
 
-    // `JobSettings::new` defaults, which the derive assumes when it checks
-    // the settings that are given against those that are not.
-    let settings = leasehold::JobSettings::new(leasehold::Schedule::Manual);
-    assert_eq!(
-        settings.catch_up_policy(),
-        leasehold::CatchUp::Once,
-        "the derive sets `catch_up` only when given"
-    );
-    assert_eq!(
-        settings.heartbeat_interval(),
-        Duration::from_secs(20),
-        "lease 60s, heartbeat lease/3"
-    );
-    assert_eq!(settings.margin(), Duration::from_secs(6), "margin lease/10");
-    let debug = format!("{settings:?}");
-    for default in ["lease: 60s", "retry_initial: 1s", "retry_max: 300s"] {
-        assert!(
-            debug.contains(default),
-            "{default} in {debug}: update the defaults in macros/src/validate.rs"
-        );
+impl Bare {
+    async fn run(&self, _guard: FenceGuard) -> Result<(), ReconcileError> {
+        Ok(())
     }
+}
+
+#[derive(FencedJob)]
+#[job(
+    every = "5m",
+    lease = "30s",
+    heartbeat = "5s",
+    margin = "2s",
+    grace = "1s",
+    retry = "2s",
+    retry_max = "1m",
+    catch_up = "all(3)"
+)]
+struct Everything;
+
+impl Everything {
+    async fn run(&self, _guard: FenceGuard) -> Result<(), ReconcileError> {
+        Ok(())
+    }
+}
+
+/// The derive sets only the settings its attribute gives; the others are
+/// `JobSettings::new`'s defaults (the derive checks relations against the
+/// same defaults, from the same `leasehold-rules` crate).
+#[test]
+fn a_derived_job_without_settings_has_the_library_defaults() {
+    let derived = Bare.settings();
+    let library = JobSettings::new(Schedule::Manual);
+    assert!(matches!(derived.get_schedule(), Schedule::Manual));
+    assert_eq!(format!("{derived:?}"), format!("{library:?}"));
+    assert_eq!(derived.get_heartbeat(), Duration::from_secs(20), "lease/3");
+    assert_eq!(derived.get_margin(), Duration::from_secs(6), "lease/10");
+    assert_eq!(derived.get_catch_up(), CatchUp::Once);
+}
+
+/// Each attribute maps to the `JobSettings` setter of the same name.
+#[test]
+fn each_attribute_sets_the_setting_of_the_same_name() {
+    let secs = Duration::from_secs;
+    let by_hand = JobSettings::new(Schedule::every(secs(300)))
+        .lease(secs(30))
+        .heartbeat(secs(5))
+        .margin(secs(2))
+        .grace(secs(1))
+        .retry(secs(2), secs(60))
+        .catch_up(CatchUp::all(3));
+    assert_eq!(format!("{:?}", Everything.settings()), format!("{by_hand:?}"));
 }
 
 /// What a run of [`Reconcile`] saw.

@@ -422,7 +422,7 @@ async fn bad_settings_are_refused_at_start() {
         (
             vec![job(
                 "a",
-                JobSettings::new(Schedule::Manual).deadline_margin(Duration::from_secs(50)),
+                JobSettings::new(Schedule::Manual).margin(Duration::from_secs(50)),
                 noop,
             )],
             "deadline margin",

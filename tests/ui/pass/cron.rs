@@ -50,9 +50,9 @@ async fn main() {
     assert_eq!(job.name(), "nightly_reconcile");
     assert_eq!(job.key(), "nightly-reconcile");
     let settings = job.settings();
-    assert!(matches!(settings.schedule(), Schedule::Cron(_)));
-    assert_eq!(settings.heartbeat_interval(), Duration::from_secs(20));
+    assert!(matches!(settings.get_schedule(), Schedule::Cron(_)));
+    assert_eq!(settings.get_heartbeat(), Duration::from_secs(20));
 
-    assert!(matches!(EveryHalfMinute.settings().schedule(), Schedule::Cron(_)));
-    assert!(matches!(Daily.settings().schedule(), Schedule::Cron(_)));
+    assert!(matches!(EveryHalfMinute.settings().get_schedule(), Schedule::Cron(_)));
+    assert!(matches!(Daily.settings().get_schedule(), Schedule::Cron(_)));
 }

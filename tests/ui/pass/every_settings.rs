@@ -43,16 +43,16 @@ fn main() {
     assert_eq!(job.name(), "sync");
     assert_eq!(job.key(), "sync");
     let settings = job.settings();
-    assert!(matches!(settings.schedule(), Schedule::Every(d) if *d == Duration::from_secs(300)));
-    assert_eq!(settings.heartbeat_interval(), Duration::from_secs(20));
-    assert_eq!(settings.margin(), Duration::from_secs(10));
+    assert!(matches!(settings.get_schedule(), Schedule::Every(d) if *d == Duration::from_secs(300)));
+    assert_eq!(settings.get_heartbeat(), Duration::from_secs(20));
+    assert_eq!(settings.get_margin(), Duration::from_secs(10));
     let debug = format!("{settings:?}");
     for expected in ["lease: 90s", "grace: 2.5s", "retry_initial: 250ms", "retry_max: 3600s"] {
         assert!(debug.contains(expected), "{expected} in {debug}");
     }
 
     let settings = Fast.settings();
-    assert!(matches!(settings.schedule(), Schedule::Every(d) if *d == Duration::from_millis(100)));
+    assert!(matches!(settings.get_schedule(), Schedule::Every(d) if *d == Duration::from_millis(100)));
     let debug = format!("{settings:?}");
     for expected in ["lease: 10ms", "retry_initial: 2s", "retry_max: 300s"] {
         assert!(debug.contains(expected), "{expected} in {debug}");

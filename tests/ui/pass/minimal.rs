@@ -45,7 +45,7 @@ fn main() {
     assert_eq!(job.name(), "cleanup_temp_files");
     assert_eq!(job.key(), "cleanup_temp_files");
     let settings = job.settings();
-    assert!(matches!(settings.schedule(), Schedule::Manual));
-    assert_eq!(settings.heartbeat_interval(), Duration::from_secs(20));
-    assert_eq!(settings.margin(), Duration::from_secs(6));
+    assert!(matches!(settings.get_schedule(), Schedule::Manual));
+    assert_eq!(settings.get_heartbeat(), Duration::from_secs(20));
+    assert_eq!(settings.get_margin(), Duration::from_secs(6));
 }

@@ -29,9 +29,9 @@ fn main() {
     let job = Billing { tenant: "acme".into() };
     assert_eq!((job.name(), job.key()), ("billing", "billing:acme".to_owned()));
     let settings = job.settings();
-    let Schedule::Cron(cron) = settings.schedule() else {
+    let Schedule::Cron(cron) = settings.get_schedule() else {
         panic!("a cron schedule: {settings:?}");
     };
     assert_eq!(cron.time_zone(), "Europe/Paris");
-    assert_eq!(settings.catch_up_policy(), CatchUp::all(7));
+    assert_eq!(settings.get_catch_up(), CatchUp::all(7));
 }

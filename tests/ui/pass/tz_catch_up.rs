@@ -57,20 +57,20 @@ impl Backfill {
 
 fn main() {
     let settings = NightlyParis.settings();
-    let Schedule::Cron(cron) = settings.schedule() else {
+    let Schedule::Cron(cron) = settings.get_schedule() else {
         panic!("a cron schedule: {settings:?}");
     };
     assert_eq!((cron.expression(), cron.time_zone()), ("30 2 * * *", "Europe/Paris"));
-    assert_eq!(settings.catch_up_policy(), CatchUp::all(7));
+    assert_eq!(settings.get_catch_up(), CatchUp::all(7));
 
     let settings = HourlyNewYork.settings();
-    let Schedule::Cron(cron) = settings.schedule() else {
+    let Schedule::Cron(cron) = settings.get_schedule() else {
         panic!("a cron schedule: {settings:?}");
     };
     assert_eq!((cron.expression(), cron.time_zone()), ("0 * * * *", "America/New_York"));
-    assert_eq!(settings.catch_up_policy(), CatchUp::Skip);
+    assert_eq!(settings.get_catch_up(), CatchUp::Skip);
 
-    assert_eq!(SyncInventory.settings().catch_up_policy(), CatchUp::Once);
-    assert_eq!(Latest.settings().catch_up_policy(), CatchUp::All { max: 1 });
-    assert_eq!(Backfill.settings().catch_up_policy(), CatchUp::All { max: 1000 });
+    assert_eq!(SyncInventory.settings().get_catch_up(), CatchUp::Once);
+    assert_eq!(Latest.settings().get_catch_up(), CatchUp::All { max: 1 });
+    assert_eq!(Backfill.settings().get_catch_up(), CatchUp::All { max: 1000 });
 }
