@@ -11,10 +11,41 @@
 //! dropping them (a static, a panic, a killed test binary). When the process
 //! runs as root, `initdb` and `postgres` run as the `postgres` user (or
 //! `nobody`) through `runuser`, since PostgreSQL refuses to run as root.
+//!
+//! # Databases on a `DATABASE_URL` server are dropped
+//!
+//! A [`TestDb`] knows what to do with its database when it goes away, its
+//! [`Cleanup`]: on a server that is not a live [`PgCluster`] of this process
+//! (the `DATABASE_URL` one), [`create_db`] picks [`Cleanup::DropDatabase`],
+//! and dropping the `TestDb` runs `DROP DATABASE … WITH (FORCE)` (ending
+//! the connections still open to it, from any pool). `Drop` cannot await,
+//! so it does that on a short-lived thread with its own single-threaded
+//! tokio runtime and waits for it (at most [`DROP_TIMEOUT`]); a failure is
+//! printed to stderr, never a panic. Code that can await calls
+//! [`TestDb::drop_database`] instead, which closes the pool first and
+//! reports errors. On this process's own clusters the databases are kept
+//! ([`Cleanup::Keep`]): the cluster and its directory are deleted with it,
+//! and the tests do not pay for a `DROP DATABASE` each.
+//!
+//! # Shared scaffolding for tests and benchmarks
+//!
+//! - [`wait`]: poll a condition until it holds ([`eventually`],
+//!   [`wait_for`]).
+//! - [`stats`]: `pg_stat_statements` of one database (reset, calls and
+//!   totals of the statements matching a pattern).
+//! - `jobs` (feature `jobs`, which adds a dependency on `leasehold`):
+//!   a job whose body is a closure (`ScriptedJob`), a log of its runs
+//!   (`Runs`), and starting runtimes ("replicas") on a test database.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+#[cfg(feature = "jobs")]
+pub mod jobs;
 pub mod proxy;
+pub mod stats;
+pub mod wait;
+
+pub use wait::{eventually, eventually_async, wait_for, wait_for_async};
 
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
@@ -22,8 +53,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::str::FromStr;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -45,7 +76,9 @@ pub struct PgCluster {
     run_as: Option<String>,
 }
 
-/// A database created for one test (or one example run).
+/// A database created for one test (or one example run). What happens to
+/// the database when this goes away is its [`Cleanup`] (see the
+/// [crate docs](crate#databases-on-a-database_url-server-are-dropped)).
 #[derive(Debug)]
 pub struct TestDb {
     /// Connection options for the database; clone them to open more pools.
@@ -54,6 +87,35 @@ pub struct TestDb {
     pub pool: PgPool,
     /// The database's name.
     pub name: String,
+    /// The server it was created on (the options given to [`create_db`]).
+    server: PgConnectOptions,
+    cleanup: Cleanup,
+}
+
+/// What happens to a [`TestDb`]'s database when the `TestDb` is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cleanup {
+    /// `DROP DATABASE … WITH (FORCE)`, from a short-lived thread of its own:
+    /// for databases on a server that outlives the process (`DATABASE_URL`).
+    DropDatabase,
+    /// Nothing: the server is a throwaway cluster, deleted with its data.
+    Keep,
+}
+
+/// How long dropping a [`TestDb`] with [`Cleanup::DropDatabase`] waits for
+/// the server to drop the database before it gives up (and says so on stderr).
+pub const DROP_TIMEOUT: Duration = Duration::from_secs(15);
+
+impl Cleanup {
+    /// The cleanup [`create_db`] picks for databases on `server`:
+    /// [`Cleanup::Keep`] when `server` is a [`PgCluster`] of this process
+    /// that is still running (loopback host, one of their ports), otherwise
+    /// [`Cleanup::DropDatabase`].
+    pub fn for_server(server: &PgConnectOptions) -> Cleanup {
+        let loopback = matches!(server.get_host(), "127.0.0.1" | "localhost" | "::1");
+        let own = loopback && live_clusters().contains(&server.get_port());
+        if own { Cleanup::Keep } else { Cleanup::DropDatabase }
+    }
 }
 
 impl TestDb {
@@ -66,6 +128,71 @@ impl TestDb {
             .await
             .unwrap_or_else(|e| panic!("connecting to test database {}: {e}", self.name))
     }
+
+    /// What happens to the database when this is dropped.
+    pub fn cleanup(&self) -> Cleanup {
+        self.cleanup
+    }
+
+    /// Closes [`TestDb::pool`] and drops the database now, whatever its
+    /// [`Cleanup`] (`WITH (FORCE)`: connections of other pools are ended).
+    /// For callers that can await, instead of leaving it to `Drop`.
+    pub async fn drop_database(mut self) -> Result<(), sqlx::Error> {
+        self.cleanup = Cleanup::Keep;
+        self.pool.close().await;
+        drop_database(&self.server, &self.name).await
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if self.cleanup != Cleanup::DropDatabase {
+            return;
+        }
+        // Marks the pool closed at once (the future only waits for its
+        // connections to go); the FORCE below ends them anyway.
+        drop(self.pool.close());
+        let (server, name) = (self.server.clone(), self.name.clone());
+        let worker = std::thread::Builder::new()
+            .name("testkit-drop-db".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("starting a runtime: {e}"))?;
+                runtime.block_on(async {
+                    match tokio::time::timeout(DROP_TIMEOUT, drop_database(&server, &name)).await {
+                        Ok(result) => result.map_err(|e| e.to_string()),
+                        Err(_) => Err(format!("no answer within {DROP_TIMEOUT:?}")),
+                    }
+                })
+            });
+        let outcome = match worker {
+            Ok(worker) => worker.join().unwrap_or_else(|_| Err("the thread panicked".into())),
+            Err(e) => Err(format!("spawning a thread: {e}")),
+        };
+        if let Err(e) = outcome {
+            eprintln!("leasehold-testkit: could not drop test database {}: {e}", self.name);
+        }
+    }
+}
+
+/// `DROP DATABASE IF EXISTS "name" WITH (FORCE)` on `server`.
+async fn drop_database(server: &PgConnectOptions, name: &str) -> Result<(), sqlx::Error> {
+    let mut admin = server.connect().await?;
+    let dropped = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await;
+    let _ = admin.close().await;
+    dropped.map(drop)
+}
+
+/// Ports of the clusters this process started and has not dropped.
+fn live_clusters() -> std::sync::MutexGuard<'static, Vec<u16>> {
+    static PORTS: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    PORTS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 static SHARED: OnceLock<Result<PgCluster, String>> = OnceLock::new();
@@ -92,8 +219,15 @@ pub fn server_options() -> PgConnectOptions {
     }
 }
 
-/// Creates a uniquely named database on `server` and connects a pool to it.
+/// Creates a uniquely named database on `server` and connects a pool to it;
+/// the database is dropped with the [`TestDb`] when
+/// [`Cleanup::for_server`] says so (a `DATABASE_URL` server).
 pub async fn create_db(server: &PgConnectOptions) -> TestDb {
+    create_db_with(server, Cleanup::for_server(server)).await
+}
+
+/// [`create_db`] with an explicit [`Cleanup`].
+pub async fn create_db_with(server: &PgConnectOptions, cleanup: Cleanup) -> TestDb {
     let name = format!(
         "leasehold_test_{}_{}",
         std::process::id(),
@@ -119,7 +253,13 @@ pub async fn create_db(server: &PgConnectOptions) -> TestDb {
         .connect_with(options.clone())
         .await
         .unwrap_or_else(|e| panic!("connecting to test database {name}: {e}"));
-    TestDb { options, pool, name }
+    TestDb {
+        options,
+        pool,
+        name,
+        server: server.clone(),
+        cleanup,
+    }
 }
 
 impl PgCluster {
@@ -163,6 +303,7 @@ impl PgCluster {
                 Err(e) => return Err(e),
             }
         }
+        live_clusters().push(cluster.port);
         Ok(cluster)
     }
 
@@ -307,6 +448,7 @@ impl PgCluster {
 
 impl Drop for PgCluster {
     fn drop(&mut self) {
+        live_clusters().retain(|&port| port != self.port);
         let _ = self.stop(true);
         let _ = std::fs::remove_dir_all(&self.dir);
     }

@@ -62,35 +62,8 @@ pub async fn operator_delete(pool: &PgPool, key: &str) {
         .expect("delete lease");
 }
 
-/// Enables pg_stat_statements in this database and clears its counters
-/// (this database's only: other tests run at the same time).
-pub async fn reset_statement_stats(pool: &PgPool) {
-    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        .execute(pool)
-        .await
-        .expect("pg_stat_statements must be preloaded (the testkit cluster does; for DATABASE_URL set shared_preload_libraries)");
-    sqlx::query(
-        "SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)",
-    )
-    .execute(pool)
-    .await
-    .expect("reset statement stats");
-}
-
-/// How many times statements whose text contains `needle` ran in this
-/// database since [`reset_statement_stats`].
-pub async fn statement_calls(pool: &PgPool, needle: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT COALESCE(sum(calls), 0)::int8 FROM pg_stat_statements s
-          JOIN pg_database d ON d.oid = s.dbid
-         WHERE d.datname = current_database() AND s.query LIKE '%' || $1 || '%'
-           AND s.query NOT LIKE '%pg_stat_statements%'",
-    )
-    .bind(needle)
-    .fetch_one(pool)
-    .await
-    .expect("read pg_stat_statements")
-}
+// pg_stat_statements of one database: `reset_statement_stats`, `statement_calls`.
+pub use leasehold_testkit::stats::{reset_statement_stats, statement_calls};
 
 /// A pool that cannot reach any server: proves no SQL is sent, or that a
 /// transport error stays an error.
@@ -124,185 +97,13 @@ pub async fn assert_pool_idle(pool: &PgPool) {
 // Replicas and scripted jobs
 // ---------------------------------------------------------------------------
 
-use std::sync::{Arc, Mutex};
+// The scripted job, its run log and replicas live in leasehold-testkit
+// (feature `jobs`), shared with the benchmarks.
+pub use leasehold_testkit::jobs::{RunRecord, Runs, ScriptedJob, job, overlapping_pairs, quick, replica, replica_on};
+pub use leasehold_testkit::{eventually, eventually_async};
 
-use futures::future::BoxFuture;
-use leasehold::{FenceGuard, FencedJob, JobError, JobSettings, Runtime, Schedule};
+use leasehold::{FenceGuard, Runtime, Schedule};
 use tokio::time::Instant;
-
-type Body = Arc<dyn Fn(FenceGuard) -> BoxFuture<'static, Result<(), JobError>> + Send + Sync>;
-
-/// A job whose body is a closure, so each scenario scripts its behaviour.
-#[derive(Clone)]
-pub struct ScriptedJob {
-    pub name: String,
-    pub key: String,
-    pub settings: JobSettings,
-    body: Body,
-}
-
-impl FencedJob for ScriptedJob {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn key(&self) -> String {
-        self.key.clone()
-    }
-    fn settings(&self) -> JobSettings {
-        self.settings.clone()
-    }
-    async fn run(&self, guard: FenceGuard) -> Result<(), JobError> {
-        (self.body)(guard).await
-    }
-}
-
-/// A scripted job named after its key.
-pub fn job<F, Fut>(key: &str, settings: JobSettings, body: F) -> ScriptedJob
-where
-    F: Fn(FenceGuard) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<(), JobError>> + Send + 'static,
-{
-    ScriptedJob {
-        name: key.split(':').next().unwrap_or(key).to_owned(),
-        key: key.to_owned(),
-        settings,
-        body: Arc::new(move |guard| Box::pin(body(guard))),
-    }
-}
-
-/// Settings with a short lease for fault scenarios: heartbeat lease/3,
-/// margin lease/10, short grace and backoff.
-pub fn quick(schedule: Schedule, lease: Duration) -> JobSettings {
-    JobSettings::new(schedule)
-        .lease(lease)
-        .grace(Duration::from_millis(300))
-        .retry(Duration::from_millis(200), Duration::from_secs(1))
-}
-
-/// One run as its job saw it.
-#[derive(Debug, Clone)]
-pub struct RunRecord {
-    pub holder: String,
-    pub key: String,
-    pub fence: i64,
-    pub started: Instant,
-    /// Unix time at the start (the server's clock is this machine's): which
-    /// slot of an epoch-aligned schedule the run belongs to.
-    pub started_unix: f64,
-    pub ended: Option<Instant>,
-    /// When the run observed its cancellation, and why.
-    pub cancelled: Option<(Instant, leasehold::CancelReason)>,
-}
-
-/// Shared log of runs, written by [`Runs::body`] jobs.
-#[derive(Clone, Default)]
-pub struct Runs(Arc<Mutex<Vec<RunRecord>>>);
-
-impl Runs {
-    pub fn all(&self) -> Vec<RunRecord> {
-        self.0.lock().unwrap().clone()
-    }
-
-    /// Records the start of a run; returns its index.
-    pub fn start(&self, guard: &FenceGuard) -> usize {
-        let mut runs = self.0.lock().unwrap();
-        runs.push(RunRecord {
-            holder: guard.holder().to_owned(),
-            key: guard.key().to_owned(),
-            fence: guard.fence(),
-            started: Instant::now(),
-            started_unix: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("clock after 1970")
-                .as_secs_f64(),
-            ended: None,
-            cancelled: None,
-        });
-        runs.len() - 1
-    }
-
-    pub fn end(&self, i: usize) {
-        self.0.lock().unwrap()[i].ended = Some(Instant::now());
-    }
-
-    pub fn cancelled(&self, i: usize, reason: Option<leasehold::CancelReason>) {
-        let reason = reason.expect("a cancelled guard has a reason");
-        self.0.lock().unwrap()[i].cancelled = Some((Instant::now(), reason));
-    }
-
-    /// A job body that records its run and works for `work` — or until it
-    /// is cancelled, which it records too.
-    pub fn body(
-        &self,
-        work: Duration,
-    ) -> impl Fn(FenceGuard) -> BoxFuture<'static, Result<(), JobError>> + Send + Sync + 'static {
-        let runs = self.clone();
-        move |guard: FenceGuard| {
-            let runs = runs.clone();
-            Box::pin(async move {
-                let i = runs.start(&guard);
-                tokio::select! {
-                    _ = tokio::time::sleep(work) => {
-                        runs.end(i);
-                        Ok(())
-                    }
-                    _ = guard.cancelled() => {
-                        runs.cancelled(i, guard.reason());
-                        runs.end(i);
-                        Err("cancelled".into())
-                    }
-                }
-            })
-        }
-    }
-
-    /// Waits until `n` runs have started (panics after `within`).
-    pub async fn wait_started(&self, n: usize, within: Duration) -> Vec<RunRecord> {
-        eventually(within, || (self.all().len() >= n).then(|| self.all())).await
-    }
-}
-
-/// Polls `check` every 20 ms until it returns `Some`, or panics after
-/// `within`. For waiting on an outcome, never for asserting a speed.
-pub async fn eventually<T>(within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "condition not reached within {within:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Like [`eventually`], for a check that talks to the database.
-pub async fn eventually_async<T, F, Fut>(within: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "condition not reached within {within:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Starts a replica: a runtime with holder id `holder` on its own pool of
-/// `connections` connections to `db`.
-pub async fn replica(db: &TestDb, holder: &str, connections: u32, jobs: Vec<ScriptedJob>) -> Runtime {
-    let pool = db.pool_with(connections).await;
-    let mut builder = Runtime::builder(pool)
-        .holder(holder)
-        .poll_interval(Duration::from_millis(100));
-    for job in jobs {
-        builder = builder.register(job);
-    }
-    builder.start().await.expect("runtime starts")
-}
 
 /// A replica `holder` running the manual job `key` right now, and the
 /// guard of that run, which stays open until the runtime shuts down.
@@ -425,29 +226,4 @@ pub async fn assert_no_backend_in_transaction(pool: &PgPool, context: &str) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Starts a replica on `pool` (the caller keeps a clone, to misuse it as the
-/// service would): holder `holder`, poll interval `poll`.
-pub async fn replica_on(pool: PgPool, holder: &str, poll: Duration, jobs: Vec<ScriptedJob>) -> Runtime {
-    let mut builder = Runtime::builder(pool).holder(holder).poll_interval(poll);
-    for job in jobs {
-        builder = builder.register(job);
-    }
-    builder.start().await.expect("runtime starts")
-}
-
-/// Runs that overlap in time: pairs `(i, j)` of `runs` (all of one key).
-pub fn overlapping_pairs(runs: &[RunRecord]) -> Vec<(usize, usize)> {
-    let mut pairs = Vec::new();
-    for (i, a) in runs.iter().enumerate() {
-        for (j, b) in runs.iter().enumerate().skip(i + 1) {
-            let a_end = a.ended.unwrap_or_else(Instant::now);
-            let b_end = b.ended.unwrap_or_else(Instant::now);
-            if a.started < b_end && b.started < a_end {
-                pairs.push((i, j));
-            }
-        }
-    }
-    pairs
 }
