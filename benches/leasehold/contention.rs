@@ -98,5 +98,5 @@ pub(crate) async fn contention(b: &Bench) {
         ],
         &rows,
     );
-    drop_db(&b.server, db).await;
+    drop_db(db).await;
 }

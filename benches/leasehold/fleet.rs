@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use leasehold::{FenceGuard, JobSettings, Schedule};
 use leasehold_testkit::TestDb;
 
-use crate::setup::{bench_job, runtime};
-use crate::stats::{ANY_SQL, CLAIM_SQL, CpuWindow, RELEASE_SQL, RENEW_SQL, reset_stats, stat_totals};
+use crate::setup::{job, runtime};
+use crate::stats::{ANY_SQL, CLAIM_SQL, CpuWindow, RELEASE_SQL, RENEW_SQL, reset_statement_stats, statement_totals};
 
 /// One run as its job saw it.
 #[derive(Debug, Clone, Copy)]
@@ -75,7 +75,7 @@ pub(crate) async fn fleet(
             .map(|j| {
                 let runs = runs.clone();
                 let settings = JobSettings::new(Schedule::every(period)).lease(lease);
-                bench_job(tag, format!("{tag}-{j}"), settings, move |guard: FenceGuard| {
+                job(&format!("{tag}-{j}"), settings, move |guard: FenceGuard| {
                     let runs = runs.clone();
                     async move {
                         let acquired = guard.expires_at() - chrono::Duration::from_std(lease).unwrap_or_default();
@@ -95,6 +95,7 @@ pub(crate) async fn fleet(
                         Ok(())
                     }
                 })
+                .named(tag)
             })
             .collect();
         let pool = db.pool_with(conns).await;
@@ -103,7 +104,7 @@ pub(crate) async fn fleet(
     }
     tokio::time::sleep(warmup).await;
     if stats {
-        reset_stats(&db.pool).await;
+        reset_statement_stats(&db.pool).await;
     }
     let cpu = CpuWindow::start();
     let w0 = Instant::now();
@@ -114,10 +115,10 @@ pub(crate) async fn fleet(
     let cpu = cpu.end();
     let (claims, releases, renewals, statements) = if stats {
         (
-            Some(stat_totals(&db.pool, CLAIM_SQL).await.calls),
-            Some(stat_totals(&db.pool, RELEASE_SQL).await.calls),
-            Some(stat_totals(&db.pool, RENEW_SQL).await.calls),
-            Some(stat_totals(&db.pool, ANY_SQL).await.calls),
+            Some(statement_totals(&db.pool, CLAIM_SQL).await.calls),
+            Some(statement_totals(&db.pool, RELEASE_SQL).await.calls),
+            Some(statement_totals(&db.pool, RENEW_SQL).await.calls),
+            Some(statement_totals(&db.pool, ANY_SQL).await.calls),
         )
     } else {
         (None, None, None, None)

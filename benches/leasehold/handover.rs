@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use leasehold::{CancelReason, FenceGuard, JobSettings, Schedule};
+use leasehold::{CancelReason, FenceGuard, JobSettings, Runtime, Schedule};
+use leasehold_testkit::TestDb;
 
 use crate::report::{median_f64, ms, p50_p99, progress, table};
-use crate::setup::{Bench, BenchJob, bench_job, drop_db, fresh_db, runtime, wait_for};
+use crate::setup::{Bench, POLL, ScriptedJob, drop_db, fresh_db, job, runtime, wait_for};
 
 /// A run's cancellation as a watcher saw it: holder, instant observed, wall
 /// time observed, reason, and the server expiry known then.
@@ -48,11 +49,11 @@ impl Drop for OnStop {
 }
 
 /// A job that holds its lease until cancelled, recording everything.
-fn hold_job(key: &str, lease: Duration, log: Arc<HoldLog>) -> BenchJob {
+fn hold_job(key: &str, lease: Duration, log: Arc<HoldLog>) -> ScriptedJob {
     let settings = JobSettings::new(Schedule::Manual)
         .lease(lease)
         .grace(Duration::from_millis(300));
-    bench_job("handover", key.to_owned(), settings, move |guard: FenceGuard| {
+    job(key, settings, move |guard: FenceGuard| {
         let log = log.clone();
         async move {
             let holder = guard.holder().to_owned();
@@ -75,118 +76,166 @@ fn hold_job(key: &str, lease: Duration, log: Arc<HoldLog>) -> BenchJob {
             Err("cancelled".into())
         }
     })
+    .named("handover")
+}
+
+/// Lease of the handover jobs.
+const LEASE: Duration = Duration::from_secs(1);
+/// Poll interval of the handover runtimes.
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a trial waits for a run to start before it counts as failed.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// One trial's two runtimes on one manual key, each on its own pool of 2:
+/// A holds the key (its run has started), B has started and waits for it.
+struct HeldPair {
+    log: Arc<HoldLog>,
+    a: String,
+    b: String,
+    rt_a: Runtime,
+    rt_b: Runtime,
+}
+
+impl HeldPair {
+    /// Key `h{kind}-{i}`, holders `h{kind}{i}-a` and `-b`: starts A, triggers
+    /// the key and waits for A's run, then starts B. `None` (A shut down)
+    /// when A's run does not start.
+    async fn start(db: &TestDb, kind: &str, i: usize) -> Option<HeldPair> {
+        let key = format!("h{kind}-{i}");
+        let log = Arc::new(HoldLog::default());
+        let (a, b) = (format!("h{kind}{i}-a"), format!("h{kind}{i}-b"));
+        let holder = async |name: &str| {
+            let jobs = vec![hold_job(&key, LEASE, log.clone())];
+            runtime(db.pool_with(2).await, name, Some(POLL_INTERVAL), jobs).await
+        };
+        let rt_a = holder(&a).await;
+        rt_a.trigger(&key).await.expect("trigger");
+        if wait_for(WAIT, POLL, || log.start_of(&a)).await.is_none() {
+            rt_a.shutdown().await;
+            return None;
+        }
+        let rt_b = holder(&b).await;
+        Some(HeldPair { log, a, b, rt_a, rt_b })
+    }
+
+    /// When B's run started, once it has (`None` after [`WAIT`]).
+    async fn b_started(&self) -> Option<Instant> {
+        wait_for(WAIT, POLL, || self.log.start_of(&self.b)).await
+    }
+
+    async fn shutdown(self) {
+        self.rt_a.shutdown().await;
+        self.rt_b.shutdown().await;
+    }
+}
+
+/// Graceful: the holder shuts down; the other runtime runs the job next.
+/// From A's `shutdown()` to B's run start.
+async fn graceful_trial(pair: HeldPair, i: usize) -> Option<Duration> {
+    tokio::time::sleep(Duration::from_millis(150 + 20 * (i as u64 % 5))).await;
+    let t0 = Instant::now();
+    pair.rt_a.shutdown().await;
+    let next = pair.b_started().await.map(|tb| tb - t0);
+    pair.rt_b.shutdown().await;
+    next
+}
+
+/// What one crash trial measured.
+struct CrashTrial {
+    /// Partition → B's run start.
+    takeover: Duration,
+    /// Seconds from A observing its cancellation to B's run start.
+    margin_cancel: f64,
+    /// Seconds from A's run future ending to B's run start.
+    margin_stop: f64,
+    /// Seconds from A observing its cancellation to the lease's server expiry.
+    margin_expiry: f64,
+    /// Seconds from the server expiry to B's run start (wall clock).
+    after_expiry: f64,
+    /// Why A's run was cancelled.
+    reason: String,
+}
+
+/// Crash: the holder is cut off (no renewal, no release); the other takes
+/// over after expiry. `None` when something was not recorded.
+async fn crash_trial(pair: HeldPair, i: usize) -> Option<CrashTrial> {
+    // Cut off at a different phase of the heartbeat each trial.
+    tokio::time::sleep(Duration::from_millis(150 + (i as u64 * 67) % 333)).await;
+    let t0 = Instant::now();
+    pair.rt_a.faults().partition(true);
+    let tb = pair.b_started().await;
+    // Give the watcher task a moment in case it has not recorded yet.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let log = &pair.log;
+    let cancelled = log.cancelled.lock().unwrap().iter().find(|c| c.0 == pair.a).cloned();
+    let stopped = log.stopped.lock().unwrap().iter().find(|s| s.0 == pair.a).map(|s| s.1);
+    let b_wall = log
+        .started_wall
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|s| s.0 == pair.b)
+        .map(|s| s.1);
+    let trial = match (tb, cancelled, stopped, b_wall) {
+        (Some(tb), Some((_, tc, tc_wall, reason, expiry)), Some(ts), Some(b_wall)) => {
+            let signed = |later: Instant, earlier: Instant| {
+                later.saturating_duration_since(earlier).as_secs_f64()
+                    - earlier.saturating_duration_since(later).as_secs_f64()
+            };
+            let secs = |d: chrono::TimeDelta| d.num_microseconds().unwrap_or(0) as f64 / 1e6;
+            Some(CrashTrial {
+                takeover: tb - t0,
+                margin_cancel: signed(tb, tc),
+                margin_stop: signed(tb, ts),
+                margin_expiry: secs(expiry - tc_wall),
+                after_expiry: secs(b_wall - expiry),
+                reason: reason.map_or("none".into(), |r| r.to_string()),
+            })
+        }
+        _ => {
+            eprintln!("   crash trial {i}: incomplete (takeover {tb:?})");
+            None
+        }
+    };
+    pair.shutdown().await;
+    trial
 }
 
 pub(crate) async fn handover(b: &Bench) {
     progress("5. handover");
     let (db, _) = fresh_db(&b.server).await;
     let trials = if b.smoke { 3 } else { 20 };
-    let lease = Duration::from_secs(1);
-    let poll = Duration::from_millis(100);
     let mut graceful = Vec::new();
-    let mut crash = Vec::new();
-    let mut margin_cancel = Vec::new();
-    let mut margin_stop = Vec::new();
-    let mut margin_expiry = Vec::new();
-    let mut after_expiry = Vec::new();
-    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let mut crashes = Vec::new();
     let mut failures = 0;
     for i in 0..trials {
         if i % 5 == 0 {
             progress(&format!("   trial {i}"));
         }
-        // Graceful: the holder shuts down; the other runtime runs the job next.
-        {
-            let key = format!("hg-{i}");
-            let log = Arc::new(HoldLog::default());
-            let (a, bh) = (format!("hg{i}-a"), format!("hg{i}-b"));
-            let rt_a = runtime(
-                db.pool_with(2).await,
-                &a,
-                Some(poll),
-                vec![hold_job(&key, lease, log.clone())],
-            )
-            .await;
-            rt_a.trigger(&key).await.expect("trigger");
-            if wait_for(Duration::from_secs(5), || log.start_of(&a)).await.is_none() {
-                failures += 1;
-                rt_a.shutdown().await;
-                continue;
-            }
-            let rt_b = runtime(
-                db.pool_with(2).await,
-                &bh,
-                Some(poll),
-                vec![hold_job(&key, lease, log.clone())],
-            )
-            .await;
-            tokio::time::sleep(Duration::from_millis(150 + 20 * (i as u64 % 5))).await;
-            let t0 = Instant::now();
-            rt_a.shutdown().await;
-            match wait_for(Duration::from_secs(5), || log.start_of(&bh)).await {
-                Some(tb) => graceful.push(tb - t0),
-                None => failures += 1,
-            }
-            rt_b.shutdown().await;
+        let Some(pair) = HeldPair::start(&db, "g", i).await else {
+            failures += 1;
+            continue;
+        };
+        match graceful_trial(pair, i).await {
+            Some(d) => graceful.push(d),
+            None => failures += 1,
         }
-        // Crash: the holder is cut off (no renewal, no release); the other takes over after expiry.
-        {
-            let key = format!("hc-{i}");
-            let log = Arc::new(HoldLog::default());
-            let (a, bh) = (format!("hc{i}-a"), format!("hc{i}-b"));
-            let rt_a = runtime(
-                db.pool_with(2).await,
-                &a,
-                Some(poll),
-                vec![hold_job(&key, lease, log.clone())],
-            )
-            .await;
-            rt_a.trigger(&key).await.expect("trigger");
-            if wait_for(Duration::from_secs(5), || log.start_of(&a)).await.is_none() {
-                failures += 1;
-                rt_a.shutdown().await;
-                continue;
-            }
-            let rt_b = runtime(
-                db.pool_with(2).await,
-                &bh,
-                Some(poll),
-                vec![hold_job(&key, lease, log.clone())],
-            )
-            .await;
-            // Cut off at a different phase of the heartbeat each trial.
-            tokio::time::sleep(Duration::from_millis(150 + (i as u64 * 67) % 333)).await;
-            let t0 = Instant::now();
-            rt_a.faults().partition(true);
-            let tb = wait_for(Duration::from_secs(5), || log.start_of(&bh)).await;
-            // Give the watcher task a moment in case it has not recorded yet.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let cancelled = log.cancelled.lock().unwrap().iter().find(|c| c.0 == a).cloned();
-            let stopped = log.stopped.lock().unwrap().iter().find(|s| s.0 == a).map(|s| s.1);
-            let b_wall = log.started_wall.lock().unwrap().iter().find(|s| s.0 == bh).map(|s| s.1);
-            match (tb, cancelled, stopped, b_wall) {
-                (Some(tb), Some((_, tc, tc_wall, reason, expiry)), Some(ts), Some(b_wall)) => {
-                    crash.push(tb - t0);
-                    let signed = |later: Instant, earlier: Instant| {
-                        later.saturating_duration_since(earlier).as_secs_f64()
-                            - earlier.saturating_duration_since(later).as_secs_f64()
-                    };
-                    margin_cancel.push(signed(tb, tc));
-                    margin_stop.push(signed(tb, ts));
-                    margin_expiry.push((expiry - tc_wall).num_microseconds().unwrap_or(0) as f64 / 1e6);
-                    after_expiry.push((b_wall - expiry).num_microseconds().unwrap_or(0) as f64 / 1e6);
-                    *reasons
-                        .entry(reason.map_or("none".into(), |r| r.to_string()))
-                        .or_default() += 1;
-                }
-                _ => {
-                    failures += 1;
-                    eprintln!("   crash trial {i}: incomplete (takeover {tb:?})");
-                }
-            }
-            rt_a.shutdown().await;
-            rt_b.shutdown().await;
+        let Some(pair) = HeldPair::start(&db, "c", i).await else {
+            failures += 1;
+            continue;
+        };
+        match crash_trial(pair, i).await {
+            Some(trial) => crashes.push(trial),
+            None => failures += 1,
         }
+    }
+    let crash: Vec<Duration> = crashes.iter().map(|c| c.takeover).collect();
+    let of = |f: fn(&CrashTrial) -> f64| crashes.iter().map(f).collect::<Vec<f64>>();
+    let (margin_cancel, margin_stop) = (of(|c| c.margin_cancel), of(|c| c.margin_stop));
+    let (margin_expiry, after_expiry) = (of(|c| c.margin_expiry), of(|c| c.after_expiry));
+    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+    for c in &crashes {
+        *reasons.entry(c.reason.as_str()).or_default() += 1;
     }
     let min_f = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     let max_f = |v: &[f64]| v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -273,5 +322,5 @@ pub(crate) async fn handover(b: &Bench) {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    drop_db(&b.server, db).await;
+    drop_db(db).await;
 }

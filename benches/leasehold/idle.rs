@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::report::{ms, progress, table};
 use crate::setup::{Bench, TenantJob, check_tenant_slot, drop_db, fresh_db, runtime_timed};
-use crate::stats::{ANY_SQL, CpuWindow, ServerCpu, reset_stats, stat_totals};
+use crate::stats::{ANY_SQL, CpuWindow, ServerCpu, reset_statement_stats, statement_totals};
 
 /// Connections in each runtime's pool.
 const POOL: u32 = 2;
@@ -147,14 +147,14 @@ async fn idle_fleet(b: &Bench, r: usize, n: usize, warmup: Duration, window: Dur
     tokio::time::sleep(warmup).await;
     let server = ServerCpu::start(&db.pool).await;
     if stats {
-        reset_stats(&db.pool).await;
+        reset_statement_stats(&db.pool).await;
     }
     let cpu = CpuWindow::start();
     let t0 = Instant::now();
     tokio::time::sleep(window).await;
     let secs = t0.elapsed().as_secs_f64();
     let statements = if stats {
-        Some(stat_totals(&db.pool, ANY_SQL).await.calls)
+        Some(statement_totals(&db.pool, ANY_SQL).await.calls)
     } else {
         None
     };
@@ -166,7 +166,7 @@ async fn idle_fleet(b: &Bench, r: usize, n: usize, warmup: Duration, window: Dur
     for pool in pools {
         pool.close().await;
     }
-    drop_db(&b.server, db).await;
+    drop_db(db).await;
     IdleOutcome {
         statements_per_s: statements.map(|s| s as f64 / secs),
         starts,

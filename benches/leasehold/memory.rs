@@ -45,7 +45,7 @@ pub(crate) async fn memory(b: &Bench) {
     let later = rss_bytes();
     rt.shutdown().await;
     pool.close().await;
-    drop_db(&b.server, db).await;
+    drop_db(db).await;
     let per_key = |after: u64| format!("{:.0}", (after as f64 - before as f64) / n as f64);
     table(
         &[

@@ -14,8 +14,8 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::report::{ms, p50_p99, progress, table};
-use crate::setup::{Bench, bench_job, drop_db, fresh_db, runtime, wait_for};
-use crate::stats::{ANY_SQL, PROBE_SQL, reset_stats, stat_totals};
+use crate::setup::{Bench, POLL, drop_db, fresh_db, job, runtime, wait_for};
+use crate::stats::{ANY_SQL, PROBE_SQL, reset_statement_stats, statement_totals};
 
 /// Concurrency gauge: current and maximum.
 #[derive(Default)]
@@ -233,7 +233,7 @@ pub(crate) async fn pool_pressure(b: &Bench) {
         ],
         &rows,
     );
-    drop_db(&b.server, db).await;
+    drop_db(db).await;
 }
 
 async fn pressure_leasehold(db: &TestDb, stats: bool, k: usize, work: Duration, round: usize) -> PressureOutcome {
@@ -245,7 +245,7 @@ async fn pressure_leasehold(db: &TestDb, stats: bool, k: usize, work: Duration, 
         .iter()
         .map(|key| {
             let state = state.clone();
-            bench_job("pressure", key.clone(), settings.clone(), move |guard: FenceGuard| {
+            job(key, settings.clone(), move |guard: FenceGuard| {
                 let state = state.clone();
                 async move {
                     state.started();
@@ -261,27 +261,28 @@ async fn pressure_leasehold(db: &TestDb, stats: bool, k: usize, work: Duration, 
                     result
                 }
             })
+            .named("pressure")
         })
         .collect();
     let rt = runtime(pool.clone(), &format!("pressure-{k}-{round}"), None, jobs).await;
     // Let the job loops' first (not-due) claims go through before measuring.
     tokio::time::sleep(Duration::from_millis(300) + Duration::from_millis(k as u64)).await;
     if stats {
-        reset_stats(&pool).await;
+        reset_statement_stats(&pool).await;
     }
     let probes = Probes::start(pool.clone(), Duration::from_millis(50), work * 2);
     let t0 = Instant::now();
     *state.t0.lock().unwrap() = Some(t0);
     let triggers = join_all(keys.iter().map(|key| rt.trigger(key))).await;
     assert!(triggers.iter().all(Result::is_ok), "trigger failed");
-    let done = wait_for(work + Duration::from_secs(60), || {
+    let done = wait_for(work + Duration::from_secs(60), POLL, || {
         (state.finished.load(Ordering::SeqCst) >= k).then_some(())
     })
     .await;
     let phase = t0.elapsed();
     let (probe_lat, timed_out) = probes.finish().await;
     let statements = if stats {
-        Some(stat_totals(&pool, ANY_SQL).await.calls - stat_totals(&pool, PROBE_SQL).await.calls)
+        Some(statement_totals(&pool, ANY_SQL).await.calls - statement_totals(&pool, PROBE_SQL).await.calls)
     } else {
         None
     };
@@ -315,7 +316,7 @@ async fn pressure_pinned(
     let pool = db.pool_with(2).await;
     let state = Arc::new(PressureState::default());
     if stats {
-        reset_stats(&pool).await;
+        reset_statement_stats(&pool).await;
     }
     let probes = Probes::start(pool.clone(), Duration::from_millis(50), work * 2);
     let t0 = Instant::now();
@@ -362,7 +363,7 @@ async fn pressure_pinned(
     let phase = t0.elapsed();
     let (probe_lat, timed_out) = probes.finish().await;
     let statements = if stats {
-        Some(stat_totals(&pool, ANY_SQL).await.calls - stat_totals(&pool, PROBE_SQL).await.calls)
+        Some(statement_totals(&pool, ANY_SQL).await.calls - statement_totals(&pool, PROBE_SQL).await.calls)
     } else {
         None
     };

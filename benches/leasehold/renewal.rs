@@ -9,7 +9,7 @@ use sqlx::PgPool;
 
 use crate::report::{ms, p50_p99, progress, ratio, table, us};
 use crate::setup::{Bench, drop_db, fresh_db};
-use crate::stats::{RENEW_SQL, reset_stats, stat_totals};
+use crate::stats::{RENEW_SQL, reset_statement_stats, statement_totals};
 
 /// The text of `LeaseStore::renew_many`'s statement, to time it alone and
 /// to EXPLAIN it: the library's own constant, so the two never drift.
@@ -71,7 +71,7 @@ pub(crate) async fn renewal(b: &Bench) {
                 let variant = (step + round) % 3;
                 let count = stats && round == 0 && variant < 2;
                 if count {
-                    reset_stats(&pool).await;
+                    reset_statement_stats(&pool).await;
                 }
                 match variant {
                     0 => {
@@ -103,7 +103,7 @@ pub(crate) async fn renewal(b: &Bench) {
                     }
                 }
                 if count {
-                    let calls = Some(stat_totals(&pool, RENEW_SQL).await.calls);
+                    let calls = Some(statement_totals(&pool, RENEW_SQL).await.calls);
                     if variant == 0 {
                         st_many = calls;
                     } else {
@@ -192,7 +192,7 @@ pub(crate) async fn renewal(b: &Bench) {
         println!("```\n");
     }
     pool.close().await;
-    drop_db(&b.server, db).await;
+    drop_db(db).await;
 }
 
 async fn explain_renew(pool: &PgPool, holder: &str, keys: &[&str], fences: &[i64], ttls: &[f64]) -> Vec<String> {

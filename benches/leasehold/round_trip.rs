@@ -9,7 +9,7 @@ use sqlx::PgPool;
 
 use crate::report::{ms, p50_p99, progress, ratio, table};
 use crate::setup::{Bench, drop_db, fresh_db};
-use crate::stats::{ANY_SQL, reset_stats, stat_totals};
+use crate::stats::{ANY_SQL, reset_statement_stats, statement_totals};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
@@ -168,11 +168,11 @@ pub(crate) async fn round_trip(b: &Bench) {
     if stats {
         let n = if b.smoke { 40 } else { 200 };
         for op in Op::ALL {
-            reset_stats(&pool).await;
+            reset_statement_stats(&pool).await;
             for _ in 0..n {
                 run_op(op, &store, &pool).await;
             }
-            server.push(stat_totals(&pool, ANY_SQL).await);
+            server.push(statement_totals(&pool, ANY_SQL).await);
         }
     }
 
@@ -275,5 +275,5 @@ pub(crate) async fn round_trip(b: &Bench) {
         );
     }
     pool.close().await;
-    drop_db(&b.server, db).await;
+    drop_db(db).await;
 }

@@ -1,16 +1,21 @@
 //! What every scenario shares: the [`Bench`] context, a fresh database per
-//! scenario, the jobs the runtimes run, and starting a runtime.
+//! scenario, the fleet-size scenarios' job, and starting a runtime.
+//!
+//! The rest comes from leasehold-testkit, shared with the tests: databases
+//! (`create_db`, `TestDb::drop_database`), the scripted job
+//! (`jobs::job`, re-exported here), runtimes (`jobs::builder`), waiting
+//! (`wait_for`) and `pg_stat_statements` (`stats`).
 
-use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use futures::future::BoxFuture;
 use leasehold::{FenceGuard, FencedJob, JobError, JobSettings, Runtime, Schedule};
+pub(crate) use leasehold_testkit::jobs::{self, ScriptedJob, job};
+use leasehold_testkit::stats::statement_stats_available;
+pub(crate) use leasehold_testkit::wait_for;
 use leasehold_testkit::{TestDb, create_db};
+use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{ConnectOptions, PgPool};
 
 /// What every scenario needs.
 pub(crate) struct Bench {
@@ -31,86 +36,32 @@ impl Bench {
     }
 }
 
-/// A fresh database with leasehold's schema and `pg_stat_statements`.
+/// A fresh database with leasehold's schema, and whether `pg_stat_statements`
+/// works in it.
 pub(crate) async fn fresh_db(server: &PgConnectOptions) -> (TestDb, bool) {
     let db = create_db(server).await;
     leasehold::migrate(&db.pool).await.expect("migrate");
-    let stats = sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        .execute(&db.pool)
-        .await
-        .is_ok()
-        && sqlx::query("SELECT count(*) FROM pg_stat_statements")
-            .execute(&db.pool)
-            .await
-            .is_ok();
+    let stats = statement_stats_available(&db.pool).await;
     (db, stats)
 }
 
-/// Drops a scenario's database (its pools must be closed or idle).
-pub(crate) async fn drop_db(server: &PgConnectOptions, db: TestDb) {
-    db.pool.close().await;
-    if let Ok(mut admin) = server.connect().await {
-        let sql = format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", db.name);
-        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut admin).await;
+/// Drops a scenario's database, whatever server it is on (testkit's
+/// `TestDb::drop_database`: closes its pool, `DROP DATABASE … WITH (FORCE)`).
+pub(crate) async fn drop_db(db: TestDb) {
+    let name = db.name.clone();
+    if let Err(e) = db.drop_database().await {
+        eprintln!("   could not drop database {name}: {e}");
     }
 }
 
-/// Polls `check` every 2 ms until it returns `Some`, or `None` after `within`.
-pub(crate) async fn wait_for<T>(within: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
+/// How often the scenarios check what they wait for ([`wait_for`]): a
+/// latency they measure is seen within this.
+pub(crate) const POLL: Duration = Duration::from_millis(2);
 
-type Body = Arc<dyn Fn(FenceGuard) -> BoxFuture<'static, Result<(), JobError>> + Send + Sync>;
-
-/// A job whose body is a closure, so each scenario scripts its behaviour.
-#[derive(Clone)]
-pub(crate) struct BenchJob {
-    name: String,
-    key: String,
-    settings: JobSettings,
-    body: Body,
-}
-
-impl FencedJob for BenchJob {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn key(&self) -> String {
-        self.key.clone()
-    }
-    fn settings(&self) -> JobSettings {
-        self.settings.clone()
-    }
-    async fn run(&self, guard: FenceGuard) -> Result<(), JobError> {
-        (self.body)(guard).await
-    }
-}
-
-pub(crate) fn bench_job<F, Fut>(name: &str, key: String, settings: JobSettings, body: F) -> BenchJob
-where
-    F: Fn(FenceGuard) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), JobError>> + Send + 'static,
-{
-    BenchJob {
-        name: name.to_owned(),
-        key,
-        settings,
-        body: Arc::new(move |guard| Box::pin(body(guard))),
-    }
-}
-
-/// A runtime named `holder` on `pool` with `jobs`.
+/// A runtime named `holder` on `pool` with `jobs` (the default poll interval
+/// when `poll` is `None`).
 pub(crate) async fn runtime<J: FencedJob>(pool: PgPool, holder: &str, poll: Option<Duration>, jobs: Vec<J>) -> Runtime {
-    runtime_timed(pool, holder, poll, jobs).await.0
+    jobs::start(pool, holder, poll, jobs).await
 }
 
 /// [`runtime`], and how long its `start()` took (registering the jobs with
@@ -121,13 +72,7 @@ pub(crate) async fn runtime_timed<J: FencedJob>(
     poll: Option<Duration>,
     jobs: Vec<J>,
 ) -> (Runtime, Duration) {
-    let mut builder = Runtime::builder(pool).holder(holder);
-    if let Some(poll) = poll {
-        builder = builder.poll_interval(poll);
-    }
-    for job in jobs {
-        builder = builder.register(job);
-    }
+    let builder = jobs::builder(pool, holder, poll, jobs);
     let t = Instant::now();
     let runtime = builder.start().await.expect("runtime starts");
     (runtime, t.elapsed())

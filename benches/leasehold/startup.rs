@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::report::{ms, progress, table};
 use crate::setup::{Bench, TenantJob, check_tenant_slot, drop_db, fresh_db, runtime_timed};
-use crate::stats::{ANY_SQL, reset_stats, stat_totals};
+use crate::stats::{ANY_SQL, reset_statement_stats, statement_totals};
 
 /// Connections in each runtime's pool.
 const POOL: u32 = 2;
@@ -33,12 +33,12 @@ pub(crate) async fn startup(b: &Bench) {
     let mut start = async |holder: &str, case: &str, alone: bool| {
         progress(&format!("   {case}"));
         if stats {
-            reset_stats(&db.pool).await;
+            reset_statement_stats(&db.pool).await;
         }
         let pool = db.pool_with(POOL).await;
         let (rt, took) = runtime_timed(pool.clone(), holder, None, TenantJob::many(n)).await;
         let statements = if stats && alone {
-            stat_totals(&db.pool, ANY_SQL).await.calls.to_string()
+            statement_totals(&db.pool, ANY_SQL).await.calls.to_string()
         } else {
             "–".into()
         };
@@ -72,5 +72,5 @@ pub(crate) async fn startup(b: &Bench) {
         &rows,
     );
     println!("`shutdown()` took: {}.\n", shutdowns.join(", "));
-    drop_db(&b.server, db).await;
+    drop_db(db).await;
 }

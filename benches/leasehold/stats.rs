@@ -1,6 +1,7 @@
 //! What the bench reads from the server and the machine:
-//! `pg_stat_statements` totals, CPU time (this process, the machine, the
-//! PostgreSQL server's processes) and this process's resident memory.
+//! `pg_stat_statements` totals (through `leasehold_testkit::stats`), CPU time
+//! (this process, the machine, the PostgreSQL server's processes) and this
+//! process's resident memory.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -8,46 +9,9 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
-/// Clears `pg_stat_statements` for this database only.
-pub(crate) async fn reset_stats(pool: &PgPool) {
-    sqlx::query(
-        "SELECT pg_stat_statements_reset(0::oid, (SELECT oid FROM pg_database WHERE datname = current_database()), 0::int8)",
-    )
-    .execute(pool)
-    .await
-    .expect("pg_stat_statements_reset");
-}
-
-/// Sums of `pg_stat_statements` for this database since the last reset.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct StatTotals {
-    pub(crate) calls: i64,
-    pub(crate) exec_ms: f64,
-    pub(crate) wal_records: i64,
-    pub(crate) wal_bytes: f64,
-}
-
-/// Statement totals for this database, for statements whose text matches
-/// the SQL `LIKE` pattern `like` (the statistics queries themselves excluded).
-pub(crate) async fn stat_totals(pool: &PgPool, like: &str) -> StatTotals {
-    let row: (i64, f64, i64, f64) = sqlx::query_as(
-        "SELECT COALESCE(sum(s.calls), 0)::int8, COALESCE(sum(s.total_exec_time), 0)::float8,
-                COALESCE(sum(s.wal_records), 0)::int8, COALESCE(sum(s.wal_bytes), 0)::float8
-           FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-          WHERE d.datname = current_database() AND s.query LIKE $1
-            AND s.query NOT LIKE '%pg_stat_statements%'",
-    )
-    .bind(like)
-    .fetch_one(pool)
-    .await
-    .expect("read pg_stat_statements");
-    StatTotals {
-        calls: row.0,
-        exec_ms: row.1,
-        wal_records: row.2,
-        wal_bytes: row.3,
-    }
-}
+// Resetting and reading `pg_stat_statements` is leasehold-testkit's, shared
+// with the tests; the patterns and the CPU and memory sampling are the bench's.
+pub(crate) use leasehold_testkit::stats::{reset_statement_stats, statement_totals};
 
 /// `LIKE` patterns that identify leasehold's statements (texts from
 /// src/lease/): the runtime's batch claim (`claim_due`), batch release

@@ -88,5 +88,5 @@ pub(crate) async fn throughput(b: &Bench) {
         ],
         &rows,
     );
-    drop_db(&b.server, db).await;
+    drop_db(db).await;
 }

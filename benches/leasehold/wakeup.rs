@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use leasehold::{FenceGuard, JobSettings, Schedule};
 
 use crate::report::{ms, pct, progress, table};
-use crate::setup::{Bench, BenchJob, bench_job, drop_db, fresh_db, runtime, wait_for};
+use crate::setup::{Bench, POLL, ScriptedJob, drop_db, fresh_db, job, runtime, wait_for};
 
 /// Run starts: holder and instant.
 type Starts = Arc<Mutex<Vec<(String, Instant)>>>;
@@ -23,28 +23,24 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A job on `key` whose body records its start, then returns at once
 /// (`hold` false) or runs until cancelled (`hold` true).
-fn recording_job(key: &str, schedule: Schedule, hold: bool, starts: Starts) -> BenchJob {
-    bench_job(
-        "wakeup",
-        key.to_owned(),
-        JobSettings::new(schedule),
-        move |guard: FenceGuard| {
-            let starts = starts.clone();
-            async move {
-                starts.lock().unwrap().push((guard.holder().to_owned(), Instant::now()));
-                if hold {
-                    guard.cancelled().await;
-                    return Err("cancelled".into());
-                }
-                Ok(())
+fn recording_job(key: &str, schedule: Schedule, hold: bool, starts: Starts) -> ScriptedJob {
+    job(key, JobSettings::new(schedule), move |guard: FenceGuard| {
+        let starts = starts.clone();
+        async move {
+            starts.lock().unwrap().push((guard.holder().to_owned(), Instant::now()));
+            if hold {
+                guard.cancelled().await;
+                return Err("cancelled".into());
             }
-        },
-    )
+            Ok(())
+        }
+    })
+    .named("wakeup")
 }
 
 /// The `i`-th run start recorded, once there is one.
 async fn nth_start(starts: &Starts, i: usize) -> Option<(String, Instant)> {
-    wait_for(TIMEOUT, || starts.lock().unwrap().get(i).cloned()).await
+    wait_for(TIMEOUT, POLL, || starts.lock().unwrap().get(i).cloned()).await
 }
 
 pub(crate) async fn wakeup(b: &Bench) {
@@ -106,7 +102,7 @@ pub(crate) async fn wakeup(b: &Bench) {
         tokio::time::sleep(Duration::from_millis(after)).await;
         let t0 = Instant::now();
         rt_a.shutdown().await;
-        let next = wait_for(TIMEOUT, || {
+        let next = wait_for(TIMEOUT, POLL, || {
             starts.lock().unwrap().iter().find(|(h, _)| *h == bh).map(|(_, t)| *t)
         })
         .await;
@@ -116,7 +112,7 @@ pub(crate) async fn wakeup(b: &Bench) {
         }
         rt_b.shutdown().await;
     }
-    drop_db(&b.server, db).await;
+    drop_db(db).await;
 
     println!("## 10. Wake-up with default settings\n");
     println!(
