@@ -32,16 +32,7 @@ pub(crate) async fn contention(b: &Bench) {
             window,
         )
         .await;
-        if o.certain_doubles > 0 {
-            b.violation(format!(
-                "contention R={r}: {} pair(s) of runs of one key certainly in one slot; up to {} runs of one key \
-                 share the slot of their tenure's `acquired_at` (shortest gap between two runs of a key: {})\n\n{}",
-                o.certain_doubles,
-                o.max_per_slot,
-                ms(o.min_gap),
-                o.duplicates.join("\n")
-            ));
-        }
+        o.check_doubles(b, &format!("contention R={r}"));
         let secs = o.window.as_secs_f64();
         let lost = o.claims.map(|c| c - o.runs_in_window as i64);
         let mut shares: Vec<f64> = o

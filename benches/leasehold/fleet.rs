@@ -10,7 +10,8 @@ use chrono::{DateTime, Utc};
 use leasehold::{FenceGuard, JobSettings, Schedule};
 use leasehold_testkit::TestDb;
 
-use crate::setup::{job, runtime};
+use crate::report::ms;
+use crate::setup::{Bench, job, runtime};
 use crate::stats::{ANY_SQL, CLAIM_SQL, CpuWindow, RELEASE_SQL, RENEW_SQL, reset_statement_stats, statement_totals};
 
 /// One run as its job saw it.
@@ -48,6 +49,23 @@ pub(crate) struct FleetOutcome {
     pub(crate) renewals: Option<i64>,
     pub(crate) statements: Option<i64>,
     pub(crate) cpu: String,
+}
+
+impl FleetOutcome {
+    /// Reports a safety violation (named `what`) when two runs of one key
+    /// certainly ran in one slot.
+    pub(crate) fn check_doubles(&self, b: &Bench, what: &str) {
+        if self.certain_doubles > 0 {
+            b.violation(format!(
+                "{what}: {} pair(s) of runs of one key certainly in one slot; up to {} runs of one key share the \
+                 slot of their tenure's `acquired_at` (shortest gap between two runs of a key: {})\n\n{}",
+                self.certain_doubles,
+                self.max_per_slot,
+                ms(self.min_gap),
+                self.duplicates.join("\n")
+            ));
+        }
+    }
 }
 
 /// Starts `r` runtimes (each on its own pool of `conns`) with `keys` jobs

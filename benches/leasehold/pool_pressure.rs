@@ -236,6 +236,11 @@ pub(crate) async fn pool_pressure(b: &Bench) {
     drop_db(db).await;
 }
 
+/// Statements of this database since the reset, the probes' left out.
+async fn statements_but_probes(pool: &PgPool) -> i64 {
+    statement_totals(pool, ANY_SQL).await.calls - statement_totals(pool, PROBE_SQL).await.calls
+}
+
 async fn pressure_leasehold(db: &TestDb, stats: bool, k: usize, work: Duration, round: usize) -> PressureOutcome {
     let pool = db.pool_with(2).await;
     let state = Arc::new(PressureState::default());
@@ -282,7 +287,7 @@ async fn pressure_leasehold(db: &TestDb, stats: bool, k: usize, work: Duration, 
     let phase = t0.elapsed();
     let (probe_lat, timed_out) = probes.finish().await;
     let statements = if stats {
-        Some(statement_totals(&pool, ANY_SQL).await.calls - statement_totals(&pool, PROBE_SQL).await.calls)
+        Some(statements_but_probes(&pool).await)
     } else {
         None
     };
@@ -363,7 +368,7 @@ async fn pressure_pinned(
     let phase = t0.elapsed();
     let (probe_lat, timed_out) = probes.finish().await;
     let statements = if stats {
-        Some(statement_totals(&pool, ANY_SQL).await.calls - statement_totals(&pool, PROBE_SQL).await.calls)
+        Some(statements_but_probes(&pool).await)
     } else {
         None
     };

@@ -33,16 +33,7 @@ pub(crate) async fn throughput(b: &Bench) {
             window,
         )
         .await;
-        if o.certain_doubles > 0 {
-            b.violation(format!(
-                "throughput {keys} keys: {} pair(s) of runs of one key certainly in one slot; up to {} runs of one \
-                 key share the slot of their tenure's `acquired_at` (shortest gap between two runs of a key: {})\n\n{}",
-                o.certain_doubles,
-                o.max_per_slot,
-                ms(o.min_gap),
-                o.duplicates.join("\n")
-            ));
-        }
+        o.check_doubles(b, &format!("throughput {keys} keys"));
         let secs = o.window.as_secs_f64();
         rows.push(vec![
             format!("{r} × {keys}"),
