@@ -269,7 +269,7 @@ async fn main() -> Result<(), Failure> {
         .start()
         .await
     {
-        Err(e @ Error::Metrics(_)) => println!("metrics_demo: a second exporter is refused: {e}"),
+        Err(e @ Error::Metrics { .. }) => println!("metrics_demo: a second exporter is refused: {e}"),
         other => return Err(format!("a second exporter should be refused, got {other:?}").into()),
     }
 

@@ -224,15 +224,15 @@ control_mutations = [
  ("pause: a second pause without cancel downgrades a pause with cancel",
   "ON CONFLICT (scope, name) DO UPDATE SET cancel = p.cancel OR EXCLUDED.cancel",
   "ON CONFLICT (scope, name) DO UPDATE SET cancel = EXCLUDED.cancel",
-  "operators::pause"),
+  "operators::resume"),
  ("resume: keys not yet due are made due too (a resume runs every key at once)",
   "                   AND COALESCE(l.next_due_at, '-infinity') <= clock_timestamp()\n",
   "\n",
-  "operators::pause"),
+  "operators::resume operators::pause"),
  ("resume: the target clause removed (resuming one key wakes every key)",
   "                 WHERE ((gone.scope = 'key' AND l.key = gone.name) OR (gone.scope = 'job' AND l.job_name = gone.name))\n",
   "                 WHERE true\n",
-  "operators::pause"),
+  "operators::resume operators::pause"),
 ]
 
 FILES = [("src/lease/mod.rs", mutations), ("src/lease/control.rs", control_mutations), ("src/lease/batch.rs", batch_mutations),
@@ -259,6 +259,18 @@ def main():
         subprocess.run(["git", "worktree", "add", "-q", "--detach", wt, "HEAD"], cwd=ROOT, check=True)
         try:
             env = {**os.environ, "CARGO_TARGET_DIR": os.path.join(ROOT, "target/clause-removal"), "RUST_BACKTRACE": "0"}
+            # Unmutated, every scenario named below must pass: otherwise a
+            # failing scenario would count every mutation as caught.
+            baseline = sorted({n for _, muts in FILES for name, _, _, *f in muts
+                               if not only or any(o in name for o in only)
+                               for n in (f[0] if f else "lease::").split()})
+            r = subprocess.run(["cargo", "test", "-q", "--test", "it", "--", *baseline], cwd=wt,
+                               capture_output=True, text=True, env=env)
+            if r.returncode != 0:
+                failed = re.findall(r"^    (\w+::\S+)$", r.stdout, re.M)
+                print(f"!! unmutated, these scenarios already fail: {', '.join(failed) or r.stderr[-2000:]}")
+                return 1
+            print(f"baseline: the {len(baseline)} scenario filters pass unmutated", flush=True)
             for path, muts in FILES:
                 base = open(os.path.join(wt, path)).read()
                 for name, old, new, *filters in muts:
@@ -277,6 +289,8 @@ def main():
                 open(os.path.join(wt, path), "w").write(base)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", wt], cwd=ROOT)
+    ran = sum(1 for _, muts in FILES for name, *_ in muts if not only or any(o in name for o in only))
+    print(f"{ran - uncaught} of {ran} mutations caught")
     return 1 if uncaught else 0
 
 

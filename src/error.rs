@@ -2,46 +2,7 @@
 
 use std::time::Duration;
 
-/// Why a run lost its right to continue.
-///
-/// Carried by [`Error::LeaseLost`] and by a cancelled
-/// `FenceGuard`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum CancelReason {
-    /// Another holder took the lease over (a renewal found a newer tenure,
-    /// or a fenced write met a newer fence).
-    Stolen,
-    /// The lease expired on the server before it could be renewed.
-    Expired,
-    /// Renewals kept failing and the local safety deadline passed: the run
-    /// was stopped *before* any other replica could claim the lease.
-    Deadline,
-    /// The runtime is shutting down.
-    Shutdown,
-    /// An operator paused the key (or its job) and asked for the runs in
-    /// progress to stop (`leasehold pause --cancel`).
-    Paused,
-}
-
-impl CancelReason {
-    /// A stable lower-case name, used as a metrics label and in logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CancelReason::Stolen => "stolen",
-            CancelReason::Expired => "expired",
-            CancelReason::Deadline => "deadline",
-            CancelReason::Shutdown => "shutdown",
-            CancelReason::Paused => "paused",
-        }
-    }
-}
-
-impl std::fmt::Display for CancelReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::cancel::CancelReason;
 
 /// Everything that can go wrong in leasehold.
 ///
@@ -147,9 +108,17 @@ pub enum Error {
     #[error("no job with key {0:?} is registered in this runtime")]
     UnknownJob(String),
 
-    /// The Prometheus exporter could not start (port taken, bad address).
-    #[error("metrics exporter: {0}")]
-    Metrics(String),
+    /// The Prometheus exporter could not start (port taken, bad address,
+    /// another recorder installed). `source` is the underlying failure,
+    /// when there is one (an I/O or exporter error).
+    #[error("metrics exporter: {message}")]
+    Metrics {
+        /// What failed and what to do about it.
+        message: String,
+        /// The error it stems from.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
 
     /// A runtime operation (claim, heartbeat, release) did not finish within
     /// its budget, derived from the lease: no pool connection was free, a
@@ -199,6 +168,18 @@ impl Error {
             what,
             value,
             problem: problem.into(),
+        }
+    }
+
+    /// Builds [`Error::Metrics`].
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn metrics(
+        message: impl Into<String>,
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Error::Metrics {
+            message: message.into(),
+            source,
         }
     }
 

@@ -28,7 +28,7 @@ static INSTALLED: Mutex<Option<SocketAddr>> = Mutex::new(None);
 /// The exporter's settings: true histograms (not summaries) for the two
 /// histogram metrics, with leasehold's buckets.
 pub(crate) fn builder() -> Result<PrometheusBuilder> {
-    let bounds = |e: metrics_exporter_prometheus::BuildError| Error::Metrics(format!("histogram buckets: {e}"));
+    let bounds = |e: metrics_exporter_prometheus::BuildError| Error::metrics("histogram buckets", Some(Box::new(e)));
     PrometheusBuilder::new()
         .set_buckets_for_metric(
             Matcher::Full(names::HEARTBEAT_DURATION.to_owned()),
@@ -74,17 +74,20 @@ pub(crate) fn install(addr: &str) -> Result<()> {
     // Held throughout, so two runtimes starting at once cannot both try.
     let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(serving) = *installed {
-        return Err(Error::Metrics(format!(
-            "the Prometheus exporter is already installed in this process (serving on {serving}); \
-             the metrics recorder is process-wide, so call .prometheus(..) on one runtime only: \
-             every runtime's metrics are served there"
-        )));
+        return Err(Error::metrics(
+            format!(
+                "the Prometheus exporter is already installed in this process (serving on {serving}); \
+                 the metrics recorder is process-wide, so call .prometheus(..) on one runtime only: \
+                 every runtime's metrics are served there"
+            ),
+            None,
+        ));
     }
     let socket = parse_addr(addr)?;
     // Bind once first, for an error that says what is wrong; the listener
     // is closed again at once, and the exporter binds the same address.
     if let Err(e) = TcpListener::bind(socket) {
-        return Err(Error::Metrics(bind_problem(socket, &e)));
+        return Err(Error::metrics(bind_problem(socket, &e), Some(Box::new(e))));
     }
     let builder = builder()?.with_http_listener(socket);
 
@@ -109,12 +112,15 @@ pub(crate) fn install(addr: &str) -> Result<()> {
             }
         });
     if let Err(e) = spawned {
-        return Err(Error::Metrics(format!("could not start its thread: {e}")));
+        return Err(Error::metrics(
+            format!("could not start its thread: {e}"),
+            Some(Box::new(e)),
+        ));
     }
     match outcome.recv() {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(e),
-        Err(_) => return Err(Error::Metrics("its thread stopped while starting".to_owned())),
+        Err(e) => return Err(Error::metrics("its thread stopped while starting", Some(Box::new(e)))),
     }
     *installed = Some(socket);
     describe();
@@ -132,7 +138,7 @@ fn start_serving(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Error::Metrics(format!("could not start its runtime: {e}")))?;
+        .map_err(|e| Error::metrics(format!("could not start its runtime: {e}"), Some(Box::new(e))))?;
     let built = {
         let _entered = runtime.enter();
         builder.build()
@@ -141,17 +147,20 @@ fn start_serving(
         Ok(built) => built,
         Err(e) => {
             drop(runtime);
-            return Err(Error::Metrics(format!("could not serve on {socket}: {e}")));
+            return Err(Error::metrics(
+                format!("could not serve on {socket}: {e}"),
+                Some(Box::new(e)),
+            ));
         }
     };
     if metrics::set_global_recorder(recorder).is_err() {
         drop(exporter);
         drop(runtime);
-        return Err(Error::Metrics(
+        return Err(Error::metrics(
             "another `metrics` recorder is already installed in this process: leasehold's metrics \
              already go to it (call leasehold::metrics::describe() once for their help texts); \
-             remove .prometheus(..) or serve that recorder instead"
-                .to_owned(),
+             remove .prometheus(..) or serve that recorder instead",
+            None,
         ));
     }
     Ok((runtime, exporter))
@@ -184,7 +193,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::error::CancelReason;
+    use crate::cancel::CancelReason;
     use crate::metrics as m;
     use crate::outcome::RunOutcome;
 

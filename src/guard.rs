@@ -9,8 +9,9 @@ use sqlx::postgres::PgArguments;
 use sqlx::{Arguments, Encode, PgPool, Postgres, Transaction, Type};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+use crate::cancel::CancelReason;
 use crate::connection;
-use crate::error::{CancelReason, Error, Result};
+use crate::error::{Error, Result};
 use crate::lease::fence::{self, Advance};
 use crate::tenure::Tenure;
 use crate::{metrics, validate};

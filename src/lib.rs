@@ -49,6 +49,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod cancel;
 mod connection;
 mod error;
 #[cfg(feature = "prometheus")]
@@ -65,7 +66,8 @@ mod schedule;
 mod tenure;
 mod validate;
 
-pub use error::{CancelReason, Error, Result};
+pub use cancel::CancelReason;
+pub use error::{Error, Result};
 pub use guard::{FenceGuard, FencedUpdate};
 pub use health::Degraded;
 pub use job::{FencedJob, JobError, JobSettings};

@@ -6,7 +6,7 @@
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
-//! | `leasehold_lease_claims_total` | counter | job_name, outcome | keys proposed in the scheduler's batch claims (one statement proposes many), by answer: `acquired`, `held_elsewhere` (held, or locked by another claimer), `not_due`, `error` |
+//! | `leasehold_lease_claims_total` | counter | job_name, outcome | keys proposed in the scheduler's batch claims (one statement proposes many), by answer: `acquired`, `held_elsewhere` (held, or locked by another claimer), `not_due`, `paused` (the key or its job is paused), `error` |
 //! | `leasehold_lease_lost_total` | counter | job_name, reason | runs stopped because their lease was lost: `stolen`, `expired`, `deadline` |
 //! | `leasehold_heartbeats_total` | counter | outcome | heartbeat statements (one per tick for all leases): `renewed`, `lost`, `busy` (a lease row locked elsewhere, not renewed), `error` |
 //! | `leasehold_heartbeat_duration_seconds` | histogram | | duration of one heartbeat statement |
@@ -18,6 +18,7 @@
 //! | `leasehold_job_last_success_timestamp_seconds` | gauge | job_name | Unix time of the last successful run in this process |
 //! | `leasehold_runs_in_progress` | gauge | | runs in progress on this replica |
 //! | `leasehold_max_concurrent_runs` | gauge | | this replica's limit on runs at once (`RuntimeBuilder::max_concurrent_runs`) |
+//! | `leasehold_jobs_paused` | gauge | job_name | keys of the job paused fleet-wide (by key or by job), as this replica last saw them |
 //! | `leasehold_poisoned_connections_total` | counter | state | pooled connections found inside someone else's transaction and closed: `in_transaction`, `in_failed_transaction` |
 //!
 //! # Getting them out
@@ -55,7 +56,7 @@ use std::time::Duration;
 use crate::outcome::RunOutcome;
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
-use crate::error::CancelReason;
+use crate::cancel::CancelReason;
 
 /// Metric names, exported so dashboards and tests name them once.
 pub mod names {

@@ -27,7 +27,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::CancelReason;
+use crate::cancel::CancelReason;
 use crate::lease::{Lease, LeaseStore};
 use crate::metrics;
 

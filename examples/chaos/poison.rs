@@ -102,7 +102,7 @@ impl Chaos {
     }
 
     /// Expires every live lease of replica `n`'s current holder on the
-    /// server (as an operator's `leasehold release --force` would), and
+    /// server, as if the holder had stalled past them (holder and fence stay), and
     /// returns how many. Errors count as none: the fault then only delays.
     async fn expire_leases_of(&self, n: usize) -> u64 {
         let store = LeaseStore::new(self.admin.clone());

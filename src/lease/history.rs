@@ -12,8 +12,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::{LeaseInfo, LeaseRow, LeaseStore};
+use crate::cancel::CancelReason;
 use crate::connection;
-use crate::error::{CancelReason, Error, Result};
+use crate::error::{Error, Result};
 use crate::outcome::RunOutcome;
 use crate::validate;
 

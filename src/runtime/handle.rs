@@ -12,7 +12,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::state::{JobEntry, Shared, duplicate_key};
-use crate::error::{CancelReason, Error, Result};
+use crate::cancel::CancelReason;
+use crate::error::{Error, Result};
 use crate::health::Degraded;
 use crate::job::FencedJob;
 use crate::lease::{Pause, PauseTarget, Resumed, Triggered};

@@ -15,8 +15,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::state::Shared;
+use crate::cancel::CancelReason;
 use crate::connection::bounded;
-use crate::error::CancelReason;
 use crate::metrics;
 use crate::tenure::Tenure;
 

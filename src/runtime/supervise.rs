@@ -13,7 +13,8 @@ use tracing::Instrument;
 use chrono::{DateTime, Utc};
 
 use super::state::{FinishRequest, JobEntry, Shared};
-use crate::error::{CancelReason, Error};
+use crate::cancel::CancelReason;
+use crate::error::Error;
 use crate::guard::FenceGuard;
 use crate::lease::{Finish, NextDue, RunOutcome, RunReport, truncate_error};
 use crate::metrics;
@@ -54,12 +55,7 @@ async fn supervise(
     pending: Option<DateTime<Utc>>,
 ) {
     let settings = &job.settings;
-    let (outcome, error, next) = match plan(
-        &settings.schedule,
-        settings.get_catch_up(),
-        pending,
-        tenure.acquired_at,
-    ) {
+    let (outcome, error, next) = match plan(&settings.schedule, settings.get_catch_up(), pending, tenure.acquired_at) {
         SlotPlan::Skip { next } => {
             tenure.set_slot(pending);
             tracing::info!(job = %job.name, key = %job.key, missed = ?pending, ?next,
@@ -317,4 +313,57 @@ fn is_fencing(error: &(dyn std::error::Error + 'static)) -> bool {
         next = e.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fmt;
+
+    use super::is_fencing;
+    use crate::error::Error;
+
+    /// A service's own error type wrapping another, as `thiserror`'s
+    /// `#[source]` or an `anyhow` context does.
+    #[derive(Debug)]
+    struct Wrapped(&'static str, Box<dyn std::error::Error + Send + Sync>);
+
+    impl fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&*self.1)
+        }
+    }
+
+    fn stale() -> Error {
+        Error::StaleFence {
+            resource: "ledger".into(),
+            fence: 3,
+            newer: 4,
+        }
+    }
+
+    #[test]
+    fn a_stale_fence_is_recognised_however_deep_in_the_users_error_chain() {
+        assert!(is_fencing(&stale()));
+        let once = Wrapped("posting the ledger", Box::new(stale()));
+        assert!(is_fencing(&once));
+        let twice = Wrapped("nightly billing", Box::new(once));
+        assert!(is_fencing(&twice), "two levels down");
+    }
+
+    #[test]
+    fn other_errors_are_failures_whatever_they_wrap() {
+        let timeout = Error::Timeout {
+            operation: "claim",
+            limit: std::time::Duration::from_secs(1),
+        };
+        assert!(!is_fencing(&Wrapped("billing", Box::new(timeout))));
+        let io = std::io::Error::other("disk full");
+        assert!(!is_fencing(&Wrapped("billing", Box::new(io))));
+    }
 }

@@ -454,7 +454,7 @@ async fn the_exporter_refuses_bad_addresses_taken_ports_and_a_second_recorder() 
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
     let err = start(addr.to_string()).await.expect_err("port taken");
-    assert!(matches!(err, Error::Metrics(_)), "{err:?}");
+    assert!(matches!(err, Error::Metrics { .. }), "{err:?}");
     assert!(err.to_string().contains("already in use"), "{err}");
     drop(taken);
 
@@ -465,7 +465,7 @@ async fn the_exporter_refuses_bad_addresses_taken_ports_and_a_second_recorder() 
     let port = leasehold_testkit::free_port().expect("a free port");
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let err = start(addr.to_string()).await.expect_err("recorder already installed");
-    assert!(matches!(err, Error::Metrics(_)), "{err:?}");
+    assert!(matches!(err, Error::Metrics { .. }), "{err:?}");
     assert!(
         err.to_string()
             .contains("another `metrics` recorder is already installed"),
