@@ -60,6 +60,7 @@ mod job;
 mod lease;
 pub mod metrics;
 mod migrate;
+mod operator;
 mod outcome;
 mod runtime;
 mod schedule;
@@ -74,11 +75,12 @@ pub use job::{FencedJob, JobError, JobSettings};
 #[doc(hidden)]
 pub use lease::never_claimed;
 pub use lease::{
-    Claim, Due, Forgotten, KeyStatus, Lease, LeaseInfo, LeaseStore, Pause, PauseTarget, Renewal, RenewedMany, Resumed,
-    Revoke, Revoked, RunRecord, Triggered,
+    ActionRecord, Claim, Due, Fleet, Forgotten, HolderSeen, KeyFilter, KeyPage, KeyState, KeyStatus, Lease, LeaseInfo,
+    LeaseStore, Pause, PauseTarget, Renewal, RenewedMany, Resumed, Revoke, Revoked, RunRecord, Triggered,
 };
 pub use leasehold_macros::FencedJob;
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, schema_version};
+pub use operator::Operator;
 pub use outcome::RunOutcome;
 #[doc(hidden)]
 pub use runtime::__private;

@@ -14,6 +14,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("../migrations/0001_leases.sql")),
     (2, include_str!("../migrations/0002_due_index.sql")),
     (3, include_str!("../migrations/0003_operators.sql")),
+    (4, include_str!("../migrations/0004_actions.sql")),
 ];
 
 /// The schema version this library needs and knows.

@@ -59,7 +59,7 @@ impl PauseTarget {
         }
     }
 
-    fn from_row(scope: &str, name: String) -> Self {
+    pub(super) fn from_row(scope: &str, name: String) -> Self {
         match scope {
             "job" => PauseTarget::Job(name),
             _ => PauseTarget::Key(name),

@@ -145,6 +145,178 @@ struct StatusRow {
 /// Most runs one `history` call returns.
 const MAX_HISTORY: usize = 10_000;
 
+/// A run row with the kind of "latest" it is (`last`, `success`, `error`).
+#[derive(sqlx::FromRow)]
+struct Latest {
+    kind: String,
+    #[sqlx(flatten)]
+    run: RunRow,
+}
+
+/// Joins key rows with their latest runs, keeping the keys' order.
+fn assemble(keys: Vec<StatusRow>, latest: Vec<Latest>) -> Vec<KeyStatus> {
+    let mut runs: HashMap<String, [Option<RunRecord>; 3]> = HashMap::new();
+    for Latest { kind, run } in latest {
+        let at = match kind.as_str() {
+            "last" => 0,
+            "success" => 1,
+            _ => 2,
+        };
+        let key = run.key.clone();
+        runs.entry(key).or_default()[at] = Some(run.into());
+    }
+    keys.into_iter()
+        .map(|StatusRow { paused, row }| {
+            let [last, last_success, last_error] = runs.remove(&row.key).unwrap_or_default();
+            KeyStatus {
+                lease: row.into_info(),
+                paused,
+                last,
+                last_success,
+                last_error,
+            }
+        })
+        .collect()
+}
+
+/// Most keys one [`LeaseStore::list_page`] call returns.
+const MAX_PAGE: usize = 10_000;
+
+/// A key's state as operators read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum KeyState {
+    /// Any state (a filter only).
+    #[default]
+    All,
+    /// Paused, by its own name or its job's (held or not: a run may still
+    /// be finishing).
+    Paused,
+    /// Not paused, and held by the server clock: a run is in progress.
+    Held,
+    /// Not paused and not held.
+    Free,
+}
+
+impl KeyState {
+    /// `all`, `paused`, `held` or `free`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::All => "all",
+            KeyState::Paused => "paused",
+            KeyState::Held => "held",
+            KeyState::Free => "free",
+        }
+    }
+
+    /// Reads `all`, `paused`, `held` or `free`.
+    pub fn parse(text: &str) -> Result<Self> {
+        match text {
+            "" | "all" => Ok(KeyState::All),
+            "paused" => Ok(KeyState::Paused),
+            "held" => Ok(KeyState::Held),
+            "free" => Ok(KeyState::Free),
+            other => Err(Error::invalid("key state", other, "use all, paused, held or free")),
+        }
+    }
+}
+
+impl std::fmt::Display for KeyState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl KeyStatus {
+    /// Paused (whether or not a run is finishing), else held or free.
+    pub fn state(&self) -> KeyState {
+        if self.paused {
+            KeyState::Paused
+        } else if self.lease.is_held() {
+            KeyState::Held
+        } else {
+            KeyState::Free
+        }
+    }
+}
+
+/// Which keys [`LeaseStore::list_page`] returns: built with
+/// [`KeyFilter::new`] and its setters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyFilter {
+    /// Keys starting with this (taken literally; `""` for all).
+    pub prefix: String,
+    /// Only the keys of this job.
+    pub job: Option<String>,
+    /// Only keys in this state.
+    pub state: KeyState,
+    /// Only keys after this one (the previous page's [`KeyPage::next`]).
+    pub after: Option<String>,
+    /// At most this many keys (1 to 10,000).
+    pub limit: usize,
+}
+
+impl Default for KeyFilter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KeyFilter {
+    /// Every key, first page of 100.
+    pub fn new() -> Self {
+        KeyFilter {
+            prefix: String::new(),
+            job: None,
+            state: KeyState::All,
+            after: None,
+            limit: 100,
+        }
+    }
+
+    /// Keys starting with `prefix`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Keys of the job named `job`.
+    pub fn job(mut self, job: impl Into<String>) -> Self {
+        self.job = Some(job.into());
+        self
+    }
+
+    /// Keys in `state`.
+    pub fn state(mut self, state: KeyState) -> Self {
+        self.state = state;
+        self
+    }
+
+    /// Keys after `key`, by key.
+    pub fn after(mut self, key: impl Into<String>) -> Self {
+        self.after = Some(key.into());
+        self
+    }
+
+    /// At most `limit` keys.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
+/// One page of [`LeaseStore::list_page`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct KeyPage {
+    /// The keys, by key.
+    pub keys: Vec<KeyStatus>,
+    /// The last key of this page when more keys match: pass it to
+    /// [`KeyFilter::after`] for the next page.
+    pub next: Option<String>,
+}
+
 impl LeaseStore {
     /// The recorded runs of `key`, newest first, at most `limit` (1 to
     /// 10,000). The ring keeps the last runs of each key (100 by default,
@@ -202,41 +374,96 @@ impl LeaseStore {
             UNION ALL
             (SELECT DISTINCT ON (key) 'error', * FROM leasehold_run
               WHERE starts_with(key, $1) AND outcome IN ('failed', 'panicked') ORDER BY key, run_no DESC)";
-        #[derive(sqlx::FromRow)]
-        struct Latest {
-            kind: String,
-            #[sqlx(flatten)]
-            run: RunRow,
-        }
         let keys: Vec<StatusRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(KEYS)
             .bind(prefix)
             .fetch_all(conn))?;
         let latest: Vec<Latest> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(LATEST)
             .bind(prefix)
             .fetch_all(conn))?;
-        let mut runs: HashMap<String, [Option<RunRecord>; 3]> = HashMap::new();
-        for Latest { kind, run } in latest {
-            let at = match kind.as_str() {
-                "last" => 0,
-                "success" => 1,
-                _ => 2,
-            };
-            let key = run.key.clone();
-            runs.entry(key).or_default()[at] = Some(run.into());
+        Ok(assemble(keys, latest))
+    }
+
+    /// One page of the keys that `filter` selects, by key, as
+    /// [`list`](Self::list) reads them. Its cost follows the page, not the
+    /// table: a console over 100,000 tenant keys reads only the rows it
+    /// shows. Pass [`KeyPage::next`] as [`KeyFilter::after`] for the next
+    /// page. Two statements; cancel-safe.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// use leasehold::{KeyFilter, KeyState};
+    /// let page = store.list_page(&KeyFilter::new().prefix("tenant-").state(KeyState::Held).limit(50)).await?;
+    /// for key in &page.keys {
+    ///     println!("{} held by {} (fence {})", key.lease.key, key.lease.holder, key.lease.fence);
+    /// }
+    /// if let Some(after) = page.next { println!("more after {after}"); }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_page(&self, filter: &KeyFilter) -> Result<KeyPage> {
+        if filter.limit == 0 || filter.limit > MAX_PAGE {
+            return Err(Error::invalid(
+                "page limit",
+                filter.limit,
+                format!("ask for 1 to {MAX_PAGE} keys"),
+            ));
         }
-        Ok(keys
-            .into_iter()
-            .map(|StatusRow { paused, row }| {
-                let [last, last_success, last_error] = runs.remove(&row.key).unwrap_or_default();
-                KeyStatus {
-                    lease: row.into_info(),
-                    paused,
-                    last,
-                    last_success,
-                    last_error,
-                }
-            })
-            .collect())
+        // $1 prefix, $2 job or NULL, $3 the last key of the previous page
+        // or NULL, $4 state, $5 limit + 1 (to know whether a next page
+        // exists). `paused` is the claims' own rule (invariant 8); the
+        // state's precedence (paused, then held, then free) is
+        // `KeyStatus::state`'s.
+        const KEYS_PAGE: &str = "
+            SELECT * FROM (
+                SELECT l.*, clock_timestamp() AS server_now,
+                       EXISTS (SELECT 1 FROM leasehold_pause AS p
+                                WHERE (p.scope = 'key' AND p.name = l.key)
+                                   OR (p.scope = 'job' AND p.name = l.job_name)) AS paused
+                  FROM leasehold_lease AS l
+                 WHERE starts_with(l.key, $1)
+                   AND ($2::text IS NULL OR l.job_name = $2)
+                   AND ($3::text IS NULL OR l.key > $3)
+            ) AS s
+             WHERE $4 = 'all'
+                OR ($4 = 'paused' AND s.paused)
+                OR ($4 = 'held' AND NOT s.paused AND s.expires_at > s.server_now)
+                OR ($4 = 'free' AND NOT s.paused AND s.expires_at <= s.server_now)
+             ORDER BY s.key
+             LIMIT $5";
+        // $1 the page's keys.
+        const LATEST_OF: &str = "
+            (SELECT DISTINCT ON (key) 'last' AS kind, * FROM leasehold_run
+              WHERE key = ANY($1) ORDER BY key, run_no DESC)
+            UNION ALL
+            (SELECT DISTINCT ON (key) 'success', * FROM leasehold_run
+              WHERE key = ANY($1) AND outcome = 'succeeded' ORDER BY key, run_no DESC)
+            UNION ALL
+            (SELECT DISTINCT ON (key) 'error', * FROM leasehold_run
+              WHERE key = ANY($1) AND outcome IN ('failed', 'panicked') ORDER BY key, run_no DESC)";
+        let mut keys: Vec<StatusRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(KEYS_PAGE)
+            .bind(&filter.prefix)
+            .bind(filter.job.as_deref())
+            .bind(filter.after.as_deref())
+            .bind(filter.state.as_str())
+            .bind(i64::try_from(filter.limit + 1).unwrap_or(i64::MAX))
+            .fetch_all(conn))?;
+        let next = if keys.len() > filter.limit {
+            keys.truncate(filter.limit);
+            keys.last().map(|k| k.row.key.clone())
+        } else {
+            None
+        };
+        let names: Vec<&str> = keys.iter().map(|k| k.row.key.as_str()).collect();
+        let latest: Vec<Latest> = if names.is_empty() {
+            Vec::new()
+        } else {
+            connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(LATEST_OF)
+                .bind(&names)
+                .fetch_all(conn))?
+        };
+        Ok(KeyPage {
+            keys: assemble(keys, latest),
+            next,
+        })
     }
 }
 

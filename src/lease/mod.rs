@@ -35,19 +35,24 @@ use crate::connection::{self, PoisonCount};
 use crate::error::Result;
 use crate::validate;
 
+mod audit;
 mod batch;
 mod control;
 #[cfg(feature = "test-util")]
 mod faults;
 pub(crate) mod fence;
+mod fleet;
 mod history;
 mod revoke;
 
 pub(crate) use crate::outcome::RunOutcome;
+pub use audit::ActionRecord;
+pub(crate) use audit::validate_actor;
 pub use batch::Forgotten;
 pub(crate) use batch::{Candidate, Finish, Polled, Released, Sighting, WAKE_CHANNEL};
 pub use control::{Pause, PauseTarget, Resumed, Triggered};
-pub use history::{KeyStatus, RunRecord};
+pub use fleet::{Fleet, HolderSeen};
+pub use history::{KeyFilter, KeyPage, KeyState, KeyStatus, RunRecord};
 pub(crate) use history::{RunReport, truncate_error};
 pub use revoke::{Revoke, Revoked};
 

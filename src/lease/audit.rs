@@ -1,0 +1,136 @@
+//! Operators' actions, recorded in `leasehold_action` for each key's
+//! history (who triggered, paused, resumed or released what, and when).
+//!
+//! The record is an audit trail, not a lock: nothing here decides whether a
+//! run may start. `Operator` (in `src/operator.rs`) writes the row before
+//! the action and its outcome after, so an action that took effect is never
+//! missing from the trail (docs/design.md §7).
+
+use chrono::{DateTime, Utc};
+
+use super::{LeaseStore, PauseTarget};
+use crate::connection;
+use crate::error::{Error, Result};
+use crate::validate;
+
+/// Most actions one [`LeaseStore::actions`] call returns.
+const MAX_ACTIONS: usize = 1000;
+
+/// One operator action on a key, or on the job a key belongs to.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ActionRecord {
+    /// What was acted on: the key itself, or its job (a pause or resume).
+    pub target: PauseTarget,
+    /// `trigger`, `pause`, `pause-cancel` (a pause that cancels the run in
+    /// progress), `resume`, `release` or `force-release`.
+    pub action: String,
+    /// Who: the console's authorised user, or the CLI's `user@host`.
+    pub actor: String,
+    /// Server time the action was asked for.
+    pub at: DateTime<Utc>,
+    /// What it did (`due`, `paused`, `not found`, `ended`, `held`, an
+    /// error…); `None` if the outcome was never recorded (the tool stopped
+    /// between the action and its record).
+    pub outcome: Option<String>,
+    /// The fence a release gave the key: every earlier tenure is fenced out.
+    pub fence: Option<i64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct ActionRow {
+    scope: String,
+    name: String,
+    action: String,
+    actor: String,
+    at: DateTime<Utc>,
+    outcome: Option<String>,
+    fence: Option<i64>,
+}
+
+impl LeaseStore {
+    /// Records that `actor` asks for `action` on `target`, before it runs;
+    /// returns the record's id for [`record_outcome`](Self::record_outcome).
+    pub(crate) async fn record_action(&self, target: &PauseTarget, action: &str, actor: &str) -> Result<i64> {
+        validate::key(target.name())?;
+        validate_actor(actor)?;
+        const RECORD: &str = "
+            INSERT INTO leasehold_action (scope, name, action, actor) VALUES ($1, $2, $3, $4) RETURNING id";
+        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(RECORD)
+            .bind(target.scope())
+            .bind(target.name())
+            .bind(action)
+            .bind(actor)
+            .fetch_one(conn))
+    }
+
+    /// Fills in what the action `id` did. Only a record without an outcome
+    /// is written, so a late or repeated call never rewrites history.
+    pub(crate) async fn record_outcome(&self, id: i64, outcome: &str, fence: Option<i64>) -> Result<()> {
+        // The column's limit is the history's error limit.
+        let outcome = super::truncate_error(outcome.to_owned());
+        const OUTCOME: &str = "
+            UPDATE leasehold_action SET outcome = $2, fence = $3 WHERE id = $1 AND outcome IS NULL";
+        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(OUTCOME)
+            .bind(id)
+            .bind(&outcome)
+            .bind(fence)
+            .execute(conn))?;
+        Ok(())
+    }
+
+    /// The operators' actions on `key` and on its job, newest first, at most
+    /// `limit` (1 to 1,000). Cancel-safe: one statement.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// for action in store.actions("nightly-reconcile", 20).await? {
+    ///     println!("{} {} {} by {}: {}", action.at, action.action, action.target, action.actor,
+    ///              action.outcome.as_deref().unwrap_or("(outcome not recorded)"));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn actions(&self, key: &str, limit: usize) -> Result<Vec<ActionRecord>> {
+        validate::key(key)?;
+        if limit == 0 || limit > MAX_ACTIONS {
+            return Err(Error::invalid(
+                "actions limit",
+                limit,
+                format!("ask for 1 to {MAX_ACTIONS} actions"),
+            ));
+        }
+        // $1 key, $2 limit. The job is the row's, as a job pause reads it.
+        const ACTIONS: &str = "
+            SELECT scope, name, action, actor, at, outcome, fence FROM leasehold_action
+             WHERE (scope = 'key' AND name = $1)
+                OR (scope = 'job' AND name = (SELECT job_name FROM leasehold_lease WHERE key = $1))
+             ORDER BY id DESC LIMIT $2";
+        let rows: Vec<ActionRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(ACTIONS)
+            .bind(key)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(conn))?;
+        Ok(rows
+            .into_iter()
+            .map(|row| ActionRecord {
+                target: PauseTarget::from_row(&row.scope, row.name),
+                action: row.action,
+                actor: row.actor,
+                at: row.at,
+                outcome: row.outcome,
+                fence: row.fence,
+            })
+            .collect())
+    }
+}
+
+/// An actor is recorded as given: it must say who, in at most 255 bytes.
+pub(crate) fn validate_actor(actor: &str) -> Result<()> {
+    if actor.trim().is_empty() || actor.len() > 255 {
+        return Err(Error::invalid(
+            "actor",
+            actor,
+            "name who acts, in 1 to 255 bytes (e.g. user@host)",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! `Operator`: the operators' actions (trigger, pause, resume, release),
+//! each recorded in the key's history with who took it.
+//!
+//! The CLI and the console act through this type, so an action looks the
+//! same in the history whichever tool took it. Each action is the
+//! `LeaseStore` operation of the same name, between two audit statements:
+//! the record is written first, so an action that took effect is never
+//! missing from the history (docs/design.md §7).
+
+use crate::error::Result;
+use crate::lease::{LeaseStore, Pause, PauseTarget, Resumed, Revoke, Revoked, Triggered, validate_actor};
+
+/// An operator — a person, or a tool acting for one — taking actions on
+/// the fleet's keys, each recorded in `leasehold_action` with its name.
+///
+/// ```no_run
+/// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
+/// use leasehold::{LeaseStore, Operator, PauseTarget};
+/// let alice = Operator::new(LeaseStore::new(pool), "alice@laptop")?;
+/// alice.pause(&PauseTarget::job("billing"), false).await?;
+/// alice.trigger("nightly-reconcile").await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Operator {
+    store: LeaseStore,
+    actor: String,
+}
+
+impl Operator {
+    /// An operator named `actor` (1 to 255 bytes: `user@host`, an SSO
+    /// login…) acting through `store`. Fails with
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) on an empty or too long name.
+    pub fn new(store: LeaseStore, actor: impl Into<String>) -> Result<Self> {
+        let actor = actor.into();
+        validate_actor(&actor)?;
+        Ok(Operator { store, actor })
+    }
+
+    /// Who this operator is, as the history records it.
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
+    /// [`LeaseStore::trigger`], recorded. Cancel-safe in the sense of
+    /// [`LeaseStore`]: each of its three statements committed or did not;
+    /// dropped after the first, the history shows the action without an
+    /// outcome.
+    pub async fn trigger(&self, key: &str) -> Result<Triggered> {
+        let target = PauseTarget::key(key);
+        self.recorded(&target, "trigger", self.store.trigger(key), |t| {
+            let outcome = match t {
+                Triggered::Due => "due: the first replica to claim it runs it",
+                Triggered::Paused => "due, but paused: it runs once resumed",
+                _ => "not found: no runtime registered this key",
+            };
+            (outcome.to_owned(), None)
+        })
+        .await
+    }
+
+    /// [`LeaseStore::pause`], recorded (as `pause`, or `pause-cancel` when
+    /// the runs in progress are asked to stop). Cancel-safe as
+    /// [`trigger`](Self::trigger).
+    pub async fn pause(&self, target: &PauseTarget, cancel: bool) -> Result<Pause> {
+        let action = if cancel { "pause-cancel" } else { "pause" };
+        self.recorded(target, action, self.store.pause(target, cancel, &self.actor), |p| {
+            (format!("paused: {} keys, {} running", p.keys, p.running), None)
+        })
+        .await
+    }
+
+    /// [`LeaseStore::resume`], recorded. Cancel-safe as
+    /// [`trigger`](Self::trigger).
+    pub async fn resume(&self, target: &PauseTarget) -> Result<Resumed> {
+        self.recorded(target, "resume", self.store.resume(target), |r| {
+            let outcome = match r {
+                Resumed::Yes { woken } => format!("resumed: {woken} overdue keys woken"),
+                _ => "not paused".to_owned(),
+            };
+            (outcome, None)
+        })
+        .await
+    }
+
+    /// [`LeaseStore::revoke`], recorded (as `release`, or `force-release`
+    /// with [`Revoke::Force`]) with the fence it gave the key. Cancel-safe
+    /// as [`trigger`](Self::trigger).
+    pub async fn revoke(&self, key: &str, revoke: Revoke, resources: &[&str]) -> Result<Revoked> {
+        let action = match revoke {
+            Revoke::Force => "force-release",
+            _ => "release",
+        };
+        let target = PauseTarget::key(key);
+        self.recorded(
+            &target,
+            action,
+            self.store.revoke(key, revoke, resources),
+            |r| match r {
+                Revoked::Ended { previous, fence } => (
+                    format!("ended the tenure of {} (fence {})", previous.holder, previous.fence),
+                    Some(*fence),
+                ),
+                Revoked::Held(info) => (format!("refused: held by {} (fence {})", info.holder, info.fence), None),
+                _ => ("not found: no lease row".to_owned(), None),
+            },
+        )
+        .await
+    }
+
+    /// Records the action, runs it, records what it did. A failure to
+    /// record the outcome is logged, not returned: the action took effect
+    /// and the caller must hear so.
+    async fn recorded<T>(
+        &self,
+        target: &PauseTarget,
+        action: &str,
+        run: impl Future<Output = Result<T>>,
+        describe: impl FnOnce(&T) -> (String, Option<i64>),
+    ) -> Result<T> {
+        let id = self.store.record_action(target, action, &self.actor).await?;
+        let result = run.await;
+        let (outcome, fence) = match &result {
+            Ok(done) => describe(done),
+            Err(err) => (format!("error: {err}"), None),
+        };
+        if let Err(err) = self.store.record_outcome(id, &outcome, fence).await {
+            tracing::warn!(%target, action, error = %err, "the action's outcome was not recorded");
+        }
+        result
+    }
+}
