@@ -4,6 +4,7 @@
 
 mod support;
 
+mod console;
 mod derive;
 mod fenced;
 mod isolation;

@@ -1,0 +1,3 @@
+//! The operator console (feature `console`).
+
+mod browser;
