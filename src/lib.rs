@@ -51,6 +51,8 @@
 
 mod cancel;
 mod connection;
+#[cfg(feature = "console")]
+pub mod console;
 mod error;
 #[cfg(feature = "prometheus")]
 mod exporter;

@@ -255,6 +255,8 @@ pub struct KeyFilter {
     pub after: Option<String>,
     /// At most this many keys (1 to 10,000).
     pub limit: usize,
+    /// Only this key (`LeaseStore::status`).
+    only: Option<String>,
 }
 
 impl Default for KeyFilter {
@@ -272,6 +274,7 @@ impl KeyFilter {
             state: KeyState::All,
             after: None,
             limit: 100,
+            only: None,
         }
     }
 
@@ -383,6 +386,15 @@ impl LeaseStore {
         Ok(assemble(keys, latest))
     }
 
+    /// One key as [`list`](Self::list) reads it (lease row, paused, latest
+    /// runs), or `None` if it has no lease row. Two statements; cancel-safe.
+    pub async fn status(&self, key: &str) -> Result<Option<KeyStatus>> {
+        validate::key(key)?;
+        let mut filter = KeyFilter::new().limit(1);
+        filter.only = Some(key.to_owned());
+        Ok(self.list_page(&filter).await?.keys.pop())
+    }
+
     /// One page of the keys that `filter` selects, by key, as
     /// [`list`](Self::list) reads them. Its cost follows the page, not the
     /// table: a console over 100,000 tenant keys reads only the rows it
@@ -409,7 +421,7 @@ impl LeaseStore {
         }
         // $1 prefix, $2 job or NULL, $3 the last key of the previous page
         // or NULL, $4 state, $5 limit + 1 (to know whether a next page
-        // exists). `paused` is the claims' own rule (invariant 8); the
+        // exists), $6 the only key wanted or NULL. `paused` is the claims' own rule (invariant 8); the
         // state's precedence (paused, then held, then free) is
         // `KeyStatus::state`'s.
         const KEYS_PAGE: &str = "
@@ -422,6 +434,7 @@ impl LeaseStore {
                  WHERE starts_with(l.key, $1)
                    AND ($2::text IS NULL OR l.job_name = $2)
                    AND ($3::text IS NULL OR l.key > $3)
+                   AND ($6::text IS NULL OR l.key = $6)
             ) AS s
              WHERE $4 = 'all'
                 OR ($4 = 'paused' AND s.paused)
@@ -445,6 +458,7 @@ impl LeaseStore {
             .bind(filter.after.as_deref())
             .bind(filter.state.as_str())
             .bind(i64::try_from(filter.limit + 1).unwrap_or(i64::MAX))
+            .bind(filter.only.as_deref())
             .fetch_all(conn))?;
         let next = if keys.len() > filter.limit {
             keys.truncate(filter.limit);

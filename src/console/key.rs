@@ -1,0 +1,230 @@
+//! One key's page (`key?key=…`): its current tenure, its runs, its fences
+//! and the operators' actions on it.
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::Response;
+use chrono::{DateTime, Utc};
+use maud::{Markup, html};
+
+use super::Shared;
+use super::access::Viewer;
+use super::actions::Action;
+use super::layout::{self, Base, Tab, enc, span, when};
+use crate::lease::{ActionRecord, KeyState, KeyStatus, Pause, PauseTarget, RunRecord};
+
+/// Runs and actions shown on the page.
+const SHOWN: usize = 50;
+
+#[derive(serde::Deserialize)]
+pub(super) struct KeyQuery {
+    #[serde(default)]
+    key: String,
+    /// What the last action did (set by the action's redirect).
+    flash: Option<String>,
+}
+
+/// GET `key?key=…`.
+pub(super) async fn page(
+    State(console): State<Shared>,
+    base: Base,
+    parts: Parts,
+    Query(query): Query<KeyQuery>,
+) -> Response {
+    let viewer = console.access.viewer(&console.options, &parts);
+    let key = query.key.as_str();
+    let store = &console.store;
+    let read = async {
+        let status = store.status(key).await?;
+        let runs = store.history(key, SHOWN).await?;
+        let actions = store.actions(key, SHOWN).await?;
+        let pauses = store.pauses().await?;
+        crate::Result::Ok((status, runs, actions, pauses))
+    };
+    let (status, runs, actions, pauses) = match read.await {
+        Ok(read) => read,
+        Err(crate::Error::InvalidInput { .. }) => {
+            return layout::error(
+                &base,
+                &viewer,
+                StatusCode::BAD_REQUEST,
+                "Not a lease key: give ?key=… .",
+            );
+        }
+        Err(err) => return layout::error(&base, &viewer, StatusCode::SERVICE_UNAVAILABLE, &err.to_string()),
+    };
+    let Some(status) = status else {
+        return layout::error(
+            &base,
+            &viewer,
+            StatusCode::NOT_FOUND,
+            &format!("No lease row for the key {key:?}: no runtime registered it, or it was forgotten."),
+        );
+    };
+    let now = status.lease.server_now;
+    let covering: Vec<&Pause> = pauses
+        .iter()
+        .filter(|p| match &p.target {
+            PauseTarget::Key(k) => k == key,
+            PauseTarget::Job(j) => status.lease.job_name.as_deref() == Some(j.as_str()),
+        })
+        .collect();
+    let body = html! {
+        h1 #key { (key) }
+        @if let Some(flash) = &query.flash { p #flash { (flash) } }
+        (tenure(&status, &covering))
+        (actions_bar(&viewer, &status))
+        h2 { "Runs" }
+        @if runs.is_empty() { p.empty { "No run recorded yet." } } @else { (runs_table(&runs, now)) }
+        h2 { "Fences" }
+        (fences(&status, &runs, &actions, now))
+        h2 { "Operators' actions" }
+        @if actions.is_empty() { p.empty { "No operator has acted on this key or its job." } }
+        @else { (actions_table(&actions, now)) }
+    };
+    layout::page(&base, key, Tab::None, &viewer, console.options.refresh.as_secs(), body)
+}
+
+fn tenure(status: &KeyStatus, covering: &[&Pause]) -> Markup {
+    let lease = &status.lease;
+    let now = lease.server_now;
+    html! {
+        dl #tenure {
+            dt { "State" } dd { span class={ "badge " (status.state()) } #state { (status.state()) } }
+            @for p in covering {
+                dt { "Paused" }
+                dd { (p.target) " by " (p.paused_by) " " (when(p.paused_at, now))
+                     @if p.cancel { " (runs in progress cancelled)" } }
+            }
+            dt { "Job" } dd { (lease.job_name.as_deref().unwrap_or("—")) }
+            @if lease.never_run() {
+                dt { "Holder" } dd.muted { "never run" }
+            } @else {
+                dt { "Holder" } dd #holder { (lease.holder) @if !lease.is_held() { span.muted { " (last)" } } }
+                dt { "Fence" } dd #fence { (lease.fence) }
+                dt { "Tenure began" } dd { (when(lease.acquired_at, now)) }
+                dt { @if lease.is_held() { "Expires" } @else { "Ended" } } dd { (when(lease.expires_at, now)) }
+            }
+            dt { "Next due" }
+            dd {
+                @if lease.due_only_when_triggered() { "when triggered" }
+                @else if let Some(due) = lease.next_due_at { (when(due, now)) }
+                @else { "now" }
+            }
+            @if let Some(run) = &status.last_error {
+                dt { "Last error" } dd.error { (when(run.ended_at, now)) ": " (run.error.as_deref().unwrap_or("")) }
+            }
+        }
+    }
+}
+
+fn actions_bar(viewer: &Viewer, status: &KeyStatus) -> Markup {
+    let key = &status.lease.key;
+    let paused = status.state() == KeyState::Paused;
+    let offered: Vec<Action> = [Action::Trigger, Action::Pause, Action::Resume, Action::Release]
+        .into_iter()
+        .filter(|a| match a {
+            Action::Pause => !paused,
+            Action::Resume => paused,
+            _ => true,
+        })
+        .collect();
+    html! {
+        @if let Viewer::Actor { .. } = viewer {
+            nav.actions {
+                @for action in offered {
+                    a.action id={ "action-" (action.name()) }
+                      href={ "confirm?key=" (enc(key)) "&action=" (action.name()) } { (action.label()) }
+                }
+            }
+        }
+    }
+}
+
+fn runs_table(runs: &[RunRecord], now: DateTime<Utc>) -> Markup {
+    html! {
+        table #runs {
+            thead { tr { th { "Run" } th { "Fence" } th { "Holder" } th { "Slot" } th { "Started" }
+                         th { "Took" } th { "Outcome" } th { "Error" } } }
+            tbody {
+                @for run in runs {
+                    tr.run {
+                        td { (run.run_no) }
+                        td { (run.fence) }
+                        td { (run.holder) }
+                        td { @if let Some(slot) = run.scheduled_for { (when(slot, now)) } @else { span.muted { "triggered" } } }
+                        td { (when(run.started_at, now)) }
+                        td { (span(u64::try_from(run.duration().as_millis()).unwrap_or(u64::MAX))) }
+                        td { span class={ "outcome " (run.outcome) } { (run.outcome) }
+                             @if let Some(reason) = &run.reason { " (" (reason) ")" } }
+                        td.error { (run.error.as_deref().unwrap_or("")) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The key's fences, newest first: its tenures (the current one and the
+/// recorded runs) and the fences operators' releases handed out.
+fn fences(status: &KeyStatus, runs: &[RunRecord], actions: &[ActionRecord], now: DateTime<Utc>) -> Markup {
+    let lease = &status.lease;
+    let mut rows: Vec<(i64, DateTime<Utc>, String, String)> = Vec::new();
+    if !lease.never_run() && runs.first().is_none_or(|r| r.fence != lease.fence) {
+        let what = if lease.is_held() {
+            "current tenure"
+        } else {
+            "latest tenure"
+        };
+        rows.push((lease.fence, lease.acquired_at, lease.holder.clone(), what.to_owned()));
+    }
+    for run in runs {
+        rows.push((
+            run.fence,
+            run.started_at,
+            run.holder.clone(),
+            format!("run {}: {}", run.run_no, run.outcome),
+        ));
+    }
+    for action in actions {
+        if let Some(fence) = action.fence {
+            rows.push((
+                fence,
+                action.at,
+                action.actor.clone(),
+                format!("{} by an operator", action.action),
+            ));
+        }
+    }
+    rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+    rows.dedup_by_key(|r| r.0);
+    html! {
+        @if rows.is_empty() { p.empty { "No fence handed out yet." } } @else {
+            table #fences {
+                thead { tr { th { "Fence" } th { "Since" } th { "Holder" } th { "What" } } }
+                tbody { @for (fence, at, who, what) in rows {
+                    tr { td { (fence) } td { (when(at, now)) } td { (who) } td { (what) } }
+                } }
+            }
+        }
+    }
+}
+
+fn actions_table(actions: &[ActionRecord], now: DateTime<Utc>) -> Markup {
+    html! {
+        table #actions {
+            thead { tr { th { "When" } th { "Action" } th { "On" } th { "By" } th { "Outcome" } } }
+            tbody { @for a in actions {
+                tr.action-record {
+                    td { (when(a.at, now)) }
+                    td { (a.action) }
+                    td { (a.target) }
+                    td.actor { (a.actor) }
+                    td { (a.outcome.as_deref().unwrap_or("(not recorded)"))
+                         @if let Some(f) = a.fence { " — new fence " (f) } }
+                }
+            } }
+        }
+    }
+}

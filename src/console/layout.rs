@@ -1,0 +1,185 @@
+//! The page frame, the base URL, time formatting and error pages.
+
+use axum::extract::{FromRequestParts, OriginalUri};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use maud::{DOCTYPE, Markup, html};
+
+use super::access::Viewer;
+
+/// Where the console is mounted, with a trailing slash (`/` at the root,
+/// `/ops/leasehold/` when nested there): every link is relative to it.
+pub(super) struct Base(pub(super) String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Base {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let inner = parts.uri.path().to_owned();
+        let original = match OriginalUri::from_request_parts(parts, state).await {
+            Ok(OriginalUri(uri)) => uri.path().to_owned(),
+            Err(never) => match never {},
+        };
+        // Nested at /p, a request for /p reaches the console as "/".
+        let prefix = original
+            .strip_suffix(inner.as_str())
+            .or((inner == "/").then_some(original.as_str()))
+            .unwrap_or("");
+        Ok(Base(format!("{}/", prefix.trim_end_matches('/'))))
+    }
+}
+
+/// Which tab is open.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Tab {
+    Leases,
+    Fleet,
+    None,
+}
+
+/// A whole page: head, navigation, `body` in `<main>`. `refresh_secs` 0
+/// leaves the page still (forms, errors).
+pub(super) fn page(base: &Base, title: &str, tab: Tab, viewer: &Viewer, refresh_secs: u64, body: Markup) -> Response {
+    let markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                base href=(base.0);
+                title { (title) " · leasehold" }
+                link rel="stylesheet" href="assets/console.css";
+                script src="assets/console.js" defer {}
+            }
+            body data-refresh=(refresh_secs) {
+                header {
+                    a.brand href="./" { "leasehold" }
+                    nav {
+                        a href="./" class=[(tab == Tab::Leases).then_some("open")] { "Leases" }
+                        a href="fleet" class=[(tab == Tab::Fleet).then_some("open")] { "Fleet" }
+                    }
+                    span.who {
+                        @match viewer {
+                            Viewer::Actor { name, .. } => { "acting as " strong { (name) } }
+                            Viewer::ReadOnly { can_log_in: true } => { "read-only · " a href="login" { "log in" } }
+                            Viewer::ReadOnly { .. } => { "read-only" }
+                        }
+                        @if refresh_secs > 0 {
+                            " · " label { input #autorefresh type="checkbox" checked; " auto-refresh" }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    };
+    let mut response = markup.into_response();
+    secure(&mut response);
+    response
+}
+
+/// Headers on every answer: no inline script or style runs (so an
+/// unescaped value, were there one, could not execute), no framing, no
+/// caching of pages that show live state.
+pub(super) fn secure(response: &mut Response) {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
+             form-action 'self'; base-uri 'self'; frame-ancestors 'none'",
+        ),
+    );
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    headers
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+}
+
+/// An error page with its status.
+pub(super) fn error(base: &Base, viewer: &Viewer, status: StatusCode, message: &str) -> Response {
+    let mut response = page(
+        base,
+        status.canonical_reason().unwrap_or("error"),
+        Tab::None,
+        viewer,
+        0,
+        html! {
+            h1 { (status.as_u16()) " " (status.canonical_reason().unwrap_or("")) }
+            p #error { (message) }
+            p { a href="./" { "Back to the leases" } }
+        },
+    );
+    *response.status_mut() = status;
+    response
+}
+
+/// A time relative to the server's now ("in 12 s", "3 min ago"), with the
+/// absolute server time on hover.
+pub(super) fn when(at: DateTime<Utc>, now: DateTime<Utc>) -> Markup {
+    let absolute = at.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string();
+    html! {
+        time datetime=(at.to_rfc3339()) title={ (absolute) " (server clock)" } { (relative(at, now)) }
+    }
+}
+
+/// "in 12 s", "3 min ago", "now".
+pub(super) fn relative(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let ms = (at - now).num_milliseconds();
+    let span = span(ms.unsigned_abs());
+    match ms {
+        -999..=999 => "now".to_owned(),
+        ms if ms > 0 => format!("in {span}"),
+        _ => format!("{span} ago"),
+    }
+}
+
+/// A duration for people: "850 ms", "12 s", "3 min", "5 h", "2 d".
+pub(super) fn span(ms: u64) -> String {
+    match ms {
+        0..1_000 => format!("{ms} ms"),
+        1_000..60_000 => format!("{} s", ms / 1_000),
+        60_000..3_600_000 => format!("{} min", ms / 60_000),
+        3_600_000..86_400_000 => format!("{} h", ms / 3_600_000),
+        _ => format!("{} d", ms / 86_400_000),
+    }
+}
+
+/// A query-string value, percent-encoded (for links built from keys).
+pub(super) fn enc(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(byte as char),
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_times_read_as_people_say_them() {
+        let now = DateTime::parse_from_rfc3339("2026-12-01T03:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let s = chrono::TimeDelta::seconds;
+        assert_eq!(relative(now + s(12), now), "in 12 s");
+        assert_eq!(relative(now - s(180), now), "3 min ago");
+        assert_eq!(relative(now, now), "now");
+        assert_eq!(relative(now + s(7200), now), "in 2 h");
+        assert_eq!(relative(now - s(3 * 86_400), now), "3 d ago");
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(enc("a b&c=d/<é>"), "a%20b%26c%3Dd%2F%3C%C3%A9%3E");
+    }
+}

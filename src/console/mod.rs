@@ -1,0 +1,90 @@
+//! The operator console: server-rendered pages over the lease table, to
+//! mount in your service (feature `console`).
+//!
+//! What it guarantees:
+//!
+//! - **It reads and acts through the library only.** Pages read with
+//!   [`LeaseStore`](crate::LeaseStore) (`list_page`, `history`, `actions`,
+//!   `fleet`, `pauses`); actions go through [`Operator`](crate::Operator),
+//!   so each is recorded in the key's history with who took it.
+//! - **Read-only unless you say who may act**: pass
+//!   [`ConsoleOptions::authorize`] (your own authentication decides) or
+//!   [`ConsoleOptions::token`] (a shared secret typed into its login page).
+//! - **No action by GET, none without its CSRF token**: an action is a
+//!   POST from a confirmation page, carrying a token bound to the actor;
+//!   cross-site requests (`Sec-Fetch-Site`) are refused.
+//! - **Everything is escaped**: keys, holders, job names and error messages
+//!   are text (maud escapes every interpolated value), and a strict
+//!   Content-Security-Policy allows only the console's own script and style.
+//! - **Self-contained**: its CSS and ~40 lines of JavaScript (auto-refresh)
+//!   are compiled in; nothing is fetched from elsewhere.
+//! - **Works under any path**: pages link relatively from a `<base href>`
+//!   computed from the request, so `Router::nest` at any prefix works.
+//!
+//! Pages (relative to where it is mounted): the leases (`./`, filter by
+//! `prefix`, `state`, `job`), one key (`key?key=…`: tenure, runs, fences,
+//! actions), a job (`job?name=…`: its key, or its keys), and the fleet
+//! (`fleet`: holders seen in the last 15 minutes, their runs in progress).
+//!
+//! ```no_run
+//! # async fn demo(pool: sqlx::PgPool, your_routes: axum::Router) {
+//! use axum::Router;
+//! use leasehold::console::{self, ConsoleOptions};
+//!
+//! let options = ConsoleOptions::new()
+//!     .authorize(|req| req.headers().get("x-forwarded-user")?.to_str().ok().map(String::from));
+//! let app: Router = Router::new()
+//!     .nest("/ops/leasehold", console::router(pool.clone(), options))
+//!     .merge(your_routes);
+//! # }
+//! ```
+
+mod access;
+mod actions;
+mod assets;
+mod fleet;
+mod key;
+mod layout;
+mod leases;
+mod options;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{get, post};
+use sqlx::PgPool;
+
+use crate::lease::LeaseStore;
+pub use options::ConsoleOptions;
+
+/// What every handler shares.
+struct Console {
+    store: LeaseStore,
+    options: ConsoleOptions,
+    access: access::Access,
+}
+
+type Shared = Arc<Console>;
+
+/// The console as an axum [`Router`], to serve or to `nest` under a path of
+/// your choice. It uses `pool` for its reads and actions (one statement at
+/// a time, like every leasehold call: it never holds a connection between
+/// requests). See the [module docs](self) for what it guarantees.
+pub fn router(pool: PgPool, options: ConsoleOptions) -> Router {
+    let console = Arc::new(Console {
+        store: LeaseStore::new(pool),
+        access: access::Access::new(&options),
+        options,
+    });
+    Router::new()
+        .route("/", get(leases::page))
+        .route("/key", get(key::page))
+        .route("/job", get(leases::job))
+        .route("/fleet", get(fleet::page))
+        .route("/confirm", get(actions::confirm))
+        .route("/action", post(actions::act))
+        .route("/login", get(access::login_page).post(access::login))
+        .route("/logout", post(access::logout))
+        .route("/assets/{file}", get(assets::serve))
+        .with_state(console)
+}
