@@ -91,6 +91,21 @@ pub(super) async fn page(
     )
 }
 
+/// The fallback: the leases page for the mount point's own path with a
+/// trailing slash, a 404 page for anything else.
+pub(super) async fn root_or_not_found(
+    State(console): State<Shared>,
+    base: Base,
+    parts: Parts,
+    query: Query<LeasesQuery>,
+) -> Response {
+    if matches!(parts.uri.path(), "" | "/") && parts.method == axum::http::Method::GET {
+        return page(State(console), base, parts, query).await;
+    }
+    let viewer = console.access.viewer(&console.options, &parts);
+    layout::error(&base, &viewer, StatusCode::NOT_FOUND, "No such page in the console.")
+}
+
 fn table(keys: &[KeyStatus]) -> Markup {
     html! {
         table #leases {

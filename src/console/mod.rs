@@ -19,7 +19,9 @@
 //! - **Self-contained**: its CSS and ~40 lines of JavaScript (auto-refresh)
 //!   are compiled in; nothing is fetched from elsewhere.
 //! - **Works under any path**: pages link relatively from a `<base href>`
-//!   computed from the request, so `Router::nest` at any prefix works.
+//!   computed from the request, so it works under any prefix. Mount it
+//!   with `Router::nest_service`, which (unlike `nest` in axum 0.8) also
+//!   routes the prefix with a trailing slash (`/ops/leasehold/`) to it.
 //!
 //! Pages (relative to where it is mounted): the leases (`./`, filter by
 //! `prefix`, `state`, `job`), one key (`key?key=…`: tenure, runs, fences,
@@ -32,9 +34,9 @@
 //! use leasehold::console::{self, ConsoleOptions};
 //!
 //! let options = ConsoleOptions::new()
-//!     .authorize(|req| req.headers().get("x-forwarded-user")?.to_str().ok().map(String::from));
+//!     .authorize(|req| req.headers.get("x-forwarded-user")?.to_str().ok().map(String::from));
 //! let app: Router = Router::new()
-//!     .nest("/ops/leasehold", console::router(pool.clone(), options))
+//!     .nest_service("/ops/leasehold", console::router(pool.clone(), options))
 //!     .merge(your_routes);
 //! # }
 //! ```
@@ -66,7 +68,7 @@ struct Console {
 
 type Shared = Arc<Console>;
 
-/// The console as an axum [`Router`], to serve or to `nest` under a path of
+/// The console as an axum [`Router`], to serve or to `nest_service` under a path of
 /// your choice. It uses `pool` for its reads and actions (one statement at
 /// a time, like every leasehold call: it never holds a connection between
 /// requests). See the [module docs](self) for what it guarantees.
@@ -86,5 +88,7 @@ pub fn router(pool: PgPool, options: ConsoleOptions) -> Router {
         .route("/login", get(access::login_page).post(access::login))
         .route("/logout", post(access::logout))
         .route("/assets/{file}", get(assets::serve))
+        // Nested at /p, axum routes "/p" to "/" but "/p/" to the fallback.
+        .fallback(leases::root_or_not_found)
         .with_state(console)
 }

@@ -1,3 +1,6 @@
 //! The operator console (feature `console`).
 
 mod browser;
+mod http;
+mod pages;
+mod security;

@@ -1,0 +1,327 @@
+//! The console in a real browser: headless Chromium over WebDriver
+//! ([`driver`]), a fleet of two replicas on a test database, and the
+//! console nested under a path prefix, as a service would mount it.
+//!
+//! One scenario, driven the way an operator clicks: the leases page lists
+//! every key; pausing a scheduled key from its page stops its runs and
+//! resuming restarts them; triggering a manual key runs it and its page
+//! records who did it; keys that are HTML stay text, and nothing they
+//! carry runs.
+//!
+//! With `LEASEHOLD_SCREENSHOTS=DIR` set, it also saves the leases, key and
+//! fleet pages as PNGs there (`scripts/console-screenshots.sh`, for
+//! `docs/console/`).
+
+mod driver;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use axum::Router;
+use fantoccini::elements::Element;
+use fantoccini::{Client, Locator};
+use leasehold::Schedule;
+use leasehold::console::{self, ConsoleOptions};
+use tokio::time::Instant;
+
+use crate::support::{self, Runs, eventually, eventually_async, job, quick, replica};
+use driver::Browser;
+
+/// Where the console is mounted in the test's service.
+const MOUNT: &str = "/ops/leasehold";
+/// The actor the test's `authorize` hook names.
+const ACTOR: &str = "browser-test";
+
+/// A key scheduled every second.
+const SCHEDULED: &str = "digest:eu";
+/// A key that runs only when triggered.
+const MANUAL: &str = "reindex:search";
+/// Keys that are HTML: they must show as text, and run nothing.
+const SCRIPT_KEY: &str = "<script>alert(1)</script>";
+const IMG_KEY: &str = "<img src=x onerror=\"window.__xss=1\">";
+
+/// How long the scenario waits for anything the fleet or the browser does.
+const WITHIN: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_stay_text() {
+    let db = support::db().await;
+    let scheduled = Runs::default();
+    let manual = Runs::default();
+    let work = Duration::from_millis(100);
+    let jobs = vec![
+        job(
+            SCHEDULED,
+            quick(Schedule::every(Duration::from_secs(1)), Duration::from_secs(2)),
+            scheduled.body(work),
+        ),
+        job(MANUAL, quick(Schedule::Manual, Duration::from_secs(2)), manual.body(work)),
+        job(SCRIPT_KEY, quick(Schedule::Manual, Duration::from_secs(2)), Runs::default().body(work)),
+        job(IMG_KEY, quick(Schedule::Manual, Duration::from_secs(2)), Runs::default().body(work)),
+    ];
+    let fleet = [
+        replica(&db, "replica-a", 3, jobs.clone()).await,
+        replica(&db, "replica-b", 3, jobs).await,
+    ];
+    scheduled.wait_started(1, WITHIN).await;
+
+    let options = ConsoleOptions::new()
+        .authorize(|_| Some(ACTOR.to_owned()))
+        // The test reloads pages itself: no refresh in the middle of a click.
+        .refresh(Duration::ZERO);
+    let app = Router::new().nest_service(MOUNT, console::router(db.pool.clone(), options));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the console");
+    let addr = listener.local_addr().expect("console address");
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let home = format!("http://{addr}{MOUNT}/");
+
+    let browser = Browser::start().await;
+    let c = &browser.client;
+
+    // The leases page lists every key, hostile ones included, as text.
+    c.goto(&home).await.expect("open the leases page");
+    let keys = lease_keys(c).await;
+    for key in [SCHEDULED, MANUAL, SCRIPT_KEY, IMG_KEY] {
+        assert!(keys.iter().any(|k| k == key), "{key:?} is not listed: {keys:?}");
+    }
+    for key in [SCRIPT_KEY, IMG_KEY] {
+        let cell = cell(&lease_row(c, key).await, "key").await;
+        assert_eq!(cell, key, "the key shows as text");
+    }
+    assert_nothing_ran(c, "the leases page").await;
+
+    // Pause the scheduled key: its link, "pause", confirm.
+    open_key(c, SCHEDULED).await;
+    act(c, "pause").await;
+    let at_pause = scheduled.all().len();
+    // No run starts for three periods of its schedule (more than a lease);
+    // one claimed before the pause committed may still start.
+    let paused = quiet(&scheduled, Duration::from_secs(3)).await;
+    assert!(
+        paused <= at_pause + 1,
+        "runs went on after the pause: {at_pause} when paused, {paused} later"
+    );
+    assert_eq!(text(c, Locator::Id("state")).await, "paused", "the key page says paused");
+    c.goto(&home).await.expect("back to the leases page");
+    assert_eq!(cell(&lease_row(c, SCHEDULED).await, "state").await, "paused");
+
+    // Resume it the same way: runs start again.
+    open_key(c, SCHEDULED).await;
+    act(c, "resume").await;
+    eventually(WITHIN, || (scheduled.all().len() > paused).then_some(())).await;
+    c.refresh().await.expect("reload the key page");
+    assert_ne!(text(c, Locator::Id("state")).await, "paused");
+    let actions = text(c, Locator::Id("actions")).await;
+    for expected in ["pause", "resume", ACTOR] {
+        assert!(actions.contains(expected), "no {expected:?} in the actions table:\n{actions}");
+    }
+
+    // Trigger the manual key: it runs, and its page records the action.
+    c.goto(&home).await.expect("back to the leases page");
+    open_key(c, MANUAL).await;
+    assert!(manual.all().is_empty(), "a manual key runs only when triggered");
+    act(c, "trigger").await;
+    manual.wait_started(1, WITHIN).await;
+    let trigger = eventually_async(WITHIN, || async {
+        c.refresh().await.expect("reload the key page");
+        let rows = c.find_all(Locator::Css("table#actions tr")).await.expect("actions rows");
+        for row in rows {
+            let row = row.text().await.expect("action row text");
+            if row.contains("trigger") {
+                return Some(row);
+            }
+        }
+        None
+    })
+    .await;
+    assert!(trigger.contains(ACTOR), "the trigger names its actor: {trigger:?}");
+    // Its run is recorded once the run ends.
+    eventually_async(WITHIN, || async {
+        c.refresh().await.expect("reload the key page");
+        let runs = c.find_all(Locator::Css("table#runs tr.run")).await.expect("runs rows");
+        (!runs.is_empty()).then_some(())
+    })
+    .await;
+
+    // What a Grafana data link opens: the job's only key.
+    c.goto(&format!("{home}job?name=reindex")).await.expect("open a job link");
+    assert_eq!(text(c, Locator::Id("key")).await, MANUAL);
+
+    // The hostile keys' own pages and a confirmation page: text again.
+    for key in [SCRIPT_KEY, IMG_KEY] {
+        c.goto(&home).await.expect("back to the leases page");
+        open_key(c, key).await;
+        assert_eq!(text(c, Locator::Id("key")).await, key);
+        assert_nothing_ran(c, "a hostile key's page").await;
+        c.find(Locator::Id("action-trigger"))
+            .await
+            .expect("a trigger link")
+            .click()
+            .await
+            .expect("open the confirmation page");
+        c.wait()
+            .at_most(WITHIN)
+            .for_element(Locator::Id("confirm-form"))
+            .await
+            .expect("a confirmation form");
+        assert_nothing_ran(c, "a hostile key's confirmation page").await;
+    }
+
+    // The fleet page shows the replicas.
+    c.goto(&format!("{home}fleet")).await.expect("open the fleet page");
+    let holders = c.find_all(Locator::Css("table#fleet tr.holder")).await.expect("fleet rows");
+    assert!(!holders.is_empty(), "the fleet page lists the replicas that ran");
+    for holder in holders {
+        let row = holder.text().await.expect("fleet row text");
+        assert!(row.contains("replica-"), "{row}");
+    }
+
+    if let Some(dir) = std::env::var_os("LEASEHOLD_SCREENSHOTS") {
+        screenshots(c, &home, PathBuf::from(dir)).await;
+    }
+
+    browser.quit().await;
+    for rt in fleet {
+        rt.shutdown().await;
+    }
+    server.abort();
+}
+
+/// The `data-key` of every row of the leases table.
+async fn lease_keys(c: &Client) -> Vec<String> {
+    let rows = c
+        .find_all(Locator::Css("table#leases tr.lease"))
+        .await
+        .expect("lease rows");
+    let mut keys = Vec::new();
+    for row in rows {
+        keys.push(row.attr("data-key").await.expect("data-key").unwrap_or_default());
+    }
+    keys
+}
+
+/// The leases table's row of `key` (its `data-key`, as the browser decoded it).
+async fn lease_row(c: &Client, key: &str) -> Element {
+    for row in c
+        .find_all(Locator::Css("table#leases tr.lease"))
+        .await
+        .expect("lease rows")
+    {
+        if row.attr("data-key").await.expect("data-key").as_deref() == Some(key) {
+            return row;
+        }
+    }
+    panic!("no row for {key:?} in the leases table");
+}
+
+/// The text of a row's cell of class `class`.
+async fn cell(row: &Element, class: &str) -> String {
+    row.find(Locator::Css(&format!("td.{class}")))
+        .await
+        .unwrap_or_else(|e| panic!("no td.{class}: {e}"))
+        .text()
+        .await
+        .expect("cell text")
+}
+
+/// The text of the element `at` on the current page.
+async fn text(c: &Client, at: Locator<'_>) -> String {
+    c.find(at)
+        .await
+        .unwrap_or_else(|e| panic!("no {at:?} on the page: {e}"))
+        .text()
+        .await
+        .expect("element text")
+}
+
+/// From the leases page, follows the link of `key` to its page.
+async fn open_key(c: &Client, key: &str) {
+    let row = lease_row(c, key).await;
+    row.find(Locator::Css("td.key a"))
+        .await
+        .expect("a link on the key")
+        .click()
+        .await
+        .expect("follow the key's link");
+    let title = c
+        .wait()
+        .at_most(WITHIN)
+        .for_element(Locator::Id("key"))
+        .await
+        .expect("the key page");
+    assert_eq!(title.text().await.expect("key title"), key);
+}
+
+/// On a key page, takes `action`: its link, then the confirmation form.
+/// Returns once the key page shows the action's flash message.
+async fn act(c: &Client, action: &str) {
+    c.find(Locator::Id(&format!("action-{action}")))
+        .await
+        .unwrap_or_else(|e| panic!("no {action} link on the key page: {e}"))
+        .click()
+        .await
+        .expect("open the confirmation page");
+    c.wait()
+        .at_most(WITHIN)
+        .for_element(Locator::Id("confirm"))
+        .await
+        .expect("a confirm button")
+        .click()
+        .await
+        .expect("confirm");
+    let flash = c
+        .wait()
+        .at_most(WITHIN)
+        .for_element(Locator::Id("flash"))
+        .await
+        .expect("a flash message after the action");
+    let flash = flash.text().await.expect("flash text");
+    assert!(!flash.is_empty(), "{action}: an empty flash message");
+}
+
+/// Waits until no run has started for `period`; returns how many runs
+/// there are then. Panics if runs keep starting for [`WITHIN`].
+async fn quiet(runs: &Runs, period: Duration) -> usize {
+    let deadline = Instant::now() + WITHIN;
+    let mut count = runs.all().len();
+    let mut since = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = runs.all().len();
+        if now != count {
+            count = now;
+            since = Instant::now();
+        } else if since.elapsed() >= period {
+            return count;
+        }
+        assert!(Instant::now() < deadline, "runs kept starting: {count} so far");
+    }
+}
+
+/// No script of a key ran on the current page: no alert is open, and the
+/// `onerror` payload did not set `window.__xss`.
+async fn assert_nothing_ran(c: &Client, page: &str) {
+    if let Ok(alert) = c.get_alert_text().await {
+        panic!("{page}: an alert is open: {alert:?}");
+    }
+    let xss = c
+        .execute("return typeof window.__xss", vec![])
+        .await
+        .expect("run a check script");
+    assert_eq!(xss, "undefined", "{page}: a key's onerror handler ran");
+}
+
+/// Saves the leases, key and fleet pages as PNGs in `dir`.
+async fn screenshots(c: &Client, home: &str, dir: PathBuf) {
+    std::fs::create_dir_all(&dir).expect("create the screenshot directory");
+    let pages = [
+        ("leases.png", home.to_owned()),
+        ("key.png", format!("{home}job?name=digest")),
+        ("fleet.png", format!("{home}fleet")),
+    ];
+    for (file, url) in pages {
+        c.goto(&url).await.expect("open a page to screenshot");
+        let png = c.screenshot().await.expect("screenshot");
+        std::fs::write(dir.join(file), png).expect("write a screenshot");
+    }
+}
