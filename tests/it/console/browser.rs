@@ -55,9 +55,21 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
             quick(Schedule::every(Duration::from_secs(1)), Duration::from_secs(2)),
             scheduled.body(work),
         ),
-        job(MANUAL, quick(Schedule::Manual, Duration::from_secs(2)), manual.body(work)),
-        job(SCRIPT_KEY, quick(Schedule::Manual, Duration::from_secs(2)), Runs::default().body(work)),
-        job(IMG_KEY, quick(Schedule::Manual, Duration::from_secs(2)), Runs::default().body(work)),
+        job(
+            MANUAL,
+            quick(Schedule::Manual, Duration::from_secs(2)),
+            manual.body(work),
+        ),
+        job(
+            SCRIPT_KEY,
+            quick(Schedule::Manual, Duration::from_secs(2)),
+            Runs::default().body(work),
+        ),
+        job(
+            IMG_KEY,
+            quick(Schedule::Manual, Duration::from_secs(2)),
+            Runs::default().body(work),
+        ),
     ];
     let fleet = [
         replica(&db, "replica-a", 3, jobs.clone()).await,
@@ -70,7 +82,9 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
         // The test reloads pages itself: no refresh in the middle of a click.
         .refresh(Duration::ZERO);
     let app = Router::new().nest_service(MOUNT, console::router(db.pool.clone(), options));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the console");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the console");
     let addr = listener.local_addr().expect("console address");
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     let home = format!("http://{addr}{MOUNT}/");
@@ -101,7 +115,11 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
         paused <= at_pause + 1,
         "runs went on after the pause: {at_pause} when paused, {paused} later"
     );
-    assert_eq!(text(c, Locator::Id("state")).await, "paused", "the key page says paused");
+    assert_eq!(
+        text(c, Locator::Id("state")).await,
+        "paused",
+        "the key page says paused"
+    );
     c.goto(&home).await.expect("back to the leases page");
     assert_eq!(cell(&lease_row(c, SCHEDULED).await, "state").await, "paused");
 
@@ -113,7 +131,10 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
     assert_ne!(text(c, Locator::Id("state")).await, "paused");
     let actions = text(c, Locator::Id("actions")).await;
     for expected in ["pause", "resume", ACTOR] {
-        assert!(actions.contains(expected), "no {expected:?} in the actions table:\n{actions}");
+        assert!(
+            actions.contains(expected),
+            "no {expected:?} in the actions table:\n{actions}"
+        );
     }
 
     // Trigger the manual key: it runs, and its page records the action.
@@ -124,7 +145,10 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
     manual.wait_started(1, WITHIN).await;
     let trigger = eventually_async(WITHIN, || async {
         c.refresh().await.expect("reload the key page");
-        let rows = c.find_all(Locator::Css("table#actions tr")).await.expect("actions rows");
+        let rows = c
+            .find_all(Locator::Css("table#actions tr"))
+            .await
+            .expect("actions rows");
         for row in rows {
             let row = row.text().await.expect("action row text");
             if row.contains("trigger") {
@@ -144,7 +168,9 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
     .await;
 
     // What a Grafana data link opens: the job's only key.
-    c.goto(&format!("{home}job?name=reindex")).await.expect("open a job link");
+    c.goto(&format!("{home}job?name=reindex"))
+        .await
+        .expect("open a job link");
     assert_eq!(text(c, Locator::Id("key")).await, MANUAL);
 
     // The hostile keys' own pages and a confirmation page: text again.
@@ -169,7 +195,10 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
 
     // The fleet page shows the replicas.
     c.goto(&format!("{home}fleet")).await.expect("open the fleet page");
-    let holders = c.find_all(Locator::Css("table#fleet tr.holder")).await.expect("fleet rows");
+    let holders = c
+        .find_all(Locator::Css("table#fleet tr.holder"))
+        .await
+        .expect("fleet rows");
     assert!(!holders.is_empty(), "the fleet page lists the replicas that ran");
     for holder in holders {
         let row = holder.text().await.expect("fleet row text");

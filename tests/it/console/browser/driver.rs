@@ -1,0 +1,200 @@
+//! A headless Chromium driven over WebDriver: chromedriver started by the
+//! test on a free loopback port, Chromium with a fresh profile, both gone
+//! when the [`Browser`] is dropped (even on a panic).
+//!
+//! Both come from Debian's packages `chromium` and `chromium-driver`, which
+//! `scripts/test.sh` installs when they are missing. Nothing is downloaded
+//! at test time, and Chromium is told not to reach the network by itself
+//! (this machine's network refuses it).
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
+use serde_json::json;
+
+/// The WebDriver server (Debian package `chromium-driver`).
+pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// The browser (Debian package `chromium`).
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// How to fix a machine without them, in every failure to start them.
+const HOW_TO_FIX: &str = "run `bash scripts/test.sh` (it installs them), or \
+     `apt-get install chromium chromium-driver`";
+
+/// How long chromedriver may take to listen, and Chromium to start.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Window size, so that pages (and screenshots) lay out the same everywhere.
+pub const WIDTH: u32 = 1280;
+/// See [`WIDTH`].
+pub const HEIGHT: u32 = 800;
+
+/// The arguments Chromium runs with. The background-networking flags keep
+/// it from calling out (updates, sync, field trials), which a closed
+/// network refuses.
+pub fn chromium_args(profile: &Path) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(format!("--window-size={WIDTH},{HEIGHT}"));
+    args.push(format!("--user-data-dir={}", profile.display()));
+    args
+}
+
+/// A chromedriver process, its Chromium session and their scratch directory.
+pub struct Browser {
+    /// The WebDriver session.
+    pub client: Client,
+    driver: Driver,
+}
+
+/// The chromedriver process (in a process group of its own, which Chromium
+/// joins) and the scratch directory; dropping it kills the group and
+/// deletes the directory.
+struct Driver {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Browser {
+    /// Starts chromedriver and a headless Chromium session. Panics, naming
+    /// the packages and `scripts/test.sh`, when they are not installed.
+    pub async fn start() -> Browser {
+        for (path, package) in [(CHROMEDRIVER, "chromium-driver"), (CHROMIUM, "chromium")] {
+            assert!(
+                Path::new(path).exists(),
+                "{path} not found (Debian package `{package}`): the console's browser test needs \
+                 Chromium and chromedriver; {HOW_TO_FIX}"
+            );
+        }
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-browser-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let profile = dir.join("profile");
+        std::fs::create_dir_all(&profile).expect("create the browser's scratch directory");
+        let log = dir.join("chromedriver.log");
+        let port = free_port();
+        let child = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .arg(format!("--log-path={}", log.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // Its own process group, which the Chromium processes it starts
+            // inherit: dropping the Driver kills them all by that id.
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {CHROMEDRIVER}: {e}; {HOW_TO_FIX}"));
+        let mut driver = Driver { child, dir };
+        driver.wait_listening(port, &log);
+
+        let mut options = serde_json::Map::new();
+        options.insert("binary".into(), json!(CHROMIUM));
+        options.insert("args".into(), json!(chromium_args(&profile)));
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert("goog:chromeOptions".into(), serde_json::Value::Object(options));
+        let mut builder = ClientBuilder::new(HttpConnector::new());
+        builder.capabilities(capabilities);
+        let url = format!("http://127.0.0.1:{port}");
+        let connect = builder.connect(&url);
+        let client = match tokio::time::timeout(START_TIMEOUT, connect).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => panic!(
+                "chromedriver could not start {CHROMIUM}: {e}\n--- chromedriver log\n{}",
+                driver.log_tail(&log)
+            ),
+            Err(_) => panic!(
+                "{CHROMIUM} did not start within {START_TIMEOUT:?}\n--- chromedriver log\n{}",
+                driver.log_tail(&log)
+            ),
+        };
+        client
+            .set_window_size(WIDTH, HEIGHT)
+            .await
+            .expect("set the window size");
+        Browser { client, driver }
+    }
+
+    /// Ends the session (chromedriver quits Chromium), then stops
+    /// chromedriver. Dropping the browser instead kills both.
+    pub async fn quit(self) {
+        let Browser { client, driver } = self;
+        let _ = tokio::time::timeout(Duration::from_secs(10), client.close()).await;
+        drop(driver);
+    }
+}
+
+impl Driver {
+    /// Waits until chromedriver accepts connections on `port`, or panics
+    /// with its log if it exits or does not within [`START_TIMEOUT`].
+    fn wait_listening(&mut self, port: u16, log: &Path) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        loop {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "{CHROMEDRIVER} exited ({status}) before listening on port {port}\n--- its log\n{}",
+                    self.log_tail(log)
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{CHROMEDRIVER} did not listen on port {port} within {START_TIMEOUT:?}\n--- its log\n{}",
+                self.log_tail(log)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The last lines of chromedriver's log, for failure messages.
+    fn log_tail(&self, log: &Path) -> String {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // The whole group: chromedriver and whatever Chromium processes are
+        // left in it (none after a clean `quit`).
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A loopback port nobody listens on right now.
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .expect("bind a free loopback port")
+        .port()
+}
