@@ -5,8 +5,9 @@
 //! key or a job for the whole fleet (`pause`, `resume`), make a key due now
 //! (`trigger`), end a tenure so another replica takes over with a higher
 //! fence (`release`), delete the row of a key no replica registers any more
-//! (`forget`), create the schema (`migrate`), and check a database and this
-//! machine's clock (`check`). `cli/README.md` has example sessions.
+//! (`forget`), create the schema (`migrate`), check a database and this
+//! machine's clock (`check`), and serve the operator web console on a local
+//! address (`console`). `cli/README.md` has example sessions.
 //!
 //! # Exit codes
 //!
@@ -22,6 +23,7 @@
 #![warn(missing_docs)]
 
 mod check;
+mod console;
 mod db;
 mod failure;
 mod forget;
@@ -110,6 +112,14 @@ enum Command {
     /// Check the schema, the server clock against this machine's, and a
     /// claim/renew/release round trip on a scratch key.
     Check,
+    /// Serve the operator web console (leases, keys, runs, the fleet) until
+    /// Ctrl-C.
+    ///
+    /// Read-only unless a token is set in LEASEHOLD_CONSOLE_TOKEN (or read
+    /// with --token-file): then whoever logs in with it may trigger, pause,
+    /// resume and release, recorded under the name they give. Listens on
+    /// loopback only unless --allow-remote (it speaks plain HTTP).
+    Console(console::Args),
 }
 
 fn main() -> ExitCode {
@@ -143,6 +153,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Pause(args) => args.validate()?,
         Command::Resume(args) => args.validate()?,
         Command::Trigger(args) => args.validate()?,
+        Command::Console(args) => args.validate()?,
         Command::Status(_) | Command::Migrate | Command::Check => {}
     }
     let target = db::Target::parse(url)?;
@@ -157,5 +168,6 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Trigger(args) => trigger::run(&db, &args).await,
         Command::Migrate => db.migrate().await,
         Command::Check => check::run(&db).await,
+        Command::Console(args) => console::run(&db, &args).await,
     }
 }

@@ -1,6 +1,10 @@
 //! The `leasehold` binary against a real PostgreSQL (the testkit's
 //! throwaway cluster, or `DATABASE_URL`'s server).
 
+// Under cli/ so that cargo does not take it for a test binary of its own.
+#[path = "cli/console.rs"]
+mod console;
+
 use std::process::Output;
 use std::time::Duration;
 

@@ -1,0 +1,160 @@
+//! `leasehold console`: serves the operator console
+//! ([`leasehold::console`]) on a local address until Ctrl-C.
+//!
+//! Actions need a shared secret, read from `LEASEHOLD_CONSOLE_TOKEN` or a
+//! file (never from argv, which other users see in `ps`); whoever types it
+//! into the login page may act, under the name they give there. Without
+//! one the console is read-only. It listens on loopback unless
+//! `--allow-remote`: it speaks plain HTTP, so anything else belongs behind
+//! a proxy that adds TLS and authentication.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leasehold::console::{self, ConsoleOptions};
+
+use crate::db::Db;
+use crate::failure::Failure;
+
+/// The environment variable that holds the token.
+pub(crate) const TOKEN_ENV: &str = "LEASEHOLD_CONSOLE_TOKEN";
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Address to serve on, IP:PORT. Loopback only unless --allow-remote.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    listen: String,
+
+    /// Serve on a non-loopback address. The console speaks plain HTTP: put
+    /// it behind a proxy with TLS and authentication.
+    #[arg(long)]
+    allow_remote: bool,
+
+    /// Read the token that enables actions from this file (first line),
+    /// instead of the LEASEHOLD_CONSOLE_TOKEN environment variable. Without
+    /// either the console is read-only.
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+
+    /// Seconds between automatic refreshes of open pages; 0 never.
+    #[arg(long, default_value_t = 5, value_name = "SECS")]
+    refresh: u64,
+}
+
+impl Args {
+    /// Checks the arguments before any connection: the address, and that
+    /// a non-loopback one was asked for explicitly.
+    pub(crate) fn validate(&self) -> Result<(), Failure> {
+        let addr = self.addr()?;
+        if !addr.ip().is_loopback() && !self.allow_remote {
+            return Err(Failure::usage(format!(
+                "--listen {}: not a loopback address, so other machines could reach the console \
+                 (plain HTTP, no TLS); pass --allow-remote to serve there anyway (behind a proxy with TLS \
+                 and authentication), or listen on 127.0.0.1",
+                self.listen
+            )));
+        }
+        if self.refresh > 3600 {
+            return Err(Failure::usage(format!(
+                "--refresh {}: at most 3600 seconds (0 turns refreshing off)",
+                self.refresh
+            )));
+        }
+        Ok(())
+    }
+
+    fn addr(&self) -> Result<SocketAddr, Failure> {
+        let listen = self.listen.trim();
+        let listen = match listen.strip_prefix("localhost:") {
+            Some(port) => format!("127.0.0.1:{port}"),
+            None => listen.to_owned(),
+        };
+        listen.parse().map_err(|_| {
+            Failure::usage(format!(
+                "--listen {}: expected IP:PORT, e.g. 127.0.0.1:8080 or [::1]:8080",
+                self.listen
+            ))
+        })
+    }
+
+    /// The token from `--token-file`, else from the environment; `None`:
+    /// read-only.
+    fn token(&self) -> Result<Option<String>, Failure> {
+        if let Some(path) = &self.token_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Failure::usage(format!("--token-file {}: cannot read it: {e}", path.display())))?;
+            let token = text.lines().next().unwrap_or("").trim().to_owned();
+            if token.is_empty() {
+                return Err(Failure::usage(format!(
+                    "--token-file {}: the file is empty; put the token on its first line",
+                    path.display()
+                )));
+            }
+            return Ok(Some(token));
+        }
+        match std::env::var(TOKEN_ENV) {
+            Ok(token) if token.trim().is_empty() => Err(Failure::usage(format!(
+                "{TOKEN_ENV} is set but empty: set a token to allow actions, or unset it for a read-only console"
+            ))),
+            Ok(token) => Ok(Some(token.trim().to_owned())),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => Err(Failure::usage(format!("{TOKEN_ENV} is not valid UTF-8"))),
+        }
+    }
+}
+
+/// Serves the console on `args.listen` until Ctrl-C (or SIGTERM).
+pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
+    let addr = args.addr()?;
+    let token = args.token()?;
+    db.require_schema().await?;
+    let mut options = ConsoleOptions::new().refresh(Duration::from_secs(args.refresh));
+    let access = match token {
+        Some(token) => {
+            options = options.token(token);
+            "actions allowed after logging in with the token"
+        }
+        None => "read-only: set LEASEHOLD_CONSOLE_TOKEN (or --token-file) to allow actions after login",
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Failure::error(format!("cannot listen on {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Failure::error(format!("cannot read the address served: {e}")))?;
+    println!("leasehold console for {} at http://{local}/", db.name);
+    println!("  {access}");
+    if !local.ip().is_loopback() {
+        println!("  listening beyond loopback (--allow-remote): plain HTTP, keep it behind a proxy with TLS");
+    }
+    println!("  Ctrl-C stops it");
+    axum::serve(listener, console::router(db.pool.clone(), options))
+        .with_graceful_shutdown(stop_signal())
+        .await
+        .map_err(|e| Failure::error(format!("serving the console on {local}: {e}")))?;
+    println!("leasehold console stopped");
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn stop_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}
