@@ -5,7 +5,7 @@
 //! a row the claims check, so every replica obeys it, restarts included.
 //! The CLI sends no SQL of its own for them.
 
-use leasehold::{LeaseStore, Pause, PauseTarget, Resumed};
+use leasehold::{LeaseStore, Operator, Pause, PauseTarget, Resumed};
 use serde::Serialize;
 
 use crate::db::Db;
@@ -84,8 +84,9 @@ impl PauseArgs {
     }
 }
 
-/// `$USER@<hostname>`, or `leasehold-cli` when the user is unknown.
-fn default_by() -> String {
+/// `$USER@<hostname>`, or `leasehold-cli` when the user is unknown: who
+/// the CLI's actions are recorded as (`pause --by` overrides it).
+pub(crate) fn default_by() -> String {
     let nonempty = |s: String| {
         let s = s.trim().replace('\0', "");
         (!s.is_empty()).then_some(s)
@@ -137,10 +138,9 @@ pub(crate) async fn pause(db: &Db, args: &PauseArgs) -> Result<(), Failure> {
         .map_err(|e| db.failure(e))?
         .into_iter()
         .find(|p| p.target == target);
-    let pause = store
-        .pause(&target, args.cancel, &by)
-        .await
-        .map_err(|e| db.failure(e))?;
+    // Through `Operator`, so the key's history records who paused it.
+    let operator = Operator::new(store.clone(), by).map_err(|e| db.failure(e))?;
+    let pause = operator.pause(&target, args.cancel).await.map_err(|e| db.failure(e))?;
     if args.json {
         let doc = PausedJson {
             pause: PauseJson::from(&pause),
@@ -249,7 +249,8 @@ pub(crate) async fn resume(db: &Db, args: &ResumeArgs) -> Result<(), Failure> {
     let target = args.target.target()?;
     db.require_schema().await?;
     let store = LeaseStore::new(db.pool.clone());
-    let resumed = store.resume(&target).await.map_err(|e| db.failure(e))?;
+    let operator = Operator::new(store.clone(), default_by()).map_err(|e| db.failure(e))?;
+    let resumed = operator.resume(&target).await.map_err(|e| db.failure(e))?;
     let job_pause = job_pause_of_key(db, &store, &target).await?;
     let what = text::cell(&target.to_string());
     let job_note = |job: &str| {

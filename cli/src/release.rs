@@ -11,7 +11,7 @@
 //! running under it, but a paused ex-holder may still wake up and write, and
 //! this fences it out. A held lease needs `--force`.
 
-use leasehold::{LeaseStore, Revoke, Revoked};
+use leasehold::{LeaseStore, Operator, Revoke, Revoked};
 
 use crate::db::Db;
 use crate::failure::{Failure, check_name};
@@ -51,8 +51,10 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     let key = format!("{:?}", args.key);
     let revoke = if args.force { Revoke::Force } else { Revoke::IfFree };
     let resources: Vec<&str> = args.resources.iter().map(String::as_str).collect();
-    let store = LeaseStore::new(db.pool.clone());
-    let (old, new_fence) = match store
+    // Through `Operator`, so the key's history records who released it.
+    let operator =
+        Operator::new(LeaseStore::new(db.pool.clone()), crate::pause::default_by()).map_err(|e| db.failure(e))?;
+    let (old, new_fence) = match operator
         .revoke(&args.key, revoke, &resources)
         .await
         .map_err(|e| db.failure(e))?

@@ -2,7 +2,7 @@
 //! fleet, through `leasehold::LeaseStore::trigger` (one statement that also
 //! wakes the listening replicas; no SQL of its own).
 
-use leasehold::{LeaseStore, Triggered};
+use leasehold::{LeaseStore, Operator, Triggered};
 use serde::Serialize;
 
 use crate::db::Db;
@@ -40,8 +40,10 @@ struct TriggerJson<'a> {
 pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     args.validate()?;
     db.require_schema().await?;
-    let store = LeaseStore::new(db.pool.clone());
-    let outcome = store.trigger(&args.key).await.map_err(|e| db.failure(e))?;
+    // Through `Operator`, so the key's history records who triggered it.
+    let operator =
+        Operator::new(LeaseStore::new(db.pool.clone()), crate::pause::default_by()).map_err(|e| db.failure(e))?;
+    let outcome = operator.trigger(&args.key).await.map_err(|e| db.failure(e))?;
     let key = text::cell(&format!("{:?}", args.key));
     let (name, paused) = match outcome {
         Triggered::Due => ("due", false),

@@ -993,6 +993,13 @@ async fn trigger_makes_a_key_due_now_and_a_missing_key_exits_4() {
     assert_exit(&out, 0);
     assert!(stdout(&out).contains("is due now but paused"), "{}", stdout(&out));
 
+    // Each action is in the key's history, with who took it (the job
+    // pause too: it covers this key).
+    let actions = store.actions("held-job", 10).await.unwrap();
+    let taken: Vec<&str> = actions.iter().map(|a| a.action.as_str()).collect();
+    assert_eq!(taken, ["trigger", "trigger", "pause", "trigger"], "newest first");
+    assert!(actions.iter().all(|a| !a.actor.is_empty() && a.outcome.is_some()), "{actions:?}");
+
     let out = leasehold(Some(&url), &["trigger", "no-such-job"]).await;
     assert_exit(&out, 4);
     assert!(
