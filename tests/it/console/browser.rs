@@ -34,6 +34,8 @@ const ACTOR: &str = "browser-test";
 
 /// A key scheduled every second.
 const SCHEDULED: &str = "digest:eu";
+/// A key whose runs go on until the fleet stops: always held.
+const LONG_RUNNING: &str = "export:warehouse";
 /// A key that runs only when triggered.
 const MANUAL: &str = "reindex:search";
 /// Keys that are HTML: they must show as text, and run nothing.
@@ -49,7 +51,7 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
     let scheduled = Runs::default();
     let manual = Runs::default();
     let work = Duration::from_millis(100);
-    let jobs = vec![
+    let mut jobs = vec![
         job(
             SCHEDULED,
             quick(Schedule::every(Duration::from_secs(1)), Duration::from_secs(2)),
@@ -71,6 +73,12 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
             Runs::default().body(work),
         ),
     ];
+    let long_running = Runs::default();
+    jobs.push(job(
+        LONG_RUNNING,
+        quick(Schedule::every(Duration::from_secs(1)), Duration::from_secs(2)),
+        long_running.body(Duration::from_secs(3600)),
+    ));
     let fleet = [
         replica(&db, "replica-a", 3, jobs.clone()).await,
         replica(&db, "replica-b", 3, jobs).await,
@@ -95,7 +103,7 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
     // The leases page lists every key, hostile ones included, as text.
     c.goto(&home).await.expect("open the leases page");
     let keys = lease_keys(c).await;
-    for key in [SCHEDULED, MANUAL, SCRIPT_KEY, IMG_KEY] {
+    for key in [SCHEDULED, LONG_RUNNING, MANUAL, SCRIPT_KEY, IMG_KEY] {
         assert!(keys.iter().any(|k| k == key), "{key:?} is not listed: {keys:?}");
     }
     for key in [SCRIPT_KEY, IMG_KEY] {
@@ -103,6 +111,19 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
         assert_eq!(cell, key, "the key shows as text");
     }
     assert_nothing_ran(c, "the leases page").await;
+    // A run in progress: its key is held, with its holder and fence.
+    long_running.wait_started(1, WITHIN).await;
+    let (holder, fence) = eventually_async(WITHIN, || async {
+        c.refresh().await.expect("reload the leases page");
+        let row = lease_row(c, LONG_RUNNING).await;
+        if cell(&row, "state").await != "held" {
+            return None;
+        }
+        Some((cell(&row, "holder").await, cell(&row, "fence").await))
+    })
+    .await;
+    let run = &long_running.all()[0];
+    assert_eq!((holder, fence), (run.holder.clone(), run.fence.to_string()));
 
     // Pause the scheduled key: its link, "pause", confirm.
     open_key(c, SCHEDULED).await;
@@ -200,10 +221,18 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
         .await
         .expect("fleet rows");
     assert!(!holders.is_empty(), "the fleet page lists the replicas that ran");
+    let mut rows = Vec::new();
     for holder in holders {
         let row = holder.text().await.expect("fleet row text");
         assert!(row.contains("replica-"), "{row}");
+        rows.push(row);
     }
+    let run = &long_running.all()[0];
+    assert!(
+        rows.iter().any(|r| r.contains(&run.holder) && r.contains(LONG_RUNNING)),
+        "the fleet page shows {} running {LONG_RUNNING}: {rows:?}",
+        run.holder
+    );
 
     if let Some(dir) = std::env::var_os("LEASEHOLD_SCREENSHOTS") {
         screenshots(c, &home, PathBuf::from(dir)).await;
@@ -340,7 +369,8 @@ async fn assert_nothing_ran(c: &Client, page: &str) {
     assert_eq!(xss, "undefined", "{page}: a key's onerror handler ran");
 }
 
-/// Saves the leases, key and fleet pages as PNGs in `dir`.
+/// Saves the leases, key and fleet pages as PNGs in `dir`: the whole page
+/// (600 to 2,000 px high), 1280 px wide.
 async fn screenshots(c: &Client, home: &str, dir: PathBuf) {
     std::fs::create_dir_all(&dir).expect("create the screenshot directory");
     let pages = [
@@ -350,7 +380,17 @@ async fn screenshots(c: &Client, home: &str, dir: PathBuf) {
     ];
     for (file, url) in pages {
         c.goto(&url).await.expect("open a page to screenshot");
+        // The page is at least as high as the viewport: measure it in the smallest one.
+        driver::set_viewport(c, driver::WIDTH, 600).await;
+        let height = c
+            .execute("return document.documentElement.scrollHeight", vec![])
+            .await
+            .expect("read the page height")
+            .as_u64()
+            .map_or(driver::HEIGHT, |h| u32::try_from(h).unwrap_or(u32::MAX));
+        driver::set_viewport(c, driver::WIDTH, height.clamp(600, 2000)).await;
         let png = c.screenshot().await.expect("screenshot");
         std::fs::write(dir.join(file), png).expect("write a screenshot");
+        driver::set_viewport(c, driver::WIDTH, driver::HEIGHT).await;
     }
 }

@@ -127,10 +127,7 @@ impl Browser {
                 driver.log_tail(&log)
             ),
         };
-        client
-            .set_window_size(WIDTH, HEIGHT)
-            .await
-            .expect("set the window size");
+        set_viewport(&client, WIDTH, HEIGHT).await;
         Browser { client, driver }
     }
 
@@ -188,6 +185,27 @@ impl Drop for Driver {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Sizes the window so that the page's viewport is `width` x `height`
+/// (the window's own frame, if any, comes on top).
+pub async fn set_viewport(client: &Client, width: u32, height: u32) {
+    client
+        .set_window_size(width, height)
+        .await
+        .expect("set the window size");
+    let inner = client
+        .execute("return [window.innerWidth, window.innerHeight]", vec![])
+        .await
+        .expect("read the viewport size");
+    let inner = |i: usize| inner[i].as_u64().and_then(|v| u32::try_from(v).ok()).unwrap_or(0);
+    let (frame_w, frame_h) = (width.saturating_sub(inner(0)), height.saturating_sub(inner(1)));
+    if frame_w > 0 || frame_h > 0 {
+        client
+            .set_window_size(width + frame_w, height + frame_h)
+            .await
+            .expect("set the window size");
     }
 }
 
