@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use leasehold::{LeaseStore, PauseTarget, Revoke, Runtime, Schedule};
+use leasehold::{KeyFilter, LeaseStore, Operator, PauseTarget, Revoke, Runtime, Schedule};
 use leasehold_testkit::proxy::{Mode, Proxy};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
@@ -189,7 +189,9 @@ async fn scheduler_calls_dropped_at_every_await_leave_no_open_transaction() {
 
 /// The operators' calls, swept the same way: pause, resume, trigger,
 /// revoke, schema version (a checked transaction of two reads) and list
-/// (two statements) on the store, pause and resume on a runtime.
+/// (two statements) on the store, the recorded actions of an `Operator`
+/// and the console's reads (`list_page`, `actions`, `fleet`),
+/// pause and resume on a runtime.
 /// (`history`, `pauses` and `server_now` are one read statement each,
 /// through the same `connection::run!` as `trigger`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,6 +239,27 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
         async move { store.list("op:").await }
     })
     .await;
+    // The console's calls: recorded actions (three statements each, all
+    // through `Operator::recorded`, so two of them stand for the four) and
+    // the reads of its pages (`status` is `list_page`).
+    let operator = Operator::new(store.clone(), "sweeper").expect("operator");
+    let recorded = sweep(&db, &pool, step, "operator actions", |_| {
+        let op = operator.clone();
+        async move {
+            op.trigger("op:k").await?;
+            op.revoke("op:k", Revoke::IfFree, &[]).await.map(drop)
+        }
+    })
+    .await;
+    let pages = sweep(&db, &pool, step, "console reads", |_| {
+        let store = store.clone();
+        async move {
+            store.list_page(&KeyFilter::new().prefix("op:")).await?;
+            store.actions("op:k", 10).await?;
+            store.fleet(Duration::from_secs(60)).await.map(drop)
+        }
+    })
+    .await;
     let rt = Runtime::builder(pool.clone())
         .listen(false)
         .start()
@@ -253,7 +276,8 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
     .await;
     println!(
         "measured: dropped pause+resume at {pause}, trigger at {trigger}, revoke at {revoke}, schema_version at \
-         {version}, list at {read}, runtime pause+resume at {runtime} cut points"
+         {version}, list at {read}, operator actions at {recorded}, console reads at {pages}, runtime \
+         pause+resume at {runtime} cut points"
     );
     proxy.set(Mode::Normal);
     rt.shutdown().await;

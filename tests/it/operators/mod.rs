@@ -1,6 +1,8 @@
 //! Operators' controls: pausing keys and jobs fleet-wide, the run history
-//! ring, and what runs for slots missed while the fleet was down.
+//! ring, what runs for slots missed while the fleet was down, and the record
+//! of who did what.
 
+mod audit;
 mod catch_up;
 mod history;
 mod pause;

@@ -1,0 +1,96 @@
+//! Operators' actions are recorded with who took them: the key's history
+//! lists its own actions and its job's, newest first, each with its
+//! outcome, and a release with the fence it handed out.
+
+use leasehold::{Error, Operator, PauseTarget, Revoke, Revoked};
+
+use crate::support::{self, LONG};
+
+#[tokio::test]
+async fn each_action_is_recorded_with_its_actor_outcome_and_fence() {
+    let (_db, store) = support::store().await;
+    store.claim("billing:eu", "replica-1", LONG).await.expect("claim");
+    store.claim("billing:us", "replica-1", LONG).await.expect("claim");
+    let alice = Operator::new(store.clone(), "alice@laptop").expect("operator");
+    let bob = Operator::new(store.clone(), "bob (console)").expect("operator");
+
+    alice.pause(&PauseTarget::key("billing:eu"), true).await.expect("pause");
+    bob.trigger("billing:eu").await.expect("trigger");
+    bob.trigger("billing:us").await.expect("another key");
+    alice.resume(&PauseTarget::key("billing:eu")).await.expect("resume");
+    let Revoked::Ended { fence, .. } = bob.revoke("billing:eu", Revoke::Force, &[]).await.expect("revoke") else {
+        panic!("a held lease is ended by a forced revoke");
+    };
+    bob.trigger("nowhere")
+        .await
+        .expect("a missing key is an answer, not an error");
+
+    let actions = store.actions("billing:eu", 10).await.expect("actions");
+    let seen: Vec<(&str, &str, Option<&str>, Option<i64>)> = actions
+        .iter()
+        .map(|a| (a.action.as_str(), a.actor.as_str(), a.outcome.as_deref(), a.fence))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                "force-release",
+                "bob (console)",
+                Some("ended the tenure of replica-1 (fence 1)"),
+                Some(fence)
+            ),
+            ("resume", "alice@laptop", Some("resumed: 1 overdue keys woken"), None),
+            (
+                "trigger",
+                "bob (console)",
+                Some("due, but paused: it runs once resumed"),
+                None
+            ),
+            ("pause-cancel", "alice@laptop", Some("paused: 1 keys, 1 running"), None),
+        ],
+        "this key's actions only, newest first"
+    );
+    let missing = store.actions("nowhere", 10).await.expect("actions");
+    assert_eq!(
+        missing[0].outcome.as_deref(),
+        Some("not found: no runtime registered this key")
+    );
+}
+
+#[tokio::test]
+async fn a_job_pause_is_in_the_history_of_each_of_its_keys_and_an_operator_must_say_who() {
+    let db = support::db().await;
+    let store = leasehold::LeaseStore::new(db.pool.clone());
+    let runtime = support::replica(
+        &db,
+        "replica-1",
+        2,
+        vec![
+            support::job(
+                "report:a",
+                support::quick(leasehold::Schedule::Manual, LONG),
+                |_| async { Ok(()) },
+            ),
+            support::job(
+                "report:b",
+                support::quick(leasehold::Schedule::Manual, LONG),
+                |_| async { Ok(()) },
+            ),
+        ],
+    )
+    .await;
+    let op = Operator::new(store.clone(), "carol").expect("operator");
+    op.pause(&PauseTarget::job("report"), false)
+        .await
+        .expect("pause the job");
+    for key in ["report:a", "report:b"] {
+        let actions = store.actions(key, 10).await.expect("actions");
+        assert_eq!(actions.len(), 1, "{key}: {actions:?}");
+        assert_eq!(actions[0].target, PauseTarget::job("report"));
+    }
+    for nobody in ["", "   ", &"x".repeat(256)] {
+        let err = Operator::new(store.clone(), nobody).expect_err("an actor is required");
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    }
+    runtime.shutdown().await;
+}
