@@ -998,7 +998,10 @@ async fn trigger_makes_a_key_due_now_and_a_missing_key_exits_4() {
     let actions = store.actions("held-job", 10).await.unwrap();
     let taken: Vec<&str> = actions.iter().map(|a| a.action.as_str()).collect();
     assert_eq!(taken, ["trigger", "trigger", "pause", "trigger"], "newest first");
-    assert!(actions.iter().all(|a| !a.actor.is_empty() && a.outcome.is_some()), "{actions:?}");
+    assert!(
+        actions.iter().all(|a| !a.actor.is_empty() && a.outcome.is_some()),
+        "{actions:?}"
+    );
 
     let out = leasehold(Some(&url), &["trigger", "no-such-job"]).await;
     assert_exit(&out, 4);
