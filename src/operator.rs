@@ -65,7 +65,7 @@ impl Operator {
     pub async fn pause(&self, target: &PauseTarget, cancel: bool) -> Result<Pause> {
         let action = if cancel { "pause-cancel" } else { "pause" };
         self.recorded(target, action, self.store.pause(target, cancel, &self.actor), |p| {
-            (format!("paused: {} keys, {} running", p.keys, p.running), None)
+            (format!("paused: {}, {} running", keys(p.keys), p.running), None)
         })
         .await
     }
@@ -75,7 +75,7 @@ impl Operator {
     pub async fn resume(&self, target: &PauseTarget) -> Result<Resumed> {
         self.recorded(target, "resume", self.store.resume(target), |r| {
             let outcome = match r {
-                Resumed::Yes { woken } => format!("resumed: {woken} overdue keys woken"),
+                Resumed::Yes { woken } => format!("resumed: {} woken", keys(*woken).replace("key", "overdue key")),
                 _ => "not paused".to_owned(),
             };
             (outcome, None)
@@ -128,5 +128,14 @@ impl Operator {
             tracing::warn!(%target, action, error = %err, "the action's outcome was not recorded");
         }
         result
+    }
+}
+
+/// "1 key", "3 keys".
+fn keys(n: u64) -> String {
+    if n == 1 {
+        "1 key".to_owned()
+    } else {
+        format!("{n} keys")
     }
 }

@@ -39,14 +39,14 @@ async fn each_action_is_recorded_with_its_actor_outcome_and_fence() {
                 Some("ended the tenure of replica-1 (fence 1)"),
                 Some(fence)
             ),
-            ("resume", "alice@laptop", Some("resumed: 1 overdue keys woken"), None),
+            ("resume", "alice@laptop", Some("resumed: 1 overdue key woken"), None),
             (
                 "trigger",
                 "bob (console)",
                 Some("due, but paused: it runs once resumed"),
                 None
             ),
-            ("pause-cancel", "alice@laptop", Some("paused: 1 keys, 1 running"), None),
+            ("pause-cancel", "alice@laptop", Some("paused: 1 key, 1 running"), None),
         ],
         "this key's actions only, newest first"
     );
