@@ -123,18 +123,30 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     let local = listener
         .local_addr()
         .map_err(|e| Failure::error(format!("cannot read the address served: {e}")))?;
-    println!("leasehold console for {} at http://{local}/", db.name);
-    println!("  {access}");
+    say(format_args!("leasehold console for {} at http://{local}/", db.name));
+    say(format_args!("  {access}"));
     if !local.ip().is_loopback() {
-        println!("  listening beyond loopback (--allow-remote): plain HTTP, keep it behind a proxy with TLS");
+        say(format_args!(
+            "  listening beyond loopback (--allow-remote): plain HTTP, keep it behind a proxy with TLS"
+        ));
     }
-    println!("  Ctrl-C stops it");
+    say(format_args!("  Ctrl-C stops it"));
     axum::serve(listener, console::router(db.pool.clone(), options))
         .with_graceful_shutdown(stop_signal())
         .await
         .map_err(|e| Failure::error(format!("serving the console on {local}: {e}")))?;
-    println!("leasehold console stopped");
+    say(format_args!("leasehold console stopped"));
     Ok(())
+}
+
+/// Prints a line to standard output, ignoring a closed one: a server must
+/// not stop (or panic while stopping) because whoever started it stopped
+/// reading.
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -18,6 +18,8 @@ struct Served {
     url: String,
     /// What it printed up to the URL and the access line.
     banner: String,
+    /// The lines it prints later.
+    lines: mpsc::Receiver<String>,
 }
 
 impl Served {
@@ -39,20 +41,22 @@ impl Served {
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
+            // Read to the end even when nobody listens any more: a closed
+            // pipe would fail the console's next line.
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
+                let _ = tx.send(line);
             }
         });
         let mut served = Served {
             child,
             url: String::new(),
             banner: String::new(),
+            lines: rx,
         };
         // The URL line, then the line that says who may act.
         for _ in 0..2 {
-            let line = rx
+            let line = served
+                .lines
                 .recv_timeout(Duration::from_secs(30))
                 .unwrap_or_else(|_| panic!("leasehold console printed no URL; so far:\n{}", served.banner));
             if let Some(at) = line.find("http://") {
@@ -123,6 +127,8 @@ async fn console_serves_the_leases_page_on_loopback_until_stopped() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status}");
+    let rest: Vec<String> = served.lines.try_iter().collect();
+    assert!(rest.iter().any(|l| l.contains("stopped")), "{rest:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
