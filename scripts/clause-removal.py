@@ -2,7 +2,9 @@
 """Clause removal: for each guard clause of the lease SQL (src/lease/mod.rs,
 the scheduler's batch statements and the run history in src/lease/batch.rs,
 the fence SQL in src/lease/fence.rs, the operator's revoke in
-src/lease/revoke.rs; pause and trigger are in mod.rs and batch.rs's claims),
+src/lease/revoke.rs; pause and trigger are in mod.rs and batch.rs's claims;
+what operators read and the record of their actions in history.rs, fleet.rs
+and audit.rs),
 remove it (or, for a rule that forbids something, add the forbidden clause)
 in a scratch worktree of HEAD and run the scenario tests named with it
 (`lease::` unless a mutation names others); every mutation must make at
@@ -235,8 +237,37 @@ control_mutations = [
   "operators::resume operators::pause"),
 ]
 
+# What operators read and the record of what they did (src/lease/history.rs,
+# fleet.rs, audit.rs): the console and the CLI act on what these say, so a
+# paused key reported as held, or a registration reported as a live replica,
+# misleads an operator into the wrong action.
+read_mutations = [
+ ("list_page: a paused key that is held reads as held too",
+  "                OR ($4 = 'held' AND NOT s.paused AND s.expires_at > s.server_now)\n",
+  "                OR ($4 = 'held' AND s.expires_at > s.server_now)\n",
+  "console::pages"),
+ ("list_page: the page cursor ignored (every page is the first)",
+  "                   AND ($3::text IS NULL OR l.key > $3)\n",
+  "\n",
+  "console::pages"),
+]
+fleet_mutations = [
+ ("fleet: a never-claimed registration row counts as a tenure",
+  "               AND l.expires_at - l.acquired_at > interval '1 microsecond'",
+  "",
+  "console::pages"),
+]
+audit_mutations = [
+ ("actions: a job's actions left out of its keys' history",
+  "                OR (scope = 'job' AND name = (SELECT job_name FROM leasehold_lease WHERE key = $1))\n",
+  "\n",
+  "operators::audit"),
+]
+
 FILES = [("src/lease/mod.rs", mutations), ("src/lease/control.rs", control_mutations), ("src/lease/batch.rs", batch_mutations),
-         ("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations)]
+         ("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations),
+         ("src/lease/history.rs", read_mutations), ("src/lease/fleet.rs", fleet_mutations),
+         ("src/lease/audit.rs", audit_mutations)]
 
 
 def main():

@@ -11,10 +11,10 @@ use leasehold::{LeaseStore, Operator, PauseTarget, Revoke, Schedule};
 use super::http::{console, enc, get};
 use crate::support::{self, LONG, job, quick, replica};
 
-/// A free key, a held key, and a paused key under prefix `a-`; one key
-/// elsewhere.
-async fn four_keys(store: &LeaseStore) {
-    for key in ["a-free", "a-held", "a-paused", "b-other"] {
+/// A free key, a held key, a paused key and a paused key whose run is
+/// still finishing (held) under prefix `a-`; one key elsewhere.
+async fn five_keys(store: &LeaseStore) {
+    for key in ["a-free", "a-held", "a-paused", "a-paused-held", "b-other"] {
         store.claim(key, "replica-1", LONG).await.expect("claim");
     }
     for key in ["a-free", "a-paused", "b-other"] {
@@ -22,19 +22,30 @@ async fn four_keys(store: &LeaseStore) {
         assert!(store.release(key, "replica-1", lease.fence).await.expect("release"));
     }
     let op = Operator::new(store.clone(), "alice").expect("operator");
-    op.pause(&PauseTarget::key("a-paused"), false).await.expect("pause");
+    for key in ["a-paused", "a-paused-held"] {
+        op.pause(&PauseTarget::key(key), false).await.expect("pause");
+    }
 }
 
 #[tokio::test]
 async fn the_leases_page_lists_every_key_with_its_state_and_filters_by_prefix_and_state() {
     let (db, store) = support::store().await;
-    four_keys(&store).await;
+    five_keys(&store).await;
     let app = console(&db.pool, ConsoleOptions::new());
 
     let all = get(&app, "/", &[]).await;
     assert_eq!(all.status, StatusCode::OK);
-    assert_eq!(all.listed_keys(), ["a-free", "a-held", "a-paused", "b-other"]);
-    for (key, state) in [("a-free", "free"), ("a-held", "held"), ("a-paused", "paused")] {
+    assert_eq!(
+        all.listed_keys(),
+        ["a-free", "a-held", "a-paused", "a-paused-held", "b-other"]
+    );
+    let states = [
+        ("a-free", "free"),
+        ("a-held", "held"),
+        ("a-paused", "paused"),
+        ("a-paused-held", "paused"),
+    ];
+    for (key, state) in states {
         let row = all.body.split(&format!("data-key=\"{key}\"")).nth(1).expect("row");
         let cell = row.split("<td class=\"state\">").nth(1).expect("state cell");
         assert!(cell.contains(&format!(">{state}<")), "{key} should read {state}");
@@ -43,10 +54,15 @@ async fn the_leases_page_lists_every_key_with_its_state_and_filters_by_prefix_an
 
     assert_eq!(
         get(&app, "/?prefix=a-", &[]).await.listed_keys(),
-        ["a-free", "a-held", "a-paused"]
+        ["a-free", "a-held", "a-paused", "a-paused-held"]
     );
+    // A paused key whose run is finishing is paused, not held: the state
+    // an operator acts on.
     assert_eq!(get(&app, "/?state=held", &[]).await.listed_keys(), ["a-held"]);
-    assert_eq!(get(&app, "/?state=paused", &[]).await.listed_keys(), ["a-paused"]);
+    assert_eq!(
+        get(&app, "/?state=paused", &[]).await.listed_keys(),
+        ["a-paused", "a-paused-held"]
+    );
     assert_eq!(get(&app, "/?prefix=a-&state=free", &[]).await.listed_keys(), ["a-free"]);
     let bad = get(&app, "/?state=sleepy", &[]).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
@@ -63,7 +79,8 @@ async fn the_leases_page_goes_a_page_at_a_time_over_many_keys() {
     let app = console(&db.pool, ConsoleOptions::new());
     let mut seen = Vec::new();
     let mut uri = "/?prefix=tenant-".to_owned();
-    loop {
+    // Three pages; a cursor that went nowhere would repeat the first.
+    for _ in 0..5 {
         let page = get(&app, &uri, &[]).await;
         let listed = page.listed_keys();
         assert!(listed.len() <= 200, "a page shows at most 200 keys");
@@ -130,6 +147,10 @@ async fn the_fleet_page_lists_holders_and_their_runs_in_progress() {
     for (key, holder) in [("k1", "replica-a"), ("k2", "replica-a"), ("k3", "replica-b")] {
         store.claim(key, holder, LONG).await.expect("claim");
     }
+    // A replica that registered a manual key and never ran it holds no
+    // tenure: its registration row is not a sighting.
+    let idle = job("idle:k", quick(Schedule::Manual, LONG), |_| async { Ok(()) });
+    let runtime = replica(&db, "replica-idle", 2, vec![idle]).await;
     let lease = store.get("k3").await.expect("get").expect("row");
     store.release("k3", "replica-b", lease.fence).await.expect("release");
     let fleet = store.fleet(Duration::from_secs(60)).await.expect("fleet");
@@ -158,6 +179,7 @@ async fn the_fleet_page_lists_holders_and_their_runs_in_progress() {
         page.body.contains("data-holder=\"replica-b\""),
         "a holder that released recently is seen"
     );
+    runtime.shutdown().await;
 }
 
 #[tokio::test]
