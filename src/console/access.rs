@@ -23,6 +23,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 
 use super::layout::{self, Base, Tab};
+use super::viewer::Viewer;
 use super::{ConsoleOptions, Shared};
 
 /// Name of the session cookie a token login sets.
@@ -33,24 +34,6 @@ const SESSION: Duration = Duration::from_secs(12 * 3600);
 
 /// Longest name a login may give (it is recorded with each action).
 const MAX_NAME: usize = 64;
-
-/// Who is looking.
-pub(super) enum Viewer {
-    /// No actor: pages only. `can_log_in` when a token login exists.
-    ReadOnly { can_log_in: bool },
-    /// May act, recorded as `name`; `csrf` goes into every form.
-    Actor { name: String, csrf: String },
-}
-
-impl Viewer {
-    /// The CSRF token to put in forms: the actor's, or the login form's.
-    pub(super) fn csrf(&self) -> Option<&str> {
-        match self {
-            Viewer::Actor { csrf, .. } => Some(csrf),
-            Viewer::ReadOnly { .. } => None,
-        }
-    }
-}
 
 struct Session {
     name: String,

@@ -9,9 +9,9 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::Shared;
-use super::access::Viewer;
 use super::actions::Action;
 use super::layout::{self, Base, Tab, enc, span, when};
+use super::viewer::Viewer;
 use crate::lease::{ActionRecord, KeyState, KeyStatus, Pause, PauseTarget, RunRecord};
 
 /// Runs and actions shown on the page.

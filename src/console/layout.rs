@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, html};
 
-use super::access::Viewer;
+use super::viewer::Viewer;
 
 /// Where the console is mounted, with a trailing slash (`/` at the root,
 /// `/ops/leasehold/` when nested there): every link is relative to it.

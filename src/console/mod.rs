@@ -49,6 +49,7 @@ mod key;
 mod layout;
 mod leases;
 mod options;
+mod viewer;
 
 use std::sync::Arc;
 

@@ -1,0 +1,21 @@
+//! Who is looking at a page: what the frame shows and whether forms
+//! carry a CSRF token. Decided per request by `access.rs`.
+
+/// Who is looking.
+pub(super) enum Viewer {
+    /// No actor: pages only. `can_log_in` when a token login exists.
+    ReadOnly { can_log_in: bool },
+    /// May act, recorded as `name`; `csrf` goes into every form.
+    Actor { name: String, csrf: String },
+}
+
+impl Viewer {
+    /// The CSRF token to put in an action form: the actor's; `None` when
+    /// read-only.
+    pub(super) fn csrf(&self) -> Option<&str> {
+        match self {
+            Viewer::Actor { csrf, .. } => Some(csrf),
+            Viewer::ReadOnly { .. } => None,
+        }
+    }
+}
