@@ -1,0 +1,355 @@
+//! The database: lease rows, the fence sequence, the fence table, one user
+//! table row with a `last_fence` column per key, and the server clock.
+//!
+//! Every statement is one atomic transition, as PostgreSQL runs it: each
+//! lease statement is its own implicit transaction (invariant 2, C1), and
+//! its `WHERE` is evaluated on the latest row version after the row lock
+//! (invariant 3), so a statement sees the effects of every statement that
+//! committed before it. Times are server-clock units ([`Db::clock`]):
+//! `clock_timestamp()` is the clock at the instant the transition runs
+//! (invariant 1: nothing else is compared).
+//!
+//! Each method names the SQL it stands for (`src/lease/…`, constant and
+//! clause) and the Rust function that sends it.
+
+use crate::env::Rate;
+use crate::variants::Variant;
+
+/// No holder: the placeholder of a row registered but never claimed.
+pub const NO_HOLDER: u8 = u8::MAX;
+
+/// One row of `leasehold_lease` (migrations/, docs/design.md §3).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Row {
+    /// `holder`: current or last holder id.
+    pub holder: u8,
+    /// `fence`.
+    pub fence: u8,
+    /// `acquired_at` (server units).
+    pub acquired: u16,
+    /// `expires_at` (server units). Only this decides whether the lease is
+    /// held: held iff `expires > clock`.
+    pub expires: u16,
+    /// `next_due_at` (server units): the slot the key owes (`slot_at` is the
+    /// same value in the model: no retry backoff is modelled).
+    pub next_due: u16,
+    /// Ghost: the run number of the tenure this row records (0: none yet).
+    pub run: u8,
+}
+
+/// One row of `leasehold_fence` (a fenced resource). An absent row is
+/// `last = 0` (the advance inserts it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct FenceRow {
+    /// `last_fence`.
+    pub last: u8,
+    /// The open fenced transaction holding the row lock (F3): the replica,
+    /// and `last` before its advance (restored by a rollback).
+    pub lock: Option<(u8, u8)>,
+}
+
+/// The database's state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Db {
+    /// `clock_timestamp()`, in server units.
+    pub clock: u16,
+    /// The server clock's rate (within ρ of real time).
+    pub rate: Rate,
+    /// The last value of `leasehold_fence_seq`.
+    pub seq: u8,
+    /// `leasehold_lease`, one row per key (`None`: no row).
+    pub rows: Vec<Option<Row>>,
+    /// `leasehold_fence`: the resource named after each key.
+    pub fence_rows: Vec<FenceRow>,
+    /// One user-table row per key, written with fenced `UPDATE`s: its
+    /// `last_fence` column.
+    pub column: Vec<u8>,
+}
+
+/// A tenure a claim acquired.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Claimed {
+    /// The key.
+    pub key: u8,
+    /// Its fresh fence.
+    pub fence: u8,
+    /// `remaining = expires_at - clock_timestamp()` after the write.
+    pub remaining: u16,
+    /// The next slot after `acquired_at` (what a successful run's release
+    /// records, `next_after_success` in `src/schedule/`).
+    pub next_slot: u16,
+    /// The slot it runs for: the row's `next_due_at` (`slot_at`) when
+    /// claimed.
+    pub slot: u16,
+    /// Ghost: the run number.
+    pub run: u8,
+}
+
+/// A row a renewal extended, as `RENEW_MANY` returns it (`r.*`: the row's
+/// own fence, which is the caller's unless a guard is missing).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Renewed {
+    /// The key.
+    pub key: u8,
+    /// The row's fence.
+    pub fence: u8,
+    /// Time left, measured by the server after the write.
+    pub remaining: u16,
+}
+
+/// What a fenced write found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fenced {
+    /// The write went through.
+    Accepted,
+    /// `StaleFence`: a newer run already wrote.
+    Rejected,
+    /// The fence row is locked by another open transaction: the statement
+    /// waits (F3); no transition.
+    Waits,
+}
+
+impl Db {
+    /// Rows registered by `register_many` (`src/lease/batch.rs`,
+    /// `REGISTER_MANY`): free (`expires_at = acquired_at + 1 µs`), due at
+    /// 0, each with a fence from the sequence.
+    pub fn new(keys: usize, rate: Rate) -> Db {
+        Db {
+            clock: 0,
+            rate,
+            seq: keys as u8,
+            rows: (0..keys)
+                .map(|k| {
+                    Some(Row {
+                        holder: NO_HOLDER,
+                        fence: k as u8 + 1,
+                        acquired: 0,
+                        expires: 1,
+                        next_due: 0,
+                        run: 0,
+                    })
+                })
+                .collect(),
+            fence_rows: vec![FenceRow::default(); keys],
+            column: vec![0; keys],
+        }
+    }
+
+    /// Whether the key's lease is held by the server clock.
+    pub fn held(&self, key: usize) -> bool {
+        self.rows[key].as_ref().is_some_and(|r| r.expires > self.clock)
+    }
+
+    /// Whether a scheduled claim could take the key now: free and due.
+    pub fn claimable(&self, key: usize) -> bool {
+        match &self.rows[key] {
+            Some(r) => r.expires <= self.clock && r.next_due <= self.clock,
+            None => true,
+        }
+    }
+
+    /// The scheduler's batch claim for new runs: `LeaseStore::claim_due`,
+    /// `CLAIM_DUE` in `src/lease/batch.rs` (the same guards as
+    /// `LeaseStore::claim_run`'s `CLAIM_RUN` in `src/lease/mod.rs`).
+    ///
+    /// - `pick`: `l.expires_at <= clock_timestamp()` (free, whoever held it,
+    ///   this holder id included: invariant 3, no re-entrance) `AND
+    ///   (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())`
+    ///   (due); with [`Variant::ReentrantRunClaim`], `(l.holder = $1 OR
+    ///   l.expires_at <= …)`.
+    /// - `claimed`: `fence = nextval('leasehold_fence_seq')` (invariants 4,
+    ///   5), `acquired_at = clock_timestamp()`, `expires_at =
+    ///   clock_timestamp() + lease`; `remaining` measured after the write.
+    ///   With [`Variant::DeleteOnRelease`] the fence is the row's `fence +
+    ///   1`, or 1 when the row is gone (and a missing row is inserted, as
+    ///   `CLAIM_RUN`'s insert path does).
+    ///
+    /// `FOR UPDATE SKIP LOCKED`, `LIMIT` and the pause clauses are not
+    /// modelled (no lease-row locks, no concurrency limit, no pauses).
+    pub fn claim_due(&mut self, holder: u8, keys: &[u8], lease: u16, period: u16, variant: Variant) -> Vec<Claimed> {
+        let now = self.clock;
+        let mut out = Vec::new();
+        for &k in keys {
+            let row = &self.rows[k as usize];
+            let free = row.as_ref().is_none_or(|r| r.expires <= now);
+            let due = row.as_ref().is_none_or(|r| r.next_due <= now);
+            let mine = row.as_ref().is_some_and(|r| r.holder == holder);
+            let take = match variant {
+                Variant::ReentrantRunClaim => (free || mine) && due,
+                _ => free && due,
+            };
+            if !take {
+                continue;
+            }
+            let fence = match variant {
+                Variant::DeleteOnRelease => row.as_ref().map_or(1, |r| r.fence.saturating_add(1)),
+                _ => {
+                    self.seq += 1;
+                    self.seq
+                }
+            };
+            let next_due = row.as_ref().map_or(0, |r| r.next_due);
+            self.rows[k as usize] = Some(Row {
+                holder,
+                fence,
+                acquired: now,
+                expires: now + lease,
+                next_due,
+                run: 0, // set by the caller (ghost run number)
+            });
+            out.push(Claimed {
+                key: k,
+                fence,
+                remaining: lease,
+                next_slot: (now / period + 1) * period,
+                slot: next_due,
+                run: 0,
+            });
+        }
+        out
+    }
+
+    /// The heartbeat and `FenceGuard::ensure`: `LeaseStore::renew_each`
+    /// (`renew_many`), `RENEW_MANY` in `src/lease/mod.rs`.
+    ///
+    /// - `mine`: `l.holder = $1 AND l.fence = t.fence AND l.expires_at >
+    ///   clock_timestamp()` (invariant 6); with
+    ///   [`Variant::RenewWithoutHolderFence`] only the expiry clause.
+    /// - `renewed`: `expires_at = clock_timestamp() + lease`, expiry checked
+    ///   again; returns `r.*` — the row's own fence — and `remaining`.
+    ///
+    /// `SKIP LOCKED`/`busy` and the pause report (`stop`) are not modelled.
+    pub fn renew_many(&mut self, holder: u8, tenures: &[(u8, u8)], lease: u16, variant: Variant) -> Vec<Renewed> {
+        let now = self.clock;
+        let mut out = Vec::new();
+        for &(k, fence) in tenures {
+            let Some(row) = self.rows[k as usize].as_mut() else {
+                continue;
+            };
+            let mine = match variant {
+                Variant::RenewWithoutHolderFence => row.expires > now,
+                _ => row.holder == holder && row.fence == fence && row.expires > now,
+            };
+            if mine {
+                row.expires = now + lease;
+                out.push(Renewed {
+                    key: k,
+                    fence: row.fence,
+                    remaining: lease,
+                });
+            }
+        }
+        out
+    }
+
+    /// A run's release: `LeaseStore::finish_many`, `FINISH_MANY` in
+    /// `src/lease/batch.rs` (sent by `src/runtime/finish.rs`; a plain
+    /// `LeaseStore::release` is the same statement).
+    ///
+    /// - `mine`: `l.holder = t.holder AND l.fence = t.fence` (invariant 7):
+    ///   a late release of an older tenure changes nothing.
+    /// - `released`: `expires_at = GREATEST(clock_timestamp(), l.acquired_at
+    ///   + 1 µs)`, `next_due_at = COALESCE(t.at, …, l.next_due_at)`: a
+    ///   successful run records its next slot, a cancelled one leaves the
+    ///   slot owed (`NextDue::Unchanged`).
+    ///
+    /// With [`Variant::DeleteOnRelease`], the row is deleted instead.
+    /// Returns whether the tenure was the current one.
+    pub fn finish(&mut self, key: u8, holder: u8, fence: u8, next: Option<u16>, variant: Variant) -> bool {
+        let now = self.clock;
+        let slot = &mut self.rows[key as usize];
+        let Some(row) = slot.as_mut() else {
+            return false;
+        };
+        if row.holder != holder || row.fence != fence {
+            return false;
+        }
+        if variant == Variant::DeleteOnRelease {
+            *slot = None;
+            return true;
+        }
+        row.expires = now.max(row.acquired + 1);
+        if let Some(at) = next {
+            row.next_due = at;
+        }
+        true
+    }
+
+    /// The first statement of a fenced transaction: `fence::advance`,
+    /// `ADVANCE_FENCE` in `src/lease/fence.rs`, sent by
+    /// `FenceGuard::begin_fenced_on` (`src/guard.rs`).
+    ///
+    /// `INSERT … ON CONFLICT (resource) DO UPDATE SET last_fence = … WHERE
+    /// f.last_fence <= EXCLUDED.last_fence` (F1, F2), which keeps the row
+    /// locked until the transaction ends (F3): a concurrent advance waits.
+    pub fn advance(&mut self, key: u8, fence: u8, replica: u8) -> Fenced {
+        let row = &mut self.fence_rows[key as usize];
+        match row.lock {
+            Some((holder, _)) if holder != replica => return Fenced::Waits,
+            _ => {}
+        }
+        if row.last <= fence {
+            let prev = row.lock.map_or(row.last, |(_, prev)| prev);
+            row.lock = Some((replica, prev));
+            row.last = fence;
+            Fenced::Accepted
+        } else {
+            Fenced::Rejected
+        }
+    }
+
+    /// `COMMIT` of a fenced transaction: its writes land, the fence row's
+    /// lock is released.
+    pub fn commit(&mut self, key: u8, replica: u8) {
+        let row = &mut self.fence_rows[key as usize];
+        if row.lock.is_some_and(|(r, _)| r == replica) {
+            row.lock = None;
+        }
+    }
+
+    /// `ROLLBACK` (a transaction dropped with its run, or its connection
+    /// closed by a crash, C2): the advance is undone, the lock released.
+    pub fn rollback(&mut self, key: u8, replica: u8) {
+        let row = &mut self.fence_rows[key as usize];
+        if let Some((r, prev)) = row.lock
+            && r == replica
+        {
+            row.last = prev;
+            row.lock = None;
+        }
+    }
+
+    /// A fenced `UPDATE` of a user table: `fence::fenced_update` (`UPDATE …
+    /// SET …, last_fence = $fence WHERE <filters> AND last_fence <=
+    /// $fence`, F4), sent by `FenceGuard::update_fenced` (`src/guard.rs`).
+    pub fn fenced_update(&mut self, key: u8, fence: u8) -> Fenced {
+        let col = &mut self.column[key as usize];
+        if *col <= fence {
+            *col = fence;
+            Fenced::Accepted
+        } else {
+            Fenced::Rejected
+        }
+    }
+
+    /// An operator's forced revoke: `LeaseStore::revoke(key, Force, [])`,
+    /// `REVOKE` in `src/lease/revoke.rs`: the row takes a fresh fence from
+    /// the sequence and expires now (`LEAST(expires_at, GREATEST(now,
+    /// acquired_at + 1 µs))`); the key's fence row rises to it (`GREATEST`,
+    /// F1). The fence row's upsert waits for an open fenced transaction.
+    /// Returns the new fence, or `None` when it has to wait or there is no
+    /// row.
+    pub fn revoke(&mut self, key: u8) -> Option<u8> {
+        let now = self.clock;
+        if self.fence_rows[key as usize].lock.is_some() {
+            return None;
+        }
+        let row = self.rows[key as usize].as_mut()?;
+        self.seq += 1;
+        row.fence = self.seq;
+        row.expires = row.expires.min(now.max(row.acquired + 1));
+        let f = &mut self.fence_rows[key as usize];
+        f.last = f.last.max(self.seq);
+        Some(self.seq)
+    }
+}

@@ -1,0 +1,71 @@
+//! What the checker checks, in every reachable state.
+//!
+//! | issue | property | encodes |
+//! |---|---|---|
+//! | (a) | [`NO_OVERLAP`] | at no real instant do two runs of one key both run (started, not yet stopped: `Running`, or `Stopping` within the stop time `d`) — except a run whose process was frozen past its deadline (§1 excludes it; it is [`crate::replica::Run::outlived`] until a renewal gives it a deadline in the future again, so a resumed run that goes on *because* of a wrong answer is not excused) |
+//! | (b) | [`STALE_WRITE_REJECTED`] | no write lands (a fenced transaction commits, a fenced `UPDATE` applies) carrying a fence lower than one accepted before on that resource, nor from a run older (by claim order) than one whose write was accepted — what the fence is for |
+//! | (c) | [`FENCES_INCREASE`] | every fence handed out for a key (claims, revokes) is above the previous one |
+//! | (d) | [`DUE_KEY_RUNS`] | liveness, as bounded response under fairness: a key that is free and due by the server clock while some replica is live is claimed within [`crate::Config::response_bound`] ticks, unless a fault strikes meanwhile (a fault restarts the wait). Fairness is the tick rule of [`crate::env`]: time does not pass while a message is undelivered or a timer has fired, unless a fault delayed it. Encoded as an `always` property: stateright's `eventually` is only sound on acyclic paths |
+//! | (e) | [`ONCE_PER_CLEAN_SLOT`] | at most one run starts per slot of a key unless a fault struck between the first run of the previous slot and the last run of this one |
+//!
+//! The `sometimes` properties show the checks are not vacuous: the checker
+//! must find a state where each holds (a key changed hands, a run was
+//! stopped at its deadline, a stale write was refused, a slot completed).
+
+use stateright::Property;
+
+use crate::replica::Phase;
+use crate::{LeaseModel, State};
+
+/// (a) no two runs of one key overlap in real time.
+pub const NO_OVERLAP: &str = "no_overlap";
+/// (b) a stale write is rejected.
+pub const STALE_WRITE_REJECTED: &str = "stale_write_rejected";
+/// (c) fences of a key strictly increase.
+pub const FENCES_INCREASE: &str = "fences_increase";
+/// (d) a due key with a live replica runs (bounded response, fair).
+pub const DUE_KEY_RUNS: &str = "due_key_runs";
+/// (e) once per slot when no fault strikes.
+pub const ONCE_PER_CLEAN_SLOT: &str = "once_per_clean_slot";
+
+/// Every property of the model.
+pub fn all() -> Vec<Property<LeaseModel>> {
+    vec![
+        Property::always(NO_OVERLAP, no_overlap),
+        Property::always(STALE_WRITE_REJECTED, |_, s: &State| !s.ghost.stale_landed),
+        Property::always(FENCES_INCREASE, |_, s: &State| !s.ghost.fence_regressed),
+        Property::always(DUE_KEY_RUNS, due_key_runs),
+        Property::always(ONCE_PER_CLEAN_SLOT, once_per_clean_slot),
+        Property::sometimes("a_key_changes_hands", |_, s: &State| {
+            s.ghost.tenures.iter().any(|&n| n >= 2)
+        }),
+        Property::sometimes("a_run_stops_at_its_deadline", |_, s: &State| s.ghost.deadline_stop),
+        Property::sometimes("a_stale_write_is_refused", |_, s: &State| s.ghost.stale_rejected),
+        Property::sometimes("a_slot_completes", |_, s: &State| s.ghost.completed),
+    ]
+}
+
+/// Runs of `key` that are active and not excused, across replicas.
+pub fn active_runs(s: &State, key: usize) -> usize {
+    s.replicas
+        .iter()
+        .filter_map(|r| r.runs[key].as_ref())
+        .filter(|run| matches!(run.phase, Phase::Running | Phase::Stopping(_)) && !run.outlived)
+        .count()
+}
+
+fn no_overlap(m: &LeaseModel, s: &State) -> bool {
+    (0..m.cfg.keys).all(|k| active_runs(s, k) <= 1)
+}
+
+fn due_key_runs(m: &LeaseModel, s: &State) -> bool {
+    let bound = m.cfg.response_bound();
+    s.ghost
+        .waiting
+        .iter()
+        .all(|w| w.is_none_or(|since| s.now - since <= bound))
+}
+
+fn once_per_clean_slot(_: &LeaseModel, s: &State) -> bool {
+    s.ghost.slot.iter().all(|&(_, starts, faulted)| starts <= 1 || faulted)
+}

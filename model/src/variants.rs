@@ -1,0 +1,37 @@
+//! The faulty-protocol switches: each one puts back a mistake the real
+//! protocol avoids, so a test can assert that the checker finds the
+//! violation it causes — evidence that the model is able to fail.
+//!
+//! They mirror entries of `scripts/clause-removal.py` (which removes the
+//! same clauses from the real SQL and runs scenario tests against
+//! PostgreSQL); here the checker explores every interleaving instead of a
+//! scenario.
+
+/// Which protocol the model runs: the real one, or one with a mistake.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// The protocol as `src/lease/` and `src/runtime/` implement it.
+    #[default]
+    Correct,
+    /// The deadline margin does not cover the clock-rate error: the model
+    /// is run with a margin below `2ρ × lease` (set by the config; this
+    /// variant only labels it, the protocol's code paths are the real
+    /// ones). docs/design.md §5, step 5.
+    MarginBelowDrift,
+    /// `RENEW_MANY`'s `mine` without `l.holder = $1 AND l.fence = t.fence`
+    /// (clause-removal entries "renew: holder clause removed" and "renew:
+    /// fence clause removed" together): a renewal extends whatever live
+    /// tenure the key has.
+    RenewWithoutHolderFence,
+    /// `CLAIM_DUE`'s `pick` (and `claim_run`'s `DO UPDATE … WHERE`) with the
+    /// same-holder re-entrance `(l.holder = $1 OR l.expires_at <= now)`
+    /// (clause-removal entries "claim_run/claim_due: same-holder re-entrance
+    /// added"): a second process with the same holder id takes a live lease.
+    ReentrantRunClaim,
+    /// The article's trap: a release `DELETE`s the row, and a claim takes
+    /// its fence from the row (`fence + 1`, or 1 with no row) instead of
+    /// `nextval('leasehold_fence_seq')` (clause-removal entry
+    /// "claim/claim_run: fence from `fence + 1` instead of the sequence",
+    /// with the release deleting the row): fences restart.
+    DeleteOnRelease,
+}

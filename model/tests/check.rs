@@ -1,0 +1,145 @@
+//! The model check: the real protocol satisfies every property at the CI
+//! bound, and each mistake put back on purpose is found.
+//!
+//! `cargo test -p leasehold-model --release -- --nocapture` prints the state
+//! counts and times. The deeper, release-time check:
+//! `LEASEHOLD_MODEL_DEPTH=deep cargo test -p leasehold-model --release -- --ignored --nocapture`.
+
+use leasehold_model::env::Faults;
+use leasehold_model::properties::{
+    DUE_KEY_RUNS, FENCES_INCREASE, NO_OVERLAP, ONCE_PER_CLEAN_SLOT, STALE_WRITE_REJECTED,
+};
+use leasehold_model::{Action, Config, Outcome, State, Variant, check};
+use stateright::Path;
+
+const SAFETY: [&str; 5] = [
+    NO_OVERLAP,
+    STALE_WRITE_REJECTED,
+    FENCES_INCREASE,
+    DUE_KEY_RUNS,
+    ONCE_PER_CLEAN_SLOT,
+];
+
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn report(name: &str, cfg: &Config, out: &Outcome) {
+    println!(
+        "{name}: {} states generated, {} unique, max depth {}, {:.1?} on {} threads (replicas {}, keys {}, horizon {} ticks, {} fault(s), variant {:?})",
+        out.states,
+        out.unique,
+        out.max_depth,
+        out.elapsed,
+        threads(),
+        cfg.replicas(),
+        cfg.keys,
+        cfg.horizon,
+        cfg.fault_budget,
+        cfg.variant,
+    );
+}
+
+/// Prints a counterexample's actions and the runs at its end.
+fn print_trace(name: &str, path: &Path<State, Action>) {
+    let steps = path.clone().into_vec();
+    println!("{name}: counterexample of {} steps", steps.len() - 1);
+    for (state, action) in &steps {
+        if let Some(action) = action {
+            println!("  t={:>2} S={:>3} {:?}", state.now, state.db.clock, action);
+        }
+    }
+    let last = path.last_state();
+    println!("  end t={} S={} rows={:?}", last.now, last.db.clock, last.db.rows);
+    for (i, r) in last.replicas.iter().enumerate() {
+        println!("  replica {i}: clock {} {:?} runs {:?}", r.clock, r.status, r.runs);
+    }
+}
+
+fn assert_holds(name: &str, cfg: Config) -> Outcome {
+    let out = check(cfg.clone(), threads(), None);
+    report(name, &cfg, &out);
+    assert!(out.done, "{name}: the check did not finish");
+    for p in SAFETY {
+        if let Some(path) = out.discoveries.get(p) {
+            print_trace(p, path);
+            panic!("{name}: property {p} violated");
+        }
+    }
+    for example in ["a_key_changes_hands", "a_run_stops_at_its_deadline", "a_slot_completes"] {
+        assert!(
+            out.discoveries.contains_key(example),
+            "{name}: no example of {example}: the check is vacuous"
+        );
+    }
+    out
+}
+
+/// Checks `cfg` until `property` fails, and returns the trace.
+fn assert_fails(name: &str, cfg: Config, property: &'static str) -> Path<State, Action> {
+    let out = check(cfg.clone(), threads(), Some(property));
+    report(name, &cfg, &out);
+    let path = out
+        .discoveries
+        .get(property)
+        .unwrap_or_else(|| panic!("{name}: the checker found no violation of {property}"))
+        .clone();
+    print_trace(property, &path);
+    path
+}
+
+#[test]
+fn the_protocol_satisfies_every_property_at_the_ci_bound() {
+    let cfg = Config::ci();
+    assert_eq!(
+        cfg.margin,
+        cfg.required_margin(),
+        "the CI bound checks the documented margin exactly"
+    );
+    let out = assert_holds("ci", cfg);
+    assert!(out.unique > 100_000, "suspiciously few states: {}", out.unique);
+}
+
+#[test]
+fn with_the_margin_below_the_clock_rate_bound_two_runs_overlap() {
+    let mut cfg = Config::ci();
+    cfg.variant = Variant::MarginBelowDrift;
+    // Covers the stop time d but not the drift 2ρ·lease.
+    cfg.margin = cfg.stop_ticks as u16 * cfg.units_per_tick;
+    assert!(cfg.margin < cfg.required_margin());
+    assert_fails("margin below 2ρ·lease + d", cfg, NO_OVERLAP);
+}
+
+#[test]
+fn with_the_holder_and_fence_clause_removed_from_renew_two_runs_overlap() {
+    let mut cfg = Config::ci();
+    cfg.variant = Variant::RenewWithoutHolderFence;
+    cfg.writes = false;
+    cfg.fault_budget = 2;
+    cfg.faults = Faults {
+        freeze: true,
+        delay: true,
+        ..Faults::NONE
+    };
+    assert_fails("renew without holder and fence", cfg, NO_OVERLAP);
+}
+
+#[test]
+fn with_same_holder_reentrance_in_run_claims_two_runs_overlap() {
+    let mut cfg = Config::ci();
+    cfg.variant = Variant::ReentrantRunClaim;
+    assert_eq!(cfg.holders[0], cfg.holders[1], "two processes sharing one holder id");
+    assert_fails("re-entrant run claim", cfg, NO_OVERLAP);
+}
+
+#[test]
+fn with_releases_that_delete_the_row_and_restart_fences_fences_repeat_and_a_stale_write_lands() {
+    let mut cfg = Config::ci();
+    cfg.variant = Variant::DeleteOnRelease;
+    cfg.faults = Faults {
+        freeze: true,
+        ..Faults::NONE
+    };
+    assert_fails("release deletes the row", cfg.clone(), FENCES_INCREASE);
+    assert_fails("release deletes the row", cfg, STALE_WRITE_REJECTED);
+}
