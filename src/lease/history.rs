@@ -357,33 +357,8 @@ impl LeaseStore {
     /// for `""`), by key: its lease row, whether it is paused, and its
     /// latest run, success and error. Two statements; cancel-safe.
     pub async fn list(&self, prefix: &str) -> Result<Vec<KeyStatus>> {
-        // $1 prefix. `paused` is the claims' own rule (invariant 8).
-        const KEYS: &str = "
-            SELECT l.*, clock_timestamp() AS server_now,
-                   EXISTS (SELECT 1 FROM leasehold_pause AS p
-                            WHERE (p.scope = 'key' AND p.name = l.key)
-                               OR (p.scope = 'job' AND p.name = l.job_name)) AS paused
-              FROM leasehold_lease AS l
-             WHERE starts_with(l.key, $1)
-             ORDER BY l.key";
-        // $1 prefix. Each key's ring holds a bounded number of rows, so
-        // this reads at most (keys x ring length) rows.
-        const LATEST: &str = "
-            (SELECT DISTINCT ON (key) 'last' AS kind, * FROM leasehold_run
-              WHERE starts_with(key, $1) ORDER BY key, run_no DESC)
-            UNION ALL
-            (SELECT DISTINCT ON (key) 'success', * FROM leasehold_run
-              WHERE starts_with(key, $1) AND outcome = 'succeeded' ORDER BY key, run_no DESC)
-            UNION ALL
-            (SELECT DISTINCT ON (key) 'error', * FROM leasehold_run
-              WHERE starts_with(key, $1) AND outcome IN ('failed', 'panicked') ORDER BY key, run_no DESC)";
-        let keys: Vec<StatusRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(KEYS)
-            .bind(prefix)
-            .fetch_all(conn))?;
-        let latest: Vec<Latest> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(LATEST)
-            .bind(prefix)
-            .fetch_all(conn))?;
-        Ok(assemble(keys, latest))
+        let keys = self.key_rows(&KeyFilter::new().prefix(prefix), None).await?;
+        self.with_latest(keys).await
     }
 
     /// One key as [`list`](Self::list) reads it (lease row, paused, latest
@@ -419,12 +394,28 @@ impl LeaseStore {
                 format!("ask for 1 to {MAX_PAGE} keys"),
             ));
         }
+        let mut keys = self.key_rows(filter, Some(filter.limit + 1)).await?;
+        let next = if keys.len() > filter.limit {
+            keys.truncate(filter.limit);
+            keys.last().map(|k| k.row.key.clone())
+        } else {
+            None
+        };
+        Ok(KeyPage {
+            keys: self.with_latest(keys).await?,
+            next,
+        })
+    }
+
+    /// The lease rows `filter` selects, by key, at most `limit` (`None`:
+    /// all), with whether each is paused.
+    async fn key_rows(&self, filter: &KeyFilter, limit: Option<usize>) -> Result<Vec<StatusRow>> {
         // $1 prefix, $2 job or NULL, $3 the last key of the previous page
-        // or NULL, $4 state, $5 limit + 1 (to know whether a next page
-        // exists), $6 the only key wanted or NULL. `paused` is the claims' own rule (invariant 8); the
-        // state's precedence (paused, then held, then free) is
+        // or NULL, $4 state, $5 limit or NULL (none), $6 the only key
+        // wanted or NULL. `paused` is the claims' own rule (invariant 8);
+        // the state's precedence (paused, then held, then free) is
         // `KeyStatus::state`'s.
-        const KEYS_PAGE: &str = "
+        const KEYS: &str = "
             SELECT * FROM (
                 SELECT l.*, clock_timestamp() AS server_now,
                        EXISTS (SELECT 1 FROM leasehold_pause AS p
@@ -442,8 +433,21 @@ impl LeaseStore {
                 OR ($4 = 'free' AND NOT s.paused AND s.expires_at <= s.server_now)
              ORDER BY s.key
              LIMIT $5";
-        // $1 the page's keys.
-        const LATEST_OF: &str = "
+        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(KEYS)
+            .bind(&filter.prefix)
+            .bind(filter.job.as_deref())
+            .bind(filter.after.as_deref())
+            .bind(filter.state.as_str())
+            .bind(limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)))
+            .bind(filter.only.as_deref())
+            .fetch_all(conn))
+    }
+
+    /// `keys` with their latest run, success and error.
+    async fn with_latest(&self, keys: Vec<StatusRow>) -> Result<Vec<KeyStatus>> {
+        // $1 the keys. Each key's ring holds a bounded number of rows, so
+        // this reads at most (keys x ring length) rows.
+        const LATEST: &str = "
             (SELECT DISTINCT ON (key) 'last' AS kind, * FROM leasehold_run
               WHERE key = ANY($1) ORDER BY key, run_no DESC)
             UNION ALL
@@ -452,32 +456,14 @@ impl LeaseStore {
             UNION ALL
             (SELECT DISTINCT ON (key) 'error', * FROM leasehold_run
               WHERE key = ANY($1) AND outcome IN ('failed', 'panicked') ORDER BY key, run_no DESC)";
-        let mut keys: Vec<StatusRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(KEYS_PAGE)
-            .bind(&filter.prefix)
-            .bind(filter.job.as_deref())
-            .bind(filter.after.as_deref())
-            .bind(filter.state.as_str())
-            .bind(i64::try_from(filter.limit + 1).unwrap_or(i64::MAX))
-            .bind(filter.only.as_deref())
-            .fetch_all(conn))?;
-        let next = if keys.len() > filter.limit {
-            keys.truncate(filter.limit);
-            keys.last().map(|k| k.row.key.clone())
-        } else {
-            None
-        };
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
         let names: Vec<&str> = keys.iter().map(|k| k.row.key.as_str()).collect();
-        let latest: Vec<Latest> = if names.is_empty() {
-            Vec::new()
-        } else {
-            connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(LATEST_OF)
-                .bind(&names)
-                .fetch_all(conn))?
-        };
-        Ok(KeyPage {
-            keys: assemble(keys, latest),
-            next,
-        })
+        let latest: Vec<Latest> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(LATEST)
+            .bind(&names)
+            .fetch_all(conn))?;
+        Ok(assemble(keys, latest))
     }
 }
 
