@@ -1,11 +1,15 @@
 //! Runs one check and prints its numbers:
-//! `cargo run -p leasehold-model --release --example check -- [ci|deep] [horizon] [faults] [variant]`.
+//! `cargo run -p leasehold-model --release --example check -- [ci|deepN] [horizon] [faults] [variant] [flags…]`
+//! (`deep0`…`deep3` are the bounds of `Config::deep`).
 use leasehold_model::{Config, Variant, check};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut cfg = match args.first().map(String::as_str) {
-        Some("deep") => Config::deep(),
+        Some(d) if d.starts_with("deep") => {
+            let i: usize = d.trim_start_matches("deep").parse().unwrap_or(0);
+            Config::deep().swap_remove(i).1
+        }
         _ => Config::ci(),
     };
     if let Some(h) = args.get(1) {
@@ -42,7 +46,10 @@ fn main() {
             other => panic!("unknown flag {other}"),
         }
     }
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = std::env::var("THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let out = check(cfg.clone(), threads, None);
     println!(
         "{cfg:?}\nstates {} unique {} depth {} in {:.1?} done {}",
@@ -50,5 +57,13 @@ fn main() {
     );
     for (name, path) in &out.discoveries {
         println!("discovery {name}: {} steps", path.clone().into_actions().len());
+        if std::env::var("TRACE").is_ok_and(|t| t == *name) {
+            for (state, action) in path.clone().into_vec() {
+                if let Some(action) = action {
+                    println!("  t={:>2} S={:>3} {:?}", state.now, state.db.clock, action);
+                }
+            }
+            println!("{:#?}", path.last_state());
+        }
     }
 }

@@ -9,7 +9,7 @@
 //! - [`replica`]: a runtime — claims, batched renewal, `ensure`, the local
 //!   deadline from the send instant and the server's `remaining`, stop,
 //!   release, fenced writes.
-//! - [`env`]: real time, clock rates within ρ, the network, and faults.
+//! - [`env`](mod@env): real time, clock rates within ρ, the network, and faults.
 //! - [`properties`]: what is checked, and how liveness is encoded.
 //! - [`variants`]: mistakes put back on purpose, for the counterexample
 //!   tests.
@@ -104,14 +104,47 @@ impl Config {
         }
     }
 
-    /// The release-time bound (`LEASEHOLD_MODEL_DEPTH=deep`): as
-    /// [`Config::ci`] with 2 faults and 24 ticks.
-    pub fn deep() -> Config {
-        Config {
-            horizon: 24,
-            fault_budget: 2,
-            ..Config::ci()
-        }
+    /// The release-time bounds (`LEASEHOLD_MODEL_DEPTH=deep`), each
+    /// [`Config::ci`] pushed further in one direction: more time with clock
+    /// skew changes, two faults, a third replica with its own holder id,
+    /// two keys (batched renewals and claims).
+    pub fn deep() -> Vec<(&'static str, Config)> {
+        let ci = Config::ci();
+        vec![
+            (
+                "deep: 9 ticks, rate changes",
+                Config {
+                    horizon: 9,
+                    faults: Faults::ALL,
+                    ..ci.clone()
+                },
+            ),
+            (
+                "deep: 2 faults",
+                Config {
+                    horizon: 7,
+                    fault_budget: 2,
+                    faults: Faults::ALL,
+                    ..ci.clone()
+                },
+            ),
+            (
+                "deep: 3 replicas",
+                Config {
+                    holders: vec![0, 0, 1],
+                    horizon: 7,
+                    ..ci.clone()
+                },
+            ),
+            (
+                "deep: 2 keys",
+                Config {
+                    keys: 2,
+                    horizon: 7,
+                    ..ci
+                },
+            ),
+        ]
     }
 
     /// `2ρ × lease + d` in local units: the margin §5 asks for.

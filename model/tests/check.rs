@@ -136,10 +136,52 @@ fn with_same_holder_reentrance_in_run_claims_two_runs_overlap() {
 fn with_releases_that_delete_the_row_and_restart_fences_fences_repeat_and_a_stale_write_lands() {
     let mut cfg = Config::ci();
     cfg.variant = Variant::DeleteOnRelease;
+    cfg.ensure = false;
     cfg.faults = Faults {
         freeze: true,
         ..Faults::NONE
     };
     assert_fails("release deletes the row", cfg.clone(), FENCES_INCREASE);
     assert_fails("release deletes the row", cfg, STALE_WRITE_REJECTED);
+}
+
+/// Not a mistake: an operator's forced revoke (`leasehold release --force`,
+/// docs/design.md §7) ends a live tenure on purpose. The holder's run goes
+/// on until its next heartbeat reports the loss, and the key — its schedule
+/// untouched — can be claimed at once, so two runs do overlap in real time;
+/// what still holds is the fence: every write of the revoked run after the
+/// revoke is rejected, and fences keep growing.
+#[test]
+fn a_forced_revoke_lets_runs_overlap_but_the_fence_holds() {
+    let mut cfg = Config::ci();
+    cfg.faults = Faults {
+        revoke: true,
+        ..Faults::NONE
+    };
+    let out = check(cfg.clone(), threads(), None);
+    report("forced revoke", &cfg, &out);
+    assert!(out.done);
+    let overlap = out
+        .discoveries
+        .get(NO_OVERLAP)
+        .expect("a revoked run overlaps the next one");
+    print_trace(NO_OVERLAP, overlap);
+    for p in [STALE_WRITE_REJECTED, FENCES_INCREASE] {
+        assert!(!out.discoveries.contains_key(p), "forced revoke: {p} violated");
+    }
+}
+
+/// The release-time check: `LEASEHOLD_MODEL_DEPTH=deep cargo test -p
+/// leasehold-model --release -- --ignored --nocapture` (tens of minutes,
+/// several GB of memory).
+#[test]
+#[ignore = "release-time depth: LEASEHOLD_MODEL_DEPTH=deep"]
+fn the_protocol_satisfies_every_property_at_the_release_bounds() {
+    if std::env::var("LEASEHOLD_MODEL_DEPTH").as_deref() != Ok("deep") {
+        println!("set LEASEHOLD_MODEL_DEPTH=deep to run the release-time bounds");
+        return;
+    }
+    for (name, cfg) in Config::deep() {
+        assert_holds(name, cfg);
+    }
 }
