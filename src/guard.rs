@@ -160,9 +160,10 @@ impl FenceGuard {
         }
         let t = &self.tenure;
         let sent = tokio::time::Instant::now();
-        let mut renewal = t.store.renew_each(&t.holder, &[(&t.key, t.fence, t.ttl)]).await?;
-        match renewal.renewed.pop() {
-            Some(renewed) => t.renewed(&renewed, sent),
+        let renewal = t.store.renew_each(&t.holder, &[(&t.key, t.fence, t.ttl)]).await?;
+        let mine = renewal.renewed.iter().find(|r| r.key == t.key && r.fence == t.fence);
+        match mine {
+            Some(renewed) => t.renewed(renewed, sent),
             // The row is locked elsewhere: still ours, just not renewed now.
             None if !renewal.busy.is_empty() => {}
             None => {

@@ -97,7 +97,12 @@ impl Tenure {
     /// Records a successful renewal sent at `sent`. Never moves the deadline
     /// back, and is ignored once the tenure is lost.
     pub(crate) fn renewed(&self, lease: &Lease, sent: Instant) {
-        if !self.wants_renewal() {
+        // Only this tenure's own row may move its deadline: the renewal
+        // SQL returns only rows matching holder and fence (invariant 6),
+        // and this check keeps that true here even if a caller passed
+        // another row (the model check showed `ensure` would otherwise
+        // trust whatever row came back; model/README.md).
+        if !self.wants_renewal() || lease.key != self.key || lease.fence != self.fence {
             return;
         }
         let mut times = self.times.lock().unwrap_or_else(|p| p.into_inner());
