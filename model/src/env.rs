@@ -131,9 +131,11 @@ pub struct Msg {
     pub replica: u8,
     /// Delayed by a fault: no longer urgent, delivered whenever.
     pub delayed: bool,
-    /// The replica stopped waiting for it (the heartbeat's or a poll's
+    /// The replica stopped waiting for it (the heartbeat's or a claim's
     /// time bound passed): its answer is ignored.
     pub abandoned: bool,
+    /// Ghost: its replica was frozen while it was in flight.
+    pub frozen: bool,
     /// Request or reply.
     pub body: Body,
 }

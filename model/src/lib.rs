@@ -59,6 +59,10 @@ pub struct Config {
     pub stop_ticks: u8,
     /// The scheduler's forced poll interval, in local units.
     pub poll: u16,
+    /// How long the scheduler waits for a claim's answer, in local units
+    /// (`CLAIM_TIMEOUT` in `src/runtime/scheduler.rs`: 10 s whatever the
+    /// lease).
+    pub claim_timeout: u16,
     /// The schedule's period, in server units.
     pub period: u16,
     /// Last tick of real time explored.
@@ -91,6 +95,8 @@ impl Config {
             margin: 20,
             stop_ticks: 1,
             poll: 9,
+            // 10 s of the default 60 s lease.
+            claim_timeout: 8,
             period: 40,
             horizon: 8,
             fault_budget: 1,
@@ -105,35 +111,37 @@ impl Config {
     }
 
     /// The release-time bounds (`LEASEHOLD_MODEL_DEPTH=deep`), each
-    /// [`Config::ci`] pushed further in one direction: more time with clock
-    /// skew changes, two faults, a third replica with its own holder id,
-    /// two keys (batched renewals and claims).
+    /// [`Config::ci`] pushed further in one direction: clock-rate changes
+    /// as faults; two faults (without writes and `ensure`); a third replica
+    /// with its own holder id (idem); two keys, so renewals and claims are
+    /// batched (idem, 7 ticks). Each stays below ~25 M states (~6 GB).
     pub fn deep() -> Vec<(&'static str, Config)> {
         let ci = Config::ci();
+        let lean = Config {
+            writes: false,
+            ensure: false,
+            ..ci.clone()
+        };
         vec![
             (
-                "deep: 9 ticks, rate changes",
+                "deep: clock-rate changes",
                 Config {
-                    horizon: 9,
                     faults: Faults::ALL,
-                    ..ci.clone()
+                    ..ci
                 },
             ),
             (
                 "deep: 2 faults",
                 Config {
-                    horizon: 7,
                     fault_budget: 2,
-                    faults: Faults::ALL,
-                    ..ci.clone()
+                    ..lean.clone()
                 },
             ),
             (
                 "deep: 3 replicas",
                 Config {
                     holders: vec![0, 0, 1],
-                    horizon: 7,
-                    ..ci.clone()
+                    ..lean.clone()
                 },
             ),
             (
@@ -141,7 +149,7 @@ impl Config {
                 Config {
                     keys: 2,
                     horizon: 7,
-                    ..ci
+                    ..lean
                 },
             ),
         ]
@@ -280,14 +288,32 @@ impl LeaseModel {
             || (0..s.replicas.len()).any(|r| {
                 let rep = &s.replicas[r];
                 rep.up()
-                    && (self.poll_due(rep)
+                    && (self.poll_due(s, r as u8)
                         || self.beat_due(rep)
                         || rep.runs.iter().flatten().any(|run| self.past_deadline(rep, run)))
             })
     }
 
-    fn poll_due(&self, rep: &Replica) -> bool {
-        !rep.shutting_down && rep.clock >= rep.next_poll && rep.runs.iter().any(Option::is_none)
+    /// The scheduler's loop polls when its timer fired and it is not
+    /// waiting for a claim (it awaits each claim, bounded by
+    /// `CLAIM_TIMEOUT`, before looking again).
+    fn poll_due(&self, s: &State, r: u8) -> bool {
+        let rep = &s.replicas[r as usize];
+        !rep.shutting_down
+            && rep.clock >= rep.next_poll
+            && rep.runs.iter().any(Option::is_none)
+            && !Self::claim_in_flight(s, r)
+    }
+
+    fn claim_in_flight(s: &State, r: u8) -> bool {
+        s.net.iter().any(|m| {
+            m.replica == r
+                && !m.abandoned
+                && matches!(
+                    m.body,
+                    Body::Request(Request::Claim { .. }) | Body::Reply(Reply::Claim { .. })
+                )
+        })
     }
 
     fn beat_due(&self, rep: &Replica) -> bool {
@@ -318,6 +344,7 @@ impl LeaseModel {
             replica: r,
             delayed: false,
             abandoned: false,
+            frozen: false,
             body: Body::Request(q),
         });
     }
@@ -345,6 +372,7 @@ impl LeaseModel {
             replica: r,
             delayed: true,
             abandoned: false,
+            frozen: false,
             body,
         };
         match fate {
@@ -355,7 +383,7 @@ impl LeaseModel {
                     return;
                 };
                 match fate {
-                    Fate::RoundTrip => self.receive(s, r, reply),
+                    Fate::RoundTrip => self.receive(s, r, reply, false),
                     Fate::DelayReply => s.net.push(msg(Body::Reply(reply))),
                     _ => {}
                 }
@@ -457,11 +485,19 @@ impl LeaseModel {
     }
 
     /// The replica reads a reply.
-    fn receive(&self, s: &mut State, r: u8, reply: Reply) {
+    /// The replica reads a reply; `frozen`: its process was frozen while
+    /// the statement was in flight.
+    fn receive(&self, s: &mut State, r: u8, reply: Reply, frozen: bool) {
         match reply {
             // The scheduler starts a run per acquired key
-            // (`src/runtime/scheduler.rs`, `supervise::spawn`), with a
-            // `Tenure` whose `valid_until = sent + remaining`.
+            // (`src/runtime/scheduler.rs` `claim`, then `supervise::spawn`,
+            // which spawns the job's task *before* its select loop looks
+            // at the deadline), with a `Tenure` whose `valid_until = sent +
+            // remaining`. Nothing checks that this deadline is still ahead:
+            // an answer read after it starts the run anyway, and the
+            // supervisor stops it right after (it is `past_deadline` at
+            // once). Only if the process was frozen meanwhile is that §1's
+            // exception (`outlived`).
             Reply::Claim { sent, acquired } => {
                 for c in acquired {
                     let rep = &mut s.replicas[r as usize];
@@ -480,7 +516,7 @@ impl LeaseModel {
                         reason: None,
                         txn: false,
                         wrote: 0,
-                        outlived: false,
+                        outlived: frozen && rep.clock >= (sent + c.remaining).saturating_sub(self.cfg.margin),
                     });
                     let k = c.key as usize;
                     let g = &mut s.ghost;
@@ -563,6 +599,17 @@ impl LeaseModel {
             }
             s.replicas[r].clock += self.step(rate);
             let clock = s.replicas[r].clock;
+            if status == Status::Up {
+                // `bounded(CLAIM_TIMEOUT, "claim", …)` runs out: the claim's
+                // future is dropped (it may still commit: C3).
+                let timeout = self.cfg.claim_timeout;
+                Self::abandon(s, r as u8, |b| match b {
+                    Body::Request(Request::Claim { sent, .. }) | Body::Reply(Reply::Claim { sent, .. }) => {
+                        clock >= sent + timeout
+                    }
+                    _ => false,
+                });
+            }
             for k in 0..self.cfg.keys {
                 let Some(run) = s.replicas[r].runs[k].as_mut() else {
                     continue;
@@ -625,7 +672,12 @@ impl LeaseModel {
                 s.replicas[r as usize].partitioned = false;
                 return false;
             }
-            Fault::Freeze(r) => s.replicas[r as usize].status = Status::Frozen,
+            Fault::Freeze(r) => {
+                s.replicas[r as usize].status = Status::Frozen;
+                for m in s.net.iter_mut().filter(|m| m.replica == r) {
+                    m.frozen = true;
+                }
+            }
             Fault::Resume(r) => {
                 s.replicas[r as usize].status = Status::Up;
                 return false;
@@ -795,7 +847,7 @@ impl Model for LeaseModel {
             let fates = Fate::ALL
                 .into_iter()
                 .filter(|f| f.allowed(self.cfg.faults, s.faults_left));
-            if self.poll_due(rep) {
+            if self.poll_due(s, r) {
                 out.extend(fates.clone().map(|f| Action::Poll(r, f)));
             }
             if self.beat_due(rep) {
@@ -843,12 +895,6 @@ impl Model for LeaseModel {
                 let keys = rep.idle_keys();
                 let sent = rep.clock;
                 rep.next_poll = rep.clock + self.cfg.poll;
-                Self::abandon(&mut s, r, |b| {
-                    matches!(
-                        b,
-                        Body::Request(Request::Claim { .. }) | Body::Reply(Reply::Claim { .. })
-                    )
-                });
                 self.statement(&mut s, r, Request::Claim { sent, keys }, fate);
             }
             Action::Beat(r, fate) => {
@@ -896,13 +942,14 @@ impl Model for LeaseModel {
                             if m.abandoned || rep.status == Status::Crashed || rep.partitioned {
                                 // nobody reads the answer
                             } else if rep.status == Status::Up {
-                                self.receive(&mut s, r, reply);
+                                self.receive(&mut s, r, reply, m.frozen);
                             } else {
                                 // frozen: read once it resumes
                                 s.net.push(Msg {
                                     replica: r,
                                     delayed: false,
                                     abandoned: false,
+                                    frozen: true,
                                     body: Body::Reply(reply),
                                 });
                             }
@@ -910,7 +957,7 @@ impl Model for LeaseModel {
                     }
                     Body::Reply(reply) => {
                         if !m.abandoned && s.replicas[r as usize].status == Status::Up {
-                            self.receive(&mut s, r, reply);
+                            self.receive(&mut s, r, reply, m.frozen);
                         }
                     }
                 }

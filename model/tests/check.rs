@@ -66,7 +66,11 @@ fn assert_holds(name: &str, cfg: Config) -> Outcome {
             panic!("{name}: property {p} violated");
         }
     }
-    for example in ["a_key_changes_hands", "a_run_stops_at_its_deadline", "a_slot_completes"] {
+    let mut examples = vec!["a_key_changes_hands", "a_run_stops_at_its_deadline", "a_slot_completes"];
+    if cfg.writes {
+        examples.push("a_stale_write_is_refused");
+    }
+    for example in examples {
         assert!(
             out.discoveries.contains_key(example),
             "{name}: no example of {example}: the check is vacuous"
@@ -184,4 +188,32 @@ fn the_protocol_satisfies_every_property_at_the_release_bounds() {
     for (name, cfg) in Config::deep() {
         assert_holds(name, cfg);
     }
+}
+
+/// A finding in the real protocol: the scheduler starts a run from a claim's
+/// answer without checking that the tenure's local deadline (`sent +
+/// remaining − margin`) is still ahead. `CLAIM_TIMEOUT` is 10 s whatever
+/// the lease, so with a lease below ~11 s a slow answer can arrive after
+/// that deadline: `supervise::spawn` spawns the job's task, and only then
+/// does the supervisor find the deadline passed and abort it — while the
+/// lease may already have expired on the server and another replica's run
+/// started. Here the claim timeout is two leases (a 5 s lease); one delayed
+/// answer suffices.
+#[test]
+fn finding_a_claim_answered_after_its_deadline_still_starts_a_run() {
+    let mut cfg = Config::ci();
+    cfg.claim_timeout = 2 * cfg.lease;
+    cfg.writes = false;
+    cfg.ensure = false;
+    cfg.faults = Faults {
+        delay: true,
+        ..Faults::NONE
+    };
+    let path = assert_fails("claim answered after its deadline", cfg, NO_OVERLAP);
+    assert!(
+        path.into_actions()
+            .iter()
+            .any(|a| matches!(a, Action::Poll(_, leasehold_model::env::Fate::DelayReply))),
+        "the overlap comes from a delayed claim answer"
+    );
 }
