@@ -25,6 +25,7 @@ fn main() {
                 Variant::MarginBelowDrift
             }
             "renew" => Variant::RenewWithoutHolderFence,
+            "renewunchecked" => Variant::RenewUncheckedAnswer,
             "reentrant" => Variant::ReentrantRunClaim,
             "delete" => Variant::DeleteOnRelease,
             _ => Variant::Correct,

@@ -214,7 +214,8 @@ impl Db {
     ///
     /// - `mine`: `l.holder = $1 AND l.fence = t.fence AND l.expires_at >
     ///   clock_timestamp()` (invariant 6); with
-    ///   [`Variant::RenewWithoutHolderFence`] only the expiry clause.
+    ///   [`Variant::RenewWithoutHolderFence`] (and
+    ///   [`Variant::RenewUncheckedAnswer`]) only the expiry clause.
     /// - `renewed`: `expires_at = clock_timestamp() + lease`, expiry checked
     ///   again; returns `r.*` — the row's own fence — and `remaining`.
     ///
@@ -227,7 +228,7 @@ impl Db {
                 continue;
             };
             let mine = match variant {
-                Variant::RenewWithoutHolderFence => row.expires > now,
+                Variant::RenewWithoutHolderFence | Variant::RenewUncheckedAnswer => row.expires > now,
                 _ => row.holder == holder && row.fence == fence && row.expires > now,
             };
             if mine {

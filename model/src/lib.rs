@@ -571,7 +571,16 @@ impl LeaseModel {
                 if asked.first().map(|a| a.1) != Some(run.fence) {
                     return;
                 }
-                match renewed.pop() {
+                // `FenceGuard::ensure` takes the row of its own tenure,
+                // `(key, fence)` (before commit 1aa8598 it took
+                // `renewed.pop()`, whatever row came back: kept as
+                // `Variant::RenewUncheckedAnswer`).
+                let fence = run.fence;
+                let mine = match self.cfg.variant {
+                    Variant::RenewUncheckedAnswer => renewed.pop(),
+                    _ => renewed.into_iter().find(|x| x.key == k && x.fence == fence),
+                };
+                match mine {
                     Some(x) => {
                         run.renewed(sent, x.remaining);
                         let clock = s.replicas[r as usize].clock;
@@ -635,6 +644,13 @@ impl LeaseModel {
     /// A fault strikes: liveness waits restart, slots are marked.
     fn struck(s: &mut State) {
         s.faults_left -= 1;
+        Self::strikes(s);
+    }
+
+    /// A fault's effect lands now (a fault itself, a delayed statement or
+    /// answer arriving, a frozen replica resuming, a partition healing):
+    /// liveness waits restart, the slot in progress is marked.
+    fn strikes(s: &mut State) {
         for w in s.ghost.waiting.iter_mut() {
             *w = None;
         }
@@ -670,6 +686,7 @@ impl LeaseModel {
             }
             Fault::Heal(r) => {
                 s.replicas[r as usize].partitioned = false;
+                Self::strikes(s);
                 return false;
             }
             Fault::Freeze(r) => {
@@ -680,6 +697,7 @@ impl LeaseModel {
             }
             Fault::Resume(r) => {
                 s.replicas[r as usize].status = Status::Up;
+                Self::strikes(s);
                 return false;
             }
             Fault::Crash(r) => {
@@ -935,6 +953,9 @@ impl Model for LeaseModel {
             Action::Deliver(i) => {
                 let m = s.net.remove(i as usize);
                 let r = m.replica;
+                if m.delayed || m.frozen {
+                    Self::strikes(&mut s);
+                }
                 match m.body {
                     Body::Request(q) => {
                         if let Some(reply) = self.execute(&mut s, r, q) {

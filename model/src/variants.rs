@@ -21,8 +21,16 @@ pub enum Variant {
     /// `RENEW_MANY`'s `mine` without `l.holder = $1 AND l.fence = t.fence`
     /// (clause-removal entries "renew: holder clause removed" and "renew:
     /// fence clause removed" together): a renewal extends whatever live
-    /// tenure the key has.
+    /// tenure the key has. The runtime's second line of defence still
+    /// holds: the heartbeat and `FenceGuard::ensure` read only the row of
+    /// their own `(key, fence)`, and `Tenure::renewed` ignores any other.
     RenewWithoutHolderFence,
+    /// [`Variant::RenewWithoutHolderFence`], and the answer trusted as
+    /// `FenceGuard::ensure` did before commit 1aa8598 (`renewed.pop()`,
+    /// whatever row came back, into a `Tenure::renewed` that did not
+    /// compare fences): the holder and fence check removed from renewal
+    /// altogether.
+    RenewUncheckedAnswer,
     /// `CLAIM_DUE`'s `pick` (and `claim_run`'s `DO UPDATE … WHERE`) with the
     /// same-holder re-entrance `(l.holder = $1 OR l.expires_at <= now)`
     /// (clause-removal entries "claim_run/claim_due: same-holder re-entrance
