@@ -6,7 +6,7 @@
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
-//! | `leasehold_lease_claims_total` | counter | job_name, outcome | keys proposed in the scheduler's batch claims (one statement proposes many), by answer: `acquired`, `held_elsewhere` (held, or locked by another claimer), `not_due`, `paused` (the key or its job is paused), `error` |
+//! | `leasehold_lease_claims_total` | counter | job_name, outcome | keys proposed in the scheduler's batch claims (one statement proposes many), by answer: `acquired`, `held_elsewhere` (held, or locked by another claimer), `not_due`, `paused` (the key or its job is paused), `too_late` (acquired, but the answer came after the tenure's local deadline: handed back unrun), `error` |
 //! | `leasehold_lease_lost_total` | counter | job_name, reason | runs stopped because their lease was lost: `stolen`, `expired`, `deadline` |
 //! | `leasehold_heartbeats_total` | counter | outcome | heartbeat statements (one per tick for all leases): `renewed`, `lost`, `busy` (a lease row locked elsewhere, not renewed), `error` |
 //! | `leasehold_heartbeat_duration_seconds` | histogram | | duration of one heartbeat statement |
@@ -60,7 +60,7 @@ use crate::cancel::CancelReason;
 
 /// Metric names, exported so dashboards and tests name them once.
 pub mod names {
-    /// Counter: claims by `job_name` and `outcome` (acquired, held_elsewhere, not_due, error).
+    /// Counter: claims by `job_name` and `outcome` (acquired, held_elsewhere, not_due, paused, too_late, error).
     pub const CLAIMS: &str = "leasehold_lease_claims_total";
     /// Counter: lost leases by `job_name` and `reason` (stolen, expired, deadline).
     pub const LOST: &str = "leasehold_lease_lost_total";
@@ -141,7 +141,7 @@ pub fn describe() {
         names::CLAIMS,
         Unit::Count,
         "Keys proposed in the scheduler's batch claims, by job and answer (acquired, held_elsewhere, not_due, \
-         error); one claim statement proposes many keys."
+         paused, too_late, error); one claim statement proposes many keys."
     );
     describe_counter!(
         names::LOST,
@@ -222,7 +222,7 @@ pub(crate) fn prime(job: &str) {
     for state in ["in_transaction", "in_failed_transaction"] {
         counter!(names::POISONED_CONNECTIONS, "state" => state).increment(0);
     }
-    for outcome in ["acquired", "held_elsewhere", "not_due", "paused", "error"] {
+    for outcome in ["acquired", "held_elsewhere", "not_due", "paused", "too_late", "error"] {
         counter!(names::CLAIMS, "job_name" => job.to_owned(), "outcome" => outcome).increment(0);
     }
     for reason in [CancelReason::Stolen, CancelReason::Expired, CancelReason::Deadline] {

@@ -220,10 +220,23 @@ impl Scheduler {
             shared
                 .clock
                 .observed(lease.expires_at - chrono::TimeDelta::from_std(lease.remaining).unwrap_or_default());
-            metrics::claim(&job.name, "acquired");
-            // Claimed while shutting down, or removed while the claim was in
-            // flight: hand it straight back instead of running it.
-            if shared.stopping.is_cancelled() || !shared.registry().start(&job) {
+            // An answer that came after the tenure's local deadline (sent +
+            // remaining − margin, §5): the lease may already have expired
+            // on the server and another replica's run started, so this run
+            // must not start at all, not even until the supervisor stops it.
+            // A claim is bounded by CLAIM_TIMEOUT, not by the lease, so a
+            // slow answer can arrive that late (found by the model check).
+            let too_late = (sent + lease.remaining)
+                .checked_sub(job.settings.get_margin())
+                .is_none_or(|deadline| deadline <= Instant::now());
+            if too_late {
+                tracing::warn!(key = %job.key, fence = lease.fence, "claim answered after its local deadline; not running it");
+            }
+            metrics::claim(&job.name, if too_late { "too_late" } else { "acquired" });
+            // Claimed too late, claimed while shutting down, or removed
+            // while the claim was in flight: hand it straight back instead
+            // of running it.
+            if too_late || shared.stopping.is_cancelled() || !shared.registry().start(&job) {
                 let store = shared.store.clone();
                 let fence = lease.fence;
                 let holder = lease.holder.clone();

@@ -8,6 +8,15 @@ use leasehold::LeaseStore;
 pub use leasehold_testkit::{PgCluster, TestDb};
 use sqlx::PgPool;
 
+/// A pool of `max` connections to `db` through `proxy`.
+pub async fn proxied_pool(db: &TestDb, proxy: &leasehold_testkit::proxy::Proxy, max: u32) -> PgPool {
+    let options = db.options.clone().host("127.0.0.1").port(proxy.port);
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy_with(options)
+}
+
 /// A fresh database with leasehold's schema.
 pub async fn db() -> TestDb {
     let db = leasehold_testkit::test_db().await;

@@ -10,18 +10,8 @@ use std::time::Duration;
 use leasehold::{KeyFilter, LeaseStore, Operator, PauseTarget, Revoke, Runtime, Schedule};
 use leasehold_testkit::proxy::{Mode, Proxy};
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 
-use crate::support::{self, TestDb, job, quick};
-
-/// A pool of `max` connections to `db` through `proxy`.
-async fn proxied_pool(db: &TestDb, proxy: &Proxy, max: u32) -> PgPool {
-    let options = db.options.clone().host("127.0.0.1").port(proxy.port);
-    PgPoolOptions::new()
-        .max_connections(max)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect_lazy_with(options)
-}
+use crate::support::{self, TestDb, job, proxied_pool, quick};
 
 /// How far apart the sweep's cut points are; below the proxy's delay per
 /// chunk, so every await gets cut.

@@ -6,6 +6,7 @@
 mod cancel_safety;
 mod dropped_handle;
 mod duplicate_holder;
+mod late_claim;
 mod poisoned_pool;
 mod pool_exhaustion;
 mod wedged_heartbeat;
