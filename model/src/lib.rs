@@ -82,8 +82,9 @@ pub struct Config {
 impl Config {
     /// The CI bound: 2 replicas sharing one holder id, 1 key, ρ magnified
     /// to 10 %, lease 5 ticks, heartbeat 2, margin 2 (= 2ρ·lease + d with
-    /// d = 1 tick), a poll every tick on any clock, period 4, 10 ticks of
-    /// real time, 1 fault of any kind.
+    /// d = 1 tick), a poll every tick on any clock, period 4, 8 ticks of
+    /// real time, 1 fault of any kind but a clock-rate change, a claim timeout of
+    /// a sixth of the lease (10 s of the default 60 s).
     pub fn ci() -> Config {
         Config {
             holders: vec![0, 0],
@@ -557,8 +558,8 @@ impl LeaseModel {
                     }
                 }
             }
-            // `FenceGuard::ensure`: `renewal.renewed.pop()` → `renewed`,
-            // whatever row came back; none → `lose`.
+            // `FenceGuard::ensure`: the row of its own `(key, fence)` →
+            // `Tenure::renewed`; none (and not busy) → `lose`.
             Reply::Renew {
                 sent,
                 via: Via::Ensure(k),
