@@ -2,7 +2,9 @@
 //! bound, and each mistake put back on purpose is found.
 //!
 //! `cargo test -p leasehold-model --release -- --nocapture` prints the state
-//! counts and times. The deeper, release-time check:
+//! counts and times. In a debug build (`cargo test --workspace`, the
+//! README's test command) the checks are ignored: they run about 3× slower
+//! unoptimised, and CI runs them in release (`.ci/run`). The deeper, release-time check:
 //! `LEASEHOLD_MODEL_DEPTH=deep cargo test -p leasehold-model --release -- --ignored --nocapture`.
 
 use leasehold_model::env::Faults;
@@ -93,6 +95,10 @@ fn assert_fails(name: &str, cfg: Config, property: &'static str) -> Path<State, 
 }
 
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
 fn the_protocol_satisfies_every_property_at_the_ci_bound() {
     let cfg = Config::ci();
     assert_eq!(
@@ -105,6 +111,10 @@ fn the_protocol_satisfies_every_property_at_the_ci_bound() {
 }
 
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
 fn with_the_margin_below_the_clock_rate_bound_two_runs_overlap() {
     let mut cfg = Config::ci();
     cfg.variant = Variant::MarginBelowDrift;
@@ -134,6 +144,10 @@ fn renew_config(variant: Variant) -> Config {
 /// it before commit 1aa8598): a resumed run's `ensure` extends the new
 /// tenure and takes its row as its own.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
 fn with_the_holder_and_fence_clause_removed_from_renew_two_runs_overlap() {
     assert_fails(
         "renew without holder and fence, answer unchecked",
@@ -147,6 +161,10 @@ fn with_the_holder_and_fence_clause_removed_from_renew_two_runs_overlap() {
 /// the checker finds no overlap in the whole bound. Two lines of defence,
 /// each shown to matter only together with the other gone.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
 fn with_only_the_sql_clause_removed_the_runtimes_fence_match_still_holds() {
     let cfg = renew_config(Variant::RenewWithoutHolderFence);
     let out = check(cfg.clone(), threads(), None);
@@ -159,6 +177,10 @@ fn with_only_the_sql_clause_removed_the_runtimes_fence_match_still_holds() {
 }
 
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
 fn with_same_holder_reentrance_in_run_claims_two_runs_overlap() {
     let mut cfg = Config::ci();
     cfg.variant = Variant::ReentrantRunClaim;
@@ -167,6 +189,10 @@ fn with_same_holder_reentrance_in_run_claims_two_runs_overlap() {
 }
 
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
 fn with_releases_that_delete_the_row_and_restart_fences_fences_repeat_and_a_stale_write_lands() {
     let mut cfg = Config::ci();
     cfg.variant = Variant::DeleteOnRelease;
@@ -186,6 +212,10 @@ fn with_releases_that_delete_the_row_and_restart_fences_fences_repeat_and_a_stal
 /// what still holds is the fence: every write of the revoked run after the
 /// revoke is rejected, and fences keep growing.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
 fn a_forced_revoke_lets_runs_overlap_but_the_fence_holds() {
     let mut cfg = Config::ci();
     cfg.faults = Faults {
@@ -230,6 +260,10 @@ fn the_protocol_satisfies_every_property_at_the_release_bounds() {
 /// started. Here the claim timeout is two leases (a 5 s lease); one delayed
 /// answer suffices.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
 fn finding_a_claim_answered_after_its_deadline_still_starts_a_run() {
     let mut cfg = Config::ci();
     cfg.claim_timeout = 2 * cfg.lease;
