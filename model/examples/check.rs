@@ -28,6 +28,7 @@ fn main() {
             "renewunchecked" => Variant::RenewUncheckedAnswer,
             "reentrant" => Variant::ReentrantRunClaim,
             "delete" => Variant::DeleteOnRelease,
+            "lateclaim" => Variant::LateClaimStarts,
             _ => Variant::Correct,
         };
     }

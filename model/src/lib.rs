@@ -485,25 +485,42 @@ impl LeaseModel {
         }
     }
 
-    /// The replica reads a reply.
     /// The replica reads a reply; `frozen`: its process was frozen while
     /// the statement was in flight.
     fn receive(&self, s: &mut State, r: u8, reply: Reply, frozen: bool) {
         match reply {
             // The scheduler starts a run per acquired key
-            // (`src/runtime/scheduler.rs` `claim`, then `supervise::spawn`,
-            // which spawns the job's task *before* its select loop looks
-            // at the deadline), with a `Tenure` whose `valid_until = sent +
-            // remaining`. Nothing checks that this deadline is still ahead:
-            // an answer read after it starts the run anyway, and the
-            // supervisor stops it right after (it is `past_deadline` at
-            // once). Only if the process was frozen meanwhile is that §1's
-            // exception (`outlived`).
+            // (`src/runtime/scheduler.rs` `claim`, then `supervise::spawn`),
+            // with a `Tenure` whose `valid_until = sent + remaining` — unless
+            // the answer came at or after that tenure's deadline (then it is
+            // handed back unrun, since 4c58746), or it is shutting down.
+            // With `Variant::LateClaimStarts` (the code before 4c58746) a
+            // late answer starts the run, which the supervisor stops right
+            // after (`past_deadline` at once); a run started so by a
+            // process frozen meanwhile is §1's exception (`outlived`).
             Reply::Claim { sent, acquired } => {
                 for c in acquired {
                     let rep = &mut s.replicas[r as usize];
-                    if rep.shutting_down || rep.runs[c.key as usize].is_some() {
+                    if rep.runs[c.key as usize].is_some() {
                         continue; // the lease is left to expire
+                    }
+                    // Since commit 4c58746: an answer read at or after the
+                    // tenure's local deadline is handed back unrun (outcome
+                    // `too_late`), as one claimed during shutdown is
+                    // (`store.release`, the slot still owed).
+                    let too_late = rep.clock >= (sent + c.remaining).saturating_sub(self.cfg.margin)
+                        && self.cfg.variant != Variant::LateClaimStarts;
+                    if too_late || rep.shutting_down {
+                        Self::send(
+                            s,
+                            r,
+                            Request::Release {
+                                key: c.key,
+                                fence: c.fence,
+                                next: None,
+                            },
+                        );
+                        continue;
                     }
                     if rep.renewable().is_empty() {
                         rep.next_beat = rep.clock + self.cfg.heartbeat;

@@ -36,6 +36,12 @@ pub enum Variant {
     /// (clause-removal entries "claim_run/claim_due: same-holder re-entrance
     /// added"): a second process with the same holder id takes a live lease.
     ReentrantRunClaim,
+    /// The scheduler starts a run from a claim's answer without checking
+    /// that the tenure's local deadline is still ahead, as before commit
+    /// 4c58746 (the gap this model found): `supervise::spawn` spawns the
+    /// job's task, and only then does the supervisor see the deadline
+    /// passed. `CLAIM_TIMEOUT` (10 s) is not bounded by the lease.
+    LateClaimStarts,
     /// The article's trap: a release `DELETE`s the row, and a claim takes
     /// its fence from the row (`fence + 1`, or 1 with no row) instead of
     /// `nextval('leasehold_fence_seq')` (clause-removal entry

@@ -250,34 +250,62 @@ fn the_protocol_satisfies_every_property_at_the_release_bounds() {
     }
 }
 
-/// A finding in the real protocol: the scheduler starts a run from a claim's
-/// answer without checking that the tenure's local deadline (`sent +
-/// remaining − margin`) is still ahead. `CLAIM_TIMEOUT` is 10 s whatever
-/// the lease, so with a lease below ~11 s a slow answer can arrive after
-/// that deadline: `supervise::spawn` spawns the job's task, and only then
-/// does the supervisor find the deadline passed and abort it — while the
-/// lease may already have expired on the server and another replica's run
-/// started. Here the claim timeout is two leases (a 5 s lease); one delayed
-/// answer suffices.
-#[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
-)]
-fn finding_a_claim_answered_after_its_deadline_still_starts_a_run() {
+fn late_claim_config(variant: Variant) -> Config {
     let mut cfg = Config::ci();
+    // `CLAIM_TIMEOUT` is 10 s whatever the lease: two leases of 5 s.
     cfg.claim_timeout = 2 * cfg.lease;
+    cfg.variant = variant;
     cfg.writes = false;
     cfg.ensure = false;
     cfg.faults = Faults {
         delay: true,
         ..Faults::NONE
     };
-    let path = assert_fails("claim answered after its deadline", cfg, NO_OVERLAP);
+    cfg
+}
+
+/// The gap this model found in the real protocol, as the code was before
+/// commit 4c58746: the scheduler started a run from a claim's answer
+/// without checking that the tenure's local deadline (`sent + remaining −
+/// margin`) was still ahead. `CLAIM_TIMEOUT` is 10 s whatever the lease, so
+/// with a lease below ~11 s one slow answer (one delay) suffices: the job's
+/// task starts after the lease may have been taken over.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn with_late_claim_answers_started_two_runs_overlap() {
+    let path = assert_fails(
+        "a claim answered after its deadline starts its run",
+        late_claim_config(Variant::LateClaimStarts),
+        NO_OVERLAP,
+    );
     assert!(
         path.into_actions()
             .iter()
             .any(|a| matches!(a, Action::Poll(_, leasehold_model::env::Fate::DelayReply))),
         "the overlap comes from a delayed claim answer"
     );
+}
+
+/// The fix (commit 4c58746): a claim answered at or after its local
+/// deadline is handed back unrun. With the same long claim timeout the
+/// whole bound is clean.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn a_claim_answered_after_its_deadline_is_handed_back_unrun() {
+    let cfg = late_claim_config(Variant::Correct);
+    let out = check(cfg.clone(), threads(), None);
+    report("late claim answers handed back", &cfg, &out);
+    assert!(out.done);
+    for p in SAFETY {
+        if let Some(path) = out.discoveries.get(p) {
+            print_trace(p, path);
+            panic!("late claim answers handed back: {p} violated");
+        }
+    }
 }
