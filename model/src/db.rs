@@ -12,7 +12,7 @@
 //! Each method names the SQL it stands for (`src/lease/…`, constant and
 //! clause) and the Rust function that sends it.
 
-use crate::env::Rate;
+use crate::clock::Rate;
 use crate::variants::Variant;
 
 /// No holder: the placeholder of a row registered but never claimed.

@@ -9,7 +9,8 @@
 //! - [`replica`]: a runtime — claims, batched renewal, `ensure`, the local
 //!   deadline from the send instant and the server's `remaining`, stop,
 //!   release, fenced writes.
-//! - [`env`](mod@env): real time, clock rates within ρ, the network, and faults.
+//! - [`env`](mod@env): real time, clock rates within ρ, the network, and faults;
+//!   [`clock`]: the rate of a clock, shared with the database.
 //! - [`properties`]: what is checked, and how liveness is encoded.
 //! - [`variants`]: mistakes put back on purpose, for the counterexample
 //!   tests.
@@ -19,6 +20,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod clock;
 pub mod db;
 pub mod env;
 pub mod properties;
