@@ -4,7 +4,7 @@
 //! What it guarantees:
 //!
 //! - **It reads and acts through the library only.** Pages read with
-//!   [`LeaseStore`](crate::LeaseStore) (`list_page`, `history`, `actions`,
+//!   [`LeaseStore`] (`list_page`, `history`, `actions`,
 //!   `fleet`, `pauses`); actions go through [`Operator`](crate::Operator),
 //!   so each is recorded in the key's history with who took it.
 //! - **Read-only unless you say who may act**: pass
