@@ -232,7 +232,7 @@ pub(super) async fn login(
     let mut response = Redirect::to(&base.0).into_response();
     let cookie = format!(
         "{COOKIE}={id}; Path={}; HttpOnly; SameSite=Strict; Max-Age={}",
-        base.0,
+        cookie_path(&base),
         SESSION.as_secs()
     );
     if let Ok(value) = HeaderValue::from_str(&cookie) {
@@ -253,10 +253,21 @@ pub(super) async fn logout(State(console): State<Shared>, base: Base, parts: Par
             .remove(id);
     }
     let mut response = Redirect::to(&base.0).into_response();
-    if let Ok(value) = HeaderValue::from_str(&format!("{COOKIE}=; Path={}; Max-Age=0", base.0)) {
+    if let Ok(value) = HeaderValue::from_str(&format!("{COOKIE}=; Path={}; Max-Age=0", cookie_path(&base))) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
     response
+}
+
+/// The session cookie's path: the mount point without its trailing slash,
+/// so the browser sends it to `/ops/leasehold` as well as to the pages
+/// under `/ops/leasehold/` (a path ending in `/` would not match the
+/// former), and to nothing else of the service.
+fn cookie_path(base: &Base) -> &str {
+    match base.0.trim_end_matches('/') {
+        "" => "/",
+        path => path,
+    }
 }
 
 /// The value of cookie `name` in the request.

@@ -167,7 +167,27 @@ async fn a_token_login_lets_its_user_act_under_their_name() {
         cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
         "{cookie}"
     );
+    assert!(cookie.contains("; Path=/;"), "at the root: the whole console: {cookie}");
     let session = cookie.split(';').next().expect("name=value").to_owned();
+
+    // Mounted under a prefix, the cookie covers the prefix itself (no
+    // trailing slash, which `/ops/leasehold` would not match) and below.
+    let nested = Router::new().nest_service(
+        "/ops/leasehold",
+        console(&db.pool, ConsoleOptions::new().token("s3cret-token")),
+    );
+    let csrf = get(&nested, "/ops/leasehold/login", &[]).await.csrf();
+    let form = [("name", "bob"), ("token", "s3cret-token"), ("csrf", csrf.as_str())];
+    let there = post(&nested, "/ops/leasehold/login", &form, &[]).await;
+    let cookie = there.headers["set-cookie"].to_str().expect("cookie").to_owned();
+    assert!(cookie.contains("; Path=/ops/leasehold;"), "{cookie}");
+    let bare = get(
+        &nested,
+        "/ops/leasehold",
+        &[("cookie", cookie.split(';').next().unwrap_or_default())],
+    )
+    .await;
+    assert!(bare.body.contains("acting as"), "logged in at the bare prefix too");
 
     let anonymous = get(&app, "/key?key=ledger", &[]).await;
     assert!(
