@@ -300,6 +300,10 @@ def main():
             if r.returncode != 0:
                 failed = re.findall(r"^    (\w+::\S+)$", r.stdout, re.M)
                 print(f"!! unmutated, these scenarios already fail: {', '.join(failed) or r.stderr[-2000:]}")
+                # What each one said, so a failure here can be diagnosed
+                # from the CI log alone.
+                for panic in re.findall(r"^thread '.*' .*panicked at .*\n(?:.*\n){0,6}", r.stdout + r.stderr, re.M):
+                    print(panic.rstrip())
                 return 1
             print(f"baseline: the {len(baseline)} scenario filters pass unmutated", flush=True)
             for path, muts in FILES:
