@@ -91,14 +91,15 @@ impl Access {
     }
 
     /// The checks of a POST: same-origin fetch, an actor, that actor's
-    /// CSRF token. Returns the actor's name, or the refusal to send.
+    /// CSRF token. Returns the viewer (an actor, asked of the hook once
+    /// per request) and the actor's name, or the refusal to send.
     pub(super) fn check_post(
         &self,
         options: &ConsoleOptions,
         parts: &Parts,
         base: &Base,
         csrf: &str,
-    ) -> Result<String, Box<Response>> {
+    ) -> Result<(Viewer, String), Box<Response>> {
         let viewer = self.viewer(options, parts);
         if let Some(site) = parts.headers.get("sec-fetch-site")
             && !matches!(site.as_bytes(), b"same-origin" | b"none")
@@ -122,7 +123,8 @@ impl Access {
                  try again.",
             )));
         }
-        Ok(name.clone())
+        let name = name.clone();
+        Ok((viewer, name))
     }
 }
 

@@ -146,11 +146,10 @@ pub(super) async fn act(
     parts: Parts,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    let actor = match console.access.check_post(&console.options, &parts, &base, &form.csrf) {
-        Ok(actor) => actor,
+    let (viewer, actor) = match console.access.check_post(&console.options, &parts, &base, &form.csrf) {
+        Ok(checked) => checked,
         Err(refusal) => return *refusal,
     };
-    let viewer = console.access.viewer(&console.options, &parts);
     let Some(action) = Action::parse(&form.action) else {
         return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, "Unknown action.");
     };
