@@ -1,4 +1,4 @@
-//! leasehold's benchmarks (DESIGN §8): every scenario side by side with its
+//! leasehold's benchmarks (docs/design.md §9; the baselines are described in §8): every scenario side by side with its
 //! baseline, interleaved (A B A B …), as Markdown tables.
 //!
 //! ```sh

@@ -1,6 +1,6 @@
 //! Pool pressure (section 3 of the output): K long jobs on a pool of 2
-//! connections, the runtime against the article's pinned connection +
-//! advisory lock, with an unrelated `SELECT 1` probing the pool meanwhile.
+//! connections, the runtime against a pinned connection + session
+//! advisory lock per job (the approach of docs/design.md §8), with an unrelated `SELECT 1` probing the pool meanwhile.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -120,7 +120,8 @@ impl PressureState {
     }
 }
 
-/// The article's key hash: FNV-1a 32 bits, as a non-negative bigint.
+/// The advisory-lock baseline's key hash (docs/design.md §8): FNV-1a 32
+/// bits, as a non-negative bigint.
 fn fnv32(key: &str) -> i64 {
     let mut h: u32 = 0x811c_9dc5;
     for b in key.bytes() {
@@ -165,7 +166,7 @@ pub(crate) async fn pool_pressure(b: &Bench) {
     println!(
         "leasehold: one `Runtime` (default poll interval, lease 3 s so the heartbeat ticks every 1 s while the jobs \
          run) with K `Schedule::Manual` jobs, all triggered at once (`trigger` × K, concurrently). Pinned: the \
-         article's fix, for each job `pool.acquire()`, `SELECT pg_try_advisory_lock($1)` on that connection, hold \
+         usual advisory-lock fix, for each job `pool.acquire()`, `SELECT pg_try_advisory_lock($1)` on that connection, hold \
          it for the job, `SELECT pg_advisory_unlock($1)` on the same connection, return it; a job that gets no \
          connection within {} s gives up its turn (a scheduler that waited instead would need ⌈K/2⌉ × {} s to run \
          them all). Meanwhile an unrelated `SELECT 1` goes through the same pool every 50 ms (timeout {} s). \

@@ -268,10 +268,7 @@ async fn release_of_a_free_lease_needs_no_force_and_still_fences_out_the_last_ho
     let store = LeaseStore::new(db.pool.clone());
     let lease = acquired(store.claim("hourly", "web-1", LONG).await.unwrap());
     // The holder stalls past its lease: expired on the server, row intact.
-    sqlx::query("UPDATE leasehold_lease SET expires_at = acquired_at + interval '1 microsecond' WHERE key = 'hourly'")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    store.expire_for_test("hourly").await.unwrap();
     let expired_at = store.get("hourly").await.unwrap().unwrap().expires_at;
 
     let out = leasehold(Some(&url(&db)), &["release", "hourly"]).await;

@@ -42,7 +42,8 @@ pub enum Variant {
     /// job's task, and only then does the supervisor see the deadline
     /// passed. `CLAIM_TIMEOUT` (10 s) is not bounded by the lease.
     LateClaimStarts,
-    /// The article's trap: a release `DELETE`s the row, and a claim takes
+    /// The trap of a lease table released by `DELETE` (docs/design.md §8):
+    /// a release `DELETE`s the row, and a claim takes
     /// its fence from the row (`fence + 1`, or 1 with no row) instead of
     /// `nextval('leasehold_fence_seq')` (clause-removal entry
     /// "claim/claim_run: fence from `fence + 1` instead of the sequence",

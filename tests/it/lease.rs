@@ -143,10 +143,8 @@ async fn every_run_claim_gets_a_fresh_fence() {
 async fn scheduled_claim_waits_for_the_due_time() {
     let (db, store) = support::store().await;
     acquired(store.claim_run("job", "a", LONG, Due::Scheduled).await.unwrap());
-    sqlx::query("UPDATE leasehold_lease SET next_due_at = clock_timestamp() + interval '1 hour', expires_at = clock_timestamp()")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    let in_an_hour = store.server_now().await.unwrap() + chrono::Duration::hours(1);
+    support::owe_slot(&db.pool, "job", in_an_hour).await;
     match store.claim_run("job", "b", LONG, Due::Scheduled).await.unwrap() {
         Claim::NotDue { current } => {
             assert!(!current.is_held());

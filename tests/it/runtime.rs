@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use leasehold::{CancelReason, Error, FenceGuard, JobSettings, Runtime, Schedule};
+use leasehold::{CancelReason, Error, FenceGuard, JobSettings, LeaseStore, Runtime, Schedule};
 use tokio::time::Instant;
 
 use crate::support::{self, Runs, eventually, job, quick, replica};
@@ -570,12 +570,8 @@ async fn missed_slots_run_once_on_return() {
     .await;
     first.shutdown().await;
     // The fleet was down for ten slots.
-    sqlx::query(
-        "UPDATE leasehold_lease SET next_due_at = clock_timestamp() - interval '10 minutes' WHERE key = 'minutely'",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    let ten_minutes_ago = LeaseStore::new(db.pool.clone()).server_now().await.unwrap() - chrono::Duration::minutes(10);
+    support::owe_slot(&db.pool, "minutely", ten_minutes_ago).await;
     let back = replica(
         &db,
         "new",

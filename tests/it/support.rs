@@ -52,8 +52,9 @@ pub async fn free_and_due_now(pool: &PgPool, key: &str) {
         .expect("free and due");
 }
 
-/// Arranges a fleet that was down: the free row of `key` owes the slot
-/// `slot` (and is due since then).
+/// Makes the lease of `key` free and its next slot `slot`: a past slot is
+/// one a fleet that was down owes (due since then), a future one is not due
+/// yet.
 pub async fn owe_slot(pool: &PgPool, key: &str, slot: chrono::DateTime<chrono::Utc>) {
     let found = LeaseStore::new(pool.clone())
         .owe_slot_for_test(key, Some(slot))
