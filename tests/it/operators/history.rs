@@ -17,9 +17,14 @@ async fn rows_of(pool: &sqlx::PgPool, key: &str) -> i64 {
 
 /// A key that fails and retries back to back for hundreds of runs keeps
 /// exactly its ring's length of history rows: the latest runs, newest
-/// first, each with its error message.
+/// first, each failure with its error message.
+///
+/// The 301st run succeeds, so a manual key stops there: the test shuts the
+/// runtime down with no run in flight (a run cut by the shutdown would be
+/// recorded as cancelled, and which run that is would be a race).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_key_keeps_only_its_ring_of_history() {
+    const FAILURES: usize = 300;
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
     let runs = Runs::default();
@@ -32,8 +37,11 @@ async fn a_busy_key_keeps_only_its_ring_of_history() {
         move |guard| {
             let runs = counter.clone();
             async move {
-                runs.start(&guard);
-                Err(format!("upstream said no to fence {}", guard.fence()).into())
+                if runs.start(&guard) < FAILURES {
+                    Err(format!("upstream said no to fence {}", guard.fence()).into())
+                } else {
+                    Ok(())
+                }
             }
         },
     );
@@ -45,28 +53,52 @@ async fn a_busy_key_keeps_only_its_ring_of_history() {
         .await
         .unwrap();
     rt.trigger("flaky").await.unwrap();
-    runs.wait_started(300, Duration::from_secs(60)).await;
+    runs.wait_started(FAILURES + 1, Duration::from_secs(60)).await;
+    // The successful run is recorded.
+    support::eventually_async(Duration::from_secs(10), || {
+        let store = store.clone();
+        async move {
+            let newest = store.history("flaky", 1).await.unwrap();
+            newest
+                .first()
+                .is_some_and(|r| r.outcome == RunOutcome::Succeeded)
+                .then_some(())
+        }
+    })
+    .await;
     rt.shutdown().await;
+    assert_eq!(
+        runs.all().len(),
+        FAILURES + 1,
+        "a manual key that succeeded runs no more"
+    );
 
     let history = store.history("flaky", 100).await.unwrap();
     assert_eq!(history.len(), 20, "the ring holds 20 rows");
     assert_eq!(rows_of(&db.pool, "flaky").await, 20);
     let newest = history[0].run_no;
-    assert!(newest >= 300, "newest run {newest}");
+    assert!(newest > FAILURES as i64, "newest run {newest}");
     let numbers: Vec<i64> = history.iter().map(|r| r.run_no).collect();
     assert_eq!(
         numbers,
         (newest - 19..=newest).rev().collect::<Vec<_>>(),
         "the latest 20, newest first"
     );
-    let last = &history[0];
-    assert_eq!(last.outcome, RunOutcome::Failed);
+    let fences: Vec<i64> = history.iter().map(|r| r.fence).collect();
+    let started: Vec<i64> = runs.all().iter().rev().take(20).map(|r| r.fence).collect();
+    assert_eq!(fences, started, "the 20 runs that started last");
+    assert_eq!(history[0].outcome, RunOutcome::Succeeded);
+    let last_failure = &history[1];
+    assert_eq!(last_failure.outcome, RunOutcome::Failed);
     assert_eq!(
-        last.error.as_deref(),
-        Some(format!("upstream said no to fence {}", last.fence).as_str())
+        last_failure.error.as_deref(),
+        Some(format!("upstream said no to fence {}", last_failure.fence).as_str())
     );
-    assert_eq!((last.holder.as_str(), last.job_name.as_deref()), ("r1", Some("flaky")));
-    assert!(last.ended_at >= last.started_at);
+    assert_eq!(
+        (last_failure.holder.as_str(), last_failure.job_name.as_deref()),
+        ("r1", Some("flaky"))
+    );
+    assert!(last_failure.ended_at >= last_failure.started_at);
 }
 
 /// 10,000 runs of one key, recorded in the release statement's own SQL
