@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::{Error, FenceGuard, FencedJob, JobError, JobSettings, Runtime, Schedule};
+use leasehold::{Error, FenceGuard, FencedJob, JobError, JobSettings, LeaseStore, Runtime, Schedule};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -282,10 +282,7 @@ async fn main() -> Result<(), Failure> {
     );
 
     // 1. A heartbeat that cannot renew: the lease row is locked elsewhere.
-    let mut tx = db.pool.begin().await?;
-    sqlx::query("SELECT 1 FROM leasehold_lease WHERE key = 'billing' FOR UPDATE")
-        .execute(&mut *tx)
-        .await?;
+    let tx = LeaseStore::new(db.pool.clone()).lock_row_for_test("billing").await?;
     tokio::time::sleep(Duration::from_millis(1600)).await;
     tx.rollback().await?;
     println!(

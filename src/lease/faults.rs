@@ -1,7 +1,8 @@
-//! Faults on the lease table for tests and chaos runs (feature
+//! Faults on the lease table for tests, demos and chaos runs (feature
 //! `test-util`): what an outside event does to a row, not anything the
 //! library itself ever sends. One statement each, so the tests, the chaos
-//! harness and the benchmarks share one "expire now".
+//! harness, the demos and the benchmarks share one "expire now", one "row
+//! locked elsewhere" and one "row deleted by hand".
 
 use chrono::{DateTime, Utc};
 
@@ -50,5 +51,32 @@ impl LeaseStore {
             .bind(slot)
             .bind(due)
             .fetch_optional(conn))
+    }
+
+    /// Fault: another session locks the lease row of `key`
+    /// (`SELECT … FOR UPDATE`) until the returned transaction ends, as a
+    /// long transaction or a hand-run `UPDATE` would; the holder's
+    /// renewals and releases of it are `busy` meanwhile. `Ok` whether or
+    /// not the row exists.
+    #[doc(hidden)]
+    pub async fn lock_row_for_test(&self, key: &str) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+        validate::key(key)?;
+        const LOCK: &str = "SELECT 1 FROM leasehold_lease WHERE key = $1 FOR UPDATE";
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(LOCK).bind(key).execute(&mut *tx).await?;
+        Ok(tx)
+    }
+
+    /// Fault: an operator deletes the lease row of `key` by hand (not
+    /// [`LeaseStore::forget`], which refuses a live lease). `true` if there
+    /// was a row.
+    #[doc(hidden)]
+    pub async fn delete_row_for_test(&self, key: &str) -> Result<bool> {
+        validate::key(key)?;
+        const DELETE: &str = "DELETE FROM leasehold_lease WHERE key = $1";
+        let done = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(DELETE)
+            .bind(key)
+            .execute(conn))?;
+        Ok(done.rows_affected() > 0)
     }
 }

@@ -65,9 +65,8 @@ pub async fn owe_slot(pool: &PgPool, key: &str, slot: chrono::DateTime<chrono::U
 
 /// Fault: an operator deletes the lease row of `key`.
 pub async fn operator_delete(pool: &PgPool, key: &str) {
-    sqlx::query("DELETE FROM leasehold_lease WHERE key = $1")
-        .bind(key)
-        .execute(pool)
+    LeaseStore::new(pool.clone())
+        .delete_row_for_test(key)
         .await
         .expect("delete lease");
 }
@@ -199,13 +198,10 @@ pub async fn poison_one_aborted(pool: &PgPool) {
 /// Fault: an outside transaction holds `SELECT … FOR UPDATE` on the lease
 /// row of `key` until the returned transaction ends.
 pub async fn lock_lease_row(pool: &PgPool, key: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    let mut tx = pool.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM leasehold_lease WHERE key = $1 FOR UPDATE")
-        .bind(key)
-        .execute(&mut *tx)
+    LeaseStore::new(pool.clone())
+        .lock_row_for_test(key)
         .await
-        .expect("lock the lease row");
-    tx
+        .expect("lock the lease row")
 }
 
 /// Backends of this database (other than the caller's) sitting inside a
