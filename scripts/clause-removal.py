@@ -2,7 +2,9 @@
 """Clause removal: for each guard clause of the lease SQL (src/lease/mod.rs,
 the scheduler's batch statements and the run history in src/lease/batch.rs,
 the fence SQL in src/lease/fence.rs, the operator's revoke in
-src/lease/revoke.rs; pause and trigger are in mod.rs and batch.rs's claims;
+src/lease/revoke.rs; pause and trigger are in mod.rs and batch.rs's claims,
+whose pause rule is written once in pause_rule.rs and expanded at each
+call site;
 what operators read and the record of their actions in history.rs, fleet.rs
 and audit.rs),
 remove it (or, for a rule that forbids something, add the forbidden clause)
@@ -84,28 +86,30 @@ mutations = [
 """, ""),
  ("claim: pause clause removed (a paused job's key is taken over)",
   """                        OR l.expires_at <= clock_timestamp())
-                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p
-                                    WHERE (p.scope = 'key' AND p.name = l.key)
-                                       OR (p.scope = 'job' AND p.name = l.job_name))""",
-  """                        OR l.expires_at <= clock_timestamp())""",
+                   AND NOT ",
+            paused!(key = "l.key", jobs = "l.job_name"),""",
+  """                        OR l.expires_at <= clock_timestamp())
+                   AND NOT ",
+            "false",""",
   "operators::pause"),
  ("claim/claim_run: key-pause clause of the insert path removed (a paused key without a row is created)",
-  "                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p WHERE p.scope = 'key' AND p.name = $1)\n",
-  "", "operators::pause"),
+  'paused!(key = "$1", jobs = "NULL")',
+  '"false"', "operators::pause"),
  ("claim_run: pause clause removed (a paused job's key is claimed for a run)",
   """                   AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
-                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p
-                                    WHERE (p.scope = 'key' AND p.name = l.key)
-                                       OR (p.scope = 'job' AND p.name = l.job_name))""",
-  """                   AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())""",
+                   AND NOT ",
+            paused!(key = "l.key", jobs = "l.job_name"),""",
+  """                   AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
+                   AND NOT ",
+            "false",""",
   "operators::pause"),
  ("renew: pause-with-cancel never reported (a cancelling pause lets the run go on)",
-  "                    WHERE p.cancel AND ((p.scope = 'key' AND p.name = r.key)",
-  "                    WHERE false AND p.cancel AND ((p.scope = 'key' AND p.name = r.key)",
+  'paused!(cancelling, key = "r.key", jobs = "r.job_name")',
+  '"false"',
   "operators::pause::a_pause_lets_the_run_finish_unless_it_cancels_it"),
  ("renew: cancel flag ignored (every pause cancels the run in progress)",
-  "                    WHERE p.cancel AND ((p.scope = 'key' AND p.name = r.key)",
-  "                    WHERE ((p.scope = 'key' AND p.name = r.key)",
+  'paused!(cancelling, key = "r.key", jobs = "r.job_name")',
+  'paused!(key = "r.key", jobs = "r.job_name")',
   "operators::pause::a_pause_lets_the_run_finish_unless_it_cancels_it"),
 ]
 
@@ -116,8 +120,8 @@ batch_mutations = [
   "                 WHERE true\n                   AND (l.next_due_at IS NULL",
   "scheduler::batch_claim::a_batch_claim_never_takes_a_live_lease"),
  ("claim_due: due clause removed (a key runs again in its slot)",
-  "                   AND (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())\n                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause",
-  "\n                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause",
+  "                   AND (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())\n                   AND NOT \",",
+  "\n                   AND NOT \",",
   "scheduler::batch_claim runtime::three_replicas_run_a_job_once_per_slot"),
  ("claim_due: SKIP LOCKED removed (a locked row holds up the batch)",
   "                 LIMIT $4\n                   FOR UPDATE OF l SKIP LOCKED",
@@ -155,12 +159,12 @@ batch_mutations = [
   "DELETE FROM leasehold_lease WHERE key = $1 RETURNING key",
   "scheduler::forget"),
  ("claim_due: pause clause removed (a paused key runs)",
-  "                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause AS p\n                                    WHERE (p.scope = 'key' AND p.name = l.key)\n                                       OR (p.scope = 'job' AND (p.name = l.job_name OR p.name = t.job)))\n                 ORDER BY",
-  "\n                 ORDER BY",
+  '                   AND NOT ",\n            paused!(key = "l.key", jobs = "l.job_name, t.job"),',
+  '                   AND NOT ",\n            "false",',
   "operators::pause"),
  ("claim_due: job clause of the pause removed (a paused job's keys run)",
-  "                                       OR (p.scope = 'job' AND (p.name = l.job_name OR p.name = t.job)))\n                 ORDER BY",
-  ")\n                 ORDER BY",
+  '                   AND NOT ",\n            paused!(key = "l.key", jobs = "l.job_name, t.job"),',
+  '                   AND NOT ",\n            paused!(key = "l.key", jobs = "NULL"),',
   "operators::pause::a_paused_job_pauses_all_its_keys_and_nothing_else"),
  ("finish_many: history ring overwrites a newer run with a late older one",
   "                 WHERE r.run_no < EXCLUDED.run_no\n",
@@ -232,8 +236,8 @@ control_mutations = [
   "\n",
   "operators::resume operators::pause"),
  ("resume: the target clause removed (resuming one key wakes every key)",
-  "                 WHERE ((gone.scope = 'key' AND l.key = gone.name) OR (gone.scope = 'job' AND l.job_name = gone.name))\n",
-  "                 WHERE true\n",
+  'pause_covers!(pause = "gone", key = "l.key", jobs = "l.job_name")',
+  '"true"',
   "operators::resume operators::pause"),
 ]
 
@@ -264,10 +268,22 @@ audit_mutations = [
   "operators::audit"),
 ]
 
+# The pause rule itself (src/lease/pause_rule.rs), which every statement
+# above expands: each half of it removed for all of them at once. The
+# mutations above remove it from one statement at a time, at its call site.
+pause_rule_mutations = [
+ ("pause rule: the job half removed (a job pause covers none of its keys)",
+  '".scope = \'job\' AND "', '".scope = \'job\' AND false AND "',
+  "operators::pause::a_paused_job_pauses_all_its_keys_and_nothing_else"),
+ ("pause rule: the key half removed (a key pause covers nothing)",
+  '".scope = \'key\' AND "', '".scope = \'key\' AND false AND "',
+  "operators::pause"),
+]
+
 FILES = [("src/lease/mod.rs", mutations), ("src/lease/control.rs", control_mutations), ("src/lease/batch.rs", batch_mutations),
          ("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations),
          ("src/lease/history.rs", read_mutations), ("src/lease/fleet.rs", fleet_mutations),
-         ("src/lease/audit.rs", audit_mutations)]
+         ("src/lease/audit.rs", audit_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations)]
 
 
 def main():

@@ -10,7 +10,7 @@
 //! look the same: both are free, shown with how long ago they ended.
 
 use chrono::{DateTime, Utc};
-use leasehold::{KeyStatus, LeaseStore, Pause, RunRecord};
+use leasehold::{KeyStatus, LeaseStore, Pause, PauseTarget, RunRecord};
 use serde::Serialize;
 
 use crate::db::Db;
@@ -350,11 +350,12 @@ fn relevant_pauses(pauses: Vec<Pause>, entries: &[Entry], prefix: Option<&str>) 
     };
     pauses
         .into_iter()
-        .filter(|pause| match pause.target.scope() {
-            "job" => entries
-                .iter()
-                .any(|e| e.row.job_name.as_deref() == Some(pause.target.name())),
-            _ => pause.target.name().starts_with(prefix),
+        .filter(|pause| {
+            // A key pause under the prefix counts even before its key has a row.
+            (matches!(pause.target, PauseTarget::Key(_)) && pause.target.name().starts_with(prefix))
+                || entries
+                    .iter()
+                    .any(|e| pause.target.covers(&e.row.key, e.row.job_name.as_deref()))
         })
         .collect()
 }

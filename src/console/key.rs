@@ -12,7 +12,7 @@ use super::Shared;
 use super::actions::Action;
 use super::layout::{self, Base, Tab, enc, span, when};
 use super::viewer::Viewer;
-use crate::lease::{ActionRecord, KeyState, KeyStatus, Pause, PauseTarget, RunRecord};
+use crate::lease::{ActionRecord, KeyState, KeyStatus, Pause, RunRecord};
 
 /// Runs and actions shown on the page.
 const SHOWN: usize = 50;
@@ -65,10 +65,7 @@ pub(super) async fn page(
     let now = status.lease.server_now;
     let covering: Vec<&Pause> = pauses
         .iter()
-        .filter(|p| match &p.target {
-            PauseTarget::Key(k) => k == key,
-            PauseTarget::Job(j) => status.lease.job_name.as_deref() == Some(j.as_str()),
-        })
+        .filter(|p| p.target.covers(key, status.lease.job_name.as_deref()))
         .collect();
     let body = html! {
         h1 #key { (key) }

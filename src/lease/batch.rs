@@ -250,16 +250,17 @@ impl LeaseStore {
         // number (its history slot), the job's name, and the slot it owes.
         // The UNION half reports the unclaimed candidates, paused or not, so
         // the caller learns when to look again in the same round trip.
-        const CLAIM_DUE: &str = "
+        const CLAIM_DUE: &str = concat!(
+            "
             WITH t AS (
                 SELECT * FROM unnest($2::text[], $3::float8[], $5::text[]) AS t(key, ttl, job)
             ), pick AS (
                 SELECT l.key FROM leasehold_lease AS l JOIN t ON t.key = l.key
                  WHERE l.expires_at <= clock_timestamp()
                    AND (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
-                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause AS p
-                                    WHERE (p.scope = 'key' AND p.name = l.key)
-                                       OR (p.scope = 'job' AND (p.name = l.job_name OR p.name = t.job)))
+                   AND NOT ",
+            paused!(key = "l.key", jobs = "l.job_name, t.job"),
+            "
                  ORDER BY l.next_due_at NULLS FIRST, l.key
                  LIMIT $4
                    FOR UPDATE OF l SKIP LOCKED
@@ -279,12 +280,13 @@ impl LeaseStore {
             SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now FROM claimed AS c
             UNION ALL
             SELECT false,
-                   EXISTS (SELECT 1 FROM leasehold_pause AS p
-                            WHERE (p.scope = 'key' AND p.name = l.key)
-                               OR (p.scope = 'job' AND (p.name = l.job_name OR p.name = t.job))),
+                   ",
+            paused!(key = "l.key", jobs = "l.job_name, t.job"),
+            ",
                    l.*, clock_timestamp()
               FROM leasehold_lease AS l JOIN t ON t.key = l.key
-             WHERE l.key NOT IN (SELECT key FROM claimed)";
+             WHERE l.key NOT IN (SELECT key FROM claimed)"
+        );
         let rows: Vec<ClaimRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(CLAIM_DUE)
             .bind(holder)
             .bind(&keys)

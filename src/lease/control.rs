@@ -52,6 +52,23 @@ impl PauseTarget {
         }
     }
 
+    /// Whether this pause covers the key `key` whose job is `job`: it names
+    /// the key, or the job. The claims apply the same rule in SQL
+    /// (invariant 8); this is for showing which pauses hold a key back.
+    ///
+    /// ```
+    /// use leasehold::PauseTarget;
+    /// assert!(PauseTarget::job("billing").covers("billing:acme", Some("billing")));
+    /// assert!(PauseTarget::key("billing:acme").covers("billing:acme", None));
+    /// assert!(!PauseTarget::job("billing").covers("reindex", Some("reindex")));
+    /// ```
+    pub fn covers(&self, key: &str, job: Option<&str>) -> bool {
+        match self {
+            PauseTarget::Key(name) => name == key,
+            PauseTarget::Job(name) => job == Some(name.as_str()),
+        }
+    }
+
     fn check(&self) -> Result<()> {
         match self {
             PauseTarget::Key(key) => validate::key(key),
@@ -169,7 +186,8 @@ impl LeaseStore {
         validate::paused_by(by)?;
         // $1 scope, $2 name, $3 cancel, $4 by. The pause takes effect when
         // this commits: every later claim checks it after its row lock.
-        const PAUSE: &str = "
+        const PAUSE: &str = concat!(
+            "
             WITH p AS (
                 INSERT INTO leasehold_pause AS p (scope, name, cancel, paused_by)
                 VALUES ($1, $2, $3, $4)
@@ -180,7 +198,10 @@ impl LeaseStore {
               FROM p, LATERAL (
                   SELECT count(*) AS keys, count(*) FILTER (WHERE l.expires_at > clock_timestamp()) AS running
                     FROM leasehold_lease AS l
-                   WHERE (p.scope = 'key' AND l.key = p.name) OR (p.scope = 'job' AND l.job_name = p.name)) AS c";
+                   WHERE ",
+            pause_covers!(pause = "p", key = "l.key", jobs = "l.job_name"),
+            ") AS c"
+        );
         let row: PauseRow = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(PAUSE)
             .bind(target.scope())
             .bind(target.name())
@@ -200,7 +221,8 @@ impl LeaseStore {
         // - `woken`: an overdue key's due time moves to now, so pollers'
         //   windows (`due_since`) see it; slot_at keeps the slot it owes, so
         //   catch-up still knows which slots were missed.
-        const RESUME: &str = "
+        const RESUME: &str = concat!(
+            "
             WITH gone AS (
                 DELETE FROM leasehold_pause WHERE scope = $1 AND name = $2 RETURNING scope, name
             ), woken AS (
@@ -208,12 +230,15 @@ impl LeaseStore {
                    SET slot_at = COALESCE(l.slot_at, l.next_due_at),
                        next_due_at = clock_timestamp()
                   FROM gone
-                 WHERE ((gone.scope = 'key' AND l.key = gone.name) OR (gone.scope = 'job' AND l.job_name = gone.name))
+                 WHERE ",
+            pause_covers!(pause = "gone", key = "l.key", jobs = "l.job_name"),
+            "
                    AND COALESCE(l.next_due_at, '-infinity') <= clock_timestamp()
                 RETURNING l.key
             )
             SELECT (SELECT count(*) FROM gone) AS resumed,
-                   (SELECT count(*) FROM (SELECT pg_notify($3, w.key) FROM woken AS w) AS n) AS woken";
+                   (SELECT count(*) FROM (SELECT pg_notify($3, w.key) FROM woken AS w) AS n) AS woken"
+        );
         let (resumed, woken): (i64, i64) = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(RESUME)
             .bind(target.scope())
             .bind(target.name())
@@ -230,13 +255,17 @@ impl LeaseStore {
 
     /// Every pause in force, keys first, then jobs, by name. Cancel-safe.
     pub async fn pauses(&self) -> Result<Vec<Pause>> {
-        const PAUSES: &str = "
+        const PAUSES: &str = concat!(
+            "
             SELECT p.scope, p.name, p.cancel, p.paused_by, p.paused_at, c.keys, c.running
               FROM leasehold_pause AS p, LATERAL (
                   SELECT count(*) AS keys, count(*) FILTER (WHERE l.expires_at > clock_timestamp()) AS running
                     FROM leasehold_lease AS l
-                   WHERE (p.scope = 'key' AND l.key = p.name) OR (p.scope = 'job' AND l.job_name = p.name)) AS c
-             ORDER BY p.scope DESC, p.name";
+                   WHERE ",
+            pause_covers!(pause = "p", key = "l.key", jobs = "l.job_name"),
+            ") AS c
+             ORDER BY p.scope DESC, p.name"
+        );
         let rows: Vec<PauseRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(PAUSES)
             .fetch_all(conn))?;
         Ok(rows.into_iter().map(Pause::from).collect())
@@ -244,9 +273,11 @@ impl LeaseStore {
 
     /// Whether `key` is paused, by its own name or by its row's job.
     pub(crate) async fn pause_of_key(&self, key: &str) -> Result<bool> {
-        const PAUSED: &str = "
-            SELECT EXISTS (SELECT 1 FROM leasehold_pause AS p LEFT JOIN leasehold_lease AS l ON l.key = $1
-                            WHERE (p.scope = 'key' AND p.name = $1) OR (p.scope = 'job' AND p.name = l.job_name))";
+        const PAUSED: &str = concat!(
+            "
+            SELECT ",
+            paused!(key = "$1", jobs = "SELECT job_name FROM leasehold_lease WHERE key = $1")
+        );
         connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(PAUSED)
             .bind(key)
             .fetch_one(conn))
@@ -272,7 +303,8 @@ impl LeaseStore {
         // $1 key, $2 the wake-up channel. The notify rides in the same
         // transaction, so listeners are woken exactly when the new due time
         // is visible to their claims.
-        const TRIGGER: &str = "
+        const TRIGGER: &str = concat!(
+            "
             WITH due AS (
                 UPDATE leasehold_lease
                    SET slot_at = COALESCE(slot_at, next_due_at), next_due_at = clock_timestamp()
@@ -280,9 +312,10 @@ impl LeaseStore {
                 RETURNING key, job_name
             )
             SELECT (SELECT count(*) FROM (SELECT pg_notify($2, d.key) FROM due AS d) AS n) AS found,
-                   EXISTS (SELECT 1 FROM leasehold_pause AS p
-                            WHERE (p.scope = 'key' AND p.name = $1)
-                               OR (p.scope = 'job' AND p.name IN (SELECT job_name FROM due))) AS paused";
+                   ",
+            paused!(key = "$1", jobs = "SELECT job_name FROM due"),
+            " AS paused"
+        );
         let (found, paused): (i64, bool) =
             connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(TRIGGER)
                 .bind(key)

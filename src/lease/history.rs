@@ -415,12 +415,13 @@ impl LeaseStore {
         // wanted or NULL. `paused` is the claims' own rule (invariant 8);
         // the state's precedence (paused, then held, then free) is
         // `KeyStatus::state`'s.
-        const KEYS: &str = "
+        const KEYS: &str = concat!(
+            "
             SELECT * FROM (
                 SELECT l.*, clock_timestamp() AS server_now,
-                       EXISTS (SELECT 1 FROM leasehold_pause AS p
-                                WHERE (p.scope = 'key' AND p.name = l.key)
-                                   OR (p.scope = 'job' AND p.name = l.job_name)) AS paused
+                       ",
+            paused!(key = "l.key", jobs = "l.job_name"),
+            " AS paused
                   FROM leasehold_lease AS l
                  WHERE starts_with(l.key, $1)
                    AND ($2::text IS NULL OR l.job_name = $2)
@@ -432,7 +433,8 @@ impl LeaseStore {
                 OR ($4 = 'held' AND NOT s.paused AND s.expires_at > s.server_now)
                 OR ($4 = 'free' AND NOT s.paused AND s.expires_at <= s.server_now)
              ORDER BY s.key
-             LIMIT $5";
+             LIMIT $5"
+        );
         connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(KEYS)
             .bind(&filter.prefix)
             .bind(filter.job.as_deref())

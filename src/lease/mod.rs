@@ -35,6 +35,11 @@ use crate::connection::{self, PoisonCount};
 use crate::error::Result;
 use crate::validate;
 
+// The pause rule's SQL, once (invariant 8): the statements below and in
+// the child modules expand it with `concat!`.
+#[macro_use]
+mod pause_rule;
+
 mod audit;
 mod batch;
 mod control;
@@ -404,14 +409,17 @@ impl LeaseStore {
         //   job, is never claimed — neither inserted nor taken over.
         // - The UNION half reports the current row when the claim lost, so
         //   the caller learns who holds it in the same round trip.
-        const CLAIM: &str = "
+        const CLAIM: &str = concat!(
+            "
             WITH claimed AS (
                 INSERT INTO leasehold_lease AS l (key, holder, fence, acquired_at, expires_at)
                 SELECT $1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),
                        clock_timestamp() + make_interval(secs => $3)
                  WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease c
                                     WHERE c.key = $1 AND c.holder <> $2 AND c.expires_at > clock_timestamp())
-                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p WHERE p.scope = 'key' AND p.name = $1)
+                   AND NOT ",
+            paused!(key = "$1", jobs = "NULL"),
+            "
                 ON CONFLICT (key) DO UPDATE
                    SET holder      = EXCLUDED.holder,
                        expires_at  = clock_timestamp() + make_interval(secs => $3),
@@ -421,19 +429,20 @@ impl LeaseStore {
                                           THEN l.fence ELSE EXCLUDED.fence END
                  WHERE (l.holder = EXCLUDED.holder
                         OR l.expires_at <= clock_timestamp())
-                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p
-                                    WHERE (p.scope = 'key' AND p.name = l.key)
-                                       OR (p.scope = 'job' AND p.name = l.job_name))
+                   AND NOT ",
+            paused!(key = "l.key", jobs = "l.job_name"),
+            "
                 RETURNING l.*
             ), paused AS (
-                SELECT EXISTS (SELECT 1 FROM leasehold_pause p LEFT JOIN leasehold_lease l ON l.key = $1
-                                WHERE (p.scope = 'key' AND p.name = $1)
-                                   OR (p.scope = 'job' AND p.name = l.job_name)) AS paused
+                SELECT ",
+            paused!(key = "$1", jobs = "SELECT job_name FROM leasehold_lease WHERE key = $1"),
+            " AS paused
             )
             SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now FROM claimed c
             UNION ALL
             SELECT false, paused.paused, l.*, clock_timestamp() FROM leasehold_lease l, paused
-             WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)";
+             WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)"
+        );
         let row: Option<ClaimRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(CLAIM)
             .bind(key)
             .bind(holder)
@@ -480,7 +489,8 @@ impl LeaseStore {
         //   job_name is never claimed, not even by a trigger.
         // - runs counts the key's runs (the history ring's position);
         //   slot_at keeps the slot this run is for (older rows: the due time).
-        const CLAIM_RUN: &str = "
+        const CLAIM_RUN: &str = concat!(
+            "
             WITH claimed AS (
                 INSERT INTO leasehold_lease AS l (key, holder, fence, acquired_at, expires_at, runs)
                 SELECT $1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),
@@ -489,7 +499,9 @@ impl LeaseStore {
                                     WHERE c.key = $1
                                       AND (c.expires_at > clock_timestamp()
                                            OR (NOT $4 AND c.next_due_at > clock_timestamp())))
-                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p WHERE p.scope = 'key' AND p.name = $1)
+                   AND NOT ",
+            paused!(key = "$1", jobs = "NULL"),
+            "
                 ON CONFLICT (key) DO UPDATE
                    SET holder      = EXCLUDED.holder,
                        fence       = EXCLUDED.fence,
@@ -499,19 +511,20 @@ impl LeaseStore {
                        slot_at     = COALESCE(l.slot_at, l.next_due_at)
                  WHERE l.expires_at <= clock_timestamp()
                    AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
-                   AND NOT EXISTS (SELECT 1 FROM leasehold_pause p
-                                    WHERE (p.scope = 'key' AND p.name = l.key)
-                                       OR (p.scope = 'job' AND p.name = l.job_name))
+                   AND NOT ",
+            paused!(key = "l.key", jobs = "l.job_name"),
+            "
                 RETURNING l.*
             ), paused AS (
-                SELECT EXISTS (SELECT 1 FROM leasehold_pause p LEFT JOIN leasehold_lease l ON l.key = $1
-                                WHERE (p.scope = 'key' AND p.name = $1)
-                                   OR (p.scope = 'job' AND p.name = l.job_name)) AS paused
+                SELECT ",
+            paused!(key = "$1", jobs = "SELECT job_name FROM leasehold_lease WHERE key = $1"),
+            " AS paused
             )
             SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now FROM claimed c
             UNION ALL
             SELECT false, paused.paused, l.*, clock_timestamp() FROM leasehold_lease l, paused
-             WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)";
+             WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)"
+        );
         let row: Option<ClaimRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(CLAIM_RUN)
             .bind(key)
             .bind(holder)
@@ -581,7 +594,8 @@ impl LeaseStore {
     /// `stop` (invariant 8) reports a renewed tenure whose key or job was
     /// paused with cancellation: the lease is still renewed — the run is
     /// legitimately the holder until it stops and releases.
-    const RENEW_MANY: &str = "
+    const RENEW_MANY: &str = concat!(
+        "
     WITH t AS (
         SELECT * FROM unnest($2::text[], $3::int8[], $4::float8[]) AS t(key, fence, ttl)
     ), mine AS (
@@ -600,14 +614,15 @@ impl LeaseStore {
         RETURNING l.*
     )
     SELECT false AS busy,
-           EXISTS (SELECT 1 FROM leasehold_pause AS p
-                    WHERE p.cancel AND ((p.scope = 'key' AND p.name = r.key)
-                                     OR (p.scope = 'job' AND p.name = r.job_name))) AS stop,
+           ",
+        paused!(cancelling, key = "r.key", jobs = "r.job_name"),
+        " AS stop,
            r.*, clock_timestamp() AS server_now FROM renewed AS r
     UNION ALL
     SELECT true, false, l.*, clock_timestamp() FROM leasehold_lease AS l JOIN t ON t.key = l.key
      WHERE l.holder = $1 AND l.fence = t.fence AND l.expires_at > clock_timestamp()
-       AND l.key NOT IN (SELECT key FROM mine)";
+       AND l.key NOT IN (SELECT key FROM mine)"
+    );
 
     /// [`LeaseStore::renew_many`] with a lease length per tenure, so one
     /// heartbeat statement serves jobs with different leases.

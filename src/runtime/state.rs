@@ -230,10 +230,7 @@ impl Registry {
         let mut counts: HashMap<Arc<str>, usize> = HashMap::new();
         for slot in self.slots.values() {
             let job = &slot.job;
-            let paused = pauses.iter().any(|p| match p {
-                PauseTarget::Key(key) => **key == *job.key,
-                PauseTarget::Job(name) => **name == *job.name,
-            });
+            let paused = pauses.iter().any(|p| p.covers(&job.key, Some(&job.name)));
             *counts.entry(job.name.clone()).or_default() += usize::from(paused);
         }
         counts
