@@ -21,7 +21,8 @@
 //! 7. *Release* needs key, holder and fence.
 //! 8. *Paused keys are never claimed*: every claim checks `leasehold_pause`
 //!    for the key and for its job on the row it takes, after the row lock;
-//!    a pause with cancellation is reported by the next renewal.
+//!    a pause with cancellation is reported by the next renewal. The rule
+//!    is written once, in `pause_rule.rs`, and expanded into each statement.
 //! 9. *History is a bounded ring*: a run's row is written by its release,
 //!    at `run number mod ring length`, and never overwrites a newer run.
 
