@@ -26,7 +26,7 @@
 //! runs and releases them), skew a clock's rate, and an operator's forced
 //! revoke.
 
-pub use crate::clock::Rate;
+use crate::clock::Rate;
 use crate::db::{Claimed, Renewed};
 
 /// Which clock a [`Fault::Skew`] changes.

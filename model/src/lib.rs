@@ -32,8 +32,9 @@ use std::time::{Duration, Instant};
 
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 
+use clock::Rate;
 use db::{Db, Fenced};
-use env::{Body, Clock, Fate, Fault, Faults, Msg, Rate, Reply, Request, Via};
+use env::{Body, Clock, Fate, Fault, Faults, Msg, Reply, Request, Via};
 use replica::{Phase, Reason, Replica, Run, Status};
 pub use variants::Variant;
 

@@ -123,7 +123,7 @@ pub struct Replica {
     /// Its monotonic clock (local units).
     pub clock: u16,
     /// Its clock's rate.
-    pub rate: crate::env::Rate,
+    pub rate: crate::clock::Rate,
     /// The scheduler's next forced poll (local units).
     pub next_poll: u16,
     /// The heartbeat's next tick (local units).

@@ -62,7 +62,10 @@ impl LeaseStore {
     pub async fn lock_row_for_test(&self, key: &str) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
         validate::key(key)?;
         const LOCK: &str = "SELECT 1 FROM leasehold_lease WHERE key = $1 FOR UPDATE";
-        let mut tx = self.pool.begin().await?;
+        // The library's cancel-safe `begin`, not sqlx's `Pool::begin`
+        // (upstream #4393): a test dropping this future leaves no pooled
+        // connection inside a transaction.
+        let mut tx = connection::begin(&self.pool, &self.poisoned).await?;
         sqlx::query(LOCK).bind(key).execute(&mut *tx).await?;
         Ok(tx)
     }
