@@ -127,7 +127,12 @@ async fn console_serves_the_leases_page_on_loopback_until_stopped() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status}");
-    let rest: Vec<String> = served.lines.try_iter().collect();
+    // Everything it printed: the reader thread forwards lines until the
+    // pipe closes, which may be a moment after the process has exited.
+    let mut rest = Vec::new();
+    while let Ok(line) = served.lines.recv_timeout(Duration::from_secs(10)) {
+        rest.push(line);
+    }
     assert!(rest.iter().any(|l| l.contains("stopped")), "{rest:?}");
 }
 
