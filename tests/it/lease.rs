@@ -572,37 +572,50 @@ async fn a_run_claim_never_takes_a_live_lease_even_under_the_same_holder_id() {
     assert_eq!(store.get("shared-id").await.unwrap().unwrap().fence, twin_fence);
 }
 
-/// The expiry clause of the run claim, re-checked after the row-lock wait:
-/// a claim that saw a free lease in its snapshot, but waited while another
+/// The expiry clause of both claims, re-checked after the row-lock wait: a
+/// claim that saw a free lease in its snapshot, but waited while another
 /// session made the lease live (a concurrent winner), does not take it.
+/// For the re-entrant `claim` this is the one case its snapshot pre-check
+/// cannot stop (the lease was free in its snapshot): only the `WHERE` of
+/// its `DO UPDATE`, evaluated on the row the winner committed, does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_claim_that_waited_does_not_take_a_lease_made_live_meanwhile() {
+async fn a_claim_that_waited_does_not_take_a_lease_made_live_meanwhile() {
     let (db, store) = support::store().await;
-    acquired(store.claim_run("job", "a", LONG, Due::Now).await.unwrap());
-    support::free_and_due_now(&db.pool, "job").await;
-    let mut winner = support::lock_lease_row(&db.pool, "job").await;
-    let claimer = {
-        let store = store.clone();
-        tokio::spawn(async move { store.claim_run("job", "b", LONG, Due::Now).await })
-    };
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(!claimer.is_finished(), "the claim waits for the row lock");
-    // The other session wins the lease before releasing the row lock.
-    sqlx::query(
-        "UPDATE leasehold_lease SET holder = 'c', fence = nextval('leasehold_fence_seq'),
-                acquired_at = clock_timestamp(), expires_at = clock_timestamp() + interval '10 minutes'
-          WHERE key = 'job'",
-    )
-    .execute(&mut *winner)
-    .await
-    .unwrap();
-    winner.commit().await.unwrap();
-    let claim = claimer.await.unwrap().unwrap();
-    assert!(
-        matches!(claim, Claim::HeldElsewhere { .. }),
-        "took a live lease: {claim:?}"
-    );
-    assert_eq!(store.get("job").await.unwrap().unwrap().holder, "c");
+    for run_claim in [false, true] {
+        let key = if run_claim { "run-claim" } else { "claim" };
+        acquired(store.claim_run(key, "a", LONG, Due::Now).await.unwrap());
+        support::free_and_due_now(&db.pool, key).await;
+        let mut winner = support::lock_lease_row(&db.pool, key).await;
+        let claimer = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                if run_claim {
+                    store.claim_run(key, "b", LONG, Due::Now).await
+                } else {
+                    store.claim(key, "b", LONG).await
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(!claimer.is_finished(), "{key}: the claim waits for the row lock");
+        // The other session wins the lease before releasing the row lock.
+        sqlx::query(
+            "UPDATE leasehold_lease SET holder = 'c', fence = nextval('leasehold_fence_seq'),
+                    acquired_at = clock_timestamp(), expires_at = clock_timestamp() + interval '10 minutes'
+              WHERE key = $1",
+        )
+        .bind(key)
+        .execute(&mut *winner)
+        .await
+        .unwrap();
+        winner.commit().await.unwrap();
+        let claim = claimer.await.unwrap().unwrap();
+        assert!(
+            matches!(claim, Claim::HeldElsewhere { .. }),
+            "{key}: took a live lease: {claim:?}"
+        );
+        assert_eq!(store.get(key).await.unwrap().unwrap().holder, "c", "{key}");
+    }
 }
 
 /// A claim that loses to a live lease draws no fence and writes nothing:
