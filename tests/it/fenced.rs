@@ -74,7 +74,7 @@ async fn a_stale_transaction_waiting_on_a_newer_one_fails() {
     let mut newer_tx = new.begin_fenced(&db.pool).await.unwrap();
     let pool = db.pool.clone();
     let stale = tokio::spawn(async move { old.begin_fenced(&pool).await.map(drop) });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    support::until_a_session_waits_for_a_lock(&db.pool).await;
     assert!(!stale.is_finished(), "the stale transaction waits for the fence row");
     sqlx::query("UPDATE account SET balance = 7 WHERE id = 1")
         .execute(&mut *newer_tx)

@@ -520,7 +520,7 @@ async fn a_claim_that_waited_for_the_row_lock_is_dated_after_the_wait() {
         let store = store.clone();
         tokio::spawn(async move { store.claim_run("job", "b", LONG, Due::Scheduled).await })
     };
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    support::until_a_session_waits_for_a_lock(&db.pool).await;
     assert!(!claimer.is_finished(), "the claim waits for the row lock");
     let unblocked: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
         .fetch_one(&mut *blocker)
@@ -553,7 +553,7 @@ async fn a_run_claim_never_takes_a_live_lease_even_under_the_same_holder_id() {
         let store = store.clone();
         tokio::spawn(async move { store.claim_run("shared-id", "b", LONG, Due::Now).await })
     };
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    support::until_a_session_waits_for_a_lock(&db.pool).await;
     assert!(!claimer.is_finished(), "the claim waits for the row lock");
     let twin_fence: i64 = sqlx::query_scalar(
         "UPDATE leasehold_lease SET holder = 'b', fence = nextval('leasehold_fence_seq'),
@@ -596,7 +596,7 @@ async fn a_claim_that_waited_does_not_take_a_lease_made_live_meanwhile() {
                 }
             })
         };
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        support::until_a_session_waits_for_a_lock(&db.pool).await;
         assert!(!claimer.is_finished(), "{key}: the claim waits for the row lock");
         // The other session wins the lease before releasing the row lock.
         sqlx::query(
@@ -659,7 +659,7 @@ async fn scheduled_claim_rechecks_the_due_time_after_waiting_for_the_row() {
         let store = store.clone();
         tokio::spawn(async move { store.claim_run("job", "b", LONG, Due::Scheduled).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    support::until_a_session_waits_for_a_lock(&db.pool).await;
     assert!(!claimer.is_finished(), "the claim waits for the row lock");
     finisher.commit().await.unwrap();
     let answer = claimer.await.unwrap().unwrap();

@@ -204,6 +204,25 @@ pub async fn lock_lease_row(pool: &PgPool, key: &str) -> sqlx::Transaction<'stat
         .expect("lock the lease row")
 }
 
+/// Waits until a session of this database is blocked on a lock: the
+/// statement under test has taken its snapshot and waits for a row another
+/// session holds. The moment a scenario's other session acts, without
+/// guessing it with a sleep (a claim that started late would see the other
+/// session's commit in its snapshot and test nothing).
+pub async fn until_a_session_waits_for_a_lock(pool: &PgPool) {
+    eventually_async(Duration::from_secs(10), || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(pool)
+        .await
+        .expect("read pg_stat_activity");
+        (waiting > 0).then_some(())
+    })
+    .await
+}
+
 /// Backends of this database (other than the caller's) sitting inside a
 /// transaction: `(pid, state, query)`.
 pub async fn backends_in_transaction(pool: &PgPool) -> Vec<(i32, String, String)> {
