@@ -74,6 +74,8 @@ pub use error::{Error, Result};
 pub use guard::{FenceGuard, FencedUpdate};
 pub use health::Degraded;
 pub use job::{FencedJob, JobError, JobSettings};
+#[cfg(feature = "test-util")]
+pub use lease::LockedRow;
 #[doc(hidden)]
 pub use lease::never_claimed;
 pub use lease::{

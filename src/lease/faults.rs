@@ -4,7 +4,10 @@
 //! harness, the demos and the benchmarks share one "expire now", one "row
 //! locked elsewhere" and one "row deleted by hand".
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
+use sqlx::{Postgres, Transaction};
 
 use super::LeaseStore;
 use crate::connection;
@@ -54,12 +57,13 @@ impl LeaseStore {
     }
 
     /// Fault: another session locks the lease row of `key`
-    /// (`SELECT … FOR UPDATE`) until the returned transaction ends, as a
-    /// long transaction or a hand-run `UPDATE` would; the holder's
-    /// renewals and releases of it are `busy` meanwhile. `Ok` whether or
-    /// not the row exists.
+    /// (`SELECT … FOR UPDATE`) until the returned [`LockedRow`] commits,
+    /// rolls back or is dropped, as a long transaction or a hand-run
+    /// `UPDATE` would; the holder's renewals and releases of it are `busy`
+    /// meanwhile, and a claim of it waits. `Ok` whether or not the row
+    /// exists.
     #[doc(hidden)]
-    pub async fn lock_row_for_test(&self, key: &str) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+    pub async fn lock_row_for_test(&self, key: &str) -> Result<LockedRow> {
         validate::key(key)?;
         const LOCK: &str = "SELECT 1 FROM leasehold_lease WHERE key = $1 FOR UPDATE";
         // The library's cancel-safe `begin`, not sqlx's `Pool::begin`
@@ -67,7 +71,10 @@ impl LeaseStore {
         // connection inside a transaction.
         let mut tx = connection::begin(&self.pool, &self.poisoned).await?;
         sqlx::query(LOCK).bind(key).execute(&mut *tx).await?;
-        Ok(tx)
+        Ok(LockedRow {
+            tx,
+            key: key.to_owned(),
+        })
     }
 
     /// Fault: an operator deletes the lease row of `key` by hand (not
@@ -81,5 +88,73 @@ impl LeaseStore {
             .bind(key)
             .execute(conn))?;
         Ok(done.rows_affected() > 0)
+    }
+}
+
+/// A lease row another session holds locked ([`LeaseStore::lock_row_for_test`]),
+/// and what that session does inside its lock: the concurrent writer a
+/// waiting claim must re-check against. Its writes are seen by others when
+/// it commits; dropping it rolls back.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct LockedRow {
+    tx: Transaction<'static, Postgres>,
+    key: String,
+}
+
+impl LockedRow {
+    /// The session wins the lease for `holder` for `ttl` with a fresh fence
+    /// (a concurrent winner, or a twin sharing a holder id), and returns
+    /// that fence. Not a claim: no check, as a winner already decided.
+    pub async fn take_over(&mut self, holder: &str, ttl: Duration) -> Result<i64> {
+        validate::holder(holder)?;
+        let secs = validate::lease_secs("lease duration", ttl)?;
+        // $1 key, $2 holder, $3 ttl seconds. The fence from the sequence,
+        // as every tenure's (invariant 4).
+        const TAKE_OVER: &str = "
+            UPDATE leasehold_lease
+               SET holder = $2, fence = nextval('leasehold_fence_seq'),
+                   acquired_at = clock_timestamp(), expires_at = clock_timestamp() + make_interval(secs => $3)
+             WHERE key = $1
+            RETURNING fence";
+        Ok(sqlx::query_scalar(TAKE_OVER)
+            .bind(&self.key)
+            .bind(holder)
+            .bind(secs)
+            .fetch_one(&mut *self.tx)
+            .await?)
+    }
+
+    /// The session finishes the key's slot: its next run is due `by` from
+    /// now, by the server clock.
+    pub async fn postpone(&mut self, by: Duration) -> Result<()> {
+        let secs = by.as_secs_f64();
+        const POSTPONE: &str =
+            "UPDATE leasehold_lease SET next_due_at = clock_timestamp() + make_interval(secs => $2) WHERE key = $1";
+        sqlx::query(POSTPONE)
+            .bind(&self.key)
+            .bind(secs)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    /// The server clock, read inside the session.
+    pub async fn server_now(&mut self) -> Result<DateTime<Utc>> {
+        Ok(sqlx::query_scalar("SELECT clock_timestamp()")
+            .fetch_one(&mut *self.tx)
+            .await?)
+    }
+
+    /// Ends the session's transaction: its writes become visible and the
+    /// row lock is released.
+    pub async fn commit(self) -> Result<()> {
+        Ok(self.tx.commit().await?)
+    }
+
+    /// Ends the session's transaction without its writes, releasing the
+    /// row lock.
+    pub async fn rollback(self) -> Result<()> {
+        Ok(self.tx.rollback().await?)
     }
 }

@@ -57,6 +57,8 @@ pub(crate) use audit::validate_actor;
 pub use batch::Forgotten;
 pub(crate) use batch::{Candidate, Finish, Polled, Released, Sighting, WAKE_CHANNEL};
 pub use control::{Pause, PauseTarget, Resumed, Triggered};
+#[cfg(feature = "test-util")]
+pub use faults::LockedRow;
 pub use fleet::{Fleet, HolderSeen};
 pub use history::{KeyFilter, KeyPage, KeyState, KeyStatus, RunRecord};
 pub(crate) use history::{RunReport, truncate_error};

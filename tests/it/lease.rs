@@ -522,10 +522,7 @@ async fn a_claim_that_waited_for_the_row_lock_is_dated_after_the_wait() {
     };
     support::until_a_session_waits_for_a_lock(&db.pool).await;
     assert!(!claimer.is_finished(), "the claim waits for the row lock");
-    let unblocked: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
-        .fetch_one(&mut *blocker)
-        .await
-        .unwrap();
+    let unblocked = blocker.server_now().await.unwrap();
     blocker.commit().await.unwrap();
     let lease = acquired(claimer.await.unwrap().unwrap());
     assert!(
@@ -555,14 +552,7 @@ async fn a_run_claim_never_takes_a_live_lease_even_under_the_same_holder_id() {
     };
     support::until_a_session_waits_for_a_lock(&db.pool).await;
     assert!(!claimer.is_finished(), "the claim waits for the row lock");
-    let twin_fence: i64 = sqlx::query_scalar(
-        "UPDATE leasehold_lease SET holder = 'b', fence = nextval('leasehold_fence_seq'),
-                acquired_at = clock_timestamp(), expires_at = clock_timestamp() + interval '10 minutes'
-          WHERE key = 'shared-id' RETURNING fence",
-    )
-    .fetch_one(&mut *twin)
-    .await
-    .unwrap();
+    let twin_fence = twin.take_over("b", LONG).await.unwrap();
     twin.commit().await.unwrap();
     let claim = claimer.await.unwrap().unwrap();
     assert!(
@@ -599,15 +589,7 @@ async fn a_claim_that_waited_does_not_take_a_lease_made_live_meanwhile() {
         support::until_a_session_waits_for_a_lock(&db.pool).await;
         assert!(!claimer.is_finished(), "{key}: the claim waits for the row lock");
         // The other session wins the lease before releasing the row lock.
-        sqlx::query(
-            "UPDATE leasehold_lease SET holder = 'c', fence = nextval('leasehold_fence_seq'),
-                    acquired_at = clock_timestamp(), expires_at = clock_timestamp() + interval '10 minutes'
-              WHERE key = $1",
-        )
-        .bind(key)
-        .execute(&mut *winner)
-        .await
-        .unwrap();
+        winner.take_over("c", LONG).await.unwrap();
         winner.commit().await.unwrap();
         let claim = claimer.await.unwrap().unwrap();
         assert!(
@@ -650,11 +632,8 @@ async fn scheduled_claim_rechecks_the_due_time_after_waiting_for_the_row() {
     support::free_and_due_now(&db.pool, "job").await;
     // A replica finishing the slot: it moves the due time an hour ahead, and
     // commits only after the claim below has started waiting for the row.
-    let mut finisher = db.pool.begin().await.unwrap();
-    sqlx::query("UPDATE leasehold_lease SET next_due_at = clock_timestamp() + interval '1 hour' WHERE key = 'job'")
-        .execute(&mut *finisher)
-        .await
-        .unwrap();
+    let mut finisher = support::lock_lease_row(&db.pool, "job").await;
+    finisher.postpone(Duration::from_secs(3600)).await.unwrap();
     let claimer = {
         let store = store.clone();
         tokio::spawn(async move { store.claim_run("job", "b", LONG, Due::Scheduled).await })

@@ -195,9 +195,9 @@ pub async fn poison_one_aborted(pool: &PgPool) {
     let _ = sqlx::raw_sql("SELECT 1/0").execute(&mut *conn).await;
 }
 
-/// Fault: an outside transaction holds `SELECT … FOR UPDATE` on the lease
-/// row of `key` until the returned transaction ends.
-pub async fn lock_lease_row(pool: &PgPool, key: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
+/// Fault: an outside session holds `SELECT … FOR UPDATE` on the lease row
+/// of `key` until the returned row commits, rolls back or is dropped.
+pub async fn lock_lease_row(pool: &PgPool, key: &str) -> leasehold::LockedRow {
     LeaseStore::new(pool.clone())
         .lock_row_for_test(key)
         .await
