@@ -139,13 +139,6 @@ impl LockedRow {
         Ok(())
     }
 
-    /// The server clock, read inside the session.
-    pub async fn server_now(&mut self) -> Result<DateTime<Utc>> {
-        Ok(sqlx::query_scalar("SELECT clock_timestamp()")
-            .fetch_one(&mut *self.tx)
-            .await?)
-    }
-
     /// Ends the session's transaction: its writes become visible and the
     /// row lock is released.
     pub async fn commit(self) -> Result<()> {

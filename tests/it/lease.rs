@@ -515,14 +515,15 @@ async fn a_claim_that_waited_for_the_row_lock_is_dated_after_the_wait() {
     acquired(store.claim_run("job", "a", LONG, Due::Now).await.unwrap());
     support::free_and_due_now(&db.pool, "job").await;
     // Another session holds the row lock for a while.
-    let mut blocker = support::lock_lease_row(&db.pool, "job").await;
+    let blocker = support::lock_lease_row(&db.pool, "job").await;
     let claimer = {
         let store = store.clone();
         tokio::spawn(async move { store.claim_run("job", "b", LONG, Due::Scheduled).await })
     };
     support::until_a_session_waits_for_a_lock(&db.pool).await;
     assert!(!claimer.is_finished(), "the claim waits for the row lock");
-    let unblocked = blocker.server_now().await.unwrap();
+    // The server clock just before the lock is released.
+    let unblocked = store.server_now().await.unwrap();
     blocker.commit().await.unwrap();
     let lease = acquired(claimer.await.unwrap().unwrap());
     assert!(
