@@ -257,9 +257,7 @@ impl FenceGuard {
             }
             Advance::Ended => {
                 tx.rollback().await?;
-                let reason = t.loss_reason();
-                t.lose(reason);
-                Err(self.lost(reason))
+                Err(self.ended())
             }
         }
     }
@@ -271,7 +269,10 @@ impl FenceGuard {
     /// Identifiers are validated and quoted; values are always bound
     /// parameters. A row that a newer run already wrote gives
     /// [`Error::StaleFence`] (and cancels this run), distinct from "no row
-    /// matched" (`Ok(0)`).
+    /// matched" (`Ok(0)`). The statement also checks that this run's tenure
+    /// still holds its lease on the server clock when it starts, so a run
+    /// resumed after its lease ended writes nothing even where no newer run
+    /// has written yet ([`Error::LeaseLost`]).
     ///
     /// ```no_run
     /// # async fn demo(guard: leasehold::FenceGuard, pool: sqlx::PgPool) -> leasehold::Result<()> {
@@ -294,6 +295,15 @@ impl FenceGuard {
             set_values: Vec::new(),
             error: quote_ident("table", table).err(),
         }
+    }
+
+    /// The tenure has ended on the server clock (F5): cancel the run and
+    /// say so.
+    fn ended(&self) -> Error {
+        let t = &self.tenure;
+        let reason = t.loss_reason();
+        t.lose(reason);
+        self.lost(reason)
     }
 
     /// Records a stale-fence rejection: log, count, cancel the run.
@@ -384,7 +394,9 @@ impl<'g> FencedUpdate<'g> {
 
     /// Runs the update on a pooled connection; returns the number of rows
     /// updated. [`Error::StaleFence`] if a matching row already carries a
-    /// newer fence.
+    /// newer fence; [`Error::LeaseLost`] if the run's tenure no longer holds
+    /// its lease when the statement starts (F5: nothing is written, and the
+    /// run is cancelled).
     ///
     /// Cancel-safe in the sense that the update either committed or did not.
     pub async fn execute(self, pool: &PgPool) -> Result<u64> {
@@ -404,8 +416,10 @@ impl<'g> FencedUpdate<'g> {
         for bind in self.set_values {
             bind(&mut args).map_err(|e| Error::invalid("set value", &self.table, e.to_string()))?;
         }
-        args.add(self.guard.fence())
-            .map_err(|e| Error::invalid("fence", self.guard.fence(), e.to_string()))?;
+        let (fence, key) = (self.guard.fence(), self.guard.key().to_owned());
+        args.add(fence)
+            .and_then(|()| args.add(key.clone()))
+            .map_err(|e| Error::invalid("fence", fence, e.to_string()))?;
         let done = connection::run!(pool, self.guard.tenure.store.poisoned(), |conn| sqlx::query_with(
             sqlx::AssertSqlSafe(sql.update.clone()),
             args.clone()
@@ -414,13 +428,19 @@ impl<'g> FencedUpdate<'g> {
         if done.rows_affected() > 0 {
             return Ok(done.rows_affected());
         }
-        // Nothing updated: no such row, or a newer fence. Only this
-        // (rare) path pays for a second statement.
-        let newest: Option<i64> = connection::run!(pool, self.guard.tenure.store.poisoned(), |conn| {
-            sqlx::query_scalar_with(sqlx::AssertSqlSafe(sql.newest.clone()), self.filter_args.clone()).fetch_one(conn)
+        // Nothing updated: no such row, a newer fence, or the tenure ended.
+        // Only this (rare) path pays for a second statement.
+        let mut read_args = self.filter_args.clone();
+        read_args
+            .add(fence)
+            .and_then(|()| read_args.add(key))
+            .map_err(|e| Error::invalid("fence", fence, e.to_string()))?;
+        let (newest, live): (Option<i64>, bool) = connection::run!(pool, self.guard.tenure.store.poisoned(), |conn| {
+            sqlx::query_as_with(sqlx::AssertSqlSafe(sql.newest.clone()), read_args.clone()).fetch_one(conn)
         })?;
         match newest {
-            Some(newer) if newer > self.guard.fence() => Err(self.guard.rejected(format!("table {table}"), newer)),
+            Some(newer) if newer > fence => Err(self.guard.rejected(format!("table {table}"), newer)),
+            _ if !live => Err(self.guard.ended()),
             _ => Ok(0),
         }
     }

@@ -121,12 +121,15 @@ pub(crate) async fn advance(conn: &mut PgConnection, resource: &str, tenure: Ten
 /// The two statements of a fenced `UPDATE` of a caller's table.
 pub(crate) struct FencedUpdateSql {
     /// `UPDATE … SET <sets>, last_fence = $fence WHERE <filters> AND
-    /// last_fence <= $fence`. Parameters: the filter values `$1..$n`, then
-    /// the set values, then the fence.
+    /// last_fence <= $fence AND <the tenure is live>`. Parameters: the
+    /// filter values `$1..$n`, then the set values, then the fence, then the
+    /// lease key.
     pub(crate) update: String,
     /// Run only when the update touched no row: the newest fence among the
     /// rows the filters match (`NULL`: no such row), to tell "a newer run
-    /// wrote" from "no row matched". Parameters: the filter values.
+    /// wrote" from "no row matched", and whether the tenure is still live,
+    /// to tell "the tenure ended" from both. Parameters: the filter values,
+    /// then the fence, then the lease key.
     pub(crate) newest: String,
 }
 
@@ -145,10 +148,25 @@ pub(crate) fn fenced_update(table: &str, sets: &[String], filters: &[String]) ->
         .map(|(i, col)| format!("{col} = ${}, ", n + i + 1))
         .collect();
     let fence = n + sets.len() + 1;
+    let live = |fence: usize| {
+        format!(
+            "EXISTS (SELECT 1 FROM leasehold_lease AS l WHERE l.key = ${} AND l.fence = ${fence} \
+             AND l.expires_at > clock_timestamp())",
+            fence + 1
+        )
+    };
     FencedUpdateSql {
         // `last_fence <= $fence`: F4, the whole point. `<=`: F2.
-        update: format!("UPDATE {table} SET {set_sql}last_fence = ${fence} WHERE {filter_sql}last_fence <= ${fence}"),
-        newest: format!("SELECT max(last_fence) FROM {table} WHERE {filter_sql}true"),
+        // `EXISTS (… live …)`: F5, the tenure still holds its lease when
+        // the statement starts.
+        update: format!(
+            "UPDATE {table} SET {set_sql}last_fence = ${fence} WHERE {filter_sql}last_fence <= ${fence} AND {}",
+            live(fence)
+        ),
+        newest: format!(
+            "SELECT max(last_fence), {} FROM {table} WHERE {filter_sql}true",
+            live(n + 1)
+        ),
     }
 }
 
@@ -161,11 +179,15 @@ mod tests {
         let sql = fenced_update("\"accounts\"", &["\"balance\"".into()], &["\"id\"".into()]);
         assert_eq!(
             sql.update,
-            "UPDATE \"accounts\" SET \"balance\" = $2, last_fence = $3 WHERE \"id\" = $1 AND last_fence <= $3"
+            "UPDATE \"accounts\" SET \"balance\" = $2, last_fence = $3 WHERE \"id\" = $1 AND last_fence <= $3 \
+             AND EXISTS (SELECT 1 FROM leasehold_lease AS l WHERE l.key = $4 AND l.fence = $3 \
+             AND l.expires_at > clock_timestamp())"
         );
         assert_eq!(
             sql.newest,
-            "SELECT max(last_fence) FROM \"accounts\" WHERE \"id\" = $1 AND true"
+            "SELECT max(last_fence), EXISTS (SELECT 1 FROM leasehold_lease AS l \
+             WHERE l.key = $3 AND l.fence = $2 AND l.expires_at > clock_timestamp()) \
+             FROM \"accounts\" WHERE \"id\" = $1 AND true"
         );
     }
 }

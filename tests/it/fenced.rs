@@ -62,28 +62,93 @@ async fn a_stale_run_writes_nothing() {
     new_rt.shutdown().await;
 }
 
-/// A stale run's fenced transaction that waits on a newer run's open one
-/// fails once the newer commits: the fence row lock orders them.
+/// F3 with F5: a newer run's fenced transaction waits for the fence row
+/// while an older run's transaction holds it, and goes through once that
+/// one ends — here by a COMMIT sent after the older tenure ended, which the
+/// server refuses, so only the newer run's write is there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_transaction_waiting_on_a_newer_one_fails() {
+async fn a_newer_transaction_waits_for_an_older_open_one_which_then_commits_nothing() {
     let db = support::db().await;
     accounts(&db.pool).await;
     let (old_rt, old) = held_guard(&db, "a", "billing").await;
-    old_rt.shutdown().await;
-    let (new_rt, new) = held_guard(&db, "b", "billing").await;
-    let mut newer_tx = new.begin_fenced(&db.pool).await.unwrap();
-    let pool = db.pool.clone();
-    let stale = tokio::spawn(async move { old.begin_fenced(&pool).await.map(drop) });
-    support::until_a_session_waits_for_a_lock(&db.pool).await;
-    assert!(!stale.is_finished(), "the stale transaction waits for the fence row");
-    sqlx::query("UPDATE account SET balance = 7 WHERE id = 1")
-        .execute(&mut *newer_tx)
+    let mut older_tx = old.begin_fenced(&db.pool).await.unwrap();
+    sqlx::query("UPDATE account SET balance = 666 WHERE id = 1")
+        .execute(&mut *older_tx)
         .await
         .unwrap();
-    newer_tx.commit().await.unwrap();
-    let err = stale.await.unwrap().unwrap_err();
-    assert!(matches!(err, Error::StaleFence { .. }), "{err:?}");
+    // "a" goes silent and its lease runs out: "b" takes the key over.
+    old_rt.faults().partition(true);
+    support::expire_now(&db.pool, "billing").await;
+    let (new_rt, new) = held_guard(&db, "b", "billing").await;
+
+    let pool = db.pool.clone();
+    let newer = tokio::spawn(async move {
+        let mut tx = new.begin_fenced(&pool).await?;
+        sqlx::query("UPDATE account SET balance = 7 WHERE id = 1")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok::<_, Error>(())
+    });
+    support::until_a_session_waits_for_a_lock(&db.pool).await;
+    assert!(!newer.is_finished(), "the newer transaction waits for the fence row");
+    let err = older_tx.commit().await.unwrap_err();
+    assert!(Error::from(err).is_fencing());
+    newer.await.unwrap().unwrap();
+    assert_eq!(balance(&db.pool, 1).await.0, 7);
     new_rt.shutdown().await;
+    old_rt.shutdown().await;
+}
+
+/// A resource that already carries a fence above the run's (left by an
+/// earlier owner: a table restored from elsewhere, a key renamed) refuses
+/// even a live run's fenced transaction (F1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_row_above_the_runs_fence_refuses_a_live_run() {
+    let db = support::db().await;
+    sqlx::query("INSERT INTO leasehold_fence (resource, last_fence) VALUES ('billing', 1000000000)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (rt, guard) = held_guard(&db, "a", "billing").await;
+    let err = guard.begin_fenced(&db.pool).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::StaleFence {
+                newer: 1_000_000_000,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    rt.shutdown().await;
+}
+
+/// A row whose `last_fence` is above the run's (left by an earlier owner)
+/// is not overwritten by a live run's fenced update (F4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_above_the_runs_fence_refuses_a_live_runs_update() {
+    let db = support::db().await;
+    accounts(&db.pool).await;
+    sqlx::query("UPDATE account SET balance = 9, last_fence = 1000000000 WHERE id = 1")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (rt, guard) = held_guard(&db, "a", "billing").await;
+    let err = set_balance(&guard, &db.pool, 1, 666_i64).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::StaleFence {
+                newer: 1_000_000_000,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(balance(&db.pool, 1).await, (9, 1_000_000_000));
+    rt.shutdown().await;
 }
 
 /// Identifiers with spaces, capitals and quotes work; an injection attempt

@@ -4,7 +4,7 @@
 
 use leasehold::{Error, LeaseStore};
 
-use crate::support::{self, LONG, accounts, balance, held_guard};
+use crate::support::{self, LONG, accounts, balance, held_guard, set_balance};
 
 /// A run that resumes after its lease ended cannot even begin a fenced
 /// transaction: it is told it lost the lease, and the run is cancelled.
@@ -98,5 +98,22 @@ async fn a_live_tenure_commits_every_fenced_transaction() {
         tx.commit().await.unwrap();
     }
     assert_eq!(balance(&db.pool, 1).await.0, 3);
+    rt.shutdown().await;
+}
+
+/// A fenced `UPDATE` sent after the tenure ended writes nothing, even on a
+/// row no newer run has written yet, and says the lease is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_update_after_the_tenure_ended_writes_nothing() {
+    let db = support::db().await;
+    accounts(&db.pool).await;
+    let (rt, guard) = held_guard(&db, "a", "billing").await;
+    assert_eq!(set_balance(&guard, &db.pool, 1, 5_i64).await.unwrap(), 1);
+    support::expire_now(&db.pool, "billing").await;
+
+    let err = set_balance(&guard, &db.pool, 1, 666_i64).await.unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+    assert_eq!(balance(&db.pool, 1).await, (5, guard.fence()), "the write was refused");
+    assert!(guard.is_cancelled());
     rt.shutdown().await;
 }
