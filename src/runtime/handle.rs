@@ -388,11 +388,12 @@ impl Drop for Handle {
     }
 }
 
-/// The shutdown, in order: the scheduler stops claiming; every run ends
-/// (cancelled, graced, released through the finisher); the finisher sends
-/// what is left; then the heartbeat and the listener stop — the heartbeat
-/// last of the runs' companions, so no lease goes unrenewed while its run
-/// is alive.
+/// The shutdown, in order: the scheduler stops claiming (at once, however
+/// many keys are due: a claim in flight hands what it took back, and none
+/// is sent after it); every run ends (cancelled, graced, released through
+/// the finisher), and every hand-back is done; the finisher sends what is
+/// left; then the heartbeat and the listener stop — the heartbeat last of
+/// the runs' companions, so no lease goes unrenewed while its run is alive.
 async fn shutdown(shared: Arc<Shared>, tasks: Option<Tasks>) -> ShutdownReport {
     let Some(tasks) = tasks else {
         return ShutdownReport::default();
