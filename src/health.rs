@@ -47,7 +47,9 @@ pub enum Degraded {
     /// not be renewed in time (database slow or unreachable, pool exhausted
     /// by the jobs themselves, lease row locked).
     RunsLostAtDeadline {
-        /// Runs stopped at their deadline in the health window.
+        /// Runs stopped at their deadline in the health window, each
+        /// counted once (as in `leasehold_lease_lost_total`, reason
+        /// `deadline`).
         count: u32,
         /// Time since the latest one.
         ago: Duration,
@@ -184,6 +186,7 @@ impl Tracker {
         self.state().last_ok = Instant::now();
     }
 
+    /// A run was stopped at its deadline: called once per run.
     pub(crate) fn run_lost_at_deadline(&self) {
         self.state().deadline_losses.push(Instant::now());
     }

@@ -147,12 +147,16 @@ impl Tenure {
 
     /// Cancels the run because its lease is gone (or about to be): logged
     /// at ERROR and counted once, however many parts of the runtime notice.
-    pub(crate) fn lose(&self, reason: CancelReason) {
-        if self.cancel(reason) {
+    /// Returns whether this call was the one that counted it, so a caller
+    /// keeping a count of its own counts each loss once too.
+    pub(crate) fn lose(&self, reason: CancelReason) -> bool {
+        let first = self.cancel(reason);
+        if first {
             tracing::error!(job = %self.job, key = %self.key, holder = %self.holder, fence = self.fence,
                 %reason, "lease lost; cancelling the run");
             metrics::lost(&self.job, reason);
         }
+        first
     }
 
     /// Why the lease was lost, when a renewal finds the tenure gone:

@@ -272,6 +272,7 @@ impl RuntimeBuilder {
             registry: Mutex::new(registry),
             held: Mutex::new(HashMap::new()),
             in_progress: Default::default(),
+            removing: Default::default(),
             stopping: CancellationToken::new(),
             poll_interval: self.poll_interval,
             max_concurrent_runs: self.max_concurrent_runs,

@@ -19,6 +19,7 @@ use crate::job::FencedJob;
 use crate::lease::{Pause, PauseTarget, Resumed, Triggered};
 use crate::metrics;
 use crate::schedule::first_due;
+use crate::tenure::Tenure;
 
 /// Runs registered jobs on this replica. Build with [`Runtime::builder`];
 /// stop with [`Runtime::shutdown`], or by dropping every handle.
@@ -283,25 +284,41 @@ impl Runtime {
     /// may still run it); delete it with [`LeaseStore::forget`](crate::LeaseStore::forget)
     /// (`leasehold forget KEY`) once no replica registers it.
     ///
-    /// Returns whether the key was registered. Cancel-safe: dropping the
-    /// future does not stop the cancellation and release it started.
+    /// Returns whether the key was registered. Removes of one key at once
+    /// all wait for the same run to end, and all return `true`: the key was
+    /// registered when the first began.
+    ///
+    /// Cancel-safe: dropping the future does not stop the cancellation and
+    /// release it started, and other removes of the key still wait for them.
     pub async fn remove(&self, key: &str) -> Result<bool> {
-        let shared = self.shared();
-        let Some(job) = shared.registry().remove(key) else {
-            return Ok(false);
-        };
-        let running = shared.held.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned();
-        if let Some(tenure) = running {
-            tenure.cancel(CancelReason::Shutdown);
-            let limit = job.settings.grace + job.settings.lease.min(Duration::from_secs(5)) + Duration::from_secs(1);
-            if tokio::time::timeout(limit, tenure.ended.cancelled()).await.is_err() {
-                tracing::warn!(
-                    key,
-                    "removed key's run did not end in time; its lease will expire on its own"
-                );
+        let shared = &self.handle.shared;
+        let ended = {
+            // Under this lock, another remove finds the key either still
+            // registered or in `removing`, never between the two.
+            let mut removing = shared.removing();
+            let job = shared.registry().remove(key);
+            match job {
+                Some(job) => {
+                    let running = shared.held.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned();
+                    let Some(tenure) = running else {
+                        tracing::info!(holder = %shared.holder, key, "job removed from this runtime");
+                        return Ok(true);
+                    };
+                    tenure.cancel(CancelReason::Shutdown);
+                    let ended = Arc::new(CancellationToken::new());
+                    removing.insert(job.key.clone(), ended.clone());
+                    // In a task of its own, so the wait goes on for the
+                    // other removes if this one is dropped.
+                    tokio::spawn(removed_run_ended(shared.clone(), job, tenure, ended.clone()));
+                    ended
+                }
+                None => match removing.get(key) {
+                    Some(ended) => ended.clone(),
+                    None => return Ok(false),
+                },
             }
-        }
-        tracing::info!(holder = %shared.holder, key, "job removed from this runtime");
+        };
+        ended.cancelled().await;
         Ok(true)
     }
 
@@ -353,6 +370,31 @@ impl Runtime {
     }
 }
 
+/// Waits (bounded) for the run of a removed key to end and be released,
+/// then lets every `Runtime::remove` of the key that waits for it return.
+async fn removed_run_ended(
+    shared: Arc<Shared>,
+    job: Arc<JobEntry>,
+    tenure: Arc<Tenure>,
+    ended: Arc<CancellationToken>,
+) {
+    let limit = job.settings.grace + job.settings.lease.min(Duration::from_secs(5)) + Duration::from_secs(1);
+    if tokio::time::timeout(limit, tenure.ended.cancelled()).await.is_err() {
+        tracing::warn!(
+            key = %job.key,
+            "removed key's run did not end in time; its lease will expire on its own"
+        );
+    }
+    tracing::info!(holder = %shared.holder, key = %job.key, "job removed from this runtime");
+    let mut removing = shared.removing();
+    ended.cancel();
+    // Only this removal's entry: the key may have been added and removed
+    // again meanwhile.
+    if removing.get(&job.key).is_some_and(|e| Arc::ptr_eq(e, &ended)) {
+        removing.remove(&job.key);
+    }
+}
+
 impl Handle {
     /// Starts the shutdown once; returns the future of its report.
     fn start_shutdown(&self) -> SharedFuture<BoxFuture<'static, ShutdownReport>> {
@@ -399,11 +441,12 @@ impl Drop for Handle {
     }
 }
 
-/// The shutdown, in order: the scheduler stops claiming; every run ends
-/// (cancelled, graced, released through the finisher); the finisher sends
-/// what is left; then the heartbeat and the listener stop — the heartbeat
-/// last of the runs' companions, so no lease goes unrenewed while its run
-/// is alive.
+/// The shutdown, in order: the scheduler stops claiming (at once, however
+/// many keys are due: a claim in flight hands what it took back, and none
+/// is sent after it); every run ends (cancelled, graced, released through
+/// the finisher), and every hand-back is done; the finisher sends what is
+/// left; then the heartbeat and the listener stop — the heartbeat last of
+/// the runs' companions, so no lease goes unrenewed while its run is alive.
 async fn shutdown(shared: Arc<Shared>, tasks: Option<Tasks>) -> ShutdownReport {
     let Some(tasks) = tasks else {
         return ShutdownReport::default();

@@ -15,7 +15,7 @@
 //! - `builder.rs`: settings, checks and start;
 //! - `handle.rs`: the handle — trigger, add, remove, health, shutdown, drop;
 //! - `state.rs`: what the services share — registered keys, due queue,
-//!   runs in progress, wake-ups;
+//!   runs in progress, removals in progress, wake-ups;
 //! - `scheduler.rs`: poll, claim due keys in batches, start runs;
 //! - `supervise.rs`: one run — start, stop on loss/deadline/shutdown,
 //!   outcome, release, back in the queue;

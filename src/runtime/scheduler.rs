@@ -15,6 +15,12 @@
 //!
 //! Every statement is bounded in time, so a stuck pool or row lock delays
 //! claims and shows in `Runtime::health`, without wedging the runtime.
+//!
+//! Once shutdown has begun it sends no claim, whatever is due: it looks
+//! before every claim of a pass, not only between passes. A claim already
+//! in flight then hands what it took straight back (so do a claim answered
+//! after its local deadline and one for a key removed meanwhile); those
+//! hand-backs are tracked with the runs, so shutdown waits for them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -93,9 +99,12 @@ impl Scheduler {
         {
             return pause;
         }
-        loop {
+        // Shutdown may begin during any statement of this pass: look before
+        // each claim, or a runtime with more due keys than run slots keeps
+        // claiming (and handing back) for as long as keys fall due.
+        while !shared.stopping.is_cancelled() {
             match self.claim(shared).await {
-                Ok(true) => continue, // claimed a full batch: more may be due
+                Ok(true) => continue, // started a full batch: more may be due
                 Ok(false) => break,
                 Err(pause) => return pause,
             }
@@ -174,10 +183,11 @@ impl Scheduler {
     }
 
     /// Claims the due keys there is room for. `Ok(true)` if the batch was
-    /// full (look again at once).
+    /// full and started runs (look again at once). Claims nothing once
+    /// shutdown has begun.
     async fn claim(&mut self, shared: &Arc<Shared>) -> Result<bool, Duration> {
         let room = shared.max_concurrent_runs.saturating_sub(shared.running());
-        if room == 0 {
+        if room == 0 || shared.stopping.is_cancelled() {
             return Ok(false);
         }
         // A few more candidates than room: some will be held or locked.
@@ -207,7 +217,7 @@ impl Scheduler {
             }
         }
         let claimed = self.answered(shared, answer)?;
-        let acquired = claimed.acquired.len();
+        let mut started = 0;
         let by_key: HashMap<&str, &Arc<JobEntry>> = jobs.iter().map(|j| (&*j.key, j)).collect();
         // Candidates the server answered for; the others have no row.
         let mut answered: HashSet<&str> = HashSet::with_capacity(jobs.len());
@@ -233,14 +243,15 @@ impl Scheduler {
                 tracing::warn!(key = %job.key, fence = lease.fence, "claim answered after its local deadline; not running it");
             }
             metrics::claim(&job.name, if too_late { "too_late" } else { "acquired" });
-            // Claimed too late, claimed while shutting down, or removed
-            // while the claim was in flight: hand it straight back instead
-            // of running it.
+            // Claimed too late, claimed while shutting down (the claim was
+            // in flight when it began), or removed while the claim was in
+            // flight: hand it straight back instead of running it. Tracked
+            // with the runs, so that shutdown waits for the hand-back too.
             if too_late || shared.stopping.is_cancelled() || !shared.registry().start(&job) {
                 let store = shared.store.clone();
                 let fence = lease.fence;
                 let holder = lease.holder.clone();
-                tokio::spawn(async move {
+                shared.runs.spawn(async move {
                     let release = store.release(&job.key, &holder, fence);
                     if tokio::time::timeout(CLAIM_TIMEOUT, release).await.is_err() {
                         tracing::warn!(key = %job.key, "could not hand back a lease claimed at shutdown; it will expire");
@@ -257,6 +268,7 @@ impl Scheduler {
                 shared.store.clone(),
             ));
             supervise::spawn(shared.clone(), job, tenure, run.run_no, run.pending_slot);
+            started += 1;
         }
         for sighting in &claimed.seen {
             if let Some(job) = by_key.get(sighting.key.as_str()) {
@@ -281,8 +293,10 @@ impl Scheduler {
         });
         self.missing.extend(lost_rows.cloned());
         drop(registry);
-        // A full page of candidates that yielded runs: more may be due.
-        Ok(acquired > 0 && jobs.len() >= wanted)
+        // A full page of candidates that yielded runs: more may be due. Keys
+        // handed back do not count: they stay due here, so counting them
+        // would propose them again at once, round after round.
+        Ok(started > 0 && jobs.len() >= wanted)
     }
 
     /// Records a statement's outcome in health and the error streak; on

@@ -1,5 +1,6 @@
 //! What the runtime's handle and services share: the registered jobs and
-//! when each is next worth a claim, the runs in progress, the wake-ups.
+//! when each is next worth a claim, the runs in progress, the removals in
+//! progress, the wake-ups.
 //!
 //! # Invariants
 //!
@@ -12,6 +13,10 @@
 //!   "not due", a queue that is late is corrected by wake-ups and polling.
 //! - Runs in progress never exceed `max_concurrent_runs`: the scheduler asks
 //!   for at most the room left, and a run counts until its release is done.
+//! - A key removed while it runs is in `removing` from the moment it leaves
+//!   the registry until its run has ended and been released (or the wait
+//!   for that gave up): every `Runtime::remove` of the key meanwhile waits
+//!   for that same end.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -304,6 +309,10 @@ pub(crate) struct Shared {
     /// Runs in progress, counted until their release is done (what the
     /// concurrency limit counts).
     pub(crate) in_progress: AtomicUsize,
+    /// Keys removed while running, until their run has ended and been
+    /// released: cancelled (through its `Arc`, which tells one removal from
+    /// a later one of the same key) when it has.
+    pub(crate) removing: Mutex<HashMap<Arc<str>, Arc<CancellationToken>>>,
     /// Set at shutdown: no new claims, runs cancelled.
     pub(crate) stopping: CancellationToken,
     pub(crate) poll_interval: Duration,
@@ -340,6 +349,10 @@ impl Shared {
     /// Runs in progress: from claim until their release is done.
     pub(crate) fn running(&self) -> usize {
         self.in_progress.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn removing(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<CancellationToken>>> {
+        self.removing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {

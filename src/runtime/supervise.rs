@@ -136,9 +136,15 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (RunOutco
                     }
                 }
             }
-            _ = tokio::time::sleep_until(tenure.deadline()) => {
-                if Instant::now() >= tenure.deadline() {
-                    tenure.lose(CancelReason::Deadline);
+            // Only until the run is cancelled: a deadline in the past stays
+            // ready on every later turn, and `select!` picks among ready
+            // branches at random, so without the guard it could be taken
+            // again before the cancellation branch ends the loop.
+            _ = tokio::time::sleep_until(tenure.deadline()), if !tenure.token().is_cancelled() => {
+                // Counted in health only by the call that stopped the run:
+                // the heartbeat may have found the lease lost at the same
+                // moment, and a loss counts once whoever notices it.
+                if Instant::now() >= tenure.deadline() && tenure.lose(CancelReason::Deadline) {
                     shared.health.run_lost_at_deadline();
                 }
             }

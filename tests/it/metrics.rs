@@ -197,8 +197,9 @@ fn held(m: &TestRecorder, job: &str) -> Option<f64> {
 // ---------------------------------------------------------------------------
 
 /// A replica cut off from the database stops its run at the local deadline:
-/// one loss, reason `deadline`; the run counts as cancelled; the lease is
-/// no longer held; the renewals before it set the remaining-time gauge.
+/// one loss, reason `deadline`, in the metric and in health; the run counts
+/// as cancelled; the lease is no longer held; the renewals before it set the
+/// remaining-time gauge.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_loss_is_counted_once_with_its_reason() {
     let m = recorder();
@@ -264,6 +265,12 @@ async fn a_deadline_loss_is_counted_once_with_its_reason() {
     // Nothing else moves it afterwards (heartbeat, job loop, release).
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_lost_once(m, name, "deadline");
+    // Health counts the same loss once too.
+    let in_health = rt.health().degraded.into_iter().find_map(|d| match d {
+        leasehold::Degraded::RunsLostAtDeadline { count, .. } => Some(count),
+        _ => None,
+    });
+    assert_eq!(in_health, Some(1), "runs stopped at their deadline, in health");
     assert_runs(m, name, &[("cancelled", 1)]);
     assert_eq!(
         runs.all()[0].cancelled.map(|c| c.1),

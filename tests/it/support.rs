@@ -109,7 +109,7 @@ pub async fn assert_pool_idle(pool: &PgPool) {
 // The scripted job, its run log and replicas live in leasehold-testkit
 // (feature `jobs`), shared with the benchmarks.
 pub use leasehold_testkit::jobs::{
-    BoxedRun, RunRecord, Runs, ScriptedJob, job, overlapping_pairs, quick, replica, replica_on,
+    BoxedRun, RunRecord, Runs, ScriptedJob, builder, job, overlapping_pairs, quick, replica, replica_on,
 };
 pub use leasehold_testkit::{eventually, eventually_async};
 
@@ -253,4 +253,27 @@ pub async fn assert_no_backend_in_transaction(pool: &PgPool, context: &str) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// How many fences the database has drawn so far (the fence sequence's
+/// position): every claim that took a lease drew one, so the difference
+/// between two readings counts the claims between them, whoever made them.
+pub async fn fences_drawn(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM leasehold_fence_seq")
+        .fetch_one(pool)
+        .await
+        .expect("read the fence sequence")
+}
+
+/// Fault: an outside session locks `leasehold_pause` (ACCESS EXCLUSIVE)
+/// until the returned transaction ends. Every claim and every poll reads the
+/// pauses in force (invariant 8), so a scheduler's next statement waits for
+/// the lock, while releases, which do not read them, go through.
+pub async fn lock_pause_table(pool: &PgPool) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = pool.begin().await.expect("begin");
+    sqlx::raw_sql("LOCK TABLE leasehold_pause IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .expect("lock the pause table");
+    tx
 }

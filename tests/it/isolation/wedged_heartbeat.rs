@@ -1,9 +1,9 @@
 //! Item 7: a lease row locked by an outside transaction cannot wedge the
-//! heartbeat.
+//! heartbeat, and a run stopped at its deadline counts once in health.
 
 use std::time::Duration;
 
-use leasehold::{CancelReason, Schedule};
+use leasehold::{CancelReason, Degraded, Schedule};
 use tokio::time::Instant;
 
 use crate::support::{self, Runs, eventually, job, quick};
@@ -96,5 +96,51 @@ async fn one_locked_lease_row_does_not_stall_the_renewal_of_the_others() {
         "the other run kept its lease: {:?}",
         by_key("free")
     );
+    rt.shutdown().await;
+}
+
+/// Sixteen runs (lease 3 s) whose heartbeats stall all stop at their
+/// deadline together: health reports sixteen runs stopped at their deadline,
+/// each counted once, however many turns its supervisor took to notice the
+/// cancellation after the deadline passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_run_stopped_at_its_deadline_counts_once_in_health() {
+    const RUNS: usize = 16;
+    let db = support::db().await;
+    let runs = Runs::default();
+    let keys: Vec<String> = (0..RUNS).map(|k| format!("stalled:{k}")).collect();
+    let jobs = keys
+        .iter()
+        .map(|key| {
+            job(
+                key,
+                quick(Schedule::Manual, Duration::from_secs(3)),
+                runs.body(Duration::from_secs(60)),
+            )
+        })
+        .collect();
+    let rt = support::replica(&db, "r0", 3, jobs).await;
+    for key in &keys {
+        rt.trigger(key).await.unwrap();
+    }
+    runs.wait_started(RUNS, Duration::from_secs(10)).await;
+    rt.faults().stall_heartbeats(true);
+    let first = eventually(Duration::from_secs(10), || {
+        let first: Vec<_> = runs.all().into_iter().take(RUNS).collect();
+        first.iter().all(|r| r.cancelled.is_some()).then_some(first)
+    })
+    .await;
+    rt.faults().stall_heartbeats(false);
+    for run in &first {
+        assert_eq!(run.cancelled.map(|c| c.1), Some(CancelReason::Deadline), "{run:?}");
+    }
+    // Each key runs again (a first loss is retried at once): its first
+    // run's supervisor is done, so nothing can count that loss any more.
+    runs.wait_started(2 * RUNS, Duration::from_secs(10)).await;
+    let counted = rt.health().degraded.into_iter().find_map(|d| match d {
+        Degraded::RunsLostAtDeadline { count, .. } => Some(count),
+        _ => None,
+    });
+    assert_eq!(counted, Some(RUNS as u32), "{RUNS} runs stopped at their deadline");
     rt.shutdown().await;
 }

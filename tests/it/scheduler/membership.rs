@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold::{CancelReason, Error, LeaseStore, Schedule};
+use leasehold::{CancelReason, Error, FenceGuard, LeaseStore, Runtime, Schedule};
 use tokio::time::Instant;
 
 use crate::support::{self, Runs, job, quick};
@@ -107,5 +107,50 @@ async fn an_added_key_with_a_short_lease_is_renewed_in_time() {
     })
     .await;
     assert_eq!(run.cancelled, None, "the run kept its lease for 4 s: {run:?}");
+    rt.shutdown().await;
+}
+
+/// Two removes of one key while its run takes a second to stop after being
+/// cancelled (it ignores the cancellation that long): both wait for that
+/// run to end, and both return that the key was registered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_removes_of_one_key_both_wait_for_its_run_to_end() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let slow_to_stop = {
+        let runs = runs.clone();
+        move |guard: FenceGuard| {
+            let runs = runs.clone();
+            async move {
+                let i = runs.start(&guard);
+                guard.cancelled().await;
+                runs.cancelled(i, guard.reason());
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                runs.end(i);
+                Ok(())
+            }
+        }
+    };
+    let settings = quick(Schedule::Manual, Duration::from_secs(10)).grace(Duration::from_secs(5));
+    let rt = support::replica(&db, "replica", 2, vec![job("slow-stop", settings, slow_to_stop)]).await;
+    rt.trigger("slow-stop").await.unwrap();
+    runs.wait_started(1, Duration::from_secs(10)).await;
+
+    let removing = |rt: Runtime| async move {
+        let removed = rt.remove("slow-stop").await.expect("remove");
+        (removed, Instant::now())
+    };
+    let ((first, first_at), (second, second_at)) = tokio::join!(removing(rt.clone()), removing(rt.clone()));
+    let run = runs.all().remove(0);
+    let ended = run.ended.expect("the run ended");
+    assert_eq!(
+        (first, second),
+        (true, true),
+        "both removes report the key was registered"
+    );
+    assert!(first_at >= ended, "the first remove returned before the run ended");
+    assert!(second_at >= ended, "the second remove returned before the run ended");
+    assert_eq!(run.cancelled.map(|(_, why)| why), Some(CancelReason::Shutdown));
+    assert!(!rt.remove("slow-stop").await.unwrap(), "no longer registered");
     rt.shutdown().await;
 }
