@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
+use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -16,6 +17,7 @@ use super::state::{FinishRequest, JobEntry, Shared};
 use crate::cancel::CancelReason;
 use crate::error::Error;
 use crate::guard::FenceGuard;
+use crate::job::JobError;
 use crate::lease::{Finish, NextDue, RunOutcome, RunReport, truncate_error};
 use crate::metrics;
 use crate::schedule::{SlotPlan, next_after_success, plan};
@@ -105,6 +107,50 @@ async fn supervise(
     shared.wake.notify_one();
 }
 
+/// Lets a cancelled run return within its grace, and drops it otherwise.
+///
+/// A run past its deadline gets no grace: the lease may be claimable
+/// elsewhere soon (its loss was logged once already). A run asked to stop
+/// for shutdown or pause keeps its lease while it winds down — the
+/// heartbeat still renews it — but the grace never outlasts the local
+/// deadline: if renewals stop getting through, the run is dropped at the
+/// deadline, before another replica can claim the key (§5), and counted as
+/// a deadline loss.
+async fn wind_down(
+    shared: &Shared,
+    job: &JobEntry,
+    tenure: &Tenure,
+    handle: &mut JoinHandle<Result<(), JobError>>,
+) -> Option<Result<Result<(), JobError>, JoinError>> {
+    let deadline = tenure.reason() == Some(CancelReason::Deadline);
+    let grace = if deadline { Duration::ZERO } else { job.settings.grace };
+    let grace_end = Instant::now() + grace;
+    loop {
+        // Re-read each turn: a renewal during the wind-down moves it on.
+        let stop_at = grace_end.min(tenure.deadline());
+        if let Ok(result) = tokio::time::timeout_at(stop_at, &mut *handle).await {
+            return Some(result);
+        }
+        let now = Instant::now();
+        if now < grace_end && now < tenure.deadline() {
+            continue;
+        }
+        handle.abort();
+        if deadline {
+            tracing::debug!(job = %job.name, key = %job.key, fence = tenure.fence, "run dropped at its deadline");
+        } else if now < grace_end {
+            tracing::error!(job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence,
+                reason = ?tenure.reason(), "run winding down reached its deadline (lease not renewed in time); dropped");
+            metrics::lost(&job.name, CancelReason::Deadline);
+            shared.health.run_lost_at_deadline();
+        } else {
+            tracing::warn!(job = %job.name, key = %job.key, fence = tenure.fence, ?grace,
+                reason = ?tenure.reason(), "cancelled run did not return within its grace period; dropped");
+        }
+        return None;
+    }
+}
+
 /// Runs the body to its end, or stops it. Returns the outcome, and the
 /// error or panic message of a run that failed or panicked.
 async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (RunOutcome, Option<String>) {
@@ -116,26 +162,7 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (RunOutco
     let finished = loop {
         tokio::select! {
             result = &mut handle => break Some(result),
-            _ = tenure.token().cancelled() => {
-                // A run past its deadline gets no grace: the lease may be
-                // claimable elsewhere soon. Its loss was logged once already.
-                let deadline = tenure.reason() == Some(CancelReason::Deadline);
-                let grace = if deadline { Duration::ZERO } else { job.settings.grace };
-                match tokio::time::timeout(grace, &mut handle).await {
-                    Ok(result) => break Some(result),
-                    Err(_) => {
-                        handle.abort();
-                        if deadline {
-                            tracing::debug!(job = %job.name, key = %job.key, fence = tenure.fence,
-                                "run dropped at its deadline");
-                        } else {
-                            tracing::warn!(job = %job.name, key = %job.key, fence = tenure.fence, ?grace,
-                                reason = ?tenure.reason(), "cancelled run did not return within its grace period; dropped");
-                        }
-                        break None;
-                    }
-                }
-            }
+            _ = tenure.token().cancelled() => break wind_down(shared, job, tenure, &mut handle).await,
             // Only until the run is cancelled: a deadline in the past stays
             // ready on every later turn, and `select!` picks among ready
             // branches at random, so without the guard it could be taken

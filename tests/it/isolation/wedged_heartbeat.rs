@@ -1,6 +1,8 @@
-//! Item 7: a lease row locked by an outside transaction cannot wedge the
-//! heartbeat, and a run stopped at its deadline counts once in health.
+//! A lease row locked by an outside transaction cannot wedge the heartbeat,
+//! a run stopped at its deadline counts once in health, and no run — not
+//! even one winding down within its grace — outlives its deadline.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::{CancelReason, Degraded, Schedule};
@@ -143,4 +145,54 @@ async fn each_run_stopped_at_its_deadline_counts_once_in_health() {
     });
     assert_eq!(counted, Some(RUNS as u32), "{RUNS} runs stopped at their deadline");
     rt.shutdown().await;
+}
+
+/// A run asked to stop for shutdown keeps its lease while it winds down,
+/// but not past its local deadline: replica "a" is cut off from the database
+/// and shut down with a grace (10 s) longer than the lease (2 s), its job
+/// ignoring the cancellation. The run is dropped at the deadline, before
+/// "b" can claim the key, so the two never run at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_winding_down_for_shutdown_is_dropped_at_its_deadline_not_its_grace() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let last_worked: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let stubborn = {
+        let (runs, last_worked) = (runs.clone(), last_worked.clone());
+        move |guard: leasehold::FenceGuard| {
+            let (runs, last_worked) = (runs.clone(), last_worked.clone());
+            async move {
+                let i = runs.start(&guard);
+                for _ in 0..80 {
+                    *last_worked.lock().unwrap() = Some(Instant::now());
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                runs.end(i);
+                Ok(())
+            }
+        }
+    };
+    let settings = quick(Schedule::Manual, Duration::from_secs(2)).grace(Duration::from_secs(10));
+    let a = support::replica(&db, "a", 2, vec![job("k", settings.clone(), stubborn)]).await;
+    a.trigger("k").await.unwrap();
+    runs.wait_started(1, Duration::from_secs(5)).await;
+    a.faults().partition(true);
+    let stopping = tokio::spawn({
+        let a = a.clone();
+        async move { a.shutdown().await }
+    });
+    let b = support::replica(&db, "b", 2, vec![job("k", settings, runs.body(Duration::from_secs(1)))]).await;
+    let b_run = eventually(Duration::from_secs(15), || {
+        runs.all().into_iter().find(|r| r.holder == "b")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let a_last = last_worked.lock().unwrap().expect("a worked");
+    assert!(
+        a_last < b_run.started,
+        "a's job still worked {:?} after b's run started",
+        a_last - b_run.started
+    );
+    let _ = stopping.await;
+    b.shutdown().await;
 }
