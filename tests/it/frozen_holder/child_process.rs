@@ -227,6 +227,11 @@ async fn a_replica_stopped_inside_its_fenced_transaction_neither_stalls_its_succ
     );
     let wrote = written_at(&db.pool, successor_fence).await.expect("committed");
     let late = (wrote - expiry).to_std().unwrap_or(Duration::ZERO);
+    println!(
+        "frozen-holder drill: lease {LEASE:?}, stopped for {FREEZE:?}; successor's first fenced write committed \
+         {late:?} after the stopped holder's lease expired ({:?} after the stop)",
+        stopped.elapsed()
+    );
     assert!(
         late <= LEASE + Duration::from_secs(2),
         "the successor's first write committed {late:?} after the stopped holder's lease expired (lease {LEASE:?})"
