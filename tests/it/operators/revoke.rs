@@ -54,12 +54,15 @@ async fn a_revoked_run_is_rejected_downstream_before_any_newer_run_writes() {
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
     let (rt, guard) = held_guard(&db, "web-1", "billing").await;
-    drop(
-        guard
-            .begin_fenced_on(&db.pool, "ledger")
-            .await
-            .expect("the run writes while it holds the lease"),
-    );
+    // The run's committed write leaves the ledger's fence row naming its
+    // tenure; the revoke raises it all the same.
+    guard
+        .begin_fenced_on(&db.pool, "ledger")
+        .await
+        .expect("the run writes while it holds the lease")
+        .commit()
+        .await
+        .expect("and commits while it holds it");
 
     let Revoked::Ended { fence, .. } = store.revoke("billing", Revoke::Force, &["ledger"]).await.unwrap() else {
         panic!("a forced revoke ends the tenure");
