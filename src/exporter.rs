@@ -241,6 +241,7 @@ mod tests {
             m::held("nightly", 1.0);
             m::remaining("nightly", Duration::from_secs(59));
             m::fence_rejected("nightly");
+            m::fence_wait("nightly", Duration::from_millis(2));
             m::poisoned_connection("in_transaction");
             m::concurrency_limit(100);
             m::runs_in_progress(1.0);
@@ -263,6 +264,7 @@ mod tests {
             (names::JOBS_PAUSED, "gauge"),
             (names::REMAINING, "gauge"),
             (names::FENCE_REJECTIONS, "counter"),
+            (names::FENCE_WAIT, "histogram"),
             (names::LAST_SUCCESS, "gauge"),
             (names::POISONED_CONNECTIONS, "counter"),
         ];

@@ -127,7 +127,9 @@ async fn wind_down(
     let grace_end = Instant::now() + grace;
     loop {
         // Re-read each turn: a renewal during the wind-down moves it on.
-        let stop_at = grace_end.min(tenure.deadline());
+        // Never in the past: like a zero timeout, that leaves a run already
+        // woken by its cancellation the moment it takes to notice it.
+        let stop_at = grace_end.min(tenure.deadline()).max(Instant::now());
         if let Ok(result) = tokio::time::timeout_at(stop_at, &mut *handle).await {
             return Some(result);
         }
