@@ -93,3 +93,32 @@ async fn a_fence_advance_waiting_for_the_row_shows_in_health_while_it_waits() {
     assert!(!waiting(&rt.health()), "the wait is over");
     rt.shutdown().await;
 }
+
+/// The idle bound only ever shortens what the service set: with the
+/// database's own `idle_in_transaction_session_timeout` at 1 s and a 10 s
+/// lease, a fenced transaction left idle is ended after about 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shorter_idle_timeout_of_the_service_is_kept() {
+    let db = support::db().await;
+    accounts(&db.pool).await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE \"{}\" SET idle_in_transaction_session_timeout = '1s'",
+        db.name
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // New connections see the setting.
+    let pool = db.pool_with(2).await;
+    let (rt, guard) = held_guard_for(&db, "a", "billing", Duration::from_secs(10)).await;
+    let mut tx = guard.begin_fenced(&pool).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let ended = sqlx::query("UPDATE account SET balance = 1 WHERE id = 1")
+        .execute(&mut *tx)
+        .await;
+    assert!(
+        ended.is_err(),
+        "the server ended the transaction after the service's 1 s"
+    );
+    rt.shutdown().await;
+}
