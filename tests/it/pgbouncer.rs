@@ -541,3 +541,78 @@ async fn runtime_works_through_pgbouncer_transaction_mode() {
         .unwrap();
     assert_eq!(held, 0, "every lease was released at shutdown");
 }
+
+/// F5 through PgBouncer in transaction mode: the idle bound is set with
+/// `set_config(…, true)`, local to the fenced transaction, so it holds there
+/// too. A replica behind PgBouncer writes in a fenced transaction and goes
+/// silent; the server ends that transaction one lease after its write, so
+/// a successor's fenced transaction goes through, and the silent one's
+/// COMMIT fails. PgBouncer's other clients are unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_fenced_transaction_behind_pgbouncer_is_ended_within_a_lease() {
+    let (bin, version) = pgbouncer();
+    assert!(
+        version >= (1, 21),
+        "needs PgBouncer >= 1.21: see runtime_works_through_pgbouncer_transaction_mode"
+    );
+    let db = support::db().await;
+    support::accounts(&db.pool).await;
+    let bouncer = start(&bin, &db.options, 3, "max_prepared_statements = 200");
+    let pool = PgPoolOptions::new()
+        .max_connections(3)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy_with(via(&bouncer, &db.options));
+    let lease = Duration::from_secs(2);
+    let (send, mut guards) = tokio::sync::mpsc::unbounded_channel();
+    let holds = move |guard: FenceGuard| {
+        let send = send.clone();
+        async move {
+            let _ = send.send(guard.clone());
+            guard.cancelled().await;
+            Ok(())
+        }
+    };
+    let a = support::replica_on(
+        pool.clone(),
+        "a",
+        Duration::from_millis(100),
+        vec![job("billing", quick(Schedule::Manual, lease), holds)],
+    )
+    .await;
+    a.trigger("billing").await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), guards.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut silent = guard.begin_fenced(&pool).await.unwrap();
+    sqlx::query("UPDATE account SET balance = 666 WHERE id = 1")
+        .execute(&mut *silent)
+        .await
+        .unwrap();
+    let wrote = tokio::time::Instant::now();
+    a.faults().partition(true);
+
+    // "a"'s lease ends; the successor runs straight on the server.
+    support::expire_now(&db.pool, "billing").await;
+    let (b_rt, b) = support::held_guard_for(&db, "b", "billing", lease).await;
+    let mut tx = tokio::time::timeout(lease * 4, b.begin_fenced(&db.pool))
+        .await
+        .expect("the silent transaction behind PgBouncer was ended by the server")
+        .unwrap();
+    assert!(
+        wrote.elapsed() < lease + Duration::from_secs(2),
+        "{:?}",
+        wrote.elapsed()
+    );
+    sqlx::query("UPDATE account SET balance = 7 WHERE id = 1")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(silent.commit().await.is_err());
+    assert_eq!(support::balance(&db.pool, 1).await.0, 7);
+    let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&pool).await.unwrap();
+    assert_eq!(one, 1, "PgBouncer still serves its other clients");
+    b_rt.shutdown().await;
+    a.shutdown().await;
+}
