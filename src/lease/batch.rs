@@ -110,12 +110,24 @@ pub(crate) struct Finish {
 /// What one release of [`LeaseStore::finish_many`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
-    /// The tenure was the current one and is released.
+    /// The tenure was the current one and is released; the key is next
+    /// due later.
     Yes,
+    /// The tenure was the current one and is released, and the key is due
+    /// now: a trigger came during the run, or the run left its slot owed
+    /// (cancelled).
+    StillDue,
     /// The tenure was not the current one any more: nothing changed.
     NotCurrent,
     /// Its row is locked by another transaction: nothing changed yet.
     Busy,
+}
+
+impl Released {
+    /// Whether the tenure was released (the key due later or now).
+    pub(crate) fn released(self) -> bool {
+        matches!(self, Released::Yes | Released::StillDue)
+    }
 }
 
 /// What [`LeaseStore::forget`] did.
@@ -318,8 +330,9 @@ impl LeaseStore {
 
     /// Releases many runs' tenures and records when each key is next due,
     /// in **one** statement. Says, per item, whether that tenure was
-    /// released, was not the current one any more (a late release of an
-    /// older tenure changes nothing), or is busy: its row is locked by
+    /// released (and whether its key is due now), was not the current one
+    /// any more (a late release of an older tenure changes nothing), or is
+    /// busy: its row is locked by
     /// another transaction, which a release does not wait for — retry it.
     /// A key left due by its release wakes the listeners.
     pub(crate) async fn finish_many(&self, items: &[Finish]) -> Result<Vec<Released>> {
@@ -363,8 +376,17 @@ impl LeaseStore {
         //   GREATEST keeps the CHECK true even if the server clock stepped
         //   back. A new due time is also the slot the next run owes; a
         //   retry (`after`) or no change keeps the slot still owed.
+        // - A trigger accepted after this run's claim is never overwritten:
+        //   a claim for a run consumes a due time no later than its
+        //   `acquired_at`, so a due time *after* it was written by a
+        //   trigger during the run (`LeaseStore::trigger`). The key is then
+        //   due again at the release — one more run, however many triggers
+        //   came — while `slot_at` still records the next slot, so the
+        //   schedule goes on after that run. Due at the release's time,
+        //   not the trigger's, so pollers' windows (`due_since`) see it.
         // - A released key that is still due (a cancelled run, a trigger
-        //   during the run) is claimable at once: `woken` tells listeners.
+        //   during the run) is claimable at once: `woken` tells listeners,
+        //   and `due` tells the releasing runtime.
         // - `recorded` (invariant 9) writes each run's history row, in this
         //   same statement: a run whose tenure was released, and one that
         //   had lost it already (its release changes nothing else), but not
@@ -387,7 +409,9 @@ impl LeaseStore {
             ), released AS (
                 UPDATE leasehold_lease AS l
                    SET expires_at  = GREATEST(clock_timestamp(), l.acquired_at + interval '1 microsecond'),
-                       next_due_at = COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after), l.next_due_at),
+                       next_due_at = CASE WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()
+                                          ELSE COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after),
+                                                        l.next_due_at) END,
                        slot_at     = COALESCE(t.at, l.slot_at, l.next_due_at)
                   FROM t
                  WHERE l.key = t.key
@@ -418,10 +442,11 @@ impl LeaseStore {
                        outcome = EXCLUDED.outcome, reason = EXCLUDED.reason, error = EXCLUDED.error
                  WHERE r.run_no < EXCLUDED.run_no
             )
-            SELECT r.key, r.fence, false AS busy FROM released AS r, woken
+            SELECT r.key, r.fence, false AS busy, COALESCE(r.next_due_at <= clock_timestamp(), true) AS due
+              FROM released AS r, woken
             UNION ALL
-            SELECT b.key, b.fence, true FROM busy AS b";
-        let done: Vec<(String, i64, bool)> =
+            SELECT b.key, b.fence, true, false FROM busy AS b";
+        let done: Vec<(String, i64, bool, bool)> =
             connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(FINISH_MANY)
                 .bind(&keys)
                 .bind(&holders)
@@ -441,9 +466,10 @@ impl LeaseStore {
         Ok(items
             .iter()
             .map(
-                |item| match done.iter().find(|(k, f, _)| *k == item.key && *f == item.fence) {
-                    Some((_, _, false)) => Released::Yes,
-                    Some((_, _, true)) => Released::Busy,
+                |item| match done.iter().find(|(k, f, ..)| *k == item.key && *f == item.fence) {
+                    Some((_, _, false, false)) => Released::Yes,
+                    Some((_, _, false, true)) => Released::StillDue,
+                    Some((_, _, true, _)) => Released::Busy,
                     None => Released::NotCurrent,
                 },
             )

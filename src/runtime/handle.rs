@@ -170,8 +170,10 @@ impl Runtime {
     /// Makes the job with `key` due now, for the whole fleet: it runs once,
     /// under its lease, on whichever replica claims it first (this one is
     /// woken at once, the others by notification). A trigger that arrives
-    /// while the job is running may be absorbed by that run. A paused key
-    /// stays paused: it runs once resumed (logged).
+    /// while the job is running leads to one more run right after that run
+    /// (several triggers during one run make one run); a scheduled job then
+    /// goes on with its schedule. A paused key stays paused: it runs once
+    /// resumed (logged).
     ///
     /// Cancel-safe.
     pub async fn trigger(&self, key: &str) -> Result<()> {

@@ -30,7 +30,7 @@ use crate::guard::FenceGuard;
 use crate::health::Tracker;
 use crate::job::FencedJob;
 use crate::job::{JobError, JobSettings};
-use crate::lease::{Finish, LeaseStore, PauseTarget, Sighting};
+use crate::lease::{Finish, LeaseStore, PauseTarget, Released, Sighting};
 use crate::tenure::Tenure;
 use crate::validate;
 
@@ -278,8 +278,9 @@ impl ServerClock {
 /// A run's release, handed to the finisher to go out with others.
 pub(crate) struct FinishRequest {
     pub(crate) finish: Finish,
-    /// Whether the release took effect; dropped if it could not be sent.
-    pub(crate) done: oneshot::Sender<bool>,
+    /// What the release did (never [`Released::Busy`]: those are retried);
+    /// dropped if it could not be sent.
+    pub(crate) done: oneshot::Sender<Released>,
 }
 
 /// Counts for the shutdown report, kept by the runs that end while the
