@@ -220,6 +220,45 @@ impl LeaseStore {
             .fetch_all(conn))
     }
 
+    /// A key this runtime removed `away` ago comes back: if no replica
+    /// claimed it since, it is due at `first` (its next slot), like a new
+    /// key — the slots that passed while it was away are not missed slots.
+    /// Returns whether its due time was reset; a key without a row is left
+    /// to [`LeaseStore::register_many`].
+    pub(crate) async fn readd(&self, key: &str, job: &str, first: DateTime<Utc>, away: Duration) -> Result<bool> {
+        validate::key(key)?;
+        validate::job_name(job)?;
+        let away = away.as_secs_f64();
+        // $1 key, $2 first due time, $3 job name, $4 seconds since this
+        // runtime removed the key (measured here, subtracted on the server:
+        // invariant 1).
+        // - acquired_at before the removal: no replica claimed the key
+        //   since. One that did still registers it, and the slots it could
+        //   not run (its fleet down, say) stay owed, as for any key.
+        // - expires_at <= now: a run in progress — claimed before the
+        //   removal, by a replica that still registers the key — keeps the
+        //   due time its release writes (a cancelled run's slot stays owed).
+        // - Not paused (invariant 8's rule): the slots a pause holds back
+        //   stay owed to its resume, whoever registers the key.
+        const READD: &str = concat!(
+            "
+            UPDATE leasehold_lease AS l
+               SET next_due_at = $2, slot_at = $2
+             WHERE l.key = $1
+               AND l.acquired_at <= clock_timestamp() - make_interval(secs => $4)
+               AND l.expires_at <= clock_timestamp()
+               AND NOT ",
+            paused!(key = "l.key", jobs = "l.job_name, $3")
+        );
+        let done = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(READD)
+            .bind(key)
+            .bind(first)
+            .bind(job)
+            .bind(away)
+            .execute(conn))?;
+        Ok(done.rows_affected() > 0)
+    }
+
     /// Claims, for new runs of `holder`, up to `limit` of `candidates`
     /// `(key, lease)` that are free and due, in **one** statement: each
     /// claimed key gets its own fresh fence. Rows another transaction has

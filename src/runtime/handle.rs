@@ -227,6 +227,13 @@ impl Runtime {
     /// changing nothing, if its key or settings are invalid, if the key is
     /// registered here already, or if shutdown has begun.
     ///
+    /// A key whose row exists keeps its schedule, and the slots that passed
+    /// while no replica could run it (fleet down, paused) are missed slots
+    /// for its [`CatchUp`](crate::CatchUp) policy — except a key this
+    /// runtime [removed](Runtime::remove) that no replica claimed since:
+    /// nobody registered it meanwhile (as far as can be told), so it comes
+    /// back like a new key, first due at its next slot, unless it is paused.
+    ///
     /// Cancel-safe: dropped before it returns, the job may or may not be
     /// registered (its row may exist either way, which is harmless).
     ///
@@ -265,6 +272,13 @@ impl Runtime {
             None => shared.store.server_now().await?,
         };
         let first = first_due(&job.settings.schedule, server_now);
+        let away = shared.registry().removed_for(&job.key);
+        if let Some(away) = away
+            && shared.store.readd(&job.key, &job.name, first, away).await?
+        {
+            tracing::info!(key = %job.key, ?away, "key added back: no replica ran it while it was away, \
+                so it is first due at its next slot");
+        }
         let seen = shared
             .store
             .register_many(&shared.holder, &[(&job.key, &job.name, first)])
@@ -283,7 +297,9 @@ impl Runtime {
     /// cancelled (reason *shutdown*), given its grace period, and released;
     /// this returns once that is done. The key's row stays (other replicas
     /// may still run it); delete it with [`LeaseStore::forget`](crate::LeaseStore::forget)
-    /// (`leasehold forget KEY`) once no replica registers it.
+    /// (`leasehold forget KEY`) once no replica registers it. Added back
+    /// later with [`Runtime::add`], a key no replica ran meanwhile is first
+    /// due at its next slot.
     ///
     /// Returns whether the key was registered. Cancel-safe: dropping the
     /// future does not stop the cancellation and release it started.

@@ -105,6 +105,10 @@ struct Slot {
 pub(crate) struct Registry {
     slots: HashMap<Arc<str>, Slot>,
     queue: BTreeSet<(Instant, Arc<str>)>,
+    /// Keys `Runtime::remove` unregistered here, and when: a key added
+    /// back comes back like a new one unless some replica ran it since
+    /// (`LeaseStore::readd`). One entry per removed key, until re-added.
+    removed: HashMap<Arc<str>, Instant>,
 }
 
 impl Registry {
@@ -114,6 +118,7 @@ impl Registry {
         if self.slots.contains_key(&job.key) {
             return false;
         }
+        self.removed.remove(&job.key);
         self.queue.insert((at, job.key.clone()));
         self.slots.insert(
             job.key.clone(),
@@ -127,13 +132,21 @@ impl Registry {
         true
     }
 
-    /// Forgets a key; returns its job if it was registered.
+    /// Forgets a key, remembering when; returns its job if it was
+    /// registered.
     pub(crate) fn remove(&mut self, key: &str) -> Option<Arc<JobEntry>> {
         let slot = self.slots.remove(key)?;
         if let Some(at) = slot.at {
             self.queue.remove(&(at, slot.job.key.clone()));
         }
+        self.removed.insert(slot.job.key.clone(), Instant::now());
         Some(slot.job)
+    }
+
+    /// How long ago [`Registry::remove`] unregistered `key`, if it did and
+    /// the key was not added back since.
+    pub(crate) fn removed_for(&self, key: &str) -> Option<Duration> {
+        self.removed.get(key).map(Instant::elapsed)
     }
 
     pub(crate) fn job(&self, key: &str) -> Option<Arc<JobEntry>> {
