@@ -94,7 +94,11 @@ pub struct ShutdownReport {
 /// without a database round trip.
 ///
 /// `healthy` is false exactly when [`degraded`](Health::degraded) names at
-/// least one reason. A readiness handler (axum shown; any framework works):
+/// least one reason. Failing claims and heartbeats become a reason only
+/// after [`RuntimeBuilder::degraded_after`](crate::RuntimeBuilder::degraded_after)
+/// failures in a row (default 3): every replica shares one database, so a
+/// single network blip must not take the whole fleet out of the load
+/// balancer at once. A readiness handler (axum shown; any framework works):
 ///
 /// ```no_run
 /// # #[cfg(any())] mod axum_example {
