@@ -176,11 +176,13 @@ batch_mutations = [
   "                       slot_at     = COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after), l.slot_at)\n",
   "operators::catch_up"),
  ("finish_many: a trigger during the run overwritten by the release (the operator's trigger is lost)",
-  "                       next_due_at = CASE WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()\n"
-  "                                          ELSE COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after),\n"
-  "                                                        l.next_due_at) END,\n",
-  "                       next_due_at = COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after), l.next_due_at),\n",
+  "                                          WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()\n",
+  "",
   "operators::trigger"),
+ ("finish_many: a plain release takes a due time not reached yet for a trigger (a key claimed early is due at once)",
+  "                       next_due_at = CASE WHEN t.at IS NULL AND t.after IS NULL THEN l.next_due_at\n",
+  "                       next_due_at = CASE\n",
+  "lease::a_plain_release_keeps_a_due_time_not_reached_yet"),
  ("readd: a key a replica claimed since its removal is reset (the slots it owes are lost)",
   "               AND l.acquired_at <= clock_timestamp() - make_interval(secs => $4)\n",
   "\n",

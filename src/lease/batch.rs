@@ -415,8 +415,13 @@ impl LeaseStore {
         //   GREATEST keeps the CHECK true even if the server clock stepped
         //   back. A new due time is also the slot the next run owes; a
         //   retry (`after`) or no change keeps the slot still owed.
+        // - A release that records nothing about the schedule (`at` and
+        //   `after` NULL: `LeaseStore::release`, a cancelled run) leaves the
+        //   due time as it is, a trigger included. A tenure claimed without
+        //   the due check (`claim`, `claim_run` with `Due::Now`) may hold a
+        //   key not due yet: its release must not take that for a trigger.
         // - A trigger accepted after this run's claim is never overwritten:
-        //   a claim for a run consumes a due time no later than its
+        //   a scheduled claim consumes a due time no later than its
         //   `acquired_at`, so a due time *after* it was written by a
         //   trigger during the run (`LeaseStore::trigger`). The key is then
         //   due again at the release — one more run, however many triggers
@@ -448,9 +453,9 @@ impl LeaseStore {
             ), released AS (
                 UPDATE leasehold_lease AS l
                    SET expires_at  = GREATEST(clock_timestamp(), l.acquired_at + interval '1 microsecond'),
-                       next_due_at = CASE WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()
-                                          ELSE COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after),
-                                                        l.next_due_at) END,
+                       next_due_at = CASE WHEN t.at IS NULL AND t.after IS NULL THEN l.next_due_at
+                                          WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()
+                                          ELSE COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after)) END,
                        slot_at     = COALESCE(t.at, l.slot_at, l.next_due_at)
                   FROM t
                  WHERE l.key = t.key
