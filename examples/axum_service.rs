@@ -37,7 +37,10 @@ impl Invoices {
     }
 }
 
-/// Readiness: 200 while healthy, 503 with the reasons otherwise.
+/// Readiness: 200 while healthy, 503 with the reasons otherwise. Failing
+/// heartbeats or claims count only after `degraded_after` of them in a row
+/// (set in `main`), so one network blip does not take every replica out of
+/// the load balancer at once.
 async fn ready(State(runtime): State<Runtime>) -> (StatusCode, String) {
     let health = runtime.health();
     if health.healthy {
@@ -63,6 +66,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = db.pool.clone();
 
     let runtime = Runtime::builder(pool.clone())
+        // Not ready after 3 failed heartbeats (or claims) in a row; one is a blip.
+        .degraded_after(3)
         .register(Invoices { db: pool.clone() })
         .start()
         .await?;

@@ -2,9 +2,9 @@
 """Clause removal: for each guard clause of the lease SQL (src/lease/mod.rs,
 the scheduler's batch statements and the run history in src/lease/batch.rs,
 the fence SQL in src/lease/fence.rs, the operator's revoke in
-src/lease/revoke.rs; pause and trigger are in mod.rs and batch.rs's claims,
-whose pause rule is written once in pause_rule.rs and expanded at each
-call site;
+src/lease/revoke.rs; pause, resume and trigger in control.rs, the pause
+rule enforced by mod.rs's and batch.rs's claims, written once in
+pause_rule.rs and expanded at each call site;
 what operators read and the record of their actions in history.rs, fleet.rs
 and audit.rs; the commit check on fenced transactions in
 migrations/0005_fence_tenure.sql),
@@ -176,6 +176,26 @@ batch_mutations = [
   "                       slot_at     = COALESCE(t.at, l.slot_at, l.next_due_at)\n",
   "                       slot_at     = COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after), l.slot_at)\n",
   "operators::catch_up"),
+ ("finish_many: a trigger during the run overwritten by the release (the operator's trigger is lost)",
+  "                                          WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()\n",
+  "",
+  "operators::trigger"),
+ ("finish_many: a plain release takes a due time not reached yet for a trigger (a key claimed early is due at once)",
+  "                       next_due_at = CASE WHEN t.at IS NULL AND t.after IS NULL THEN l.next_due_at\n",
+  "                       next_due_at = CASE\n",
+  "lease::a_plain_release_keeps_a_due_time_not_reached_yet"),
+ ("readd: a key a replica claimed since its removal is reset (the slots it owes are lost)",
+  "               AND l.acquired_at <= clock_timestamp() - make_interval(secs => $4)\n",
+  "\n",
+  "scheduler::membership"),
+ ("readd: a key running elsewhere is reset (its release takes the reset for a trigger: one run too many)",
+  "               AND l.expires_at <= clock_timestamp()\n               AND NOT \",",
+  "               AND NOT \",",
+  "scheduler::membership"),
+ ("readd: a paused key is reset (the slots owed to its resume are lost)",
+  'paused!(key = "l.key", jobs = "l.job_name, $3")',
+  '"false"',
+  "scheduler::membership"),
  ("forget: history kept after the row is deleted (a re-added key's ring refuses its runs)",
   "                DELETE FROM leasehold_run WHERE key IN (SELECT key FROM gone)\n",
   "                SELECT 1\n",
@@ -274,6 +294,10 @@ control_mutations = [
   "                   AND COALESCE(l.next_due_at, '-infinity') <= clock_timestamp()\n",
   "\n",
   "operators::resume operators::pause"),
+ ("resume: a running key is woken (its release takes the resume for a trigger: one run too many)",
+  "                   AND l.expires_at <= clock_timestamp()\n                RETURNING l.key",
+  "                RETURNING l.key",
+  "operators::resume"),
  ("resume: the target clause removed (resuming one key wakes every key)",
   'pause_covers!(pause = "gone", key = "l.key", jobs = "l.job_name")',
   '"true"',

@@ -10,6 +10,11 @@
 //! - The window is three heartbeat or poll intervals, whichever is longer:
 //!   long enough that a probe polling every few seconds sees a blip, short
 //!   enough that health returns within a tick or two of recovery.
+//! - A failure streak (claims, heartbeats) is a reason only once it reaches
+//!   the threshold (`RuntimeBuilder::degraded_after`, default
+//!   `DEFAULT_DEGRADED_AFTER`): every replica shares one database, so one network
+//!   blip failing one statement on each of them must not take the whole
+//!   fleet out of a load balancer at once.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -17,6 +22,20 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::connection::PoisonCount;
+
+/// `n` and the noun, plural unless `n` is 1: "1 claim", "2 claims".
+fn counted(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A failure streak: "1 claim failed", "3 claims in a row failed".
+fn failed_in_a_row(n: u32, one: &str, many: &str) -> String {
+    match n {
+        1 => format!("1 {one} failed"),
+        n => format!("{n} {many} in a row failed"),
+    }
+}
 
 /// Why the runtime is not healthy, as reported by
 /// [`Health::degraded`](crate::Health::degraded).
@@ -28,7 +47,9 @@ pub enum Degraded {
         /// Time since the last answer.
         since: Duration,
     },
-    /// Claims keep failing (an error or a timeout each time).
+    /// Claims keep failing (an error or a timeout each time): at least the
+    /// threshold of [`RuntimeBuilder::degraded_after`](crate::RuntimeBuilder::degraded_after)
+    /// in a row.
     ClaimsFailing {
         /// Failed claims in a row.
         consecutive: u32,
@@ -36,7 +57,9 @@ pub enum Degraded {
         last_error: String,
     },
     /// Heartbeats keep failing, or cannot renew a lease whose row another
-    /// transaction holds locked.
+    /// transaction holds locked: at least the threshold of
+    /// [`RuntimeBuilder::degraded_after`](crate::RuntimeBuilder::degraded_after)
+    /// ticks in a row.
     HeartbeatsFailing {
         /// Failed heartbeat ticks in a row.
         consecutive: u32,
@@ -81,19 +104,30 @@ impl std::fmt::Display for Degraded {
             Degraded::ClaimsFailing {
                 consecutive,
                 last_error,
-            } => write!(f, "{consecutive} claims in a row failed; last: {last_error}"),
+            } => write!(
+                f,
+                "{}; last: {last_error}",
+                failed_in_a_row(*consecutive, "claim", "claims")
+            ),
             Degraded::HeartbeatsFailing {
                 consecutive,
                 last_error,
-            } => write!(f, "{consecutive} heartbeats in a row failed; last: {last_error}"),
+            } => write!(
+                f,
+                "{}; last: {last_error}",
+                failed_in_a_row(*consecutive, "heartbeat", "heartbeats")
+            ),
             Degraded::RunsLostAtDeadline { count, ago } => write!(
                 f,
-                "{count} runs stopped at their deadline (lease not renewed in time), the latest {ago:?} ago"
+                "{} at {} deadline (lease not renewed in time), the latest {ago:?} ago",
+                counted(*count, "run stopped", "runs stopped"),
+                if *count == 1 { "its" } else { "their" }
             ),
             Degraded::PoisonedConnections { closed } => write!(
                 f,
-                "{closed} pooled connections were found inside a transaction and closed: service code leaves \
-                 transactions open on the shared pool"
+                "{} found inside a transaction and closed: service code leaves transactions open on the \
+                 shared pool",
+                counted(*closed, "pooled connection was", "pooled connections were")
             ),
             Degraded::FencedTransactionWaiting { key, waited } => write!(
                 f,
@@ -108,6 +142,8 @@ impl std::fmt::Display for Degraded {
 /// Health events, recorded by the runtime's tasks.
 pub(crate) struct Tracker {
     window: Duration,
+    /// Failures in a row that make a streak a reason (at least 1).
+    degraded_after: u32,
     poisoned: PoisonCount,
     state: Mutex<State>,
 }
@@ -124,9 +160,10 @@ struct State {
 }
 
 impl Tracker {
-    pub(crate) fn new(window: Duration, poisoned: PoisonCount) -> Self {
+    pub(crate) fn new(window: Duration, degraded_after: u32, poisoned: PoisonCount) -> Self {
         Tracker {
             window,
+            degraded_after: degraded_after.max(1),
             poisoned: poisoned.clone(),
             state: Mutex::new(State {
                 last_ok: Instant::now(),
@@ -214,13 +251,13 @@ impl Tracker {
         if silent > window {
             reasons.push(Degraded::DatabaseSilent { since: silent });
         }
-        if s.claim_failures >= 2 {
+        if s.claim_failures >= self.degraded_after {
             reasons.push(Degraded::ClaimsFailing {
                 consecutive: s.claim_failures,
                 last_error: s.last_claim_error.clone(),
             });
         }
-        if s.heartbeat_failures >= 1 {
+        if s.heartbeat_failures >= self.degraded_after {
             reasons.push(Degraded::HeartbeatsFailing {
                 consecutive: s.heartbeat_failures,
                 last_error: s.last_heartbeat_error.clone(),
@@ -239,5 +276,103 @@ impl Tracker {
             });
         }
         (reasons, silent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Degraded, Tracker};
+    use crate::connection::PoisonCount;
+
+    fn tracker(degraded_after: u32) -> Tracker {
+        Tracker::new(Duration::from_secs(60), degraded_after, PoisonCount::default())
+    }
+
+    fn heartbeats_failing(tracker: &Tracker) -> Option<u32> {
+        tracker.read(false).0.into_iter().find_map(|reason| match reason {
+            Degraded::HeartbeatsFailing { consecutive, .. } => Some(consecutive),
+            _ => None,
+        })
+    }
+
+    /// A network blip fails one heartbeat on every replica at once: that
+    /// alone must not make any of them unready; the threshold in a row does,
+    /// and one answer clears the streak.
+    #[test]
+    fn one_failed_heartbeat_is_a_blip_a_streak_of_three_is_degraded() {
+        let health = tracker(3);
+        health.heartbeat_failed(&"connection reset by peer");
+        assert_eq!(health.read(false).0, vec![], "one failure is not a reason");
+        health.heartbeat_answered(true);
+        health.heartbeat_failed(&"connection reset by peer");
+        health.heartbeat_failed(&"connection reset by peer");
+        assert_eq!(heartbeats_failing(&health), None, "two in a row are not either");
+        health.heartbeat_failed(&"connection reset by peer");
+        assert_eq!(heartbeats_failing(&health), Some(3), "three in a row are");
+        health.heartbeat_answered(true);
+        assert_eq!(health.read(false).0, vec![], "an answer clears the streak");
+    }
+
+    /// Claims follow the same threshold, and it can be set to report the
+    /// first failure.
+    #[test]
+    fn claims_count_only_from_the_threshold_which_is_configurable() {
+        let health = tracker(3);
+        health.claim_failed(&"pool timed out");
+        health.claim_failed(&"pool timed out");
+        assert_eq!(health.read(false).0, vec![]);
+        health.claim_failed(&"pool timed out");
+        assert!(matches!(
+            health.read(false).0.as_slice(),
+            [Degraded::ClaimsFailing { consecutive: 3, .. }]
+        ));
+
+        let strict = tracker(1);
+        strict.heartbeat_failed(&"connection reset by peer");
+        assert_eq!(heartbeats_failing(&strict), Some(1));
+    }
+
+    #[test]
+    fn reasons_say_one_thing_in_the_singular() {
+        let one = |reason: Degraded| reason.to_string();
+        assert_eq!(
+            one(Degraded::HeartbeatsFailing {
+                consecutive: 1,
+                last_error: "reset".into()
+            }),
+            "1 heartbeat failed; last: reset"
+        );
+        assert_eq!(
+            one(Degraded::ClaimsFailing {
+                consecutive: 1,
+                last_error: "reset".into()
+            }),
+            "1 claim failed; last: reset"
+        );
+        assert!(
+            one(Degraded::ClaimsFailing {
+                consecutive: 4,
+                last_error: "reset".into()
+            })
+            .starts_with("4 claims in a row failed")
+        );
+        assert!(
+            one(Degraded::RunsLostAtDeadline {
+                count: 1,
+                ago: Duration::from_secs(1)
+            })
+            .starts_with("1 run stopped at its deadline")
+        );
+        assert!(
+            one(Degraded::RunsLostAtDeadline {
+                count: 2,
+                ago: Duration::from_secs(1)
+            })
+            .starts_with("2 runs stopped at their deadline")
+        );
+        assert!(one(Degraded::PoisonedConnections { closed: 1 }).starts_with("1 pooled connection was found"));
+        assert!(one(Degraded::PoisonedConnections { closed: 2 }).starts_with("2 pooled connections were found"));
     }
 }

@@ -90,7 +90,10 @@ pub use outcome::RunOutcome;
 pub use runtime::__private;
 #[cfg(feature = "test-util")]
 pub use runtime::Faults;
-pub use runtime::{DEFAULT_HISTORY, DEFAULT_MAX_CONCURRENT_RUNS, Health, Runtime, RuntimeBuilder, ShutdownReport};
+pub use runtime::{
+    DEFAULT_DEGRADED_AFTER, DEFAULT_HISTORY, DEFAULT_MAX_CONCURRENT_RUNS, Health, Runtime, RuntimeBuilder,
+    ShutdownReport,
+};
 pub use schedule::{CatchUp, CronSchedule, MAX_CATCH_UP, Schedule};
 pub use validate::{MAX_KEY_BYTES, MAX_LEASE, MIN_LEASE};
 

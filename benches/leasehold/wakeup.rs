@@ -73,7 +73,8 @@ pub(crate) async fn wakeup(b: &Bench) {
             None => missed += 1,
         }
         // Let the run end and release its lease before the next trigger (a trigger that arrives while the
-        // key runs may be absorbed by that run); the pause varies so triggers fall at different phases.
+        // key runs starts its run only after that one, which would time the run, not the wake-up); the
+        // pause varies so triggers fall at different phases.
         tokio::time::sleep(Duration::from_millis(300 + (i as u64 * 173) % 700)).await;
     }
     let runs = starts.lock().unwrap().len();

@@ -110,12 +110,24 @@ pub(crate) struct Finish {
 /// What one release of [`LeaseStore::finish_many`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
-    /// The tenure was the current one and is released.
+    /// The tenure was the current one and is released; the key is next
+    /// due later.
     Yes,
+    /// The tenure was the current one and is released, and the key is due
+    /// now: a trigger came during the run, or the run left its slot owed
+    /// (cancelled).
+    StillDue,
     /// The tenure was not the current one any more: nothing changed.
     NotCurrent,
     /// Its row is locked by another transaction: nothing changed yet.
     Busy,
+}
+
+impl Released {
+    /// Whether the tenure was released (the key due later or now).
+    pub(crate) fn released(self) -> bool {
+        matches!(self, Released::Yes | Released::StillDue)
+    }
 }
 
 /// What [`LeaseStore::forget`] did.
@@ -206,6 +218,45 @@ impl LeaseStore {
             .bind(WAKE_CHANNEL)
             .bind(&jobs)
             .fetch_all(conn))
+    }
+
+    /// A key this runtime removed `away` ago comes back: if no replica
+    /// claimed it since, it is due at `first` (its next slot), like a new
+    /// key — the slots that passed while it was away are not missed slots.
+    /// Returns whether its due time was reset; a key without a row is left
+    /// to [`LeaseStore::register_many`].
+    pub(crate) async fn readd(&self, key: &str, job: &str, first: DateTime<Utc>, away: Duration) -> Result<bool> {
+        validate::key(key)?;
+        validate::job_name(job)?;
+        let away = away.as_secs_f64();
+        // $1 key, $2 first due time, $3 job name, $4 seconds since this
+        // runtime removed the key (measured here, subtracted on the server:
+        // invariant 1).
+        // - acquired_at before the removal: no replica claimed the key
+        //   since. One that did still registers it, and the slots it could
+        //   not run (its fleet down, say) stay owed, as for any key.
+        // - expires_at <= now: a run in progress — claimed before the
+        //   removal, by a replica that still registers the key — keeps the
+        //   due time its release writes (a cancelled run's slot stays owed).
+        // - Not paused (invariant 8's rule): the slots a pause holds back
+        //   stay owed to its resume, whoever registers the key.
+        const READD: &str = concat!(
+            "
+            UPDATE leasehold_lease AS l
+               SET next_due_at = $2, slot_at = $2
+             WHERE l.key = $1
+               AND l.acquired_at <= clock_timestamp() - make_interval(secs => $4)
+               AND l.expires_at <= clock_timestamp()
+               AND NOT ",
+            paused!(key = "l.key", jobs = "l.job_name, $3")
+        );
+        let done = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(READD)
+            .bind(key)
+            .bind(first)
+            .bind(job)
+            .bind(away)
+            .execute(conn))?;
+        Ok(done.rows_affected() > 0)
     }
 
     /// Claims, for new runs of `holder`, up to `limit` of `candidates`
@@ -318,8 +369,9 @@ impl LeaseStore {
 
     /// Releases many runs' tenures and records when each key is next due,
     /// in **one** statement. Says, per item, whether that tenure was
-    /// released, was not the current one any more (a late release of an
-    /// older tenure changes nothing), or is busy: its row is locked by
+    /// released (and whether its key is due now), was not the current one
+    /// any more (a late release of an older tenure changes nothing), or is
+    /// busy: its row is locked by
     /// another transaction, which a release does not wait for — retry it.
     /// A key left due by its release wakes the listeners.
     pub(crate) async fn finish_many(&self, items: &[Finish]) -> Result<Vec<Released>> {
@@ -363,8 +415,22 @@ impl LeaseStore {
         //   GREATEST keeps the CHECK true even if the server clock stepped
         //   back. A new due time is also the slot the next run owes; a
         //   retry (`after`) or no change keeps the slot still owed.
+        // - A release that records nothing about the schedule (`at` and
+        //   `after` NULL: `LeaseStore::release`, a cancelled run) leaves the
+        //   due time as it is, a trigger included. A tenure claimed without
+        //   the due check (`claim`, `claim_run` with `Due::Now`) may hold a
+        //   key not due yet: its release must not take that for a trigger.
+        // - A trigger accepted after this run's claim is never overwritten:
+        //   a scheduled claim consumes a due time no later than its
+        //   `acquired_at`, so a due time *after* it was written by a
+        //   trigger during the run (`LeaseStore::trigger`). The key is then
+        //   due again at the release — one more run, however many triggers
+        //   came — while `slot_at` still records the next slot, so the
+        //   schedule goes on after that run. Due at the release's time,
+        //   not the trigger's, so pollers' windows (`due_since`) see it.
         // - A released key that is still due (a cancelled run, a trigger
-        //   during the run) is claimable at once: `woken` tells listeners.
+        //   during the run) is claimable at once: `woken` tells listeners,
+        //   and `due` tells the releasing runtime.
         // - `recorded` (invariant 9) writes each run's history row, in this
         //   same statement: a run whose tenure was released, and one that
         //   had lost it already (its release changes nothing else), but not
@@ -387,7 +453,9 @@ impl LeaseStore {
             ), released AS (
                 UPDATE leasehold_lease AS l
                    SET expires_at  = GREATEST(clock_timestamp(), l.acquired_at + interval '1 microsecond'),
-                       next_due_at = COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after), l.next_due_at),
+                       next_due_at = CASE WHEN t.at IS NULL AND t.after IS NULL THEN l.next_due_at
+                                          WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()
+                                          ELSE COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after)) END,
                        slot_at     = COALESCE(t.at, l.slot_at, l.next_due_at)
                   FROM t
                  WHERE l.key = t.key
@@ -418,10 +486,11 @@ impl LeaseStore {
                        outcome = EXCLUDED.outcome, reason = EXCLUDED.reason, error = EXCLUDED.error
                  WHERE r.run_no < EXCLUDED.run_no
             )
-            SELECT r.key, r.fence, false AS busy FROM released AS r, woken
+            SELECT r.key, r.fence, false AS busy, COALESCE(r.next_due_at <= clock_timestamp(), true) AS due
+              FROM released AS r, woken
             UNION ALL
-            SELECT b.key, b.fence, true FROM busy AS b";
-        let done: Vec<(String, i64, bool)> =
+            SELECT b.key, b.fence, true, false FROM busy AS b";
+        let done: Vec<(String, i64, bool, bool)> =
             connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(FINISH_MANY)
                 .bind(&keys)
                 .bind(&holders)
@@ -441,9 +510,10 @@ impl LeaseStore {
         Ok(items
             .iter()
             .map(
-                |item| match done.iter().find(|(k, f, _)| *k == item.key && *f == item.fence) {
-                    Some((_, _, false)) => Released::Yes,
-                    Some((_, _, true)) => Released::Busy,
+                |item| match done.iter().find(|(k, f, ..)| *k == item.key && *f == item.fence) {
+                    Some((_, _, false, false)) => Released::Yes,
+                    Some((_, _, false, true)) => Released::StillDue,
+                    Some((_, _, true, _)) => Released::Busy,
                     None => Released::NotCurrent,
                 },
             )

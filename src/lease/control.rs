@@ -211,16 +211,22 @@ impl LeaseStore {
         Ok(row.into())
     }
 
-    /// Lifts the pause of `target`. Keys it covered that are overdue become
-    /// claimable at once (listeners are woken; polling replicas see them at
-    /// their next poll); a key also paused another way (its own name and
-    /// its job) stays paused until both are lifted. Cancel-safe.
+    /// Lifts the pause of `target`. Keys it covered that are overdue and
+    /// free become claimable at once (listeners are woken; polling replicas
+    /// see them at their next poll); a key still running (paused without
+    /// cancel) gets its next due time from that run's release. A key also
+    /// paused another way (its own name and its job) stays paused until
+    /// both are lifted. Cancel-safe.
     pub async fn resume(&self, target: &PauseTarget) -> Result<Resumed> {
         target.check()?;
         // $1 scope, $2 name, $3 the wake-up channel.
         // - `woken`: an overdue key's due time moves to now, so pollers'
         //   windows (`due_since`) see it; slot_at keeps the slot it owes, so
         //   catch-up still knows which slots were missed.
+        // - Only a free key: a run in progress (paused without cancel) has
+        //   consumed its due time, and its release writes the next one. A
+        //   due time moved past the run's claim would read, to that
+        //   release, as a trigger during the run: one run too many.
         const RESUME: &str = concat!(
             "
             WITH gone AS (
@@ -234,6 +240,7 @@ impl LeaseStore {
             pause_covers!(pause = "gone", key = "l.key", jobs = "l.job_name"),
             "
                    AND COALESCE(l.next_due_at, '-infinity') <= clock_timestamp()
+                   AND l.expires_at <= clock_timestamp()
                 RETURNING l.key
             )
             SELECT (SELECT count(*) FROM gone) AS resumed,
@@ -284,9 +291,13 @@ impl LeaseStore {
     }
 
     /// Makes `key` due now, for the whole fleet: the first replica that
-    /// claims it runs it, once, under its lease. A trigger while the key
-    /// runs may be absorbed by that run. The slot the key owes (if any) is
-    /// kept, so a trigger never erases a missed slot. Cancel-safe.
+    /// claims it runs it, once, under its lease. A trigger that arrives
+    /// while the key runs leads to one more run right after that run
+    /// (several triggers during one run make one run): the release never
+    /// overwrites a trigger that came after its claim. The slot the key
+    /// owes (if any) is kept, so a trigger never erases a missed slot, and
+    /// a scheduled key goes on with its schedule after the triggered run.
+    /// Cancel-safe.
     ///
     /// ```no_run
     /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
@@ -302,7 +313,12 @@ impl LeaseStore {
         validate::key(key)?;
         // $1 key, $2 the wake-up channel. The notify rides in the same
         // transaction, so listeners are woken exactly when the new due time
-        // is visible to their claims.
+        // is visible to their claims. The due time, read from the clock
+        // after the row lock, is later than the `acquired_at` of a run in
+        // progress: that run's release sees the trigger and leaves the key
+        // due (`FINISH_MANY`). (If the server clock stepped back by more
+        // than the run's age, that release would take the trigger for the
+        // slot the run consumed.)
         const TRIGGER: &str = concat!(
             "
             WITH due AS (

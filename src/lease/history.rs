@@ -526,7 +526,7 @@ impl LeaseStore {
                 ring,
             }),
         };
-        Ok(self.finish_many(&[item]).await?.first() == Some(&super::Released::Yes))
+        Ok(self.finish_many(&[item]).await?.first().is_some_and(|r| r.released()))
     }
 }
 

@@ -711,7 +711,7 @@ impl LeaseStore {
         let mut pause = Duration::from_millis(10);
         loop {
             match self.finish_many(&finish).await?.first() {
-                Some(Released::Yes) => return Ok(true),
+                Some(released) if released.released() => return Ok(true),
                 Some(Released::Busy) => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));

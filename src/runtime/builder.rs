@@ -29,6 +29,11 @@ pub const DEFAULT_MAX_CONCURRENT_RUNS: usize = 100;
 /// Default of [`RuntimeBuilder::history`]: runs kept per key.
 pub const DEFAULT_HISTORY: u32 = 100;
 
+/// How many claims, or heartbeats, in a row must fail before
+/// [`Runtime::health`] reports them, unless set with
+/// [`RuntimeBuilder::degraded_after`].
+pub const DEFAULT_DEGRADED_AFTER: u32 = 3;
+
 /// Most runs [`RuntimeBuilder::history`] keeps per key.
 const MAX_HISTORY: u32 = 10_000;
 
@@ -43,6 +48,7 @@ pub struct RuntimeBuilder {
     poll_interval: Duration,
     max_concurrent_runs: usize,
     history: u32,
+    degraded_after: u32,
     listen: bool,
     jobs: Vec<JobEntry>,
     #[cfg(feature = "prometheus")]
@@ -75,6 +81,7 @@ impl RuntimeBuilder {
             poll_interval: Duration::from_secs(5),
             max_concurrent_runs: DEFAULT_MAX_CONCURRENT_RUNS,
             history: DEFAULT_HISTORY,
+            degraded_after: DEFAULT_DEGRADED_AFTER,
             listen: true,
             jobs: Vec::new(),
             #[cfg(feature = "prometheus")]
@@ -152,6 +159,26 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How many claims (scheduler statements), or heartbeats, must fail in
+    /// a row before [`Runtime::health`] reports them as
+    /// [`Degraded::ClaimsFailing`](crate::Degraded::ClaimsFailing) or
+    /// [`Degraded::HeartbeatsFailing`](crate::Degraded::HeartbeatsFailing)
+    /// (default [`DEFAULT_DEGRADED_AFTER`]; at least 1).
+    ///
+    /// Every replica shares one database, so a network blip fails one
+    /// statement on all of them at once: a readiness probe that dropped a
+    /// replica on the first failure would take the whole fleet out of the
+    /// load balancer. A failed heartbeat is retried on the next tick and a
+    /// failed claim within a second, while each run's local deadline keeps
+    /// exclusion safe meanwhile; runs actually stopped at their deadline
+    /// are reported at once whatever this is
+    /// ([`Degraded::RunsLostAtDeadline`](crate::Degraded::RunsLostAtDeadline)),
+    /// and so is a database silent for three heartbeat or poll intervals.
+    pub fn degraded_after(mut self, failures: u32) -> Self {
+        self.degraded_after = failures;
+        self
+    }
+
     /// Whether to listen for wake-ups with `LISTEN`/`NOTIFY` (default
     /// `true`). Listening costs **one extra connection per replica**, opened
     /// from the pool's connect options — never taken from the pool. It is
@@ -202,6 +229,13 @@ impl RuntimeBuilder {
                 "history length",
                 self.history,
                 format!("keep at most {MAX_HISTORY} runs per key (0 records none)"),
+            ));
+        }
+        if self.degraded_after == 0 {
+            return Err(Error::invalid(
+                "degraded_after",
+                self.degraded_after,
+                "it must be at least 1 (failures in a row)",
             ));
         }
         if self.max_concurrent_runs == 0 {
@@ -256,7 +290,11 @@ impl RuntimeBuilder {
             .map(|j| j.settings.get_heartbeat())
             .min()
             .unwrap_or(Duration::from_secs(20));
-        let health = Tracker::new(3 * tick.max(self.poll_interval), store.poisoned().clone());
+        let health = Tracker::new(
+            3 * tick.max(self.poll_interval),
+            self.degraded_after,
+            store.poisoned().clone(),
+        );
         let now = Instant::now();
         let mut registry = Registry::default();
         for job in self.jobs {

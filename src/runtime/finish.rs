@@ -88,7 +88,7 @@ async fn release(shared: &Shared, batch: Vec<FinishRequest>) -> Vec<FinishReques
                 match outcome {
                     Released::Busy => busy.push(request),
                     outcome => {
-                        let _ = request.done.send(outcome == Released::Yes);
+                        let _ = request.done.send(outcome);
                     }
                 }
             }
@@ -97,8 +97,9 @@ async fn release(shared: &Shared, batch: Vec<FinishRequest>) -> Vec<FinishReques
         Err(error) => {
             tracing::warn!(holder = %shared.holder, runs = finishes.len(), %error,
                 "release failed; those leases will expire on their own");
+            // Nothing released: each run's lease expires on its own.
             for request in batch {
-                let _ = request.done.send(false);
+                let _ = request.done.send(Released::NotCurrent);
             }
             Vec::new()
         }

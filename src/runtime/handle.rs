@@ -95,7 +95,11 @@ pub struct ShutdownReport {
 /// without a database round trip.
 ///
 /// `healthy` is false exactly when [`degraded`](Health::degraded) names at
-/// least one reason. A readiness handler (axum shown; any framework works):
+/// least one reason. Failing claims and heartbeats become a reason only
+/// after [`RuntimeBuilder::degraded_after`](crate::RuntimeBuilder::degraded_after)
+/// failures in a row (default 3): every replica shares one database, so a
+/// single network blip must not take the whole fleet out of the load
+/// balancer at once. A readiness handler (axum shown; any framework works):
 ///
 /// ```no_run
 /// # #[cfg(any())] mod axum_example {
@@ -171,8 +175,10 @@ impl Runtime {
     /// Makes the job with `key` due now, for the whole fleet: it runs once,
     /// under its lease, on whichever replica claims it first (this one is
     /// woken at once, the others by notification). A trigger that arrives
-    /// while the job is running may be absorbed by that run. A paused key
-    /// stays paused: it runs once resumed (logged).
+    /// while the job is running leads to one more run right after that run
+    /// (several triggers during one run make one run); a scheduled job then
+    /// goes on with its schedule. A paused key stays paused: it runs once
+    /// resumed (logged).
     ///
     /// Cancel-safe.
     pub async fn trigger(&self, key: &str) -> Result<()> {
@@ -226,6 +232,13 @@ impl Runtime {
     /// changing nothing, if its key or settings are invalid, if the key is
     /// registered here already, or if shutdown has begun.
     ///
+    /// A key whose row exists keeps its schedule, and the slots that passed
+    /// while no replica could run it (fleet down, paused) are missed slots
+    /// for its [`CatchUp`](crate::CatchUp) policy — except a key this
+    /// runtime [removed](Runtime::remove) that no replica claimed since:
+    /// nobody registered it meanwhile (as far as can be told), so it comes
+    /// back like a new key, first due at its next slot, unless it is paused.
+    ///
     /// Cancel-safe: dropped before it returns, the job may or may not be
     /// registered (its row may exist either way, which is harmless).
     ///
@@ -264,6 +277,13 @@ impl Runtime {
             None => shared.store.server_now().await?,
         };
         let first = first_due(&job.settings.schedule, server_now);
+        let away = shared.registry().removed_for(&job.key);
+        if let Some(away) = away
+            && shared.store.readd(&job.key, &job.name, first, away).await?
+        {
+            tracing::info!(key = %job.key, ?away, "key added back: no replica ran it while it was away, \
+                so it is first due at its next slot");
+        }
         let seen = shared
             .store
             .register_many(&shared.holder, &[(&job.key, &job.name, first)])
@@ -282,7 +302,9 @@ impl Runtime {
     /// cancelled (reason *shutdown*), given its grace period, and released;
     /// this returns once that is done. The key's row stays (other replicas
     /// may still run it); delete it with [`LeaseStore::forget`](crate::LeaseStore::forget)
-    /// (`leasehold forget KEY`) once no replica registers it.
+    /// (`leasehold forget KEY`) once no replica registers it. Added back
+    /// later with [`Runtime::add`], a key no replica ran meanwhile is first
+    /// due at its next slot.
     ///
     /// Returns whether the key was registered. Removes of one key at once
     /// all wait for the same run to end, and all return `true`: the key was

@@ -35,7 +35,7 @@ use crate::guard::FenceGuard;
 use crate::health::Tracker;
 use crate::job::FencedJob;
 use crate::job::{JobError, JobSettings};
-use crate::lease::{Finish, LeaseStore, PauseTarget, Sighting};
+use crate::lease::{Finish, LeaseStore, PauseTarget, Released, Sighting};
 use crate::tenure::Tenure;
 use crate::validate;
 
@@ -110,6 +110,10 @@ struct Slot {
 pub(crate) struct Registry {
     slots: HashMap<Arc<str>, Slot>,
     queue: BTreeSet<(Instant, Arc<str>)>,
+    /// Keys `Runtime::remove` unregistered here, and when: a key added
+    /// back comes back like a new one unless some replica ran it since
+    /// (`LeaseStore::readd`). One entry per removed key, until re-added.
+    removed: HashMap<Arc<str>, Instant>,
 }
 
 impl Registry {
@@ -119,6 +123,7 @@ impl Registry {
         if self.slots.contains_key(&job.key) {
             return false;
         }
+        self.removed.remove(&job.key);
         self.queue.insert((at, job.key.clone()));
         self.slots.insert(
             job.key.clone(),
@@ -132,13 +137,21 @@ impl Registry {
         true
     }
 
-    /// Forgets a key; returns its job if it was registered.
+    /// Forgets a key, remembering when; returns its job if it was
+    /// registered.
     pub(crate) fn remove(&mut self, key: &str) -> Option<Arc<JobEntry>> {
         let slot = self.slots.remove(key)?;
         if let Some(at) = slot.at {
             self.queue.remove(&(at, slot.job.key.clone()));
         }
+        self.removed.insert(slot.job.key.clone(), Instant::now());
         Some(slot.job)
+    }
+
+    /// How long ago [`Registry::remove`] unregistered `key`, if it did and
+    /// the key was not added back since.
+    pub(crate) fn removed_for(&self, key: &str) -> Option<Duration> {
+        self.removed.get(key).map(Instant::elapsed)
     }
 
     pub(crate) fn job(&self, key: &str) -> Option<Arc<JobEntry>> {
@@ -283,8 +296,9 @@ impl ServerClock {
 /// A run's release, handed to the finisher to go out with others.
 pub(crate) struct FinishRequest {
     pub(crate) finish: Finish,
-    /// Whether the release took effect; dropped if it could not be sent.
-    pub(crate) done: oneshot::Sender<bool>,
+    /// What the release did (never [`Released::Busy`]: those are retried);
+    /// dropped if it could not be sent.
+    pub(crate) done: oneshot::Sender<Released>,
 }
 
 /// Counts for the shutdown report, kept by the runs that end while the

@@ -18,7 +18,7 @@ use crate::cancel::CancelReason;
 use crate::error::Error;
 use crate::guard::FenceGuard;
 use crate::job::JobError;
-use crate::lease::{Finish, NextDue, RunOutcome, RunReport, truncate_error};
+use crate::lease::{Finish, NextDue, Released, RunOutcome, RunReport, truncate_error};
 use crate::metrics;
 use crate::schedule::{SlotPlan, next_after_success, plan};
 use crate::tenure::Tenure;
@@ -86,7 +86,8 @@ async fn supervise(
         error: error.map(truncate_error),
         ring: shared.history,
     };
-    let released = release(&shared, &job, &tenure, next, report).await;
+    let answer = release(&shared, &job, &tenure, next, report).await;
+    let released = answer.released();
     tracing::info!(job = %job.name, key = %job.key, fence = tenure.fence, outcome = outcome.as_str(), released,
         "run ended");
     if shared.stopping.is_cancelled() {
@@ -99,7 +100,7 @@ async fn supervise(
             counts.released.fetch_add(1, Ordering::SeqCst);
         }
     }
-    let at = requeue_at(&shared, &job, &tenure, next, released);
+    let at = requeue_at(&shared, &job, &tenure, next, answer);
     shared.registry().finish(&job.key, at);
     shared.in_progress.fetch_sub(1, Ordering::SeqCst);
     metrics::runs_in_progress(-1.0);
@@ -258,10 +259,11 @@ fn next_due(shared: &Shared, job: &JobEntry, tenure: &Tenure, outcome: RunOutcom
 }
 
 /// Hands the release to the finisher and waits for its answer (bounded).
-async fn release(shared: &Shared, job: &JobEntry, tenure: &Tenure, next: NextDue, report: RunReport) -> bool {
+/// [`Released::NotCurrent`] when nothing was released.
+async fn release(shared: &Shared, job: &JobEntry, tenure: &Tenure, next: NextDue, report: RunReport) -> Released {
     if shared.partitioned() {
         tracing::warn!(job = %job.name, key = %job.key, "partitioned (fault injection): release skipped, the lease will expire");
-        return false;
+        return Released::NotCurrent;
     }
     let (done, answer) = oneshot::channel();
     let request = FinishRequest {
@@ -275,26 +277,28 @@ async fn release(shared: &Shared, job: &JobEntry, tenure: &Tenure, next: NextDue
         done,
     };
     if shared.finishes.send(request).is_err() {
-        return false;
+        return Released::NotCurrent;
     }
     let limit = RELEASE_TIMEOUT.min(job.settings.lease);
     match tokio::time::timeout(limit, answer).await {
         Ok(Ok(released)) => released,
         _ => {
             tracing::warn!(job = %job.name, key = %job.key, "release did not complete; the lease will expire on its own");
-            false
+            Released::NotCurrent
         }
     }
 }
 
 /// When this replica should next look at the key, after its run.
-fn requeue_at(shared: &Shared, job: &JobEntry, tenure: &Tenure, next: NextDue, released: bool) -> Instant {
+fn requeue_at(shared: &Shared, job: &JobEntry, tenure: &Tenure, next: NextDue, answer: Released) -> Instant {
     let now = Instant::now();
-    if !released {
+    if !answer.released() {
         // Still ours on the server until it expires (or someone else's).
         return shared.clock.local(tenure.expires_at()).min(now + shared.poll_interval);
     }
     match next {
+        // Triggered during the run: the release left it due now.
+        NextDue::At(_) | NextDue::After(_) if answer == Released::StillDue => now,
         NextDue::At(at) => shared.clock.local(at),
         NextDue::After(delay) => now + delay,
         NextDue::Unchanged => match lost_run_backoff(shared, job, tenure) {

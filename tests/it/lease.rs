@@ -349,6 +349,24 @@ async fn release_frees_the_lease_at_once() {
     assert!(next.fence > lease.fence);
 }
 
+/// A key not due until tomorrow is claimed for a run anyway (`Due::Now`)
+/// and released: the release keeps its due time. A due time after the
+/// claim is the key's schedule here, not a trigger that came during the run.
+#[tokio::test]
+async fn a_plain_release_keeps_a_due_time_not_reached_yet() {
+    let (db, store) = support::store().await;
+    acquired(store.claim_run("k", "a", LONG, Due::Now).await.unwrap());
+    let tomorrow = chrono::Utc::now() + chrono::TimeDelta::days(1);
+    let tomorrow = chrono::DateTime::from_timestamp_micros(tomorrow.timestamp_micros()).expect("in range");
+    support::owe_slot(&db.pool, "k", tomorrow).await;
+
+    let early = acquired(store.claim_run("k", "b", LONG, Due::Now).await.unwrap());
+    assert!(store.release("k", "b", early.fence).await.unwrap());
+
+    let row = store.get("k").await.unwrap().unwrap();
+    assert_eq!(row.next_due_at, Some(tomorrow), "{row:?}");
+}
+
 /// `renew_many` renews 1,000 leases in one statement and names exactly the
 /// ones that were stolen.
 #[tokio::test]

@@ -143,6 +143,70 @@ pub async fn held_guard_for(db: &TestDb, holder: &str, key: &str, lease: Duratio
     (rt, guard)
 }
 
+/// Runs that each wait, once started, until the test lets one finish: the
+/// scenario decides when a run ends instead of guessing a duration. Each
+/// run is recorded in [`Gate::runs`]; a cancelled run records why and
+/// returns an error.
+#[derive(Clone)]
+pub struct Gate {
+    runs: Runs,
+    finishes: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            runs: Runs::default(),
+            finishes: std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
+        }
+    }
+}
+
+impl Gate {
+    /// The runs so far.
+    pub fn runs(&self) -> &Runs {
+        &self.runs
+    }
+
+    /// Lets one waiting (or the next) run return `Ok`.
+    pub fn finish_one(&self) {
+        self.finishes.add_permits(1);
+    }
+
+    /// The job body.
+    pub fn body(&self) -> impl Fn(FenceGuard) -> leasehold_testkit::jobs::BoxedRun + Send + Sync + 'static {
+        let gate = self.clone();
+        move |guard: FenceGuard| {
+            let gate = gate.clone();
+            Box::pin(async move {
+                let i = gate.runs.start(&guard);
+                tokio::select! {
+                    permit = gate.finishes.acquire() => {
+                        permit.expect("the gate is never closed").forget();
+                        gate.runs.end(i);
+                        Ok(())
+                    }
+                    _ = guard.cancelled() => {
+                        gate.runs.cancelled(i, guard.reason());
+                        gate.runs.end(i);
+                        Err("cancelled".into())
+                    }
+                }
+            })
+        }
+    }
+}
+
+/// Waits until the lease of `key` is free (its run released), and returns
+/// the row then.
+pub async fn until_free(store: &LeaseStore, key: &str) -> leasehold::LeaseInfo {
+    eventually_async(Duration::from_secs(10), || async {
+        let info = store.get(key).await.expect("read the row").expect("a row");
+        (!info.is_held()).then_some(info)
+    })
+    .await
+}
+
 // ---------------------------------------------------------------------------
 // A fenced downstream: an `account` table with a `last_fence` column
 // ---------------------------------------------------------------------------

@@ -1,13 +1,14 @@
 //! What resuming touches, and what pausing again keeps: a resume makes the
-//! overdue keys of its own target claimable now and leaves every other
-//! schedule alone; a second pause never weakens the first.
+//! free, overdue keys of its own target claimable now and leaves every
+//! other schedule alone (a running key's included); a second pause never
+//! weakens the first.
 
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 use leasehold::{LeaseStore, PauseTarget, Resumed, Schedule};
 
-use crate::support::{self, job, quick};
+use crate::support::{self, Gate, job, quick};
 
 /// Keys of job `tenant` (one overdue, one not yet due) and an overdue key
 /// of another job. Resuming `tenant` wakes its overdue key only: the key
@@ -78,4 +79,39 @@ async fn pausing_again_without_cancel_keeps_the_cancel() {
     assert_eq!(pauses.len(), 1);
     assert!(pauses[0].cancel);
     assert_eq!(pauses[0].paused_by, "alice", "the first pause is the one in force");
+}
+
+/// A manual key runs; it is paused without cancel and resumed while the run
+/// goes on. The resume is not a trigger: the run's release records when the
+/// key is next due (never, for a manual key), and it does not run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_while_the_key_runs_adds_no_run() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let gate = Gate::default();
+    let rt = support::replica(
+        &db,
+        "r1",
+        2,
+        vec![job(
+            "ledger",
+            quick(Schedule::Manual, Duration::from_secs(5)),
+            gate.body(),
+        )],
+    )
+    .await;
+    rt.trigger("ledger").await.unwrap();
+    gate.runs().wait_started(1, Duration::from_secs(10)).await;
+
+    let target = PauseTarget::key("ledger");
+    store.pause(&target, false, "test").await.unwrap();
+    let resumed = store.resume(&target).await.unwrap();
+    gate.finish_one();
+
+    assert_eq!(resumed, Resumed::Yes { woken: 0 }, "a running key is not woken");
+    let row = support::until_free(&store, "ledger").await;
+    assert!(row.due_only_when_triggered(), "{row:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(gate.runs().all().len(), 1, "{:?}", gate.runs().all());
+    rt.shutdown().await;
 }

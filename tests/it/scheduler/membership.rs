@@ -1,11 +1,13 @@
-//! Keys added and removed while the runtime runs.
+//! Keys added and removed while the runtime runs, and what a key added back
+//! owes for the slots that passed while it was away.
 
 use std::time::Duration;
 
-use leasehold::{CancelReason, Error, FenceGuard, LeaseStore, Runtime, Schedule};
+use chrono::{TimeDelta, Utc};
+use leasehold::{CancelReason, Error, FenceGuard, LeaseStore, PauseTarget, Runtime, Schedule};
 use tokio::time::Instant;
 
-use crate::support::{self, Runs, job, quick};
+use crate::support::{self, Gate, Runs, job, quick};
 
 /// A runtime started with one key gets a second one at run time (it runs on
 /// its slots; adding it twice is refused), then loses the first while it is
@@ -153,4 +155,147 @@ async fn two_removes_of_one_key_both_wait_for_its_run_to_end() {
     assert_eq!(run.cancelled.map(|(_, why)| why), Some(CancelReason::Shutdown));
     assert!(!rt.remove("slow-stop").await.unwrap(), "no longer registered");
     rt.shutdown().await;
+}
+
+/// An hourly schedule: its next slot is (almost always) far beyond the end
+/// of a scenario, so a run within one is a catch-up or a trigger.
+fn hourly() -> leasehold::JobSettings {
+    quick(Schedule::every(Duration::from_secs(3600)), Duration::from_secs(5))
+}
+
+/// As if the fleet had been away for two hours: `key` owes the slot of two
+/// hours ago (its lease free, its holder and last claim unchanged).
+async fn slots_passed(pool: &sqlx::PgPool, key: &str) -> chrono::DateTime<Utc> {
+    let owed = Utc::now() - TimeDelta::hours(2);
+    let owed = chrono::DateTime::from_timestamp_micros(owed.timestamp_micros()).expect("in range");
+    support::owe_slot(pool, key, owed).await;
+    owed
+}
+
+/// A key added at run time that never had a row is first due at its next
+/// slot: adding a nightly tenant job does not run it now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_key_added_at_run_time_is_first_due_at_its_next_slot() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let runs = Runs::default();
+    let rt = support::replica(&db, "a", 2, Vec::<support::ScriptedJob>::new()).await;
+
+    rt.add(job("tenant:new", hourly(), runs.body(Duration::from_millis(10))))
+        .await
+        .unwrap();
+
+    let row = store.get("tenant:new").await.unwrap().expect("its row");
+    assert!(row.never_run(), "{row:?}");
+    assert!(row.due_in() > Duration::ZERO, "due at its next slot, not now: {row:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(runs.all().is_empty(), "{:?}", runs.all());
+    rt.shutdown().await;
+}
+
+/// Two tenant keys — one that ran, one that never did — are removed from
+/// the only replica that had them; hours of slots pass; they are added
+/// back. Nobody registered them meanwhile, so they come back like new keys,
+/// first due at their next slot: no catch-up run at the add.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_key_added_back_is_first_due_at_its_next_slot() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let runs = Runs::default();
+    let tenant = |key: &str| job(key, hourly(), runs.body(Duration::from_millis(10)));
+    let rt = support::replica(&db, "a", 2, vec![tenant("tenant:ran"), tenant("tenant:idle")]).await;
+    rt.trigger("tenant:ran").await.unwrap();
+    runs.wait_started(1, Duration::from_secs(10)).await;
+    support::until_free(&store, "tenant:ran").await;
+
+    for key in ["tenant:ran", "tenant:idle"] {
+        assert!(rt.remove(key).await.unwrap());
+        slots_passed(&db.pool, key).await;
+        rt.add(tenant(key)).await.unwrap();
+    }
+
+    for key in ["tenant:ran", "tenant:idle"] {
+        let row = store.get(key).await.unwrap().expect("its row");
+        assert!(
+            row.due_in() > Duration::ZERO && row.due_in() <= Duration::from_secs(3600),
+            "{key}: due at its next slot: {row:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(runs.all().len(), 1, "no catch-up run: {:?}", runs.all());
+    rt.shutdown().await;
+}
+
+/// Replica `a` removes a key that replica `b` still registers, and `b`
+/// runs it after that. Then `b` goes down and hours of slots pass with
+/// nobody to run them. When `a` adds the key back, those are missed slots
+/// of a key that stayed registered: it catches up at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_another_replica_kept_registered_still_catches_up() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let runs = Runs::default();
+    let tenant = || job("tenant:acme", hourly(), runs.body(Duration::from_millis(10)));
+    let a = support::replica(&db, "a", 2, vec![tenant()]).await;
+    let b = support::replica(&db, "b", 2, vec![tenant()]).await;
+    assert!(a.remove("tenant:acme").await.unwrap());
+    b.trigger("tenant:acme").await.unwrap();
+    runs.wait_started(1, Duration::from_secs(10)).await;
+    support::until_free(&store, "tenant:acme").await;
+    b.shutdown().await;
+    slots_passed(&db.pool, "tenant:acme").await;
+
+    a.add(tenant()).await.unwrap();
+
+    let runs = runs.wait_started(2, Duration::from_secs(10)).await;
+    assert_eq!(runs[1].holder, "a", "the catch-up run: {runs:?}");
+    a.shutdown().await;
+}
+
+/// A removed key is added back while its job is paused: the slots the
+/// pause holds back stay owed, and run (once, catch-up) when it is resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_key_added_back_keeps_its_missed_slots_for_the_resume() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let runs = Runs::default();
+    let tenant = || job("tenant:acme", hourly(), runs.body(Duration::from_millis(10)));
+    let rt = support::replica(&db, "a", 2, vec![tenant()]).await;
+    assert!(rt.remove("tenant:acme").await.unwrap());
+    store.pause(&PauseTarget::job("tenant"), false, "test").await.unwrap();
+    let owed = slots_passed(&db.pool, "tenant:acme").await;
+
+    rt.add(tenant()).await.unwrap();
+
+    let row = store.get("tenant:acme").await.unwrap().expect("its row");
+    assert_eq!(row.next_due_at, Some(owed), "still owed: {row:?}");
+    rt.resume(&PauseTarget::job("tenant")).await.unwrap();
+    runs.wait_started(1, Duration::from_secs(10)).await;
+    rt.shutdown().await;
+}
+
+/// Replica `b` is running a key when replica `a` removes it and adds it
+/// back. The run in progress keeps the due time its release writes: the
+/// key does not run again after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_added_back_while_another_replica_runs_it_keeps_that_runs_schedule() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let gate = Gate::default();
+    let tenant = || job("tenant:acme", hourly(), gate.body());
+    let b = support::replica(&db, "b", 2, vec![tenant()]).await;
+    b.trigger("tenant:acme").await.unwrap();
+    gate.runs().wait_started(1, Duration::from_secs(10)).await;
+    let a = support::replica(&db, "a", 2, vec![tenant()]).await;
+
+    assert!(a.remove("tenant:acme").await.unwrap());
+    a.add(tenant()).await.unwrap();
+    gate.finish_one();
+
+    let row = support::until_free(&store, "tenant:acme").await;
+    assert!(row.due_in() > Duration::ZERO, "next due at its next slot: {row:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(gate.runs().all().len(), 1, "{:?}", gate.runs().all());
+    a.shutdown().await;
+    b.shutdown().await;
 }
