@@ -22,7 +22,8 @@
 //!    its transaction committed), then a fenced column write of the key's
 //!    counter row (a trigger keeps the counter's history). Each replica
 //!    reaches the database through its own TCP proxy in this process, and
-//!    logs its runs (start, done, stale, cancelled, failed, dropped) to a
+//!    logs its runs (start, done, stale, cancelled, failed, dropped, and
+//!    `hold`: a fenced transaction held open for `stop-in-fence`) to a
 //!    file;
 //! 4. injects faults for `--duration`, one every `--gap` (drawn from
 //!    `--seed` with splitmix64): SIGSTOP past the lease then SIGCONT, SIGKILL
@@ -51,9 +52,10 @@
 //! `--tail` [2 × (lease + period) + 6 periods, at least 10s; shorter is
 //! refused], `--faults` [all: stop, kill, terminate, pg-fast, pg-immediate,
 //! proxy-delay, proxy-blackhole, proxy-reset, expire, begin-drop,
-//! raw-begin, stop-in-fence; or `none`], `--out DIR` [a temp dir; the verdict,
-//! `ledger.tsv`, `leases.tsv`, `faults.tsv`, replica logs and stderr stay there], and two
-//! switches that remove a protection and must make the checker fail:
+//! raw-begin, stop-in-fence; or `none`], `--out DIR` [a temp dir; the
+//! verdict, `ledger.tsv`, `leases.tsv`, `faults.tsv`, replica logs and
+//! stderr stay there], and two switches that remove a protection and must
+//! make the checker fail:
 //! - `--unsafe-unfenced`: jobs write with plain statements instead of
 //!   fenced ones (the fence is still recorded in the ledger);
 //! - `--async-commit`: leave the throwaway cluster's `synchronous_commit =

@@ -266,18 +266,7 @@ impl ChaosJob {
         }
         Ok(())
     }
-}
 
-impl JobConfig {
-    /// Whether this fenced transaction is the one to hold: the first to
-    /// get here while armed disarms it.
-    fn take_hold(&self) -> bool {
-        let until = self.hold_armed_until.swap(0, Ordering::Relaxed);
-        until > now_us()
-    }
-}
-
-impl ChaosJob {
     /// `stop-in-fence`: keeps the fenced transaction open, after its write
     /// and before its commit, for half a lease, marked in
     /// `pg_stat_activity` so that the harness can freeze the process right
@@ -300,6 +289,15 @@ impl ChaosJob {
             _ = tokio::time::sleep(cfg.lease / 2) => Ok(()),
             _ = guard.cancelled() => Err("cancelled while holding its fenced transaction".into()),
         }
+    }
+}
+
+impl JobConfig {
+    /// Whether this fenced transaction is the one to hold: the first to
+    /// get here while armed disarms it.
+    fn take_hold(&self) -> bool {
+        let until = self.hold_armed_until.swap(0, Ordering::Relaxed);
+        until > now_us()
     }
 }
 
