@@ -6,7 +6,8 @@ src/lease/revoke.rs; pause and trigger are in mod.rs and batch.rs's claims,
 whose pause rule is written once in pause_rule.rs and expanded at each
 call site;
 what operators read and the record of their actions in history.rs, fleet.rs
-and audit.rs),
+and audit.rs; the commit check on fenced transactions in
+migrations/0005_fence_tenure.sql),
 remove it (or, for a rule that forbids something, add the forbidden clause)
 in a scratch worktree of HEAD and run the scenario tests named with it
 (`lease::` unless a mutation names others); every mutation must make at
@@ -184,9 +185,17 @@ batch_mutations = [
 # The fence SQL (src/lease/fence.rs): the downstream half of the lease.
 fence_mutations = [
  ("fence advance: guard clause removed (a stale run's transaction goes through)",
-  "           SET last_fence = EXCLUDED.last_fence, updated_at = clock_timestamp()\n         WHERE f.last_fence <= EXCLUDED.last_fence\n",
-  "           SET last_fence = EXCLUDED.last_fence, updated_at = clock_timestamp()\n",
+  "updated_at = clock_timestamp()\n         WHERE f.last_fence <= EXCLUDED.last_fence\n",
+  "updated_at = clock_timestamp()\n",
   "fenced:: operators::revoke"),
+ ("fence advance: tenure-live check removed (a run resumed after its lease begins a fenced transaction)",
+  "               AND l.expires_at > clock_timestamp()\n        )\n        INSERT INTO leasehold_fence",
+  "\n        )\n        INSERT INTO leasehold_fence",
+  "frozen_holder::commit_check"),
+ ("fence advance: idle bound not set (a frozen holder keeps the fence row locked while it is stopped)",
+  "            SELECT set_config('idle_in_transaction_session_timeout',",
+  "            SELECT 1, ('idle_in_transaction_session_timeout',",
+  "frozen_holder::idle_bound"),
  ("fence advance: `<=` made `<` (a run's second fenced transaction is refused)",
   "         WHERE f.last_fence <= EXCLUDED.last_fence\n",
   "         WHERE f.last_fence < EXCLUDED.last_fence\n",
@@ -219,9 +228,30 @@ revoke_mutations = [
   "                SELECT r, ended.fence FROM ended CROSS JOIN unnest($3::text[]) AS r WHERE false\n",
   "operators::revoke"),
  ("revoke: a fence row lowered (GREATEST removed)",
-  "                   SET last_fence = GREATEST(f.last_fence, EXCLUDED.last_fence), updated_at = clock_timestamp()\n            )",
-  "                   SET last_fence = EXCLUDED.last_fence, updated_at = clock_timestamp()\n            )",
+  "                   SET last_fence = GREATEST(f.last_fence, EXCLUDED.last_fence), updated_at = clock_timestamp(),\n",
+  "                   SET last_fence = EXCLUDED.last_fence, updated_at = clock_timestamp(),\n",
   "operators::revoke"),
+ ("revoke: the tenure's key kept on raised rows (the commit check refuses the operator's revoke)",
+  "updated_at = clock_timestamp(),\n                       lease_key = NULL\n",
+  "updated_at = clock_timestamp()\n",
+  "operators::revoke"),
+]
+
+# The commit check on fenced transactions (migrations/0005_fence_tenure.sql,
+# F5): a deferred trigger, applied by migrate() to every test database.
+commit_check_mutations = [
+ ("commit check: expiry clause removed (a commit after the lease expired lands)",
+  "        AND l.fence = NEW.last_fence\n        -- still live on the server clock, read at COMMIT\n        AND l.expires_at > clock_timestamp();",
+  "        AND l.fence = NEW.last_fence;",
+  "frozen_holder::commit_check"),
+ ("commit check: fence clause removed (a commit after another replica took the key lands)",
+  "        AND l.fence = NEW.last_fence\n",
+  "\n",
+  "frozen_holder::commit_check"),
+ ("commit check: run at the advance instead of at COMMIT",
+  "    DEFERRABLE INITIALLY DEFERRED\n",
+  "    NOT DEFERRABLE\n",
+  "frozen_holder::commit_check"),
 ]
 
 # The operators' controls (src/lease/control.rs): pause, resume, trigger.
@@ -284,7 +314,8 @@ pause_rule_mutations = [
 FILES = [("src/lease/mod.rs", mutations), ("src/lease/control.rs", control_mutations), ("src/lease/batch.rs", batch_mutations),
          ("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations),
          ("src/lease/history.rs", read_mutations), ("src/lease/fleet.rs", fleet_mutations),
-         ("src/lease/audit.rs", audit_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations)]
+         ("src/lease/audit.rs", audit_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations),
+         ("migrations/0005_fence_tenure.sql", commit_check_mutations)]
 
 
 def main():

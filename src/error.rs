@@ -183,10 +183,31 @@ impl Error {
         }
     }
 
-    /// True for errors that say "stop: a newer holder owns this work".
+    /// True for errors that say "stop: a newer holder owns this work",
+    /// including a fenced transaction's `COMMIT` refused because its
+    /// tenure had ended (SQLSTATE `LH001`, see
+    /// [`FenceGuard::begin_fenced_on`](crate::FenceGuard::begin_fenced_on)).
     pub fn is_fencing(&self) -> bool {
-        matches!(self, Error::StaleFence { .. } | Error::LeaseLost { .. })
+        match self {
+            Error::StaleFence { .. } | Error::LeaseLost { .. } => true,
+            Error::Database(error) => is_tenure_ended(error),
+            _ => false,
+        }
     }
+}
+
+/// SQLSTATE of the commit check on fenced transactions (F5,
+/// `leasehold_fence_tenure_live` in `migrations/0005_fence_tenure.sql`):
+/// the COMMIT of a fenced transaction whose tenure had ended was refused,
+/// and nothing it wrote was committed.
+pub(crate) const TENURE_ENDED_SQLSTATE: &str = "LH001";
+
+/// Whether `error` is the commit check's refusal (F5).
+pub(crate) fn is_tenure_ended(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == TENURE_ENDED_SQLSTATE)
 }
 
 /// Shorthand for `Result<T, leasehold::Error>`.

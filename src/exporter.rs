@@ -25,7 +25,7 @@ use crate::metrics::{buckets, describe, names};
 /// Where this process serves its metrics, once installed.
 static INSTALLED: Mutex<Option<SocketAddr>> = Mutex::new(None);
 
-/// The exporter's settings: true histograms (not summaries) for the two
+/// The exporter's settings: true histograms (not summaries) for the three
 /// histogram metrics, with leasehold's buckets.
 pub(crate) fn builder() -> Result<PrometheusBuilder> {
     let bounds = |e: metrics_exporter_prometheus::BuildError| Error::metrics("histogram buckets", Some(Box::new(e)));
@@ -36,6 +36,8 @@ pub(crate) fn builder() -> Result<PrometheusBuilder> {
         )
         .map_err(bounds)?
         .set_buckets_for_metric(Matcher::Full(names::RUN_DURATION.to_owned()), buckets::RUN_DURATION)
+        .map_err(bounds)?
+        .set_buckets_for_metric(Matcher::Full(names::FENCE_WAIT.to_owned()), buckets::FENCE_WAIT)
         .map_err(bounds)
 }
 
@@ -224,7 +226,7 @@ mod tests {
     }
 
     /// What a scrape shows, through the exporter's own settings: every
-    /// name, help texts, and the two histograms as histograms with their
+    /// name, help texts, and the histograms as histograms with their
     /// buckets (not summaries).
     #[test]
     fn render_shows_every_metric_with_its_type() {

@@ -200,6 +200,27 @@ impl FenceGuard {
     /// A stale fence also cancels the run (a newer holder exists) and is
     /// counted in `leasehold_fence_rejections_total`.
     ///
+    /// **The transaction ends with the tenure (F5)**, whatever this process
+    /// does — frozen by a pause or a stopped VM, partitioned, dead behind a
+    /// half-open connection:
+    ///
+    /// - if the tenure has already ended when the transaction begins, this
+    ///   returns [`Error::LeaseLost`] and cancels the run;
+    /// - its `COMMIT` is checked on the server: if the tenure no longer
+    ///   holds its lease at that instant (expired, taken over, revoked),
+    ///   the commit fails with SQLSTATE `LH001` and nothing the transaction
+    ///   wrote is committed ([`Error::is_fencing`] is true for that error
+    ///   once converted into an [`Error`]);
+    /// - the server ends the transaction (closing its connection) once it
+    ///   has sat idle — no statement running — for a whole lease, so a
+    ///   frozen holder keeps the resource locked from a newer run for at
+    ///   most one lease after its last statement. Keep slow work that is not
+    ///   a database statement (an HTTP call) outside the transaction.
+    ///
+    /// The wait for the resource's row lock is recorded in
+    /// `leasehold_fence_wait_seconds`, and one in progress for longer than a
+    /// quarter of the lease shows in [`Runtime::health`](crate::Runtime::health).
+    ///
     /// The connection is checked before `BEGIN`: one that service code left
     /// inside a transaction is closed and another one taken.
     ///
@@ -218,13 +239,29 @@ impl FenceGuard {
     /// ```
     pub async fn begin_fenced_on(&self, pool: &PgPool, resource: &str) -> Result<Transaction<'static, Postgres>> {
         validate::resource(resource)?;
-        let mut tx = connection::begin(pool, self.tenure.store.poisoned()).await?;
-        let newer = match fence::advance(&mut tx, resource, self.tenure.fence).await? {
-            Advance::Accepted => return Ok(tx),
-            Advance::Newer(newer) => newer,
+        let t = &self.tenure;
+        let mut tx = connection::begin(pool, t.store.poisoned()).await?;
+        let tenure = fence::Tenure {
+            key: &t.key,
+            fence: t.fence,
+            lease: t.ttl,
         };
-        tx.rollback().await?;
-        Err(self.rejected(format!("fenced resource {resource:?}"), newer))
+        let waiting = t.fence_wait();
+        let advance = fence::advance(&mut tx, resource, tenure).await;
+        drop(waiting);
+        match advance? {
+            Advance::Accepted => Ok(tx),
+            Advance::Newer(newer) => {
+                tx.rollback().await?;
+                Err(self.rejected(format!("fenced resource {resource:?}"), newer))
+            }
+            Advance::Ended => {
+                tx.rollback().await?;
+                let reason = t.loss_reason();
+                t.lose(reason);
+                Err(self.lost(reason))
+            }
+        }
     }
 
     /// A fenced `UPDATE` of `table`, whose rows carry a `last_fence BIGINT`

@@ -58,6 +58,16 @@ pub enum Degraded {
         /// Connections closed in the health window.
         closed: u64,
     },
+    /// A run's fenced transaction has waited for its resource's row lock
+    /// for longer than a quarter of its lease: an older run's fenced
+    /// transaction still holds it (one whose process froze inside it is
+    /// ended by the server at most one lease after its last statement).
+    FencedTransactionWaiting {
+        /// The key of the waiting run.
+        key: String,
+        /// How long its fence advance has waited so far.
+        waited: Duration,
+    },
     /// Shutdown has begun.
     ShuttingDown,
 }
@@ -82,6 +92,11 @@ impl std::fmt::Display for Degraded {
                 f,
                 "{closed} pooled connections were found inside a transaction and closed: service code leaves \
                  transactions open on the shared pool"
+            ),
+            Degraded::FencedTransactionWaiting { key, waited } => write!(
+                f,
+                "a fenced transaction of key {key:?} has waited {waited:?} for an older run's transaction on \
+                 its fence row"
             ),
             Degraded::ShuttingDown => f.write_str("shutting down"),
         }

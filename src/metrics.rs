@@ -15,6 +15,7 @@
 //! | `leasehold_leases_held` | gauge | job_name | leases this process holds right now |
 //! | `leasehold_lease_remaining_seconds` | gauge | job_name | server time left on the lease right after its last renewal |
 //! | `leasehold_fence_rejections_total` | counter | job_name | fenced writes refused for a stale fence |
+//! | `leasehold_fence_wait_seconds` | histogram | job_name | how long `begin_fenced`'s fence advance took, row-lock wait included: a long one is a successor waiting for an older transaction (a frozen holder is ended by the server within one lease) |
 //! | `leasehold_job_last_success_timestamp_seconds` | gauge | job_name | Unix time of the last successful run in this process |
 //! | `leasehold_runs_in_progress` | gauge | | runs in progress on this replica |
 //! | `leasehold_max_concurrent_runs` | gauge | | this replica's limit on runs at once (`RuntimeBuilder::max_concurrent_runs`) |
@@ -29,7 +30,7 @@
 //!   histogram buckets of [`buckets`] and the descriptions of [`describe`].
 //! - If your service installs its own recorder, leasehold's metrics go to it
 //!   as they are. Call [`describe()`] once after installing it to attach the
-//!   help texts and units, and give the two histograms the bounds in
+//!   help texts and units, and give the three histograms the bounds in
 //!   [`buckets`] (a Prometheus exporter otherwise renders them as
 //!   summaries, which cannot be aggregated across replicas):
 //!
@@ -42,6 +43,7 @@
 //! PrometheusBuilder::new()
 //!     .set_buckets_for_metric(Matcher::Full(names::HEARTBEAT_DURATION.into()), buckets::HEARTBEAT_DURATION)?
 //!     .set_buckets_for_metric(Matcher::Full(names::RUN_DURATION.into()), buckets::RUN_DURATION)?
+//!     .set_buckets_for_metric(Matcher::Full(names::FENCE_WAIT.into()), buckets::FENCE_WAIT)?
 //!     // ... your own settings ...
 //!     .install()?;
 //! leasehold::metrics::describe();
@@ -78,6 +80,9 @@ pub mod names {
     pub const REMAINING: &str = "leasehold_lease_remaining_seconds";
     /// Counter: fenced writes rejected for a stale fence, by `job_name`.
     pub const FENCE_REJECTIONS: &str = "leasehold_fence_rejections_total";
+    /// Histogram: how long a fenced transaction's fence advance took,
+    /// row-lock wait included, by `job_name`, in seconds.
+    pub const FENCE_WAIT: &str = "leasehold_fence_wait_seconds";
     /// Gauge: Unix time of the last successful run, by `job_name`.
     pub const LAST_SUCCESS: &str = "leasehold_job_last_success_timestamp_seconds";
     /// Counter: pooled connections found inside a transaction leasehold did
@@ -103,6 +108,7 @@ pub mod names {
         HELD,
         REMAINING,
         FENCE_REJECTIONS,
+        FENCE_WAIT,
         LAST_SUCCESS,
         POISONED_CONNECTIONS,
         RUNS_IN_PROGRESS,
@@ -125,6 +131,13 @@ pub mod buckets {
     pub const RUN_DURATION: &[f64] = &[
         0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
         3600.0, 7200.0, 14400.0, 28800.0,
+    ];
+
+    /// For [`super::names::FENCE_WAIT`]: 1 ms to 5 min. An uncontended
+    /// advance takes a millisecond or two; waits of seconds mean a fenced
+    /// transaction of an older run held the fence row.
+    pub const FENCE_WAIT: &[f64] = &[
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
     ];
 }
 
@@ -178,6 +191,12 @@ pub fn describe() {
         names::FENCE_REJECTIONS,
         Unit::Count,
         "Fenced writes rejected because a newer run of the key already wrote, by job."
+    );
+    describe_histogram!(
+        names::FENCE_WAIT,
+        Unit::Seconds,
+        "How long a fenced transaction's fence advance took, row-lock wait included, by job, in seconds: a long \
+         one is a run waiting for an older run's open fenced transaction."
     );
     describe_counter!(
         names::POISONED_CONNECTIONS,
@@ -272,6 +291,10 @@ pub(crate) fn held(job: &str, delta: f64) {
 
 pub(crate) fn remaining(job: &str, left: Duration) {
     gauge!(names::REMAINING, "job_name" => job.to_owned()).set(left.as_secs_f64());
+}
+
+pub(crate) fn fence_wait(job: &str, took: Duration) {
+    histogram!(names::FENCE_WAIT, "job_name" => job.to_owned()).record(took.as_secs_f64());
 }
 
 pub(crate) fn fence_rejected(job: &str) {

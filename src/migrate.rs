@@ -15,6 +15,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("../migrations/0002_due_index.sql")),
     (3, include_str!("../migrations/0003_operators.sql")),
     (4, include_str!("../migrations/0004_actions.sql")),
+    (5, include_str!("../migrations/0005_fence_tenure.sql")),
 ];
 
 /// The schema version this library needs and knows.

@@ -48,6 +48,27 @@ pub(crate) struct Tenure {
     reason: OnceLock<CancelReason>,
     slot: OnceLock<Option<DateTime<Utc>>>,
     times: Mutex<Times>,
+    /// When each fence advance now in flight was sent (`begin_fenced` may
+    /// run from several clones of the guard at once), for `Runtime::health`.
+    fence_waits: Mutex<Vec<Instant>>,
+}
+
+/// A fence advance in flight: counted in [`Tenure::longest_fence_wait`]
+/// until dropped, and then recorded in `leasehold_fence_wait_seconds` —
+/// also when the advance is cancelled, since its wait was real.
+pub(crate) struct FenceWait<'a> {
+    tenure: &'a Tenure,
+    sent: Instant,
+}
+
+impl Drop for FenceWait<'_> {
+    fn drop(&mut self) {
+        let mut waits = self.tenure.fence_waits.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = waits.iter().position(|t| *t == self.sent) {
+            waits.swap_remove(i);
+        }
+        metrics::fence_wait(&self.tenure.job, self.sent.elapsed());
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -85,6 +106,7 @@ impl Tenure {
             ended: CancellationToken::new(),
             reason: OnceLock::new(),
             slot: OnceLock::new(),
+            fence_waits: Mutex::new(Vec::new()),
         }
     }
 
@@ -166,6 +188,19 @@ impl Tenure {
     /// Records the slot this run is for (once; later calls are ignored).
     pub(crate) fn set_slot(&self, slot: Option<DateTime<Utc>>) {
         let _ = self.slot.set(slot);
+    }
+
+    /// Marks a fence advance as sent now, until the returned value drops.
+    pub(crate) fn fence_wait(&self) -> FenceWait<'_> {
+        let sent = Instant::now();
+        self.fence_waits.lock().unwrap_or_else(|p| p.into_inner()).push(sent);
+        FenceWait { tenure: self, sent }
+    }
+
+    /// How long the oldest fence advance still in flight has waited.
+    pub(crate) fn longest_fence_wait(&self) -> Option<Duration> {
+        let waits = self.fence_waits.lock().unwrap_or_else(|p| p.into_inner());
+        waits.iter().min().map(|sent| sent.elapsed())
     }
 
     pub(crate) fn token(&self) -> &CancellationToken {

@@ -17,6 +17,15 @@
 //!   larger fence, wins; the older one, arriving later, is refused.
 //! - **F4** *A fenced update never touches a row a newer run wrote*:
 //!   `… WHERE <filters> AND last_fence <= $fence`.
+//! - **F5** *A fenced transaction ends with its tenure*, whatever its
+//!   client does: its COMMIT is refused on the server unless the tenure
+//!   whose fence it advanced still holds its lease then (the deferred
+//!   trigger `leasehold_fence_tenure_live`, `migrations/0005_fence_tenure.sql`,
+//!   reads the row's `lease_key`), and the server ends it once it has sat
+//!   idle for a whole lease, so a frozen holder cannot keep the fence row
+//!   locked from its successor for longer than that.
+
+use std::time::Duration;
 
 use sqlx::PgConnection;
 
@@ -29,39 +38,84 @@ pub(crate) enum Advance {
     Accepted,
     /// A newer run already wrote: the resource's fence.
     Newer(i64),
+    /// The tenure has already ended on the server clock (expired, taken
+    /// over or revoked), and no newer fence has reached the resource yet.
+    Ended,
+}
+
+/// The tenure a fenced transaction writes for: the one whose fence it
+/// advances.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tenure<'a> {
+    /// The lease key.
+    pub(crate) key: &'a str,
+    /// The tenure's fence.
+    pub(crate) fence: i64,
+    /// The job's lease: how long the transaction may sit idle before the
+    /// server ends it (F5).
+    pub(crate) lease: Duration,
 }
 
 /// Checks and advances the fence of `resource` inside the caller's
-/// transaction (the first statement of `FenceGuard::begin_fenced_on`).
+/// transaction (the first statement of `FenceGuard::begin_fenced_on`), and
+/// bounds that transaction by the tenure (F5).
 ///
-/// Two statements only on the rejection path, which is rare: the advance
-/// returns nothing when the stored fence is newer, and the second reads it
-/// for the error message.
-pub(crate) async fn advance(conn: &mut PgConnection, resource: &str, fence: i64) -> Result<Advance> {
-    // $1 resource, $2 fence.
+/// Two statements only on the refusal path, which is rare: the advance
+/// returns nothing when the stored fence is newer or the tenure has ended,
+/// and the second tells which, for the error.
+pub(crate) async fn advance(conn: &mut PgConnection, resource: &str, tenure: Tenure<'_>) -> Result<Advance> {
+    // $1 resource, $2 fence, $3 lease key, $4 lease in milliseconds.
+    // - `live`: the tenure still holds its lease when the transaction
+    //   begins (F5, early: a run resumed after its lease ended is refused
+    //   here rather than at COMMIT). Nothing to insert otherwise.
+    // - `set_config(…idle_in_transaction_session_timeout…, true)`: for
+    //   this transaction only, the server ends the session if the client
+    //   sends nothing for a whole lease (F5: a frozen or vanished holder
+    //   releases the fence row lock at most one lease after its last
+    //   statement). A shorter setting of the service's own is kept.
+    // - `lease_key = $3`: names the tenure for the commit check
+    //   (`leasehold_fence_tenure_live`, F5), which runs at COMMIT.
     // - `WHERE f.last_fence <= EXCLUDED.last_fence`: F1 (never lower a
     //   row) and F2 (`<=`: the same run passes again).
     // - ON CONFLICT DO UPDATE locks the row until COMMIT: F3.
     const ADVANCE_FENCE: &str = "
-        INSERT INTO leasehold_fence AS f (resource, last_fence) VALUES ($1, $2)
+        WITH live AS (
+            SELECT set_config('idle_in_transaction_session_timeout',
+                              LEAST(NULLIF(extract(epoch FROM
+                                        current_setting('idle_in_transaction_session_timeout')::interval)
+                                        * 1000, 0),
+                                    $4)::bigint::text,
+                              true)
+              FROM leasehold_lease AS l
+             WHERE l.key = $3 AND l.fence = $2
+               AND l.expires_at > clock_timestamp()
+        )
+        INSERT INTO leasehold_fence AS f (resource, last_fence, lease_key)
+        SELECT $1, $2, $3 FROM live
         ON CONFLICT (resource) DO UPDATE
-           SET last_fence = EXCLUDED.last_fence, updated_at = clock_timestamp()
+           SET last_fence = EXCLUDED.last_fence, lease_key = EXCLUDED.lease_key, updated_at = clock_timestamp()
          WHERE f.last_fence <= EXCLUDED.last_fence
         RETURNING f.last_fence";
+    let lease_ms = i64::try_from(tenure.lease.as_millis()).unwrap_or(i64::MAX).max(1);
     let accepted: Option<i64> = sqlx::query_scalar(ADVANCE_FENCE)
         .bind(resource)
-        .bind(fence)
+        .bind(tenure.fence)
+        .bind(tenure.key)
+        .bind(lease_ms)
         .fetch_optional(&mut *conn)
         .await?;
     if accepted.is_some() {
         return Ok(Advance::Accepted);
     }
     const NEWER_FENCE: &str = "SELECT last_fence FROM leasehold_fence WHERE resource = $1";
-    let newer: i64 = sqlx::query_scalar(NEWER_FENCE)
+    let newest: Option<i64> = sqlx::query_scalar(NEWER_FENCE)
         .bind(resource)
-        .fetch_one(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await?;
-    Ok(Advance::Newer(newer))
+    Ok(match newest {
+        Some(newer) if newer > tenure.fence => Advance::Newer(newer),
+        _ => Advance::Ended,
+    })
 }
 
 /// The two statements of a fenced `UPDATE` of a caller's table.

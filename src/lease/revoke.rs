@@ -103,7 +103,9 @@ impl LeaseStore {
         // - `expires_at = LEAST(expires_at, …)`: a held lease expires now
         //   (GREATEST keeps the row's CHECK true if the server clock stepped
         //   back); a free one keeps its expiry.
-        // - `raised`: GREATEST, a fence row only rises (F1).
+        // - `raised`: GREATEST, a fence row only rises (F1); `lease_key =
+        //   NULL`: no tenure wrote the row, so the commit check (F5) has no
+        //   tenure to hold this statement to.
         const REVOKE: &str = "
             WITH old AS (
                 SELECT l.*, clock_timestamp() AS server_now
@@ -121,7 +123,8 @@ impl LeaseStore {
                 INSERT INTO leasehold_fence AS f (resource, last_fence)
                 SELECT r, ended.fence FROM ended CROSS JOIN unnest($3::text[]) AS r
                 ON CONFLICT (resource) DO UPDATE
-                   SET last_fence = GREATEST(f.last_fence, EXCLUDED.last_fence), updated_at = clock_timestamp()
+                   SET last_fence = GREATEST(f.last_fence, EXCLUDED.last_fence), updated_at = clock_timestamp(),
+                       lease_key = NULL
             )
             SELECT (SELECT fence FROM ended) AS new_fence, old.* FROM old";
         let force = revoke == Revoke::Force;

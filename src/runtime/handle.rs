@@ -309,7 +309,18 @@ impl Runtime {
     pub fn health(&self) -> Health {
         let shared = self.shared();
         let shutting_down = shared.stopping.is_cancelled();
-        let (degraded, since) = shared.health.read(shutting_down);
+        let (mut degraded, since) = shared.health.read(shutting_down);
+        // Read off the runs themselves, so a wait shows while it lasts.
+        for tenure in shared.held() {
+            if let Some(waited) = tenure.longest_fence_wait()
+                && waited > tenure.ttl / 4
+            {
+                degraded.push(Degraded::FencedTransactionWaiting {
+                    key: tenure.key.clone(),
+                    waited,
+                });
+            }
+        }
         Health {
             healthy: degraded.is_empty(),
             degraded,

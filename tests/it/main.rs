@@ -7,6 +7,7 @@ mod support;
 mod console;
 mod derive;
 mod fenced;
+mod frozen_holder;
 mod isolation;
 mod lease;
 mod metrics;

@@ -108,7 +108,9 @@ pub async fn assert_pool_idle(pool: &PgPool) {
 
 // The scripted job, its run log and replicas live in leasehold-testkit
 // (feature `jobs`), shared with the benchmarks.
-pub use leasehold_testkit::jobs::{RunRecord, Runs, ScriptedJob, job, overlapping_pairs, quick, replica, replica_on};
+pub use leasehold_testkit::jobs::{
+    BoxedRun, RunRecord, Runs, ScriptedJob, job, overlapping_pairs, quick, replica, replica_on,
+};
 pub use leasehold_testkit::{eventually, eventually_async};
 
 use leasehold::{FenceGuard, Runtime, Schedule};
@@ -117,6 +119,12 @@ use tokio::time::Instant;
 /// A replica `holder` running the manual job `key` right now, and the
 /// guard of that run, which stays open until the runtime shuts down.
 pub async fn held_guard(db: &TestDb, holder: &str, key: &str) -> (Runtime, FenceGuard) {
+    held_guard_for(db, holder, key, Duration::from_secs(10)).await
+}
+
+/// [`held_guard`] with a lease of `lease` (heartbeat lease/3, margin
+/// lease/10): for scenarios where the lease must run out.
+pub async fn held_guard_for(db: &TestDb, holder: &str, key: &str, lease: Duration) -> (Runtime, FenceGuard) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let body = move |guard: FenceGuard| {
         let tx = tx.clone();
@@ -126,13 +134,7 @@ pub async fn held_guard(db: &TestDb, holder: &str, key: &str) -> (Runtime, Fence
             Ok(())
         }
     };
-    let rt = replica(
-        db,
-        holder,
-        2,
-        vec![job(key, quick(Schedule::Manual, Duration::from_secs(10)), body)],
-    )
-    .await;
+    let rt = replica(db, holder, 2, vec![job(key, quick(Schedule::Manual, lease), body)]).await;
     rt.trigger(key).await.expect("trigger");
     let guard = tokio::time::timeout(Duration::from_secs(10), rx.recv())
         .await
