@@ -13,9 +13,10 @@
 #      PostgreSQL: 4 replica processes, 12 jobs, every fault kind (seed 1471
 #      with a fault every 1-8 s draws each of the 12 kinds at least once,
 #      begin-drop, raw-begin and stop-in-fence included, the last twice: a
-#      freeze of about a lease and one of several), then a 20 s quiet tail in which
-#      every slot must run exactly once, and a scan for replica backends
-#      left idle in transaction. It exits non-zero on any violation.
+#      freeze of about a lease and one of several), then a 20 s quiet tail
+#      in which every slot must run exactly once, and a scan for replica
+#      backends left idle in transaction. It exits non-zero on any
+#      violation.
 #
 # Usage: bash scripts/chaos-ci.sh                  (as root, or with sudo)
 #        bash scripts/chaos-ci.sh --pgbouncer-only (step 1 only)
