@@ -62,7 +62,7 @@ impl Default for Args {
 
 pub const USAGE: &str = "usage: cargo run --release --example chaos -- [--replicas 5] [--jobs 20] [--duration 120s] \
 [--seed 42] [--period 2s] [--lease 2s] [--steps 5] [--step-pause 250ms] [--gap 1s..14s] [--tail 20s] \
-[--faults stop,kill,terminate,pg-fast,pg-immediate,proxy-delay,proxy-blackhole,proxy-reset,expire,begin-drop,raw-begin] \
+[--faults stop,kill,terminate,pg-fast,pg-immediate,proxy-delay,proxy-blackhole,proxy-reset,expire,begin-drop,raw-begin,stop-in-fence] \
 [--unsafe-unfenced] [--async-commit] [--out DIR]   (see docs/operations.md)";
 
 impl Args {

@@ -3,7 +3,7 @@
 //! clock in µs since the epoch (fault windows are converted to it).
 //!
 //! [`check`] derives what the ledger says about runs once ([`History`],
-//! [`Schedule`]), runs the fourteen checks (numbered as in
+//! [`Schedule`]), runs the sixteen checks (numbered as in
 //! docs/operations.md, "Running the chaos harness"), and reports:
 //!
 //! | checks | where |
@@ -13,6 +13,7 @@
 //! | 8–10: slots ran once, jobs ran again | `check/slots.rs` |
 //! | 11–12: no connection left in a transaction | `check/connections.rs` |
 //! | 13–14: lease writes committed on their own | `commits.rs` |
+//! | 15–16: fenced commits within their tenure, no key stalled | `check/tenures.rs` |
 //!
 //! and the verdict table is `check/report.rs`.
 
@@ -22,6 +23,7 @@ mod fences;
 mod history;
 mod report;
 mod slots;
+mod tenures;
 #[cfg(test)]
 mod tests;
 
@@ -56,6 +58,9 @@ pub struct LedgerRow {
     pub holder: String,
     pub slot: i64,
     pub at: i64,
+    /// When its transaction committed (`chaos_ledger_commit`: a deferred
+    /// trigger's `clock_timestamp()` at COMMIT); `None` if not recorded.
+    pub committed: Option<i64>,
     /// The transaction that wrote it (`pg_current_xact_id()`).
     pub xid: i64,
 }
@@ -106,14 +111,32 @@ impl Event {
 #[derive(Debug, Clone)]
 pub struct Window {
     pub kind: FaultKind,
+    /// The replica a replica fault aimed at (`None` for the others).
+    pub replica: Option<usize>,
     pub start: i64,
     pub end: i64,
 }
 
+impl Window {
+    /// The replica a fault record's target names (`r3`, `r3 +120ms`, …).
+    pub fn replica_of(target: &str) -> Option<usize> {
+        let digits: String = target
+            .strip_prefix('r')?
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    }
+}
+
 pub struct Input {
     pub keys: Vec<String>,
+    /// How many replica processes ran (`r0` ..).
+    pub replicas: usize,
     pub period_us: i64,
     pub lease_us: i64,
+    /// The replicas' runtime poll interval.
+    pub poll_us: i64,
     pub steps: u32,
     pub observe_from: i64,
     pub observe_to: i64,
@@ -181,6 +204,8 @@ pub fn secs(us: i64, origin: i64) -> String {
 /// Runs every check on what the run left and writes the verdict.
 pub fn check(input: &Input) -> Verdict {
     let history = History::new(input);
+    let tenures = tenures::Tenures::new(input);
+    let mut measured = tenures::Measured::default();
     let schedule = Schedule::new(input);
     let (calm_slots, near_faults) = slots::calm_slots_ran_once(&history, &schedule);
     let (quiet_tail, tail) = slots::quiet_tail_ran_once(&history, &schedule);
@@ -199,6 +224,8 @@ pub fn check(input: &Input) -> Verdict {
         connections::none_orphaned_during_run(&history),
         crate::commits::lease_writes_alone(input),
         crate::commits::runs_claims_committed(input),
+        tenures::fenced_commits_within_tenure(&tenures, &mut measured),
+        tenures::no_due_key_stalled(&history, &tenures, &mut measured),
     ];
-    report::verdict(&history, &checks, &near_faults, &tail)
+    report::verdict(&history, &checks, &near_faults, &tail, (&tenures, &measured))
 }

@@ -27,12 +27,13 @@ CREATE TABLE chaos_lease_history (
     xid        xid8        NOT NULL DEFAULT pg_current_xact_id(),
     xact_start TIMESTAMPTZ NOT NULL DEFAULT transaction_timestamp(),
     stmt_start TIMESTAMPTZ NOT NULL DEFAULT statement_timestamp(),
-    at         TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+    at         TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+    expires_at TIMESTAMPTZ NOT NULL
 );
 CREATE FUNCTION chaos_lease_log() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO chaos_lease_history (key, holder, fence, what)
-    VALUES (NEW.key, NEW.holder, NEW.fence,
+    INSERT INTO chaos_lease_history (key, holder, fence, expires_at, what)
+    VALUES (NEW.key, NEW.holder, NEW.fence, NEW.expires_at,
             CASE WHEN TG_OP = 'INSERT' AND NEW.expires_at <= NEW.acquired_at + interval '1 millisecond'
                      THEN 'register'
                  WHEN TG_OP = 'INSERT' OR OLD.fence IS DISTINCT FROM NEW.fence THEN 'claim'
@@ -61,6 +62,8 @@ pub struct LeaseWrite {
     /// statements never do.
     pub stmt_start: i64,
     pub at: i64,
+    /// The lease's expiry as this write left it.
+    pub expires_at: i64,
 }
 
 pub async fn lease_writes(pool: &PgPool) -> Result<Vec<LeaseWrite>, sqlx::Error> {
@@ -68,7 +71,8 @@ pub async fn lease_writes(pool: &PgPool) -> Result<Vec<LeaseWrite>, sqlx::Error>
         "SELECT key, holder, fence, what, xid::text::int8 AS xid,
                 (extract(epoch FROM xact_start) * 1000000)::int8 AS xact_start,
                 (extract(epoch FROM stmt_start) * 1000000)::int8 AS stmt_start,
-                (extract(epoch FROM at) * 1000000)::int8 AS at
+                (extract(epoch FROM at) * 1000000)::int8 AS at,
+                (extract(epoch FROM expires_at) * 1000000)::int8 AS expires_at
            FROM chaos_lease_history ORDER BY id",
     )
     .fetch_all(pool)

@@ -82,10 +82,15 @@ pub enum FaultKind {
     /// statement: a connection goes back to the pool inside a transaction
     /// sqlx does not know about (see `poison.rs`).
     RawBegin,
+    /// SIGSTOP a running replica while one of its runs is inside a fenced
+    /// transaction (holding its key's `leasehold_fence` row lock), for
+    /// less than, about, or several times the lease, then SIGCONT
+    /// (`stop_in_fence.rs`).
+    StopInFence,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::Stop,
         FaultKind::Kill,
         FaultKind::Terminate,
@@ -97,6 +102,7 @@ impl FaultKind {
         FaultKind::Expire,
         FaultKind::BeginDrop,
         FaultKind::RawBegin,
+        FaultKind::StopInFence,
     ];
 
     pub fn name(self) -> &'static str {
@@ -112,6 +118,7 @@ impl FaultKind {
             FaultKind::Expire => "expire",
             FaultKind::BeginDrop => "begin-drop",
             FaultKind::RawBegin => "raw-begin",
+            FaultKind::StopInFence => "stop-in-fence",
         }
     }
 
@@ -488,6 +495,7 @@ impl Chaos {
             }
             FaultKind::BeginDrop => self.begin_drop(pick, frac).await,
             FaultKind::RawBegin => self.raw_begin(pick, frac).await,
+            FaultKind::StopInFence => self.stop_in_fence(pick, frac).await,
             FaultKind::PgFast | FaultKind::PgImmediate => {
                 let Some(cluster) = self.cluster.clone() else {
                     return self.skip(kind);

@@ -18,10 +18,12 @@
 //!    `--jobs` jobs `chaos:0..N`, every `--period`, lease `--lease`; a run is
 //!    `--steps` steps `--step-pause` apart, each a fenced transaction
 //!    appending a ledger row (key, fence, run id, step, holder, slot served,
-//!    server `clock_timestamp()`), then a fenced column write of the key's
+//!    server `clock_timestamp()`, and, from a deferred trigger, the time
+//!    its transaction committed), then a fenced column write of the key's
 //!    counter row (a trigger keeps the counter's history). Each replica
 //!    reaches the database through its own TCP proxy in this process, and
-//!    logs its runs (start, done, stale, cancelled, failed, dropped) to a
+//!    logs its runs (start, done, stale, cancelled, failed, dropped, and
+//!    `hold`: a fenced transaction held open for `stop-in-fence`) to a
 //!    file;
 //! 4. injects faults for `--duration`, one every `--gap` (drawn from
 //!    `--seed` with splitmix64): SIGSTOP past the lease then SIGCONT, SIGKILL
@@ -31,9 +33,12 @@
 //!    `release --force`, or a forward step of the server clock), and two
 //!    faults that leave a replica's pooled connection inside a transaction
 //!    nobody owns (`poison.rs`: runs dropped inside `begin_fenced` behind a
-//!    slow proxy, and a plain `BEGIN` on the shared pool). Replica faults
-//!    aim at a replica that is running a job when there is one; while they
-//!    run, the replicas' backends are sampled (`backends.rs`);
+//!    slow proxy, and a plain `BEGIN` on the shared pool), and a SIGSTOP
+//!    of a replica while one of its runs holds a fenced transaction open
+//!    (`stop_in_fence.rs`: less than, about, or several times the lease).
+//!    Replica faults aim at a replica that is running a job when there is
+//!    one; while they run, the replicas' backends are sampled
+//!    (`backends.rs`);
 //! 5. heals everything, lets the fleet run for a quiet tail (`--tail`) in
 //!    which every slot must run exactly once, scans `pg_stat_activity` for
 //!    replica backends left idle in transaction, stops the fleet with
@@ -47,9 +52,10 @@
 //! `--tail` [2 × (lease + period) + 6 periods, at least 10s; shorter is
 //! refused], `--faults` [all: stop, kill, terminate, pg-fast, pg-immediate,
 //! proxy-delay, proxy-blackhole, proxy-reset, expire, begin-drop,
-//! raw-begin; or `none`], `--out DIR` [a temp dir; the verdict,
-//! `ledger.tsv`, `faults.tsv`, replica logs and stderr stay there], and two
-//! switches that remove a protection and must make the checker fail:
+//! raw-begin, stop-in-fence; or `none`], `--out DIR` [a temp dir; the
+//! verdict, `ledger.tsv`, `leases.tsv`, `faults.tsv`, replica logs and
+//! stderr stay there], and two switches that remove a protection and must
+//! make the checker fail:
 //! - `--unsafe-unfenced`: jobs write with plain statements instead of
 //!   fenced ones (the fence is still recorded in the ledger);
 //! - `--async-commit`: leave the throwaway cluster's `synchronous_commit =
@@ -63,6 +69,7 @@ mod commits;
 mod faults;
 mod poison;
 mod replica;
+mod stop_in_fence;
 
 use leasehold_testkit::proxy;
 
@@ -129,6 +136,20 @@ CREATE TABLE chaos_ledger (
     at      TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
     xid     xid8        NOT NULL DEFAULT pg_current_xact_id()
 );
+-- When each ledger row's transaction committed: a deferred constraint
+-- trigger runs at COMMIT, after the statements and the checks deferred
+-- before it, just before the commit record is written.
+CREATE TABLE chaos_ledger_commit (
+    id BIGINT      PRIMARY KEY,
+    at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+);
+CREATE FUNCTION chaos_ledger_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos_ledger_commit (id) VALUES (NEW.id);
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER chaos_ledger_commit AFTER INSERT ON chaos_ledger
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION chaos_ledger_commit();
 CREATE TABLE chaos_counter (
     key        TEXT   PRIMARY KEY,
     last_step  INT    NOT NULL DEFAULT 0,
@@ -166,7 +187,7 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         let name = entry.file_name().to_string_lossy().into_owned();
         let ours = name.ends_with(".events")
             || (name.starts_with('r') && name.ends_with(".stderr"))
-            || ["verdict.md", "faults.tsv", "ledger.tsv"].contains(&name.as_str());
+            || ["verdict.md", "faults.tsv", "ledger.tsv", "leases.tsv"].contains(&name.as_str());
         if ours {
             std::fs::remove_file(entry.path())?;
         }
@@ -360,9 +381,11 @@ async fn gather(
     observe_to: i64,
 ) -> Result<check::Input, BoxError> {
     let ledger: Vec<check::LedgerRow> = sqlx::query_as(
-        "SELECT id, key, fence, run_id, step, holder, slot, (extract(epoch FROM at) * 1000000)::int8 AS at,
-                xid::text::int8 AS xid
-           FROM chaos_ledger ORDER BY id",
+        "SELECT l.id, l.key, l.fence, l.run_id, l.step, l.holder, l.slot,
+                (extract(epoch FROM l.at) * 1000000)::int8 AS at,
+                (extract(epoch FROM c.at) * 1000000)::int8 AS committed,
+                l.xid::text::int8 AS xid
+           FROM chaos_ledger l LEFT JOIN chaos_ledger_commit c USING (id) ORDER BY l.id",
     )
     .fetch_all(pool)
     .await?;
@@ -378,8 +401,16 @@ async fn gather(
         .iter()
         .map(|r| {
             format!(
-                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
-                r.id, r.key, r.fence, r.run_id, r.step, r.holder, r.slot, r.at
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                r.id,
+                r.key,
+                r.fence,
+                r.run_id,
+                r.step,
+                r.holder,
+                r.slot,
+                r.at,
+                r.committed.unwrap_or(0)
             )
         })
         .collect();
@@ -397,6 +428,7 @@ async fn gather(
         .iter()
         .map(|r| check::Window {
             kind: r.kind,
+            replica: check::Window::replica_of(&r.target),
             start: r.start_us + offset,
             end: r.end_us + offset,
         })
@@ -418,16 +450,29 @@ async fn gather(
         })
         .collect();
     std::fs::write(out.join("faults.tsv"), faults)?;
+    let lease_writes = commits::lease_writes(pool).await?;
+    let dump: String = lease_writes
+        .iter()
+        .map(|w| {
+            format!(
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                w.at, w.key, w.fence, w.holder, w.what, w.expires_at, w.xid
+            )
+        })
+        .collect();
+    std::fs::write(out.join("leases.tsv"), dump)?;
     Ok(check::Input {
         keys: keys.to_vec(),
+        replicas: args.replicas,
         period_us: args.period.as_micros() as i64,
+        poll_us: replica::POLL_INTERVAL.as_micros() as i64,
         lease_us: args.lease.as_micros() as i64,
         steps: args.steps,
         observe_from,
         observe_to,
         ledger,
         counter,
-        lease_writes: commits::lease_writes(pool).await?,
+        lease_writes,
         events,
         windows,
         skipped,

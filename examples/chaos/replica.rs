@@ -4,7 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -66,13 +66,22 @@ impl EventLog {
 struct Phase(AtomicU8);
 
 impl Phase {
-    const NAMES: [&'static str; 6] = ["pause", "begin_fenced", "insert", "commit", "counter", "unfenced"];
+    const NAMES: [&'static str; 7] = [
+        "pause",
+        "begin_fenced",
+        "insert",
+        "commit",
+        "counter",
+        "unfenced",
+        "hold",
+    ];
     const PAUSE: u8 = 0;
     const BEGIN_FENCED: u8 = 1;
     const INSERT: u8 = 2;
     const COMMIT: u8 = 3;
     const COUNTER: u8 = 4;
     const UNFENCED: u8 = 5;
+    const HOLD: u8 = 6;
 
     fn set(&self, phase: u8) {
         self.0.store(phase, Ordering::Relaxed);
@@ -99,7 +108,23 @@ struct JobConfig {
     unfenced: bool,
     log: EventLog,
     runs: AtomicU64,
+    /// Until when (local µs) the next fenced transaction is to be held open
+    /// (`stop-in-fence`, armed by SIGUSR2); 0 when not armed.
+    hold_armed_until: AtomicI64,
+    /// The replica's `application_name`; a held transaction shows
+    /// `<this>-hold` (see [`HOLD_SUFFIX`]).
+    application_name: String,
 }
+
+/// What a held fenced transaction appends to its `application_name` (with
+/// `SET LOCAL`, so it ends with the transaction): the harness's sign in
+/// `pg_stat_activity` that the replica is inside a fenced transaction
+/// right now, holding its key's `leasehold_fence` row lock.
+pub const HOLD_SUFFIX: &str = "-hold";
+
+/// How often each replica's runtime polls for due keys (the checker allows
+/// for it when it judges how long a due key waited).
+pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The job `chaos:<i>`: several steps, each a fenced transaction that
 /// appends a ledger row, then a fenced column write on its counter row.
@@ -223,6 +248,10 @@ impl ChaosJob {
                 let mut tx = guard.begin_fenced(&cfg.pool).await?; // a stale fence writes nothing
                 phase.set(Phase::INSERT);
                 ledger.execute(&mut *tx).await?;
+                if cfg.take_hold() {
+                    phase.set(Phase::HOLD);
+                    self.hold(guard, slot, &mut tx).await?;
+                }
                 phase.set(Phase::COMMIT);
                 tx.commit().await?;
                 phase.set(Phase::COUNTER);
@@ -237,12 +266,45 @@ impl ChaosJob {
         }
         Ok(())
     }
+
+    /// `stop-in-fence`: keeps the fenced transaction open, after its write
+    /// and before its commit, for half a lease, marked in
+    /// `pg_stat_activity` so that the harness can freeze the process right
+    /// here. Logged as a `hold` event. A run cancelled meanwhile gives up
+    /// (its transaction rolls back when dropped).
+    async fn hold(
+        &self,
+        guard: &FenceGuard,
+        slot: i64,
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    ) -> Result<(), JobError> {
+        let cfg = &self.cfg;
+        let marked = format!("{}{HOLD_SUFFIX}", cfg.application_name);
+        sqlx::query("SELECT set_config('application_name', $1, true)")
+            .bind(&marked)
+            .execute(&mut **tx)
+            .await?;
+        cfg.log.event("hold", guard, slot, &marked);
+        tokio::select! {
+            _ = tokio::time::sleep(cfg.lease / 2) => Ok(()),
+            _ = guard.cancelled() => Err("cancelled while holding its fenced transaction".into()),
+        }
+    }
+}
+
+impl JobConfig {
+    /// Whether this fenced transaction is the one to hold: the first to
+    /// get here while armed disarms it.
+    fn take_hold(&self) -> bool {
+        let until = self.hold_armed_until.swap(0, Ordering::Relaxed);
+        until > now_us()
+    }
 }
 
 fn builder(pool: &PgPool, holder: &str, cfg: &Arc<JobConfig>, jobs: usize) -> RuntimeBuilder {
     let mut builder = Runtime::builder(pool.clone())
         .holder(holder)
-        .poll_interval(Duration::from_secs(1));
+        .poll_interval(POLL_INTERVAL);
     for i in 0..jobs {
         builder = builder.register(ChaosJob {
             key: format!("chaos:{i}"),
@@ -267,6 +329,17 @@ async fn raw_begins(mut usr1: tokio::signal::unix::Signal, pool: PgPool, cfg: Ar
     }
 }
 
+/// The `stop-in-fence` fault, on each SIGUSR2: arms the next fenced
+/// transaction of any of this replica's runs to be held open (for a period
+/// and a lease; an arming nobody takes lapses). Logged as an `arm` note.
+async fn arm_holds(mut usr2: tokio::signal::unix::Signal, cfg: Arc<JobConfig>, holder: String) {
+    let window = (cfg.period + cfg.lease).as_micros() as i64;
+    while usr2.recv().await.is_some() {
+        cfg.hold_armed_until.store(now_us() + window, Ordering::Relaxed);
+        cfg.log.note("arm", &holder, "hold the next fenced transaction");
+    }
+}
+
 /// Replica mode: run until SIGTERM (graceful shutdown) or SIGKILL.
 pub async fn main(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let n = args.replica.unwrap_or(0);
@@ -280,11 +353,14 @@ pub async fn main(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("--database is required in replica mode")?;
     let log = args.log.as_deref().ok_or("--log is required in replica mode")?;
     // Before the pool and the runtime exist, so that a SIGUSR1 (raw-begin)
-    // never meets its default action, which ends the process.
+    // or SIGUSR2 (stop-in-fence) never meets its default action, which ends
+    // the process.
     let usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
+    let usr2 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())?;
+    let application_name = format!("chaos-r{n}");
     let mut options = PgConnectOptions::from_str(url)?
         .database(database)
-        .application_name(&format!("chaos-r{n}"));
+        .application_name(&application_name);
     if let Some(port) = args.via_port {
         options = options.host("127.0.0.1").port(port);
     }
@@ -306,9 +382,12 @@ pub async fn main(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         unfenced: args.unsafe_unfenced,
         log: EventLog::open(log)?,
         runs: AtomicU64::new(0),
+        hold_armed_until: AtomicI64::new(0),
+        application_name,
     });
     let holder = format!("r{n}-g{}", args.generation);
     tokio::spawn(raw_begins(usr1, pool.clone(), cfg.clone(), holder.clone()));
+    tokio::spawn(arm_holds(usr2, cfg.clone(), holder.clone()));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut attempts = 0;
     let runtime = loop {

@@ -6,12 +6,19 @@ use std::fmt::Write;
 
 use super::history::History;
 use super::slots::{NearFaults, QuietTail};
+use super::tenures::{Measured, Tenures};
 use super::{Check, Verdict};
 use crate::faults::FaultKind;
 
 /// The verdict on `checks`, with the run's numbers from the history and
-/// what checks 8 and 10 counted.
-pub fn verdict(h: &History, checks: &[Check], near: &NearFaults, tail: &QuietTail) -> Verdict {
+/// what checks 8, 10 and 15–16 counted.
+pub fn verdict(
+    h: &History,
+    checks: &[Check],
+    near: &NearFaults,
+    tail: &QuietTail,
+    (tenures, measured): (&Tenures, &Measured),
+) -> Verdict {
     let input = h.input;
     let count = |kind: &str| input.events.iter().filter(|e| e.kind == kind).count();
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
@@ -91,6 +98,23 @@ pub fn verdict(h: &History, checks: &[Check], near: &NearFaults, tail: &QuietTai
         fault_count(FaultKind::RawBegin)
     );
     let _ = writeln!(s, "| stale writes rejected (StaleFence) | {} |", count("stale"));
+    let _ = writeln!(
+        s,
+        "| stop-in-fence: fenced transactions held open / frozen | {} / {} |",
+        count("hold"),
+        fault_count(FaultKind::StopInFence)
+    );
+    let ms = |us: Option<i64>| us.map_or("-".to_owned(), |us| format!("{:.1} ms", us as f64 / 1e3));
+    let _ = writeln!(
+        s,
+        "| tenures (lease audit) / latest fenced commit after its tenure's end / longest wait of a due key | {} / {} / {} |",
+        tenures.len(),
+        ms(measured.latest_commit),
+        measured
+            .longest_wait
+            .as_ref()
+            .map_or("-".to_owned(), |(w, key)| format!("{} ({key})", ms(Some(*w))))
+    );
     let _ = writeln!(
         s,
         "| slots near faults: checked loosely / completed twice | {} / {} |",

@@ -24,18 +24,23 @@ const IDLE: &str = "no replica backend idle in transaction at the end";
 const ORPHANED: &str = "no replica backend seen idle in transaction after an autocommit statement";
 const ALONE: &str = "leasehold's lease writes commit on their own";
 const CLAIMED: &str = "every run's claim committed";
+const WITHIN_TENURE: &str = "no fenced transaction committed after its tenure ended";
+const STALLED: &str = "no due key waited more than two leases for its next fenced commit";
 
-/// One job `a`, period and lease 1 s, two steps per run, observed from 10 s
-/// to 26 s, one fault at [16 s, 16.5 s). So slots 10–13 are calm (check 8),
-/// 14–18 near the fault, and 19–23 the quiet tail (check 10). Slot k ran
-/// once, as fence 100 + k: claimed at +50 ms, steps at +100 and +300 ms
-/// (each a ledger row and a counter write), released at +400 ms, reported
-/// done.
+/// One job `a`, two replicas, period, lease and poll interval 1 s, two
+/// steps per run, observed from 10 s to 26 s, one fault (replica 1 stopped)
+/// at [16 s, 16.5 s). So slots 10–13 are calm (check 8), 14–18 near the
+/// fault, and 19–23 the quiet tail (check 10). Slot k ran once, as fence
+/// 100 + k on replica 0: claimed at +50 ms (for a lease), steps at +100 and
+/// +300 ms (each a ledger row committed a millisecond later, and a counter
+/// write), released at +400 ms, reported done.
 fn healthy() -> Input {
     let mut input = Input {
         keys: vec!["a".to_owned()],
+        replicas: 2,
         period_us: S,
         lease_us: S,
+        poll_us: S,
         steps: 2,
         observe_from: 10 * S,
         observe_to: 26 * S,
@@ -45,6 +50,7 @@ fn healthy() -> Input {
         events: Vec::new(),
         windows: vec![Window {
             kind: FaultKind::Stop,
+            replica: Some(1),
             start: 16 * S,
             end: 16 * S + 500 * MS,
         }],
@@ -55,7 +61,7 @@ fn healthy() -> Input {
     };
     for k in 10..=23 {
         let fence = 100 + k;
-        let lease = |what: &str, xid: i64, at: i64| LeaseWrite {
+        let lease = |what: &str, xid: i64, at: i64, expires_at: i64| LeaseWrite {
             key: "a".to_owned(),
             holder: "r0".to_owned(),
             fence,
@@ -64,8 +70,10 @@ fn healthy() -> Input {
             xact_start: at,
             stmt_start: at,
             at,
+            expires_at,
         };
-        input.lease_writes.push(lease("claim", 3000 + k, k * S + 50 * MS));
+        let claimed = k * S + 50 * MS;
+        input.lease_writes.push(lease("claim", 3000 + k, claimed, claimed + S));
         for step in 0..2 {
             let at = k * S + (100 + 200 * step) * MS;
             input
@@ -81,7 +89,8 @@ fn healthy() -> Input {
                 xid: 2000 + 10 * k + step,
             });
         }
-        input.lease_writes.push(lease("release", 4000 + k, k * S + 400 * MS));
+        let released = k * S + 400 * MS;
+        input.lease_writes.push(lease("release", 4000 + k, released, released));
         input.events.push(event("start", fence, &format!("run{k}")));
         input.events.push(event("done", fence, ""));
     }
@@ -100,6 +109,7 @@ fn row(id: i64, fence: i64, slot: i64, step: i32, at: i64) -> LedgerRow {
         holder: "r0".to_owned(),
         slot,
         at,
+        committed: Some(at + MS),
         xid: 1000 + 10 * slot + step as i64,
     }
 }
@@ -153,7 +163,7 @@ fn assert_violates(input: &Input, names: &[&str], example: &str) -> Verdict {
 fn the_healthy_history_passes_every_check() {
     let verdict = check(&healthy());
     assert_eq!(verdict.violations, 0, "{}", verdict.text);
-    assert_eq!(verdict.text.matches("| check: ").count(), 14, "{}", verdict.text);
+    assert_eq!(verdict.text.matches("| check: ").count(), 16, "{}", verdict.text);
     for name in [
         ORDER,
         STALE,
@@ -169,6 +179,8 @@ fn the_healthy_history_passes_every_check() {
         ORPHANED,
         ALONE,
         CLAIMED,
+        WITHIN_TENURE,
+        STALLED,
     ] {
         assert!(
             verdict.text.contains(&format!("| check: {name} | ok (")),
@@ -473,6 +485,7 @@ fn a_lease_write_committed_with_a_jobs_write_is_a_violation() {
         xact_start: 12 * S + 90 * MS,
         stmt_start: 12 * S + 200 * MS,
         at: 12 * S + 200 * MS,
+        expires_at: 13 * S + 200 * MS,
     });
     assert_violates(
         &input,
@@ -492,4 +505,106 @@ fn a_run_without_a_committed_claim_is_a_violation() {
         &[CLAIMED],
         "a fence 113 (run run13): started, but no committed claim ever gave the lease that fence",
     );
+}
+
+/// Check 15: slot 12's run committed its last step at 12.45 s, after it
+/// had released its lease at 12.4 s (as a run frozen inside its fenced
+/// transaction and thawed after its tenure commits). Slot 13's last step
+/// committed 5 ms after its release: a commit in flight at the tenure's
+/// end, within the tolerance.
+#[test]
+fn a_fenced_commit_after_its_tenure_ended_is_a_violation() {
+    let mut input = healthy();
+    ledger_row(&mut input, 12, 1).committed = Some(12 * S + 450 * MS);
+    ledger_row(&mut input, 13, 1).committed = Some(13 * S + 405 * MS);
+    let verdict = assert_violates(
+        &input,
+        &[WITHIN_TENURE],
+        "a fence 112 (r0, step 1): committed at 2.450s, 0.050 s after its tenure ended at 2.400s (released)",
+    );
+    assert_eq!(verdict.violations, 1, "{}", verdict.text);
+}
+
+/// Check 15: slot 12's run froze inside its last fenced transaction and
+/// was never released; its lease expired at 13.05 s, and the transaction
+/// committed at 13.2 s, when slot 13's run had already claimed the key.
+#[test]
+fn a_fenced_commit_after_its_lease_expired_is_a_violation() {
+    let mut input = healthy();
+    input.lease_writes.retain(|w| !(w.what == "release" && w.fence == 112));
+    ledger_row(&mut input, 12, 1).committed = Some(13 * S + 200 * MS);
+    assert_violates(
+        &input,
+        &[WITHIN_TENURE],
+        "a fence 112 (r0, step 1): committed at 3.200s, 0.150 s after its tenure ended at 3.050s (expired)",
+    );
+}
+
+/// Replica 0 froze inside slot 14's last fenced transaction after
+/// committing its first step, so fence 114 was never released and expired
+/// at 15.05 s. Fence 115 claimed the key at once, renewing its lease while
+/// its first fenced transaction waited for the frozen one's row lock; it
+/// committed at 18.5 s, 3.45 s after the key was due, and slots 16–18 never
+/// ran.
+fn stalled_behind_a_frozen_transaction() -> Input {
+    let mut input = healthy();
+    let gone = |fence: i64| (116..=118).contains(&fence);
+    input.ledger.retain(|r| !gone(r.fence));
+    input.counter.retain(|c| !gone(c.new_fence));
+    input.events.retain(|e| !gone(e.fence));
+    input
+        .lease_writes
+        .retain(|w| !gone(w.fence) && !(w.what == "release" && (w.fence == 114 || w.fence == 115)));
+    for (step, at) in [(0, 18 * S + 500 * MS), (1, 18 * S + 700 * MS)] {
+        let r = ledger_row(&mut input, 15, step);
+        r.at = at;
+        r.committed = Some(at + MS);
+    }
+    let lease = |xid: i64, at: i64, expires_at: i64, what: &str| LeaseWrite {
+        key: "a".to_owned(),
+        holder: "r0".to_owned(),
+        fence: 115,
+        what: what.to_owned(),
+        xid,
+        xact_start: at,
+        stmt_start: at,
+        at,
+        expires_at,
+    };
+    input
+        .lease_writes
+        .push(lease(5001, 15 * S + 500 * MS, 19 * S + 500 * MS, "renewal"));
+    input
+        .lease_writes
+        .push(lease(5002, 18 * S + 800 * MS, 18 * S + 800 * MS, "release"));
+    input
+}
+
+/// Check 16: the key waited 3.45 s; the limit is two leases and a poll
+/// interval, 3 s.
+#[test]
+fn a_due_key_stalled_behind_a_frozen_transaction_is_a_violation() {
+    let input = stalled_behind_a_frozen_transaction();
+    let verdict = assert_violates(
+        &input,
+        &[STALLED],
+        "a: due at 5.050s after fence 114 (r0) expired at 5.050s; next fenced commit at 8.501s (fence 115): \
+         waited 3.451 s, 3.451 s of it with a replica live and PostgreSQL up (limit 3.000 s)",
+    );
+    assert_eq!(verdict.violations, 1, "{}", verdict.text);
+}
+
+/// Check 16: the same wait, but PostgreSQL was restarting for a second of
+/// it: that second is not counted, and the wait is within the limit.
+#[test]
+fn a_wait_during_a_postgresql_restart_is_not_counted() {
+    let mut input = stalled_behind_a_frozen_transaction();
+    input.windows.push(Window {
+        kind: FaultKind::PgFast,
+        replica: None,
+        start: 15 * S + 800 * MS,
+        end: 16 * S + 800 * MS,
+    });
+    let verdict = check(&input);
+    assert_eq!(verdict.violations, 0, "{}", verdict.text);
 }
