@@ -563,27 +563,7 @@ async fn a_silent_fenced_transaction_behind_pgbouncer_is_ended_within_a_lease() 
         .acquire_timeout(Duration::from_secs(10))
         .connect_lazy_with(via(&bouncer, &db.options));
     let lease = Duration::from_secs(2);
-    let (send, mut guards) = tokio::sync::mpsc::unbounded_channel();
-    let holds = move |guard: FenceGuard| {
-        let send = send.clone();
-        async move {
-            let _ = send.send(guard.clone());
-            guard.cancelled().await;
-            Ok(())
-        }
-    };
-    let a = support::replica_on(
-        pool.clone(),
-        "a",
-        Duration::from_millis(100),
-        vec![job("billing", quick(Schedule::Manual, lease), holds)],
-    )
-    .await;
-    a.trigger("billing").await.unwrap();
-    let guard = tokio::time::timeout(Duration::from_secs(10), guards.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let (a, guard) = support::held_guard_on(pool.clone(), "a", "billing", lease).await;
     let mut silent = guard.begin_fenced(&pool).await.unwrap();
     sqlx::query("UPDATE account SET balance = 666 WHERE id = 1")
         .execute(&mut *silent)

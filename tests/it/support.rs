@@ -125,6 +125,12 @@ pub async fn held_guard(db: &TestDb, holder: &str, key: &str) -> (Runtime, Fence
 /// [`held_guard`] with a lease of `lease` (heartbeat lease/3, margin
 /// lease/10): for scenarios where the lease must run out.
 pub async fn held_guard_for(db: &TestDb, holder: &str, key: &str, lease: Duration) -> (Runtime, FenceGuard) {
+    held_guard_on(db.pool_with(2).await, holder, key, lease).await
+}
+
+/// [`held_guard_for`] on a pool of the caller's (through a proxy or a
+/// pooler).
+pub async fn held_guard_on(pool: PgPool, holder: &str, key: &str, lease: Duration) -> (Runtime, FenceGuard) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let body = move |guard: FenceGuard| {
         let tx = tx.clone();
@@ -134,7 +140,13 @@ pub async fn held_guard_for(db: &TestDb, holder: &str, key: &str, lease: Duratio
             Ok(())
         }
     };
-    let rt = replica(db, holder, 2, vec![job(key, quick(Schedule::Manual, lease), body)]).await;
+    let rt = replica_on(
+        pool,
+        holder,
+        Duration::from_millis(100),
+        vec![job(key, quick(Schedule::Manual, lease), body)],
+    )
+    .await;
     rt.trigger(key).await.expect("trigger");
     let guard = tokio::time::timeout(Duration::from_secs(10), rx.recv())
         .await
