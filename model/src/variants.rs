@@ -49,4 +49,45 @@ pub enum Variant {
     /// "claim/claim_run: fence from `fence + 1` instead of the sequence",
     /// with the release deleting the row): fences restart.
     DeleteOnRelease,
+    /// A fenced transaction not bounded by its tenure, as before the commit
+    /// check (docs/design.md §4, F5): no commit check on `leasehold_fence`
+    /// (R1), no `idle_in_transaction_session_timeout` set by the advance
+    /// (R2), and no early refusal of an advance whose tenure has ended. A
+    /// process frozen inside its transaction commits after its lease
+    /// expired, and holds the fence row's lock — blocking its successor's
+    /// advance — for as long as it stays frozen.
+    UnboundedFencedTransaction,
+    /// The advance sets the idle timeout (R2) and refuses to start once
+    /// the tenure has ended, but nothing checks the tenure at `COMMIT`
+    /// (R1 removed): a process frozen between its advance and its commit,
+    /// and resumed after its lease expired but before the server's idle
+    /// timeout, still commits.
+    NoCommitCheck,
+    /// The commit check (R1) and the early refusal, without the idle
+    /// timeout (R2 removed): no late commit lands, but a process frozen
+    /// inside its transaction blocks its successor's advance for as long
+    /// as it stays frozen.
+    NoIdleTimeout,
+}
+
+impl Variant {
+    /// R1: `COMMIT` of a fenced transaction is refused unless its tenure is
+    /// live on the server clock (the deferred constraint trigger on
+    /// `leasehold_fence`).
+    pub fn commit_check(self) -> bool {
+        !matches!(self, Variant::UnboundedFencedTransaction | Variant::NoCommitCheck)
+    }
+
+    /// R2: the advance sets `idle_in_transaction_session_timeout` to the
+    /// lease for its transaction, so the server ends a transaction whose
+    /// client has been silent for a lease.
+    pub fn idle_timeout(self) -> bool {
+        !matches!(self, Variant::UnboundedFencedTransaction | Variant::NoIdleTimeout)
+    }
+
+    /// The advance refuses to start once its tenure has ended (an early
+    /// error; R1 is what makes the commit safe).
+    pub fn advance_check(self) -> bool {
+        self != Variant::UnboundedFencedTransaction
+    }
 }
