@@ -416,6 +416,8 @@ impl Db {
     /// A fenced `UPDATE` of a user table: `fence::fenced_update` (`UPDATE …
     /// SET …, last_fence = $fence WHERE <filters> AND last_fence <=
     /// $fence`, F4), sent by `FenceGuard::update_fenced` (`src/guard.rs`).
+    /// Its `EXISTS (… live …)` clause (F5) is [`Db::tenure_live`], asked
+    /// by the caller first: the statement is one atomic step.
     pub fn fenced_update(&mut self, key: u8, fence: u8) -> Fenced {
         let col = &mut self.column[key as usize];
         if *col <= fence {

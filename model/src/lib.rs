@@ -214,6 +214,8 @@ pub struct Ghost {
     /// server clock (the lease row's fence differs, or `expires_at <=
     /// now`).
     pub late_commit: bool,
+    /// A fenced `UPDATE` applied while its tenure was not live.
+    pub late_update: bool,
     /// Some fenced transaction's commit was refused by the commit check
     /// (R1).
     pub late_commit_refused: bool,
@@ -861,6 +863,15 @@ impl LeaseModel {
             })
     }
 
+    /// Normalises a state after a transition and updates the liveness
+    /// ghost.
+    fn settle(&self, mut s: State) -> State {
+        s.net.sort();
+        self.forget_idle_times(&mut s);
+        self.track_waiting(&mut s);
+        s
+    }
+
     /// Forgets the idle time of a transaction whose timeout (R2) falls
     /// after the last server instant the horizon can reach (every
     /// remaining tick on the fastest clock): no transition or property can
@@ -988,6 +999,7 @@ impl Model for LeaseModel {
                     waiting: vec![Some(0); keys],
                     completed: false,
                     late_commit: false,
+                    late_update: false,
                     late_commit_refused: false,
                     idle_end_freed_advance: false,
                 },
@@ -1147,11 +1159,12 @@ impl Model for LeaseModel {
                     // `begin_fenced` fails to reach the server: the job
                     // returns the error.
                     self.stop_run(&mut s, r, k, false);
-                } else if self.cfg.variant.advance_check() && !s.db.tenure_live(k, fence) {
-                    // The advance refuses to start for an ended tenure,
-                    // checked when it is sent (a check that waited for the
-                    // fence row's lock could only be later, and R1 still
-                    // decides at commit).
+                } else if self.cfg.variant.early_check() && !s.db.tenure_live(k, fence) {
+                    // The advance refuses to start for an ended tenure
+                    // (`LeaseLost`, the run cancelled), checked when it is
+                    // sent: `live` is read in the statement's snapshot,
+                    // before it waits for the fence row's lock — R1 decides
+                    // at commit.
                     self.cancel_run(&mut s, r, k, Reason::Lost);
                 } else {
                     self.advance(&mut s, r, k);
@@ -1189,8 +1202,22 @@ impl Model for LeaseModel {
                 let run = s.replicas[r as usize].runs[k as usize].as_mut()?;
                 run.wrote |= 2;
                 let (fence, n) = (run.fence, run.run);
+                let live = s.db.tenure_live(k, fence);
+                if self.cfg.variant.early_check() && !live {
+                    // `EXISTS (… live …)`: an ended tenure updates nothing
+                    // (`LeaseLost`, the run cancelled). The statement is
+                    // one atomic step here, so its check and its commit
+                    // fall at the same instant.
+                    self.cancel_run(&mut s, r, k, Reason::Lost);
+                    return Some(self.settle(s));
+                }
                 match s.db.fenced_update(k, fence) {
-                    Fenced::Accepted => Self::landed(&mut s, k, 1, fence, n),
+                    Fenced::Accepted => {
+                        if !live {
+                            s.ghost.late_update = true;
+                        }
+                        Self::landed(&mut s, k, 1, fence, n);
+                    }
                     _ => {
                         s.ghost.stale_rejected = true;
                         self.cancel_run(&mut s, r, k, Reason::Lost);
@@ -1204,10 +1231,7 @@ impl Model for LeaseModel {
                 }
             }
         }
-        s.net.sort();
-        self.forget_idle_times(&mut s);
-        self.track_waiting(&mut s);
-        Some(s)
+        Some(self.settle(s))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

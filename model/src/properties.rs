@@ -7,7 +7,8 @@
 //! | (c) | [`FENCES_INCREASE`] | every fence handed out for a key (claims, revokes) is above the previous one |
 //! | (d) | [`DUE_KEY_RUNS`] | liveness, as bounded response under fairness: a key that is free and due by the server clock while some replica is live is claimed within [`crate::Config::response_bound`] ticks, unless a fault strikes meanwhile (a fault restarts the wait). Fairness is the tick rule of [`crate::env`]: time does not pass while a message is undelivered or a timer has fired, unless a fault delayed it. Encoded as an `always` property: stateright's `eventually` is only sound on acyclic paths |
 //! | (e) | [`ONCE_PER_CLEAN_SLOT`] | at most one run starts per slot of a key unless a fault struck between the first run of the previous slot and the last run of this one |
-//! | (f) | [`NO_FENCED_COMMIT_AFTER_TENURE`] | no fenced transaction commits while its tenure is over on the server clock: the key's lease row carries another fence, or `expires_at <= now` (F5) |
+//! | (f) | [`NO_FENCED_COMMIT_AFTER_TENURE`] | no fenced transaction commits while its tenure is over on the server clock: the key's lease row carries another fence, or `expires_at <= now` (F5, G2′) |
+//! | (f′) | [`NO_FENCED_UPDATE_AFTER_TENURE`] | no fenced `UPDATE` applies while its tenure is over (F5's early refusal, G2′) |
 //! | (g) | [`FENCE_WAIT_BOUNDED`] | an advance waiting for the fence row's lock is not still blocked once the server clock is more than a lease past the blocking transaction's last statement (F5, R2) |
 //!
 //! The `sometimes` properties show the checks are not vacuous: the checker
@@ -33,6 +34,8 @@ pub const DUE_KEY_RUNS: &str = "due_key_runs";
 pub const ONCE_PER_CLEAN_SLOT: &str = "once_per_clean_slot";
 /// (f) a fenced transaction ends with its tenure: none commits after it.
 pub const NO_FENCED_COMMIT_AFTER_TENURE: &str = "no_fenced_commit_after_tenure";
+/// (f′) no fenced `UPDATE` applies after its tenure.
+pub const NO_FENCED_UPDATE_AFTER_TENURE: &str = "no_fenced_update_after_tenure";
 /// (g) an ended tenure's transaction blocks an advance for a lease at most.
 pub const FENCE_WAIT_BOUNDED: &str = "fence_wait_bounded";
 
@@ -45,6 +48,7 @@ pub fn all() -> Vec<Property<LeaseModel>> {
         Property::always(DUE_KEY_RUNS, due_key_runs),
         Property::always(ONCE_PER_CLEAN_SLOT, once_per_clean_slot),
         Property::always(NO_FENCED_COMMIT_AFTER_TENURE, |_, s: &State| !s.ghost.late_commit),
+        Property::always(NO_FENCED_UPDATE_AFTER_TENURE, |_, s: &State| !s.ghost.late_update),
         Property::always(FENCE_WAIT_BOUNDED, fence_wait_bounded),
         Property::sometimes("a_key_changes_hands", |_, s: &State| {
             s.ghost.tenures.iter().any(|&n| n >= 2)

@@ -49,24 +49,26 @@ pub enum Variant {
     /// "claim/claim_run: fence from `fence + 1` instead of the sequence",
     /// with the release deleting the row): fences restart.
     DeleteOnRelease,
-    /// A fenced transaction not bounded by its tenure, as before the commit
-    /// check (docs/design.md §4, F5): no commit check on `leasehold_fence`
-    /// (R1), no `idle_in_transaction_session_timeout` set by the advance
-    /// (R2), and no early refusal of an advance whose tenure has ended. A
-    /// process frozen inside its transaction commits after its lease
-    /// expired, and holds the fence row's lock — blocking its successor's
-    /// advance — for as long as it stays frozen.
+    /// Fenced writes not bounded by their tenure, as before schema version
+    /// 5 (docs/design.md §4, F5): no commit check on `leasehold_fence` (R1),
+    /// no `idle_in_transaction_session_timeout` set by the advance (R2), no
+    /// early refusal of an advance or a fenced `UPDATE` whose tenure has
+    /// ended. A process frozen inside its transaction commits after its
+    /// lease expired, and holds the fence row's lock — blocking its
+    /// successor's advance — for as long as it stays frozen.
     UnboundedFencedTransaction,
-    /// The advance sets the idle timeout (R2) and refuses to start once
-    /// the tenure has ended, but nothing checks the tenure at `COMMIT`
-    /// (R1 removed): a process frozen between its advance and its commit,
-    /// and resumed after its lease expired but before the server's idle
-    /// timeout, still commits.
+    /// The advance sets the idle timeout (R2), the advance and the fenced
+    /// `UPDATE` refuse to start once the tenure has ended, but nothing
+    /// checks the tenure at `COMMIT` (R1 removed: clause-removal entries
+    /// "commit check: …"): a process frozen between its advance and its
+    /// commit, and resumed after its lease expired but before the server's
+    /// idle timeout, still commits.
     NoCommitCheck,
-    /// The commit check (R1) and the early refusal, without the idle
-    /// timeout (R2 removed): no late commit lands, but a process frozen
-    /// inside its transaction blocks its successor's advance for as long
-    /// as it stays frozen.
+    /// The commit check (R1) and the early refusals, without the idle
+    /// timeout (R2 removed: clause-removal entry "fence advance: idle bound
+    /// not set"): no late commit lands, but a process frozen inside its
+    /// transaction blocks its successor's advance for as long as it stays
+    /// frozen.
     NoIdleTimeout,
 }
 
@@ -85,9 +87,11 @@ impl Variant {
         !matches!(self, Variant::UnboundedFencedTransaction | Variant::NoIdleTimeout)
     }
 
-    /// The advance refuses to start once its tenure has ended (an early
-    /// error; R1 is what makes the commit safe).
-    pub fn advance_check(self) -> bool {
+    /// The advance (`live` in `ADVANCE_FENCE`) and the fenced `UPDATE`
+    /// (`EXISTS (… live …)`) refuse to start once their tenure has ended:
+    /// `LeaseLost`, the run cancelled. For the advance an early error; R1
+    /// is what makes the commit safe.
+    pub fn early_check(self) -> bool {
         self != Variant::UnboundedFencedTransaction
     }
 }

@@ -9,19 +9,20 @@
 
 use leasehold_model::env::{Fault, Faults};
 use leasehold_model::properties::{
-    DUE_KEY_RUNS, FENCE_WAIT_BOUNDED, FENCES_INCREASE, NO_FENCED_COMMIT_AFTER_TENURE, NO_OVERLAP, ONCE_PER_CLEAN_SLOT,
-    STALE_WRITE_REJECTED,
+    DUE_KEY_RUNS, FENCE_WAIT_BOUNDED, FENCES_INCREASE, NO_FENCED_COMMIT_AFTER_TENURE, NO_FENCED_UPDATE_AFTER_TENURE,
+    NO_OVERLAP, ONCE_PER_CLEAN_SLOT, STALE_WRITE_REJECTED,
 };
 use leasehold_model::{Action, Config, LeaseModel, Outcome, State, Variant, check};
 use stateright::{Model, Path};
 
-const SAFETY: [&str; 7] = [
+const SAFETY: [&str; 8] = [
     NO_OVERLAP,
     STALE_WRITE_REJECTED,
     FENCES_INCREASE,
     DUE_KEY_RUNS,
     ONCE_PER_CLEAN_SLOT,
     NO_FENCED_COMMIT_AFTER_TENURE,
+    NO_FENCED_UPDATE_AFTER_TENURE,
     FENCE_WAIT_BOUNDED,
 ];
 
@@ -389,13 +390,13 @@ fn assert_violations(
     traces
 }
 
-/// Fenced transactions as they were before the commit check: no check of
-/// the tenure at `COMMIT` (R1), no idle timeout (R2), no early refusal of
-/// the advance. A replica frozen between its advance and its `COMMIT`
-/// resumes after its lease expired and another replica claimed the key,
-/// and commits; and while it stays frozen it holds the fence row's lock,
-/// so the successor's advance waits past a lease (for as long as the
-/// freeze lasts).
+/// Fenced writes as they were before schema version 5: no check of the
+/// tenure at `COMMIT` (R1), no idle timeout (R2), no early refusal of the
+/// advance or the fenced `UPDATE`. A replica frozen between its advance
+/// and its `COMMIT` resumes after its lease expired and commits; while it
+/// stays frozen it holds the fence row's lock, so the successor's advance
+/// waits past a lease (for as long as the freeze lasts); and a resumed
+/// run's fenced `UPDATE` applies after its lease expired too.
 #[test]
 #[cfg_attr(
     debug_assertions,
@@ -405,10 +406,14 @@ fn with_fenced_transactions_unbounded_by_their_tenure_a_frozen_holder_commits_la
     let traces = assert_violations(
         "fenced transaction unbounded by its tenure",
         fenced_config(Variant::UnboundedFencedTransaction),
-        &[NO_FENCED_COMMIT_AFTER_TENURE, FENCE_WAIT_BOUNDED],
+        &[
+            NO_FENCED_COMMIT_AFTER_TENURE,
+            FENCE_WAIT_BOUNDED,
+            NO_FENCED_UPDATE_AFTER_TENURE,
+        ],
         &[],
     );
-    for steps in traces {
+    for steps in &traces[..2] {
         let actions: Vec<Action> = steps.iter().filter_map(|(_, a)| *a).collect();
         let begin = actions.iter().position(|a| matches!(a, Action::Begin(..)));
         let freeze = actions
@@ -435,7 +440,12 @@ fn with_only_the_commit_check_removed_a_frozen_holder_still_commits_after_its_te
         "no commit check",
         fenced_config(Variant::NoCommitCheck),
         &[NO_FENCED_COMMIT_AFTER_TENURE],
-        &[FENCE_WAIT_BOUNDED, NO_OVERLAP, STALE_WRITE_REJECTED],
+        &[
+            NO_FENCED_UPDATE_AFTER_TENURE,
+            FENCE_WAIT_BOUNDED,
+            NO_OVERLAP,
+            STALE_WRITE_REJECTED,
+        ],
     );
 }
 
@@ -452,6 +462,11 @@ fn with_only_the_idle_timeout_removed_no_late_commit_lands_but_the_successor_sta
         "no idle timeout",
         fenced_config(Variant::NoIdleTimeout),
         &[FENCE_WAIT_BOUNDED],
-        &[NO_FENCED_COMMIT_AFTER_TENURE, NO_OVERLAP, STALE_WRITE_REJECTED],
+        &[
+            NO_FENCED_COMMIT_AFTER_TENURE,
+            NO_FENCED_UPDATE_AFTER_TENURE,
+            NO_OVERLAP,
+            STALE_WRITE_REJECTED,
+        ],
     );
 }
