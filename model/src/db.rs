@@ -318,6 +318,13 @@ impl Db {
             .is_some_and(|r| r.fence == fence && r.expires > self.clock)
     }
 
+    /// The fence row's committed `last_fence` (what another session
+    /// reads: not an open transaction's advance).
+    pub fn committed_fence(&self, key: u8) -> u8 {
+        let row = &self.fence_rows[key as usize];
+        row.lock.map_or(row.last, |l| l.prev)
+    }
+
     /// Whether the fence row of `key` is locked by a transaction other
     /// than `(replica, fence)`'s: an advance of that run waits (F3).
     pub fn locked_by_other(&self, key: u8, replica: u8, fence: u8) -> bool {

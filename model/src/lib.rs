@@ -3,9 +3,11 @@
 //! in real time, no stale write lands, fences only grow, a due key runs,
 //! once per slot — for every interleaving up to a bound.
 //!
-//! - [`db`]: the database (lease rows, fence sequence, fence table, a
-//!   `last_fence` column, the server clock); every statement is one atomic
-//!   transition citing its SQL and the Rust function that sends it.
+//! - [`db`]: the database (lease rows, fence sequence, fence table with its
+//!   row lock, a `last_fence` column, the server clock, and the rules that
+//!   end a fenced transaction with its tenure: the commit check and the idle
+//!   bound, F5); every statement is one atomic transition citing its SQL
+//!   and the Rust function that sends it.
 //! - [`replica`]: a runtime — claims, batched renewal, `ensure`, the local
 //!   deadline from the send instant and the server's `remaining`, stop,
 //!   release, fenced writes.
@@ -1160,11 +1162,15 @@ impl Model for LeaseModel {
                     // returns the error.
                     self.stop_run(&mut s, r, k, false);
                 } else if self.cfg.variant.early_check() && !s.db.tenure_live(k, fence) {
-                    // The advance refuses to start for an ended tenure
-                    // (`LeaseLost`, the run cancelled), checked when it is
-                    // sent: `live` is read in the statement's snapshot,
-                    // before it waits for the fence row's lock — R1 decides
-                    // at commit.
+                    // The advance refuses to start for an ended tenure,
+                    // checked when it is sent: `live` is read in the
+                    // statement's snapshot, before it waits for the fence
+                    // row's lock — R1 decides at commit. The run is
+                    // cancelled; the error is `StaleFence` when the row's
+                    // committed fence is newer, `LeaseLost` otherwise.
+                    if s.db.committed_fence(k) > fence {
+                        s.ghost.stale_rejected = true;
+                    }
                     self.cancel_run(&mut s, r, k, Reason::Lost);
                 } else {
                     self.advance(&mut s, r, k);
@@ -1204,10 +1210,14 @@ impl Model for LeaseModel {
                 let (fence, n) = (run.fence, run.run);
                 let live = s.db.tenure_live(k, fence);
                 if self.cfg.variant.early_check() && !live {
-                    // `EXISTS (… live …)`: an ended tenure updates nothing
-                    // (`LeaseLost`, the run cancelled). The statement is
-                    // one atomic step here, so its check and its commit
-                    // fall at the same instant.
+                    // `EXISTS (… live …)`: an ended tenure updates nothing;
+                    // the run is cancelled, with `StaleFence` when the
+                    // column's fence is newer, `LeaseLost` otherwise. The
+                    // statement is one atomic step here, so its check and
+                    // its commit fall at the same instant.
+                    if s.db.column[k as usize] > fence {
+                        s.ghost.stale_rejected = true;
+                    }
                     self.cancel_run(&mut s, r, k, Reason::Lost);
                     return Some(self.settle(s));
                 }
