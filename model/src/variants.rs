@@ -48,6 +48,11 @@ pub enum Variant {
     /// `nextval('leasehold_fence_seq')` (clause-removal entry
     /// "claim/claim_run: fence from `fence + 1` instead of the sequence",
     /// with the release deleting the row): fences restart.
+    ///
+    /// Checked without F5's rules (as [`Variant::UnboundedFencedTransaction`]):
+    /// the trap is the fence alone, and F5's checks, which name the tenure
+    /// by its fence, are fooled by a repeated one too — only later in the
+    /// trace, at twice the states (the CI time).
     DeleteOnRelease,
     /// Fenced writes not bounded by their tenure, as before schema version
     /// 5 (docs/design.md §4, F5): no commit check on `leasehold_fence` (R1),
@@ -77,14 +82,20 @@ impl Variant {
     /// live on the server clock (the deferred constraint trigger on
     /// `leasehold_fence`).
     pub fn commit_check(self) -> bool {
-        !matches!(self, Variant::UnboundedFencedTransaction | Variant::NoCommitCheck)
+        !matches!(
+            self,
+            Variant::UnboundedFencedTransaction | Variant::NoCommitCheck | Variant::DeleteOnRelease
+        )
     }
 
     /// R2: the advance sets `idle_in_transaction_session_timeout` to the
     /// lease for its transaction, so the server ends a transaction whose
     /// client has been silent for a lease.
     pub fn idle_timeout(self) -> bool {
-        !matches!(self, Variant::UnboundedFencedTransaction | Variant::NoIdleTimeout)
+        !matches!(
+            self,
+            Variant::UnboundedFencedTransaction | Variant::NoIdleTimeout | Variant::DeleteOnRelease
+        )
     }
 
     /// The advance (`live` in `ADVANCE_FENCE`) and the fenced `UPDATE`
@@ -92,6 +103,6 @@ impl Variant {
     /// `LeaseLost`, the run cancelled. For the advance an early error; R1
     /// is what makes the commit safe.
     pub fn early_check(self) -> bool {
-        self != Variant::UnboundedFencedTransaction
+        !matches!(self, Variant::UnboundedFencedTransaction | Variant::DeleteOnRelease)
     }
 }
