@@ -1203,7 +1203,6 @@ impl Model for LeaseModel {
                     }
                 }
             }
-
             Action::Update(r, k) => {
                 let run = s.replicas[r as usize].runs[k as usize].as_mut()?;
                 run.wrote |= 2;

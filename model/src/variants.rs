@@ -52,7 +52,7 @@ pub enum Variant {
     /// Checked without F5's rules (as [`Variant::UnboundedFencedTransaction`]):
     /// the trap is the fence alone, and F5's checks, which name the tenure
     /// by its fence, are fooled by a repeated one too — only later in the
-    /// trace, at twice the states (the CI time).
+    /// trace, at 1.6 times the states (the CI time).
     DeleteOnRelease,
     /// Fenced writes not bounded by their tenure, as before schema version
     /// 5 (docs/design.md §4, F5): no commit check on `leasehold_fence` (R1),
