@@ -29,6 +29,9 @@ fn main() {
             "reentrant" => Variant::ReentrantRunClaim,
             "delete" => Variant::DeleteOnRelease,
             "lateclaim" => Variant::LateClaimStarts,
+            "unbounded" => Variant::UnboundedFencedTransaction,
+            "nocommitcheck" => Variant::NoCommitCheck,
+            "noidletimeout" => Variant::NoIdleTimeout,
             _ => Variant::Correct,
         };
     }
@@ -41,6 +44,12 @@ fn main() {
             "noshutdown" => cfg.faults.shutdown = false,
             "nopartition" => cfg.faults.partition = false,
             "nofreeze" => cfg.faults.freeze = false,
+            "onlyfreeze" => {
+                cfg.faults = leasehold_model::env::Faults {
+                    freeze: true,
+                    ..leasehold_model::env::Faults::NONE
+                }
+            }
             "revoke" => cfg.faults.revoke = true,
             "distinct" => cfg.holders = (0..cfg.holders.len() as u8).collect(),
             "three" => cfg.holders = vec![0, 0, 1],

@@ -43,9 +43,41 @@ pub struct Row {
 pub struct FenceRow {
     /// `last_fence`.
     pub last: u8,
-    /// The open fenced transaction holding the row lock (F3): the replica,
-    /// and `last` before its advance (restored by a rollback).
-    pub lock: Option<(u8, u8)>,
+    /// The open fenced transaction holding the row lock (F3).
+    pub lock: Option<Lock>,
+}
+
+/// An open fenced transaction, as the server sees it: it holds the fence
+/// row's lock until it commits, rolls back, or the server ends it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lock {
+    /// The replica whose connection it is.
+    pub replica: u8,
+    /// The fence its advance wrote: the tenure it belongs to. With the
+    /// replica it names the transaction (a replica's stopped run may leave
+    /// one behind on a connection cut by a partition).
+    pub fence: u8,
+    /// `last_fence` before the advance (restored by a rollback).
+    pub prev: u8,
+    /// Server clock when its last statement (the advance) finished: where
+    /// `idle_in_transaction_session_timeout` counts from (R2). `None` once
+    /// the timeout could no longer fall within the checked horizon — a
+    /// state reduction (`LeaseModel::forget_idle_times`): nothing depends
+    /// on the value then, and equal states merge.
+    pub idle_since: Option<u16>,
+}
+
+/// What a `COMMIT` of a fenced transaction found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Commit {
+    /// Its writes landed, the lock is released.
+    Committed,
+    /// R1: its tenure was no longer live on the server clock; the server
+    /// rolled it back.
+    Refused,
+    /// The transaction no longer exists: the server ended it (R2). The
+    /// client reads an error (a terminated connection).
+    Gone,
 }
 
 /// The database's state.
@@ -276,22 +308,55 @@ impl Db {
         true
     }
 
+    /// Whether the tenure `(key, fence)` is live on the server clock: the
+    /// key's lease row still carries that fence and `expires_at >
+    /// clock_timestamp()`. What the commit check (R1) and the advance's
+    /// early refusal ask.
+    pub fn tenure_live(&self, key: u8, fence: u8) -> bool {
+        self.rows[key as usize]
+            .as_ref()
+            .is_some_and(|r| r.fence == fence && r.expires > self.clock)
+    }
+
+    /// The fence row's committed `last_fence` (what another session
+    /// reads: not an open transaction's advance).
+    pub fn committed_fence(&self, key: u8) -> u8 {
+        let row = &self.fence_rows[key as usize];
+        row.lock.map_or(row.last, |l| l.prev)
+    }
+
+    /// Whether the fence row of `key` is locked by a transaction other
+    /// than `(replica, fence)`'s: an advance of that run waits (F3).
+    pub fn locked_by_other(&self, key: u8, replica: u8, fence: u8) -> bool {
+        self.fence_rows[key as usize]
+            .lock
+            .is_some_and(|l| (l.replica, l.fence) != (replica, fence))
+    }
+
     /// The first statement of a fenced transaction: `fence::advance`,
     /// `ADVANCE_FENCE` in `src/lease/fence.rs`, sent by
     /// `FenceGuard::begin_fenced_on` (`src/guard.rs`).
     ///
     /// `INSERT … ON CONFLICT (resource) DO UPDATE SET last_fence = … WHERE
     /// f.last_fence <= EXCLUDED.last_fence` (F1, F2), which keeps the row
-    /// locked until the transaction ends (F3): a concurrent advance waits.
+    /// locked until the transaction ends (F3): a concurrent advance waits
+    /// ([`Fenced::Waits`]: the caller keeps it pending and runs it again
+    /// once the lock is free, when it sees the committed value). The
+    /// accepted advance starts the transaction's idle time (R2).
     pub fn advance(&mut self, key: u8, fence: u8, replica: u8) -> Fenced {
-        let row = &mut self.fence_rows[key as usize];
-        match row.lock {
-            Some((holder, _)) if holder != replica => return Fenced::Waits,
-            _ => {}
+        if self.locked_by_other(key, replica, fence) {
+            return Fenced::Waits;
         }
+        let now = self.clock;
+        let row = &mut self.fence_rows[key as usize];
         if row.last <= fence {
-            let prev = row.lock.map_or(row.last, |(_, prev)| prev);
-            row.lock = Some((replica, prev));
+            let prev = row.lock.map_or(row.last, |l| l.prev);
+            row.lock = Some(Lock {
+                replica,
+                fence,
+                prev,
+                idle_since: Some(now),
+            });
             row.last = fence;
             Fenced::Accepted
         } else {
@@ -299,30 +364,67 @@ impl Db {
         }
     }
 
-    /// `COMMIT` of a fenced transaction: its writes land, the fence row's
-    /// lock is released.
-    pub fn commit(&mut self, key: u8, replica: u8) {
+    /// `COMMIT` of the fenced transaction of `(replica, fence)` on `key`.
+    ///
+    /// With `check` (R1, the deferred constraint trigger on
+    /// `leasehold_fence`), the commit is refused — the transaction rolled
+    /// back — unless its tenure is live at this instant
+    /// ([`Db::tenure_live`]). A commit is atomic here; a real one that
+    /// passed the check becomes visible up to its commit duration later,
+    /// but it keeps the fence row locked until then, so a successor's
+    /// advance is ordered after it.
+    pub fn commit(&mut self, key: u8, replica: u8, fence: u8, check: bool) -> Commit {
+        let mine = self.fence_rows[key as usize]
+            .lock
+            .is_some_and(|l| (l.replica, l.fence) == (replica, fence));
+        if !mine {
+            return Commit::Gone;
+        }
+        if check && !self.tenure_live(key, fence) {
+            self.rollback(key, replica, fence);
+            return Commit::Refused;
+        }
+        self.fence_rows[key as usize].lock = None;
+        Commit::Committed
+    }
+
+    /// `ROLLBACK` of the transaction of `(replica, fence)` (dropped with
+    /// its run, its connection closed by a crash, C2, or ended by the
+    /// server): the advance is undone, the lock released.
+    pub fn rollback(&mut self, key: u8, replica: u8, fence: u8) {
         let row = &mut self.fence_rows[key as usize];
-        if row.lock.is_some_and(|(r, _)| r == replica) {
+        if let Some(l) = row.lock
+            && (l.replica, l.fence) == (replica, fence)
+        {
+            row.last = l.prev;
             row.lock = None;
         }
     }
 
-    /// `ROLLBACK` (a transaction dropped with its run, or its connection
-    /// closed by a crash, C2): the advance is undone, the lock released.
-    pub fn rollback(&mut self, key: u8, replica: u8) {
-        let row = &mut self.fence_rows[key as usize];
-        if let Some((r, prev)) = row.lock
-            && r == replica
-        {
-            row.last = prev;
-            row.lock = None;
+    /// R2: whether the open transaction on `key` has been idle for a whole
+    /// `lease` on the server clock, so `idle_in_transaction_session_timeout`
+    /// ends it ([`Db::end_idle`]).
+    pub fn idle_expired(&self, key: u8, lease: u16) -> bool {
+        self.fence_rows[key as usize]
+            .lock
+            .and_then(|l| l.idle_since)
+            .is_some_and(|since| self.clock >= since + lease)
+    }
+
+    /// R2: the server ends the idle transaction on `key` (terminates its
+    /// session): rolled back, lock released, whatever its client is doing
+    /// (frozen, dead, cut off by a half-open connection).
+    pub fn end_idle(&mut self, key: u8) {
+        if let Some(l) = self.fence_rows[key as usize].lock {
+            self.rollback(key, l.replica, l.fence);
         }
     }
 
     /// A fenced `UPDATE` of a user table: `fence::fenced_update` (`UPDATE …
     /// SET …, last_fence = $fence WHERE <filters> AND last_fence <=
     /// $fence`, F4), sent by `FenceGuard::update_fenced` (`src/guard.rs`).
+    /// Its `EXISTS (… live …)` clause (F5) is [`Db::tenure_live`], asked
+    /// by the caller first: the statement is one atomic step.
     pub fn fenced_update(&mut self, key: u8, fence: u8) -> Fenced {
         let col = &mut self.column[key as usize];
         if *col <= fence {

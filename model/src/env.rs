@@ -147,7 +147,8 @@ pub enum Fault {
     /// SIGCONT it.
     Resume(u8),
     /// Kill it: its runs stop at once, nothing is released; its open
-    /// fenced transactions roll back.
+    /// fenced transactions roll back (unless it is cut off: the close of
+    /// its connections is lost, and the server's idle bound ends them).
     Crash(u8),
     /// Shut its runtime down (`Runtime::shutdown`, or dropping the
     /// handle): runs are cancelled (reason shutdown), still renewed while

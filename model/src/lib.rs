@@ -3,9 +3,11 @@
 //! in real time, no stale write lands, fences only grow, a due key runs,
 //! once per slot — for every interleaving up to a bound.
 //!
-//! - [`db`]: the database (lease rows, fence sequence, fence table, a
-//!   `last_fence` column, the server clock); every statement is one atomic
-//!   transition citing its SQL and the Rust function that sends it.
+//! - [`db`]: the database (lease rows, fence sequence, fence table with its
+//!   row lock, a `last_fence` column, the server clock, and the rules that
+//!   end a fenced transaction with its tenure: the commit check and the idle
+//!   bound, F5); every statement is one atomic transition citing its SQL
+//!   and the Rust function that sends it.
 //! - [`replica`]: a runtime — claims, batched renewal, `ensure`, the local
 //!   deadline from the send instant and the server's `remaining`, stop,
 //!   release, fenced writes.
@@ -33,9 +35,9 @@ use std::time::{Duration, Instant};
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 
 use clock::Rate;
-use db::{Db, Fenced};
+use db::{Commit, Db, Fenced};
 use env::{Body, Clock, Fate, Fault, Faults, Msg, Reply, Request, Via};
-use replica::{Phase, Reason, Replica, Run, Status};
+use replica::{Phase, Reason, Replica, Run, Status, Txn};
 pub use variants::Variant;
 
 /// The parameters of one check. Durations are in ticks of real time unless
@@ -210,6 +212,18 @@ pub struct Ghost {
     pub waiting: Vec<Option<u16>>,
     /// A slot ran to a successful release.
     pub completed: bool,
+    /// A fenced transaction committed while its tenure was not live on the
+    /// server clock (the lease row's fence differs, or `expires_at <=
+    /// now`).
+    pub late_commit: bool,
+    /// A fenced `UPDATE` applied while its tenure was not live.
+    pub late_update: bool,
+    /// Some fenced transaction's commit was refused by the commit check
+    /// (R1).
+    pub late_commit_refused: bool,
+    /// The server ended an idle fenced transaction (R2) that another run's
+    /// advance was waiting for.
+    pub idle_end_freed_advance: bool,
 }
 
 /// The whole system's state.
@@ -250,9 +264,16 @@ pub enum Action {
     /// slot.
     Finish(u8, u8),
     /// A run opens a fenced transaction on its key's resource
-    /// (`begin_fenced`: the advance).
+    /// (`begin_fenced`: the advance); it waits if another transaction
+    /// holds the fence row's lock.
     Begin(u8, u8),
-    /// It commits: the write lands.
+    /// The server runs a waiting advance (replica, key) now that the fence
+    /// row's lock is free — whatever the replica is doing (frozen, cut
+    /// off): the statement is already at the server.
+    Advance(u8, u8),
+    /// It commits: the write lands, or the commit check (R1) refuses it,
+    /// or the transaction is gone (ended by the server, R2; or the replica
+    /// is cut off and its `COMMIT` never arrives).
     Commit(u8, u8),
     /// A run's fenced `UPDATE` of the `last_fence` column.
     Update(u8, u8),
@@ -289,6 +310,7 @@ impl LeaseModel {
                 }
         });
         msg_urgent
+            || self.server_urgent(s)
             || (0..s.replicas.len()).any(|r| {
                 let rep = &s.replicas[r];
                 rep.up()
@@ -402,8 +424,13 @@ impl LeaseModel {
         let Some(run) = s.replicas[r as usize].runs[k as usize].take() else {
             return;
         };
-        if run.txn {
-            s.db.rollback(k, r);
+        // A waiting advance is cancelled with its connection (C2). An open
+        // transaction rolls back — unless the replica is cut off: its
+        // closed connection never reaches the server, which keeps the
+        // transaction (and the fence row's lock) until its idle timeout
+        // (R2) ends it.
+        if run.txn == Txn::Open && !s.replicas[r as usize].partitioned {
+            s.db.rollback(k, r, run.fence);
         }
         if run.reason == Some(Reason::Deadline) {
             s.ghost.deadline_stop = true;
@@ -535,7 +562,7 @@ impl LeaseModel {
                         next_slot: c.next_slot,
                         phase: Phase::Running,
                         reason: None,
-                        txn: false,
+                        txn: Txn::None,
                         wrote: 0,
                         outlived: frozen && rep.clock >= (sent + c.remaining).saturating_sub(self.cfg.margin),
                     });
@@ -620,6 +647,21 @@ impl LeaseModel {
     fn tick(&self, s: &mut State) {
         s.now += 1;
         s.db.clock += self.step(s.db.rate);
+        // R2: the server ends a fenced transaction idle for a lease
+        // (`idle_in_transaction_session_timeout`) within the tick its idle
+        // time reaches the lease, whatever its client is doing.
+        if self.cfg.variant.idle_timeout() {
+            for k in 0..self.cfg.keys as u8 {
+                if s.db.idle_expired(k, self.cfg.lease) {
+                    s.db.end_idle(k);
+                    let waiting = s
+                        .replicas
+                        .iter()
+                        .any(|rep| rep.runs[k as usize].as_ref().is_some_and(|run| run.txn == Txn::Waiting));
+                    s.ghost.idle_end_freed_advance |= waiting;
+                }
+            }
+        }
         let margin = self.cfg.margin;
         for r in 0..s.replicas.len() {
             let rate = s.replicas[r].rate;
@@ -724,10 +766,14 @@ impl LeaseModel {
             Fault::Crash(r) => {
                 s.replicas[r as usize].status = Status::Crashed;
                 for k in 0..self.cfg.keys {
+                    // The kernel closes its connections: the server rolls an
+                    // open transaction back, unless the close is lost in a
+                    // partition (then R2 ends it).
                     if let Some(run) = s.replicas[r as usize].runs[k].take()
-                        && run.txn
+                        && run.txn == Txn::Open
+                        && !s.replicas[r as usize].partitioned
                     {
-                        s.db.rollback(k as u8, r);
+                        s.db.rollback(k as u8, r, run.fence);
                     }
                 }
                 s.net.retain(|m| !(m.replica == r && matches!(m.body, Body::Reply(_))));
@@ -747,6 +793,101 @@ impl LeaseModel {
             }
         }
         true
+    }
+
+    /// The server runs the advance of the run `(r, k)`: the transaction
+    /// holds the fence row's lock, or the run is refused (a newer run
+    /// wrote: cancelled and counted), or it waits for the lock.
+    fn advance(&self, s: &mut State, r: u8, k: u8) {
+        let Some(run) = s.replicas[r as usize].runs[k as usize].as_mut() else {
+            return;
+        };
+        match s.db.advance(k, run.fence, r) {
+            Fenced::Accepted => run.txn = Txn::Open,
+            Fenced::Waits => run.txn = Txn::Waiting,
+            Fenced::Rejected => {
+                run.txn = Txn::None;
+                s.ghost.stale_rejected = true;
+                self.cancel_run(s, r, k, Reason::Lost);
+            }
+        }
+    }
+
+    /// Waiting advances whose fence row's lock is free: a server
+    /// transition, whatever the replica is doing.
+    fn server_actions(&self, s: &State, out: &mut Vec<Action>) {
+        for (r, k) in self.waiting_advances(s) {
+            out.push(Action::Advance(r, k));
+        }
+    }
+
+    /// Runs `(replica, key)` whose advance waits and whose fence row's lock
+    /// is now free.
+    fn waiting_advances(&self, s: &State) -> Vec<(u8, u8)> {
+        let mut out = Vec::new();
+        for (r, rep) in s.replicas.iter().enumerate() {
+            for (k, run) in rep.runs.iter().enumerate() {
+                if let Some(run) = run
+                    && run.txn == Txn::Waiting
+                    && !s.db.locked_by_other(k as u8, r as u8, run.fence)
+                {
+                    out.push((r as u8, k as u8));
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether the server has something to do before the next tick: a
+    /// waiting advance whose lock is free. And the job's side of R2: a job
+    /// on a running, reachable replica does not leave its fenced
+    /// transaction idle for a whole lease (the server would end it and the
+    /// run fail: a job that needs longer is outside the protocol's
+    /// contract), so it commits before the tick that would reach the idle
+    /// timeout.
+    fn server_urgent(&self, s: &State) -> bool {
+        let lease = self.cfg.lease;
+        if !self.waiting_advances(s).is_empty() {
+            return true;
+        }
+        self.cfg.variant.idle_timeout()
+            && s.db.fence_rows.iter().flat_map(|f| f.lock).any(|l| {
+                let rep = &s.replicas[l.replica as usize];
+                let next = s.db.clock + self.step(s.db.rate);
+                rep.up()
+                    && !rep.partitioned
+                    && rep
+                        .runs
+                        .iter()
+                        .flatten()
+                        .any(|run| run.fence == l.fence && run.txn == Txn::Open)
+                    && l.idle_since.is_some_and(|since| next >= since + lease)
+            })
+    }
+
+    /// Normalises a state after a transition and updates the liveness
+    /// ghost.
+    fn settle(&self, mut s: State) -> State {
+        s.net.sort();
+        self.forget_idle_times(&mut s);
+        self.track_waiting(&mut s);
+        s
+    }
+
+    /// Forgets the idle time of a transaction whose timeout (R2) falls
+    /// after the last server instant the horizon can reach (every
+    /// remaining tick on the fastest clock): no transition or property can
+    /// depend on it any more, and states that differ only in it merge.
+    fn forget_idle_times(&self, s: &mut State) {
+        let fastest = self.cfg.units_per_tick + self.cfg.drift;
+        let reach = s.db.clock + (self.cfg.horizon - s.now) * fastest;
+        for row in s.db.fence_rows.iter_mut() {
+            if let Some(l) = row.lock.as_mut()
+                && l.idle_since.is_some_and(|since| since + self.cfg.lease > reach)
+            {
+                l.idle_since = None;
+            }
+        }
     }
 
     fn fault_actions(&self, s: &State, out: &mut Vec<Action>) {
@@ -859,6 +1000,10 @@ impl Model for LeaseModel {
                     fault_since_slot: vec![false; keys],
                     waiting: vec![Some(0); keys],
                     completed: false,
+                    late_commit: false,
+                    late_update: false,
+                    late_commit_refused: false,
+                    idle_end_freed_advance: false,
                 },
             });
         }
@@ -899,8 +1044,13 @@ impl Model for LeaseModel {
                 if self.past_deadline(rep, run) {
                     out.push(Action::Supervise(r, k));
                 }
+                // A run whose advance waits is blocked in `begin_fenced`:
+                // its code does nothing else until the server answers.
+                if run.txn == Txn::Waiting {
+                    continue;
+                }
                 if run.phase == Phase::Running && run.reason.is_none() {
-                    if !run.txn {
+                    if run.txn == Txn::None {
                         out.push(Action::Finish(r, k));
                     }
                     if self.cfg.ensure && !Self::ensure_in_flight(s, r, k) {
@@ -908,13 +1058,10 @@ impl Model for LeaseModel {
                     }
                 }
                 if self.cfg.writes {
-                    if run.txn {
+                    if run.txn == Txn::Open {
                         out.push(Action::Commit(r, k));
                     } else if run.wrote & 1 == 0 {
-                        let lock = s.db.fence_rows[k as usize].lock;
-                        if lock.is_none_or(|(x, _)| x == r) {
-                            out.push(Action::Begin(r, k));
-                        }
+                        out.push(Action::Begin(r, k));
                     }
                     if run.wrote & 2 == 0 {
                         out.push(Action::Update(r, k));
@@ -922,6 +1069,7 @@ impl Model for LeaseModel {
                 }
             }
         }
+        self.server_actions(s, out);
         self.fault_actions(s, out);
     }
 
@@ -1009,28 +1157,76 @@ impl Model for LeaseModel {
                 let run = s.replicas[r as usize].runs[k as usize].as_mut()?;
                 run.wrote |= 1;
                 let fence = run.fence;
-                match s.db.advance(k, fence, r) {
-                    Fenced::Accepted => s.replicas[r as usize].runs[k as usize].as_mut()?.txn = true,
-                    Fenced::Rejected => {
+                if s.replicas[r as usize].partitioned {
+                    // `begin_fenced` fails to reach the server: the job
+                    // returns the error.
+                    self.stop_run(&mut s, r, k, false);
+                } else if self.cfg.variant.early_check() && !s.db.tenure_live(k, fence) {
+                    // The advance refuses to start for an ended tenure,
+                    // checked when it is sent: `live` is read in the
+                    // statement's snapshot, before it waits for the fence
+                    // row's lock — R1 decides at commit. The run is
+                    // cancelled; the error is `StaleFence` when the row's
+                    // committed fence is newer, `LeaseLost` otherwise.
+                    if s.db.committed_fence(k) > fence {
                         s.ghost.stale_rejected = true;
-                        self.cancel_run(&mut s, r, k, Reason::Lost);
                     }
-                    Fenced::Waits => return None,
+                    self.cancel_run(&mut s, r, k, Reason::Lost);
+                } else {
+                    self.advance(&mut s, r, k);
                 }
             }
+            Action::Advance(r, k) => self.advance(&mut s, r, k),
             Action::Commit(r, k) => {
                 let run = s.replicas[r as usize].runs[k as usize].as_mut()?;
-                run.txn = false;
+                run.txn = Txn::None;
                 let (fence, n) = (run.fence, run.run);
-                s.db.commit(k, r);
-                Self::landed(&mut s, k, 0, fence, n);
+                if s.replicas[r as usize].partitioned {
+                    // The `COMMIT` never arrives; the transaction stays open
+                    // on the server until R2 ends it. The job returns the
+                    // error.
+                    self.stop_run(&mut s, r, k, false);
+                } else {
+                    let live = s.db.tenure_live(k, fence);
+                    match s.db.commit(k, r, fence, self.cfg.variant.commit_check()) {
+                        Commit::Committed => {
+                            if !live {
+                                s.ghost.late_commit = true;
+                            }
+                            Self::landed(&mut s, k, 0, fence, n);
+                        }
+                        Commit::Refused => {
+                            s.ghost.late_commit_refused = true;
+                            self.stop_run(&mut s, r, k, false);
+                        }
+                        Commit::Gone => self.stop_run(&mut s, r, k, false),
+                    }
+                }
             }
             Action::Update(r, k) => {
                 let run = s.replicas[r as usize].runs[k as usize].as_mut()?;
                 run.wrote |= 2;
                 let (fence, n) = (run.fence, run.run);
+                let live = s.db.tenure_live(k, fence);
+                if self.cfg.variant.early_check() && !live {
+                    // `EXISTS (… live …)`: an ended tenure updates nothing;
+                    // the run is cancelled, with `StaleFence` when the
+                    // column's fence is newer, `LeaseLost` otherwise. The
+                    // statement is one atomic step here, so its check and
+                    // its commit fall at the same instant.
+                    if s.db.column[k as usize] > fence {
+                        s.ghost.stale_rejected = true;
+                    }
+                    self.cancel_run(&mut s, r, k, Reason::Lost);
+                    return Some(self.settle(s));
+                }
                 match s.db.fenced_update(k, fence) {
-                    Fenced::Accepted => Self::landed(&mut s, k, 1, fence, n),
+                    Fenced::Accepted => {
+                        if !live {
+                            s.ghost.late_update = true;
+                        }
+                        Self::landed(&mut s, k, 1, fence, n);
+                    }
                     _ => {
                         s.ghost.stale_rejected = true;
                         self.cancel_run(&mut s, r, k, Reason::Lost);
@@ -1044,9 +1240,7 @@ impl Model for LeaseModel {
                 }
             }
         }
-        s.net.sort();
-        self.track_waiting(&mut s);
-        Some(s)
+        Some(self.settle(s))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

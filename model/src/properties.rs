@@ -7,14 +7,19 @@
 //! | (c) | [`FENCES_INCREASE`] | every fence handed out for a key (claims, revokes) is above the previous one |
 //! | (d) | [`DUE_KEY_RUNS`] | liveness, as bounded response under fairness: a key that is free and due by the server clock while some replica is live is claimed within [`crate::Config::response_bound`] ticks, unless a fault strikes meanwhile (a fault restarts the wait). Fairness is the tick rule of [`crate::env`]: time does not pass while a message is undelivered or a timer has fired, unless a fault delayed it. Encoded as an `always` property: stateright's `eventually` is only sound on acyclic paths |
 //! | (e) | [`ONCE_PER_CLEAN_SLOT`] | at most one run starts per slot of a key unless a fault struck between the first run of the previous slot and the last run of this one |
+//! | (f) | [`NO_FENCED_COMMIT_AFTER_TENURE`] | no fenced transaction commits while its tenure is over on the server clock: the key's lease row carries another fence, or `expires_at <= now` (F5, G2′) |
+//! | (f′) | [`NO_FENCED_UPDATE_AFTER_TENURE`] | no fenced `UPDATE` applies while its tenure is over (F5's early refusal, G2′) |
+//! | (g) | [`FENCE_WAIT_BOUNDED`] | an advance waiting for the fence row's lock is not still blocked once the server clock is more than a lease past the blocking transaction's last statement (F5, R2) |
 //!
 //! The `sometimes` properties show the checks are not vacuous: the checker
 //! must find a state where each holds (a key changed hands, a run was
-//! stopped at its deadline, a stale write was refused, a slot completed).
+//! stopped at its deadline, a stale write was refused, a slot completed, a
+//! late commit was refused, the server ended an idle transaction that a
+//! successor's advance was waiting for).
 
 use stateright::Property;
 
-use crate::replica::Phase;
+use crate::replica::{Phase, Txn};
 use crate::{LeaseModel, State};
 
 /// (a) no two runs of one key overlap in real time.
@@ -27,6 +32,12 @@ pub const FENCES_INCREASE: &str = "fences_increase";
 pub const DUE_KEY_RUNS: &str = "due_key_runs";
 /// (e) once per slot when no fault strikes.
 pub const ONCE_PER_CLEAN_SLOT: &str = "once_per_clean_slot";
+/// (f) a fenced transaction ends with its tenure: none commits after it.
+pub const NO_FENCED_COMMIT_AFTER_TENURE: &str = "no_fenced_commit_after_tenure";
+/// (f′) no fenced `UPDATE` applies after its tenure.
+pub const NO_FENCED_UPDATE_AFTER_TENURE: &str = "no_fenced_update_after_tenure";
+/// (g) an ended tenure's transaction blocks an advance for a lease at most.
+pub const FENCE_WAIT_BOUNDED: &str = "fence_wait_bounded";
 
 /// Every property of the model.
 pub fn all() -> Vec<Property<LeaseModel>> {
@@ -36,12 +47,19 @@ pub fn all() -> Vec<Property<LeaseModel>> {
         Property::always(FENCES_INCREASE, |_, s: &State| !s.ghost.fence_regressed),
         Property::always(DUE_KEY_RUNS, due_key_runs),
         Property::always(ONCE_PER_CLEAN_SLOT, once_per_clean_slot),
+        Property::always(NO_FENCED_COMMIT_AFTER_TENURE, |_, s: &State| !s.ghost.late_commit),
+        Property::always(NO_FENCED_UPDATE_AFTER_TENURE, |_, s: &State| !s.ghost.late_update),
+        Property::always(FENCE_WAIT_BOUNDED, fence_wait_bounded),
         Property::sometimes("a_key_changes_hands", |_, s: &State| {
             s.ghost.tenures.iter().any(|&n| n >= 2)
         }),
         Property::sometimes("a_run_stops_at_its_deadline", |_, s: &State| s.ghost.deadline_stop),
         Property::sometimes("a_stale_write_is_refused", |_, s: &State| s.ghost.stale_rejected),
         Property::sometimes("a_slot_completes", |_, s: &State| s.ghost.completed),
+        Property::sometimes("a_late_commit_is_refused", |_, s: &State| s.ghost.late_commit_refused),
+        Property::sometimes("an_idle_end_frees_a_waiting_advance", |_, s: &State| {
+            s.ghost.idle_end_freed_advance
+        }),
     ]
 }
 
@@ -68,4 +86,19 @@ fn due_key_runs(m: &LeaseModel, s: &State) -> bool {
 
 fn once_per_clean_slot(_: &LeaseModel, s: &State) -> bool {
     s.ghost.slot.iter().all(|&(_, starts, faulted)| starts <= 1 || faulted)
+}
+
+/// No run's advance waits on a fence row locked by a transaction whose last
+/// statement is more than a lease behind the server clock.
+fn fence_wait_bounded(m: &LeaseModel, s: &State) -> bool {
+    s.replicas.iter().all(|rep| {
+        rep.runs.iter().enumerate().all(|(k, run)| {
+            let waiting = run.as_ref().is_some_and(|run| run.txn == Txn::Waiting);
+            !waiting
+                || s.db.fence_rows[k]
+                    .lock
+                    .and_then(|l| l.idle_since)
+                    .is_none_or(|since| s.db.clock <= since + m.cfg.lease)
+        })
+    })
 }

@@ -46,6 +46,22 @@ pub enum Phase {
     Stopping(u8),
 }
 
+/// A run's fenced transaction (`FenceGuard::begin_fenced_on`, then the
+/// job's `COMMIT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Txn {
+    /// None open.
+    None,
+    /// Its advance was sent and waits for the fence row's lock, held by
+    /// another transaction (F3): the run's code is blocked in
+    /// `begin_fenced`; the server runs the advance once the lock is free.
+    Waiting,
+    /// Its advance went through: as far as the run knows, the transaction
+    /// is open and holds the fence row's lock (the server may have ended
+    /// it meanwhile, R2).
+    Open,
+}
+
 /// One run: a `Tenure` (`src/tenure.rs`) and its job's code.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Run {
@@ -63,9 +79,8 @@ pub struct Run {
     pub phase: Phase,
     /// The cancel reason, set once (`Tenure::cancel`).
     pub reason: Option<Reason>,
-    /// A fenced transaction is open (its advance went through, it holds
-    /// the fence row's lock).
-    pub txn: bool,
+    /// Where its fenced transaction is.
+    pub txn: Txn,
     /// Writes tried so far: bit 0 a fenced transaction, bit 1 a fenced
     /// `UPDATE` (each run writes each resource at most once — a bound of
     /// the model, not a rule of the protocol).

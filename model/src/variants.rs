@@ -48,5 +48,61 @@ pub enum Variant {
     /// `nextval('leasehold_fence_seq')` (clause-removal entry
     /// "claim/claim_run: fence from `fence + 1` instead of the sequence",
     /// with the release deleting the row): fences restart.
+    ///
+    /// Checked without F5's rules (as [`Variant::UnboundedFencedTransaction`]):
+    /// the trap is the fence alone, and F5's checks, which name the tenure
+    /// by its fence, are fooled by a repeated one too — only later in the
+    /// trace, at 1.6 times the states (the CI time).
     DeleteOnRelease,
+    /// Fenced writes not bounded by their tenure, as before schema version
+    /// 5 (docs/design.md §4, F5): no commit check on `leasehold_fence` (R1),
+    /// no `idle_in_transaction_session_timeout` set by the advance (R2), no
+    /// early refusal of an advance or a fenced `UPDATE` whose tenure has
+    /// ended. A process frozen inside its transaction commits after its
+    /// lease expired, and holds the fence row's lock — blocking its
+    /// successor's advance — for as long as it stays frozen.
+    UnboundedFencedTransaction,
+    /// The advance sets the idle timeout (R2), the advance and the fenced
+    /// `UPDATE` refuse to start once the tenure has ended, but nothing
+    /// checks the tenure at `COMMIT` (R1 removed: clause-removal entries
+    /// "commit check: …"): a process frozen between its advance and its
+    /// commit, and resumed after its lease expired but before the server's
+    /// idle timeout, still commits.
+    NoCommitCheck,
+    /// The commit check (R1) and the early refusals, without the idle
+    /// timeout (R2 removed: clause-removal entry "fence advance: idle bound
+    /// not set"): no late commit lands, but a process frozen inside its
+    /// transaction blocks its successor's advance for as long as it stays
+    /// frozen.
+    NoIdleTimeout,
+}
+
+impl Variant {
+    /// R1: `COMMIT` of a fenced transaction is refused unless its tenure is
+    /// live on the server clock (the deferred constraint trigger on
+    /// `leasehold_fence`).
+    pub fn commit_check(self) -> bool {
+        !matches!(
+            self,
+            Variant::UnboundedFencedTransaction | Variant::NoCommitCheck | Variant::DeleteOnRelease
+        )
+    }
+
+    /// R2: the advance sets `idle_in_transaction_session_timeout` to the
+    /// lease for its transaction, so the server ends a transaction whose
+    /// client has been silent for a lease.
+    pub fn idle_timeout(self) -> bool {
+        !matches!(
+            self,
+            Variant::UnboundedFencedTransaction | Variant::NoIdleTimeout | Variant::DeleteOnRelease
+        )
+    }
+
+    /// The advance (`live` in `ADVANCE_FENCE`) and the fenced `UPDATE`
+    /// (`EXISTS (… live …)`) refuse to start once their tenure has ended:
+    /// `LeaseLost`, the run cancelled. For the advance an early error; R1
+    /// is what makes the commit safe.
+    pub fn early_check(self) -> bool {
+        !matches!(self, Variant::UnboundedFencedTransaction | Variant::DeleteOnRelease)
+    }
 }

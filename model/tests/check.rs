@@ -7,19 +7,23 @@
 //! unoptimised, and CI runs them in release (`.ci/run`). The deeper, release-time check:
 //! `LEASEHOLD_MODEL_DEPTH=deep cargo test -p leasehold-model --release -- --ignored --nocapture`.
 
-use leasehold_model::env::Faults;
+use leasehold_model::env::{Fault, Faults};
 use leasehold_model::properties::{
-    DUE_KEY_RUNS, FENCES_INCREASE, NO_OVERLAP, ONCE_PER_CLEAN_SLOT, STALE_WRITE_REJECTED,
+    DUE_KEY_RUNS, FENCE_WAIT_BOUNDED, FENCES_INCREASE, NO_FENCED_COMMIT_AFTER_TENURE, NO_FENCED_UPDATE_AFTER_TENURE,
+    NO_OVERLAP, ONCE_PER_CLEAN_SLOT, STALE_WRITE_REJECTED,
 };
-use leasehold_model::{Action, Config, Outcome, State, Variant, check};
-use stateright::Path;
+use leasehold_model::{Action, Config, LeaseModel, Outcome, State, Variant, check};
+use stateright::{Model, Path};
 
-const SAFETY: [&str; 5] = [
+const SAFETY: [&str; 8] = [
     NO_OVERLAP,
     STALE_WRITE_REJECTED,
     FENCES_INCREASE,
     DUE_KEY_RUNS,
     ONCE_PER_CLEAN_SLOT,
+    NO_FENCED_COMMIT_AFTER_TENURE,
+    NO_FENCED_UPDATE_AFTER_TENURE,
+    FENCE_WAIT_BOUNDED,
 ];
 
 fn threads() -> usize {
@@ -44,14 +48,19 @@ fn report(name: &str, cfg: &Config, out: &Outcome) {
 
 /// Prints a counterexample's actions and the runs at its end.
 fn print_trace(name: &str, path: &Path<State, Action>) {
-    let steps = path.clone().into_vec();
+    print_steps(name, &path.clone().into_vec());
+}
+
+/// Prints the steps of a counterexample: each state and the action taken
+/// from it (none from the last).
+fn print_steps(name: &str, steps: &[(State, Option<Action>)]) {
     println!("{name}: counterexample of {} steps", steps.len() - 1);
-    for (state, action) in &steps {
+    for (state, action) in steps {
         if let Some(action) = action {
             println!("  t={:>2} S={:>3} {:?}", state.now, state.db.clock, action);
         }
     }
-    let last = path.last_state();
+    let last = &steps[steps.len() - 1].0;
     println!("  end t={} S={} rows={:?}", last.now, last.db.clock, last.db.rows);
     for (i, r) in last.replicas.iter().enumerate() {
         println!("  replica {i}: clock {} {:?} runs {:?}", r.clock, r.status, r.runs);
@@ -79,7 +88,11 @@ fn assert_holds(name: &str, cfg: Config) -> Outcome {
     let out = assert_safe(name, &cfg);
     let mut examples = vec!["a_key_changes_hands", "a_run_stops_at_its_deadline", "a_slot_completes"];
     if cfg.writes {
-        examples.push("a_stale_write_is_refused");
+        examples.extend([
+            "a_stale_write_is_refused",
+            "a_late_commit_is_refused",
+            "an_idle_end_frees_a_waiting_advance",
+        ]);
     }
     for example in examples {
         assert!(
@@ -308,4 +321,152 @@ fn with_late_claim_answers_started_two_runs_overlap() {
 )]
 fn a_claim_answered_after_its_deadline_is_handed_back_unrun() {
     assert_safe("late claim answers handed back", &late_claim_config(Variant::Correct));
+}
+
+/// A replica frozen inside its fenced transaction (between the advance and
+/// `COMMIT`; its clock runs on), and nothing else: one freeze, writes on,
+/// no `ensure`, 6 ticks — the bound where both mistakes below show
+/// (a claim at t=1 expires at t≈6; a bigger bound only takes longer).
+fn fenced_config(variant: Variant) -> Config {
+    let mut cfg = Config::ci();
+    cfg.variant = variant;
+    cfg.horizon = 6;
+    cfg.ensure = false;
+    cfg.faults = Faults {
+        freeze: true,
+        ..Faults::NONE
+    };
+    cfg
+}
+
+/// A counterexample of the `always` property `property`, cut at the first
+/// state that violates it (a check that runs to the end keeps the last
+/// violating path it visited, and the ghost flags stay set after the
+/// violation).
+fn first_violation(cfg: &Config, property: &str, path: &Path<State, Action>) -> Vec<(State, Option<Action>)> {
+    let model = LeaseModel::new(cfg.clone());
+    let holds = model
+        .properties()
+        .into_iter()
+        .find(|p| p.name == property)
+        .expect("a property of the model")
+        .condition;
+    let mut steps = path.clone().into_vec();
+    if let Some(i) = steps.iter().position(|(s, _)| !holds(&model, s)) {
+        steps.truncate(i + 1);
+        steps[i].1 = None;
+    }
+    steps
+}
+
+/// Checks the whole of `cfg`, asserting that each property in `found` is
+/// violated (its counterexample, cut at the violation, is printed and
+/// returned) and none in `clean` is.
+fn assert_violations(
+    name: &str,
+    cfg: Config,
+    found: &[&'static str],
+    clean: &[&'static str],
+) -> Vec<Vec<(State, Option<Action>)>> {
+    let out = check(cfg.clone(), threads(), None);
+    report(name, &cfg, &out);
+    assert!(out.done, "{name}: the check did not finish");
+    let mut traces = Vec::new();
+    for &p in found {
+        let path = out
+            .discoveries
+            .get(p)
+            .unwrap_or_else(|| panic!("{name}: the checker found no violation of {p}"));
+        let steps = first_violation(&cfg, p, path);
+        print_steps(p, &steps);
+        traces.push(steps);
+    }
+    for &p in clean {
+        if let Some(path) = out.discoveries.get(p) {
+            print_steps(p, &first_violation(&cfg, p, path));
+            panic!("{name}: property {p} violated");
+        }
+    }
+    traces
+}
+
+/// Fenced writes as they were before schema version 5: no check of the
+/// tenure at `COMMIT` (R1), no idle timeout (R2), no early refusal of the
+/// advance or the fenced `UPDATE`. A replica frozen between its advance
+/// and its `COMMIT` resumes after its lease expired and commits; while it
+/// stays frozen it holds the fence row's lock, so the successor's advance
+/// waits past a lease (for as long as the freeze lasts); and a resumed
+/// run's fenced `UPDATE` applies after its lease expired too.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn with_fenced_transactions_unbounded_by_their_tenure_a_frozen_holder_commits_late_and_stalls_its_successor() {
+    let traces = assert_violations(
+        "fenced transaction unbounded by its tenure",
+        fenced_config(Variant::UnboundedFencedTransaction),
+        &[
+            NO_FENCED_COMMIT_AFTER_TENURE,
+            FENCE_WAIT_BOUNDED,
+            NO_FENCED_UPDATE_AFTER_TENURE,
+        ],
+        &[],
+    );
+    for steps in &traces[..2] {
+        let actions: Vec<Action> = steps.iter().filter_map(|(_, a)| *a).collect();
+        let begin = actions.iter().position(|a| matches!(a, Action::Begin(..)));
+        let freeze = actions
+            .iter()
+            .position(|a| matches!(a, Action::Fault(Fault::Freeze(_))));
+        assert!(
+            begin.zip(freeze).is_some_and(|(b, f)| b < f),
+            "the violation comes from a replica frozen inside its transaction"
+        );
+    }
+}
+
+/// The idle timeout (R2) and the advance's early refusal without the
+/// commit check (R1): the stall is bounded by a lease, but a replica that
+/// resumes after its lease expired and before the server's timeout fires
+/// still commits. R1 is what makes the commit safe.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn with_only_the_commit_check_removed_a_frozen_holder_still_commits_after_its_tenure() {
+    assert_violations(
+        "no commit check",
+        fenced_config(Variant::NoCommitCheck),
+        &[NO_FENCED_COMMIT_AFTER_TENURE],
+        &[
+            NO_FENCED_UPDATE_AFTER_TENURE,
+            FENCE_WAIT_BOUNDED,
+            NO_OVERLAP,
+            STALE_WRITE_REJECTED,
+        ],
+    );
+}
+
+/// The commit check (R1) without the idle timeout (R2): no late commit
+/// lands, but the frozen transaction keeps the fence row locked, so the
+/// successor's advance waits past a lease. R2 is what bounds the stall.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn with_only_the_idle_timeout_removed_no_late_commit_lands_but_the_successor_stalls() {
+    assert_violations(
+        "no idle timeout",
+        fenced_config(Variant::NoIdleTimeout),
+        &[FENCE_WAIT_BOUNDED],
+        &[
+            NO_FENCED_COMMIT_AFTER_TENURE,
+            NO_FENCED_UPDATE_AFTER_TENURE,
+            NO_OVERLAP,
+            STALE_WRITE_REJECTED,
+        ],
+    );
 }
