@@ -91,7 +91,7 @@ pub use runtime::__private;
 #[cfg(feature = "test-util")]
 pub use runtime::Faults;
 pub use runtime::{DEFAULT_HISTORY, DEFAULT_MAX_CONCURRENT_RUNS, Health, Runtime, RuntimeBuilder, ShutdownReport};
-pub use schedule::{CatchUp, CronSchedule, MAX_CATCH_UP, Schedule};
+pub use schedule::{CatchUp, CronSchedule, MAX_CATCH_UP, Schedule, Upcoming};
 pub use validate::{MAX_KEY_BYTES, MAX_LEASE, MIN_LEASE};
 
 // The README's and the operations guide's examples, compiled by
