@@ -81,14 +81,30 @@ impl std::fmt::Display for Degraded {
             Degraded::ClaimsFailing {
                 consecutive,
                 last_error,
-            } => write!(f, "{consecutive} claims in a row failed; last: {last_error}"),
+            } => write!(
+                f,
+                "{} failed; last: {last_error}",
+                in_a_row(*consecutive, "claim", "claims")
+            ),
             Degraded::HeartbeatsFailing {
                 consecutive,
                 last_error,
-            } => write!(f, "{consecutive} heartbeats in a row failed; last: {last_error}"),
+            } => write!(
+                f,
+                "{} failed; last: {last_error}",
+                in_a_row(*consecutive, "heartbeat", "heartbeats")
+            ),
+            Degraded::RunsLostAtDeadline { count: 1, ago } => write!(
+                f,
+                "1 run stopped at its deadline (lease not renewed in time), {ago:?} ago"
+            ),
             Degraded::RunsLostAtDeadline { count, ago } => write!(
                 f,
                 "{count} runs stopped at their deadline (lease not renewed in time), the latest {ago:?} ago"
+            ),
+            Degraded::PoisonedConnections { closed: 1 } => f.write_str(
+                "1 pooled connection was found inside a transaction and closed: service code leaves \
+                 transactions open on the shared pool",
             ),
             Degraded::PoisonedConnections { closed } => write!(
                 f,
@@ -102,6 +118,15 @@ impl std::fmt::Display for Degraded {
             ),
             Degraded::ShuttingDown => f.write_str("shutting down"),
         }
+    }
+}
+
+/// `1 claim`, `3 claims in a row`.
+fn in_a_row(n: u32, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many} in a row")
     }
 }
 

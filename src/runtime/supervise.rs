@@ -156,7 +156,9 @@ async fn wind_down(
 /// Runs the body to its end, or stops it. Returns the outcome, and the
 /// error or panic message of a run that failed or panicked.
 async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (RunOutcome, Option<String>) {
-    tracing::info!(job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence, "lease acquired; run starting");
+    // DEBUG: the run's INFO line is "run ended", one per run; losses,
+    // failures and rejections log on their own at WARN or ERROR.
+    tracing::debug!(job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence, "lease acquired; run starting");
     let span = tracing::info_span!("leasehold.run", job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence);
     let started = Instant::now();
     let mut handle = tokio::spawn((job.run)(FenceGuard::new(tenure.clone())).instrument(span));
