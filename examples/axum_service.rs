@@ -1,7 +1,8 @@
 //! leasehold inside an axum service: the runtime handle in the router's
 //! state, a readiness probe that reports `Runtime::health`, an endpoint that
-//! triggers a job fleet-wide, and a graceful shutdown that hands the leases
-//! over.
+//! triggers a job fleet-wide, `/metrics` for Prometheus on the service's own
+//! router (leasehold's buckets), and a graceful shutdown that hands the
+//! leases over.
 //!
 //! ```sh
 //! cargo run --example axum_service            # a throwaway PostgreSQL
@@ -64,6 +65,9 @@ async fn trigger(State(runtime): State<Runtime>, Path(key): Path<String>) -> (St
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let db = leasehold_testkit::test_db().await;
     let pool = db.pool.clone();
+    // The process-wide recorder, with leasehold's histogram buckets; the
+    // service's own `metrics` calls are rendered with leasehold's.
+    let metrics = leasehold::metrics::prometheus_handle()?;
 
     let runtime = Runtime::builder(pool.clone())
         // Not ready after 3 failed heartbeats (or claims) in a row; one is a blip.
@@ -74,7 +78,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = Router::new()
         .route("/ready", get(ready))
         .route("/jobs/{key}/trigger", post(trigger))
-        .with_state(runtime.clone());
+        .with_state(runtime.clone())
+        .route("/metrics", get(move || async move { metrics.render() }));
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -96,6 +101,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{method} {path} -> {}", request(addr, method, path).await?);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let scrape = request(addr, "GET", "/metrics").await?;
+    let runs = scrape
+        .lines()
+        .find(|l| l.starts_with("leasehold_job_runs_total") && l.contains("succeeded"));
+    println!("GET /metrics -> {}", runs.unwrap_or("(no runs yet)"));
 
     // On SIGTERM in a real service: stop serving, then hand the leases over.
     let _ = stop.send(());

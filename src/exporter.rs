@@ -1,6 +1,11 @@
 //! The optional Prometheus exporter (feature `prometheus`).
 //!
-//! [`install`] makes a `metrics-exporter-prometheus` recorder the
+//! [`handle`] makes a `metrics-exporter-prometheus` recorder with
+//! leasehold's buckets the process-wide `metrics` recorder and returns its
+//! handle, for the service to render on a route of its own router
+//! (`leasehold::metrics::prometheus_handle`).
+//!
+//! [`install`] makes such a recorder the
 //! process-wide `metrics` recorder and serves it over HTTP on the address
 //! given to `RuntimeBuilder::prometheus`. The listener runs on a thread of
 //! its own (a one-thread tokio runtime named `leasehold-metrics`), so it
@@ -17,13 +22,62 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::Mutex;
 use std::sync::mpsc;
 
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::error::{Error, Result};
 use crate::metrics::{buckets, describe, names};
 
-/// Where this process serves its metrics, once installed.
-static INSTALLED: Mutex<Option<SocketAddr>> = Mutex::new(None);
+/// The recorder leasehold installed in this process, if any.
+static INSTALLED: Mutex<Option<Installed>> = Mutex::new(None);
+
+enum Installed {
+    /// By `RuntimeBuilder::prometheus`, serving on this address.
+    Listener(SocketAddr, PrometheusHandle),
+    /// By `metrics::prometheus_handle`, served by the service itself.
+    Handle(PrometheusHandle),
+}
+
+/// How often histograms are drained between scrapes when the service
+/// renders the handle itself (the exporter's listener does its own).
+const UPKEEP: Duration = Duration::from_secs(5);
+
+/// The handle of the process-wide Prometheus recorder with leasehold's
+/// buckets, installing it on the first call (later calls, and a recorder
+/// installed by `RuntimeBuilder::prometheus`, give the same one).
+pub(crate) fn handle() -> Result<PrometheusHandle> {
+    let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(Installed::Listener(_, handle) | Installed::Handle(handle)) = &*installed {
+        return Ok(handle.clone());
+    }
+    let recorder = builder()?.build_recorder();
+    let handle = recorder.handle();
+    if metrics::set_global_recorder(recorder).is_err() {
+        return Err(Error::metrics(ANOTHER_RECORDER, None));
+    }
+    // Histogram samples are kept until drained; a render drains them too,
+    // so this only bounds memory when nothing scrapes for a while.
+    let upkeep = handle.clone();
+    let spawned = std::thread::Builder::new()
+        .name("leasehold-metrics-upkeep".to_owned())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP);
+                upkeep.run_upkeep();
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "could not start the metrics upkeep thread; histograms are drained at each scrape only");
+    }
+    *installed = Some(Installed::Handle(handle.clone()));
+    describe();
+    Ok(handle)
+}
+
+const ANOTHER_RECORDER: &str = "another `metrics` recorder is already installed in this process: leasehold's metrics \
+     already go to it (call leasehold::metrics::describe() once for their help texts); \
+     remove .prometheus(..) or serve that recorder instead";
 
 /// The exporter's settings: true histograms (not summaries) for the three
 /// histogram metrics, with leasehold's buckets.
@@ -75,7 +129,15 @@ pub(crate) fn parse_addr(addr: &str) -> Result<SocketAddr> {
 pub(crate) fn install(addr: &str) -> Result<()> {
     // Held throughout, so two runtimes starting at once cannot both try.
     let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(serving) = *installed {
+    if let Some(Installed::Handle(_)) = &*installed {
+        return Err(Error::metrics(
+            "the Prometheus recorder is already installed in this process by \
+             leasehold::metrics::prometheus_handle(), whose render() the service serves on its own \
+             router; remove .prometheus(..), or serve only on its port",
+            None,
+        ));
+    }
+    if let Some(Installed::Listener(serving, _)) = &*installed {
         return Err(Error::metrics(
             format!(
                 "the Prometheus exporter is already installed in this process (serving on {serving}); \
@@ -97,12 +159,12 @@ pub(crate) fn install(addr: &str) -> Result<()> {
     // own runtime, installs the recorder, and reports back. Only once the
     // recorder is installed does it start serving; on any failure it drops
     // its runtime and listener *before* reporting: nothing is left behind.
-    let (report, outcome) = mpsc::sync_channel::<Result<()>>(1);
+    let (report, outcome) = mpsc::sync_channel::<Result<PrometheusHandle>>(1);
     let spawned = std::thread::Builder::new()
         .name("leasehold-metrics".to_owned())
         .spawn(move || match start_serving(builder, socket) {
-            Ok((runtime, exporter)) => {
-                let _ = report.send(Ok(()));
+            Ok((runtime, exporter, handle)) => {
+                let _ = report.send(Ok(handle));
                 // Serves until the process exits; it only returns on a
                 // fatal listener error.
                 if let Err(e) = runtime.block_on(exporter) {
@@ -119,12 +181,12 @@ pub(crate) fn install(addr: &str) -> Result<()> {
             Some(Box::new(e)),
         ));
     }
-    match outcome.recv() {
-        Ok(Ok(())) => {}
+    let handle = match outcome.recv() {
+        Ok(Ok(handle)) => handle,
         Ok(Err(e)) => return Err(e),
         Err(e) => return Err(Error::metrics("its thread stopped while starting", Some(Box::new(e)))),
-    }
-    *installed = Some(socket);
+    };
+    *installed = Some(Installed::Listener(socket, handle));
     describe();
     tracing::info!(addr = %socket, "serving leasehold metrics for Prometheus");
     Ok(())
@@ -136,7 +198,11 @@ pub(crate) fn install(addr: &str) -> Result<()> {
 fn start_serving(
     builder: PrometheusBuilder,
     socket: SocketAddr,
-) -> Result<(tokio::runtime::Runtime, metrics_exporter_prometheus::ExporterFuture)> {
+) -> Result<(
+    tokio::runtime::Runtime,
+    metrics_exporter_prometheus::ExporterFuture,
+    PrometheusHandle,
+)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -155,17 +221,13 @@ fn start_serving(
             ));
         }
     };
+    let handle = recorder.handle();
     if metrics::set_global_recorder(recorder).is_err() {
         drop(exporter);
         drop(runtime);
-        return Err(Error::metrics(
-            "another `metrics` recorder is already installed in this process: leasehold's metrics \
-             already go to it (call leasehold::metrics::describe() once for their help texts); \
-             remove .prometheus(..) or serve that recorder instead",
-            None,
-        ));
+        return Err(Error::metrics(ANOTHER_RECORDER, None));
     }
-    Ok((runtime, exporter))
+    Ok((runtime, exporter, handle))
 }
 
 /// A bind failure, in words that name the fix.
@@ -223,6 +285,51 @@ mod tests {
             assert!(matches!(err, Error::InvalidInput { .. }), "{bad}: {err:?}");
             assert!(err.to_string().contains("Prometheus listen address"), "{err}");
         }
+    }
+
+    /// A service serves the handle on a route of its own router, the way
+    /// `examples/axum_service.rs` does: a scrape gets leasehold's metrics,
+    /// histograms with leasehold's buckets. The recorder is process-wide,
+    /// so this is the one test of this binary that installs it.
+    #[cfg(feature = "console")]
+    #[tokio::test]
+    async fn the_handle_is_served_on_the_services_own_router() {
+        use axum::Router;
+        use axum::body::Body;
+        use axum::http::{Request, StatusCode};
+        use axum::routing::get;
+        use tower::ServiceExt;
+
+        let metrics = handle().expect("install the recorder");
+        let app: Router = Router::new().route("/metrics", get(move || async move { metrics.render() }));
+        m::run_finished("routed", RunOutcome::Succeeded, Duration::from_secs(2));
+
+        let response = app
+            .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert!(
+            text.contains("# TYPE leasehold_job_duration_seconds histogram\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("leasehold_job_duration_seconds_bucket{job_name=\"routed\",le=\"2.5\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("# HELP leasehold_job_runs_total "), "described:\n{text}");
+
+        // Once per process: the same recorder again, and no second exporter.
+        m::run_finished("routed", RunOutcome::Failed, Duration::from_secs(2));
+        let again = handle().expect("the same handle").render();
+        assert!(
+            again.contains("leasehold_job_duration_seconds_count{job_name=\"routed\"} 2\n"),
+            "{again}"
+        );
+        let err = install("127.0.0.1:9").expect_err("already installed");
+        assert!(err.to_string().contains("prometheus_handle()"), "{err}");
     }
 
     /// What a scrape shows, through the exporter's own settings: every

@@ -12,7 +12,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use crate::cancel::CancelReason;
 use crate::connection;
 use crate::error::{Error, Result};
-use crate::lease::fence::{self, Advance};
+use crate::lease::fence::{self, Advance, Set};
 use crate::tenure::Tenure;
 use crate::{metrics, validate};
 
@@ -274,17 +274,33 @@ impl FenceGuard {
     /// resumed after its lease ended writes nothing even where no newer run
     /// has written yet ([`Error::LeaseLost`]).
     ///
+    /// [`set`](FencedUpdate::set) assigns a value;
+    /// [`add`](FencedUpdate::add) adds to the column's current value
+    /// (`balance = balance + $n`), computed by the server on the row it
+    /// locked, so concurrent increments all count:
+    ///
     /// ```no_run
     /// # async fn demo(guard: leasehold::FenceGuard, pool: sqlx::PgPool) -> leasehold::Result<()> {
     /// let updated = guard
     ///     .update("accounts")
-    ///     .set("balance", 120_i64)
+    ///     .add("balance", 20_i64) // balance = balance + 20
+    ///     .set("status", "billed")
     ///     .filter("id", 7_i64)
     ///     .execute(&pool)
     ///     .await?;
     /// assert_eq!(updated, 1);
     /// # Ok(()) }
     /// ```
+    ///
+    /// One statement on one table's matching rows is all it can write. Use
+    /// [`begin_fenced`](Self::begin_fenced) instead when the new value
+    /// depends on something read first (reading a balance and then
+    /// `.set`ting it loses any write made in between), when several
+    /// statements or tables must change together, or when the write must
+    /// happen once per slot even if the run is redone: a run redone under a
+    /// newer fence after its lease was lost repeats its `add`s, while a
+    /// transaction can record the slot it applied (`guard.slot()`) and skip
+    /// it the second time.
     pub fn update(&self, table: &str) -> FencedUpdate<'_> {
         FencedUpdate {
             guard: self,
@@ -330,7 +346,7 @@ type Bind = Box<dyn FnOnce(&mut PgArguments) -> std::result::Result<(), sqlx::er
 pub struct FencedUpdate<'g> {
     guard: &'g FenceGuard,
     table: String,
-    sets: Vec<String>,
+    sets: Vec<Set>,
     filters: Vec<String>,
     filter_args: PgArguments,
     set_values: Vec<Bind>,
@@ -349,7 +365,27 @@ impl std::fmt::Debug for FencedUpdate<'_> {
 
 impl<'g> FencedUpdate<'g> {
     /// Sets `column` to `value` (bound as a parameter).
-    pub fn set<T>(mut self, column: &str, value: T) -> Self
+    pub fn set<T>(self, column: &str, value: T) -> Self
+    where
+        T: for<'q> Encode<'q, Postgres> + Type<Postgres> + Send + 'static,
+    {
+        self.write(column, Set::Assign, value)
+    }
+
+    /// Adds `value` (bound as a parameter) to `column`:
+    /// `column = column + value`, on the value the row has when the update
+    /// locks it, so increments running at the same time all count. A
+    /// negative value subtracts; a `NULL` column stays `NULL` (SQL's `+`).
+    /// The column's type must have a `+` with `value`'s type (an `INT`
+    /// column takes an `i64`: the sum is cast back on assignment).
+    pub fn add<T>(self, column: &str, value: T) -> Self
+    where
+        T: for<'q> Encode<'q, Postgres> + Type<Postgres> + Send + 'static,
+    {
+        self.write(column, Set::Add, value)
+    }
+
+    fn write<T>(mut self, column: &str, set: fn(String) -> Set, value: T) -> Self
     where
         T: for<'q> Encode<'q, Postgres> + Type<Postgres> + Send + 'static,
     {
@@ -362,7 +398,7 @@ impl<'g> FencedUpdate<'g> {
                 ));
             }
             Ok(col) => {
-                self.sets.push(col);
+                self.sets.push(set(col));
                 self.set_values.push(Box::new(move |args| args.add(value)));
             }
             Err(e) => {
@@ -407,7 +443,7 @@ impl<'g> FencedUpdate<'g> {
             return Err(Error::invalid(
                 "fenced update",
                 &self.table,
-                "it sets no column: call .set(column, value)",
+                "it sets no column: call .set(column, value) or .add(column, value)",
             ));
         }
         let table = quote_ident("table", &self.table)?;

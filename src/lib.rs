@@ -94,8 +94,18 @@ pub use runtime::{
     DEFAULT_DEGRADED_AFTER, DEFAULT_HISTORY, DEFAULT_MAX_CONCURRENT_RUNS, Health, Runtime, RuntimeBuilder,
     ShutdownReport,
 };
-pub use schedule::{CatchUp, CronSchedule, MAX_CATCH_UP, Schedule};
+pub use schedule::{CatchUp, CronSchedule, MAX_CATCH_UP, Schedule, Upcoming};
 pub use validate::{MAX_KEY_BYTES, MAX_LEASE, MIN_LEASE};
+
+// The README's and the operations guide's examples, compiled by
+// `cargo test --doc` so that they keep matching the API.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
+#[doc = include_str!("../docs/operations.md")]
+#[cfg(doctest)]
+pub struct OperationsDoctests;
 
 /// The sqlx this leasehold is built on (0.9). Its types (`PgPool`,
 /// `Transaction`) are the ones leasehold's API takes and returns: use this

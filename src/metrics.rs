@@ -27,7 +27,22 @@
 //! - With the `prometheus` feature (on by default),
 //!   [`RuntimeBuilder::prometheus`](crate::RuntimeBuilder::prometheus)
 //!   installs a Prometheus exporter as the process-wide recorder, with the
-//!   histogram buckets of [`buckets`] and the descriptions of [`describe`].
+//!   histogram buckets of [`buckets`] and the descriptions of [`describe`],
+//!   and serves it on a port of its own.
+//! - To serve `/metrics` on the service's own router instead (and its own
+//!   metrics with them), `prometheus_handle()` installs the same recorder
+//!   without a listener and returns its handle; the route renders it:
+//!
+//! ```no_run
+//! # #[cfg(feature = "prometheus")]
+//! # fn demo() -> leasehold::Result<axum::Router> {
+//! use axum::{Router, routing::get};
+//!
+//! let metrics = leasehold::metrics::prometheus_handle()?;
+//! let app: Router = Router::new().route("/metrics", get(move || async move { metrics.render() }));
+//! # Ok(app) }
+//! ```
+//!
 //! - If your service installs its own recorder, leasehold's metrics go to it
 //!   as they are. Call [`describe()`] once after installing it to attach the
 //!   help texts and units, and give the three histograms the bounds in
@@ -59,6 +74,27 @@ use crate::outcome::RunOutcome;
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
 use crate::cancel::CancelReason;
+
+/// The handle of a Prometheus recorder: [`PrometheusHandle::render`] is the
+/// text a Prometheus scrape expects.
+#[cfg(feature = "prometheus")]
+pub use metrics_exporter_prometheus::PrometheusHandle;
+
+/// Installs the process-wide `metrics` recorder for Prometheus, with
+/// leasehold's histogram buckets and metric descriptions, and returns its
+/// handle: serve [`PrometheusHandle::render`] on a route of your own router
+/// (see the module docs). Nothing listens on a port of its own; every
+/// `metrics` call of the process (the service's own too) is rendered.
+///
+/// Once per process: later calls return the same handle, and so does a
+/// call after [`RuntimeBuilder::prometheus`](crate::RuntimeBuilder::prometheus)
+/// installed the recorder (use one or the other: `.prometheus(..)` after
+/// this call fails at start). [`Error::Metrics`](crate::Error::Metrics) if
+/// another `metrics` recorder is already installed.
+#[cfg(feature = "prometheus")]
+pub fn prometheus_handle() -> crate::Result<PrometheusHandle> {
+    crate::exporter::handle()
+}
 
 /// Metric names, exported so dashboards and tests name them once.
 pub mod names {

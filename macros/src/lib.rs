@@ -18,7 +18,7 @@ mod validate;
 /// Implements `leasehold::FencedJob` for a struct with an inherent
 /// `async fn run`.
 ///
-/// ```ignore
+/// ```no_run
 /// use leasehold::{FenceGuard, FencedJob, JobError};
 ///
 /// #[derive(FencedJob)]
@@ -29,10 +29,11 @@ mod validate;
 /// }
 ///
 /// impl Reconcile {
-///     async fn run(&self, guard: FenceGuard) -> Result<(), sqlx::Error> {
-///         let mut tx = guard.begin_fenced(&self.db).await?;
+///     async fn run(&self, guard: FenceGuard) -> Result<(), JobError> {
+///         let mut tx = guard.begin_fenced(&self.db).await?; // a leasehold::Error
 ///         // ... writes that carry the fence ...
-///         tx.commit().await
+///         tx.commit().await?; // a sqlx::Error
+///         Ok(())
 ///     }
 /// }
 /// ```
@@ -40,6 +41,10 @@ mod validate;
 /// The inherent `run` takes `&self` and a `FenceGuard` and returns a `Send`
 /// future of `Result<(), E>` for any `E: Into<leasehold::JobError>` (any
 /// `std::error::Error + Send + Sync + 'static`, `String`, `anyhow::Error`…).
+/// `JobError` (a boxed error) takes both leasehold's and sqlx's errors with
+/// `?`, and so does `leasehold::Error` (`leasehold::Result<()>`), which
+/// wraps a `sqlx::Error` as `Error::Database`; `sqlx::Error` itself does not
+/// take leasehold's errors.
 ///
 /// # Attributes
 ///
@@ -75,7 +80,12 @@ mod validate;
 ///
 /// The example above expands to (simplified):
 ///
-/// ```ignore
+/// ```no_run
+/// # use leasehold::{FenceGuard, JobError};
+/// # struct Reconcile { tenant: String }
+/// # impl Reconcile {
+/// #     async fn run(&self, _guard: FenceGuard) -> Result<(), JobError> { Ok(()) }
+/// # }
 /// impl ::leasehold::FencedJob for Reconcile {
 ///     fn name(&self) -> &str { "reconcile" }
 ///     fn key(&self) -> String { format!("reconcile:{}", self.tenant) }

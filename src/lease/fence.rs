@@ -133,9 +133,19 @@ pub(crate) struct FencedUpdateSql {
     pub(crate) newest: String,
 }
 
-/// Builds the fenced update of `table` (already quoted) setting `sets` and
+/// One column a fenced update writes, its name already quoted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Set {
+    /// `col = $n`.
+    Assign(String),
+    /// `col = col + $n`: computed by the server on the row the update has
+    /// locked, so concurrent increments all count.
+    Add(String),
+}
+
+/// Builds the fenced update of `table` (already quoted) writing `sets` and
 /// filtering on `filters` (quoted column names).
-pub(crate) fn fenced_update(table: &str, sets: &[String], filters: &[String]) -> FencedUpdateSql {
+pub(crate) fn fenced_update(table: &str, sets: &[Set], filters: &[String]) -> FencedUpdateSql {
     let n = filters.len();
     let filter_sql: String = filters
         .iter()
@@ -145,7 +155,10 @@ pub(crate) fn fenced_update(table: &str, sets: &[String], filters: &[String]) ->
     let set_sql: String = sets
         .iter()
         .enumerate()
-        .map(|(i, col)| format!("{col} = ${}, ", n + i + 1))
+        .map(|(i, set)| match set {
+            Set::Assign(col) => format!("{col} = ${}, ", n + i + 1),
+            Set::Add(col) => format!("{col} = {col} + ${}, ", n + i + 1),
+        })
         .collect();
     let fence = n + sets.len() + 1;
     let live = |fence: usize| {
@@ -172,11 +185,11 @@ pub(crate) fn fenced_update(table: &str, sets: &[String], filters: &[String]) ->
 
 #[cfg(test)]
 mod tests {
-    use super::fenced_update;
+    use super::{Set, fenced_update};
 
     #[test]
     fn the_update_is_guarded_by_the_fence_and_binds_every_value() {
-        let sql = fenced_update("\"accounts\"", &["\"balance\"".into()], &["\"id\"".into()]);
+        let sql = fenced_update("\"accounts\"", &[Set::Assign("\"balance\"".into())], &["\"id\"".into()]);
         assert_eq!(
             sql.update,
             "UPDATE \"accounts\" SET \"balance\" = $2, last_fence = $3 WHERE \"id\" = $1 AND last_fence <= $3 \
@@ -188,6 +201,20 @@ mod tests {
             "SELECT max(last_fence), EXISTS (SELECT 1 FROM leasehold_lease AS l \
              WHERE l.key = $3 AND l.fence = $2 AND l.expires_at > clock_timestamp()) \
              FROM \"accounts\" WHERE \"id\" = $1 AND true"
+        );
+    }
+
+    #[test]
+    fn an_increment_adds_its_bound_value_to_the_column() {
+        let sets = [Set::Add("\"balance\"".into()), Set::Assign("\"note\"".into())];
+        let sql = fenced_update("\"accounts\"", &sets, &["\"id\"".into()]);
+        assert!(
+            sql.update.starts_with(
+                "UPDATE \"accounts\" SET \"balance\" = \"balance\" + $2, \"note\" = $3, last_fence = $4 \
+                 WHERE \"id\" = $1 AND last_fence <= $4 AND EXISTS ("
+            ),
+            "{}",
+            sql.update
         );
     }
 }

@@ -157,7 +157,9 @@ async fn wind_down(
 /// Runs the body to its end, or stops it. Returns the outcome, and the
 /// error or panic message of a run that failed or panicked.
 async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (RunOutcome, Option<String>) {
-    tracing::info!(job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence, "lease acquired; run starting");
+    // DEBUG: the run's INFO line is "run ended", one per run; losses,
+    // failures and rejections log on their own at WARN or ERROR.
+    tracing::debug!(job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence, "lease acquired; run starting");
     let span = tracing::info_span!("leasehold.run", job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence);
     let started = Instant::now();
     let mut handle = tokio::spawn((job.run)(FenceGuard::new(tenure.clone())).instrument(span));
@@ -215,13 +217,22 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (RunOutco
     (outcome, message)
 }
 
-/// An error and its sources, `outer: inner: innermost`, for the history.
+/// An error and its sources, `outer: inner: innermost`, for the history,
+/// each cause said once.
+///
+/// Many errors already print their source in their own `Display`
+/// (leasehold's `database error: {0}`, sqlx's `error returned from
+/// database: {0}`, `anyhow` contexts with `{:#}`), so a source whose text
+/// is already there is not appended again.
 fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut next = error.source();
     while let Some(e) = next {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
+        let cause = e.to_string();
+        if !cause.is_empty() && !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
         next = e.source();
     }
     text
@@ -358,7 +369,7 @@ fn is_fencing(error: &(dyn std::error::Error + 'static)) -> bool {
 mod tests {
     use std::fmt;
 
-    use super::is_fencing;
+    use super::{error_chain, is_fencing};
     use crate::error::Error;
 
     /// A service's own error type wrapping another, as `thiserror`'s
@@ -404,5 +415,20 @@ mod tests {
         assert!(!is_fencing(&Wrapped("billing", Box::new(timeout))));
         let io = std::io::Error::other("disk full");
         assert!(!is_fencing(&Wrapped("billing", Box::new(io))));
+    }
+
+    #[test]
+    fn a_chain_says_each_cause_once() {
+        let io = std::io::Error::other("disk full");
+        let layered = Wrapped("nightly billing", Box::new(Wrapped("posting the ledger", Box::new(io))));
+        assert_eq!(error_chain(&layered), "nightly billing: posting the ledger: disk full");
+
+        // leasehold's and sqlx's messages each print their source already.
+        let database = Error::Database(sqlx::Error::Io(std::io::Error::other("connection reset")));
+        let wrapped = Wrapped("posting the ledger", Box::new(database));
+        assert_eq!(
+            error_chain(&wrapped),
+            "posting the ledger: database error: error communicating with database: connection reset"
+        );
     }
 }

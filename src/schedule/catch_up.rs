@@ -59,6 +59,60 @@ impl CatchUp {
         CatchUp::All { max }
     }
 
+    /// The slots a key's runs are for when a replica claims it at
+    /// `claimed_at` while it has been due since `due` (both server time),
+    /// oldest first, each run assumed to succeed at once: the planning the
+    /// runtime does at each claim, as a pure function.
+    ///
+    /// Empty when nothing was due yet (`due` after `claimed_at`), for a
+    /// manual schedule, and when [`CatchUp::Skip`] skips the missed slots.
+    /// After these runs the key is next due at the first slot after
+    /// `claimed_at` ([`Schedule::upcoming`]).
+    ///
+    /// ```
+    /// use chrono::{DateTime, Utc};
+    /// use leasehold::{CatchUp, Schedule};
+    ///
+    /// // 02:30 in Paris; the fleet was down from the 27th to the 31st of March 2026.
+    /// let nightly = Schedule::cron_in("30 2 * * *", "Europe/Paris")?;
+    /// let due: DateTime<Utc> = "2026-03-27T01:30:00Z".parse().unwrap();
+    /// let back: DateTime<Utc> = "2026-03-31T12:00:00Z".parse().unwrap();
+    /// let runs = |policy: CatchUp| -> Vec<String> {
+    ///     policy.slots_to_run(&nightly, due, back).iter().map(|t| t.to_rfc3339()).collect()
+    /// };
+    /// // The latest three nights, oldest first (the 29th's at 03:00 CEST).
+    /// assert_eq!(runs(CatchUp::all(3)), [
+    ///     "2026-03-29T01:00:00+00:00",
+    ///     "2026-03-30T00:30:00+00:00",
+    ///     "2026-03-31T00:30:00+00:00",
+    /// ]);
+    /// assert_eq!(runs(CatchUp::Once), ["2026-03-31T00:30:00+00:00"]);
+    /// assert!(runs(CatchUp::Skip).is_empty());
+    /// # Ok::<(), leasehold::Error>(())
+    /// ```
+    pub fn slots_to_run(
+        self,
+        schedule: &Schedule,
+        due: DateTime<Utc>,
+        claimed_at: DateTime<Utc>,
+    ) -> Vec<DateTime<Utc>> {
+        let mut slots = Vec::new();
+        let mut pending = due;
+        // Each run is for a later slot, and All runs at most `max` of them:
+        // the bound only guards against a schedule that would not advance.
+        for _ in 0..=MAX_CATCH_UP {
+            let SlotPlan::Run { slot: Some(slot) } = plan(schedule, self, Some(pending), claimed_at) else {
+                break;
+            };
+            slots.push(slot);
+            pending = next_after_success(schedule, self, Some(slot), claimed_at);
+            if pending > claimed_at {
+                break;
+            }
+        }
+        slots
+    }
+
     /// Checks the bound of `All`.
     pub(crate) fn validate(self) -> Result<()> {
         match self {
@@ -378,6 +432,36 @@ mod tests {
                 next: at("2026-04-01T00:30:00Z")
             }
         );
+    }
+
+    #[test]
+    fn slots_to_run_replays_the_planning_of_each_claim() {
+        let s = minutely();
+        let due = at("2026-11-30T10:00:00Z");
+        let back = at("2026-11-30T10:04:30Z");
+        let hm = |slots: Vec<DateTime<Utc>>| slots.iter().map(|t| t.format("%H:%M").to_string()).collect::<Vec<_>>();
+        assert_eq!(hm(CatchUp::Once.slots_to_run(&s, due, back)), ["10:04"]);
+        assert!(CatchUp::Skip.slots_to_run(&s, due, back).is_empty());
+        assert_eq!(
+            hm(CatchUp::all(3).slots_to_run(&s, due, back)),
+            ["10:02", "10:03", "10:04"]
+        );
+        assert_eq!(
+            hm(CatchUp::all(10).slots_to_run(&s, due, back)),
+            ["10:00", "10:01", "10:02", "10:03", "10:04"]
+        );
+        // On time, every policy runs the due slot; early or manual, none.
+        let on_time = at("2026-11-30T10:00:00.2Z");
+        for policy in ALL_POLICIES {
+            assert_eq!(hm(policy.slots_to_run(&s, due, on_time)), ["10:00"], "{policy:?}");
+            assert!(policy.slots_to_run(&s, due, at("2026-11-30T09:59:00Z")).is_empty());
+            assert!(policy.slots_to_run(&Schedule::Manual, due, back).is_empty());
+        }
+        // The most a catch-up runs, on a per-second schedule down for a day.
+        let fast = Schedule::every(Duration::from_secs(1));
+        let most = CatchUp::all(MAX_CATCH_UP).slots_to_run(&fast, due, due + TimeDelta::days(1));
+        assert_eq!(most.len(), MAX_CATCH_UP as usize);
+        assert_eq!(most.last(), Some(&(due + TimeDelta::days(1))));
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! from this machine's wall clock, so every replica agrees on them.
 //!
 //! - `mod.rs`: [`Schedule`], slot arithmetic ([`Schedule::next_after`],
-//!   [`Schedule::latest_slots`]);
+//!   [`Schedule::latest_slots`]) and the public view of it
+//!   ([`Schedule::upcoming`]);
 //! - `cron.rs`: [`CronSchedule`], cron in a time zone and its
 //!   daylight-saving rule;
 //! - `catch_up.rs`: [`CatchUp`] and the slot planning the runtime does when
@@ -97,6 +98,39 @@ impl Schedule {
     /// ```
     pub fn cron_in(expr: &str, tz: &str) -> Result<Schedule> {
         CronSchedule::parse(expr, Some(tz)).map(|cron| Schedule::Cron(Box::new(cron)))
+    }
+
+    /// The slots strictly after `after`, in order: the instants (server
+    /// time) at which the runtime makes a key of this schedule due. Nothing
+    /// for a manual schedule; ends if a cron has no later match.
+    ///
+    /// A pure computation — the runtime's own slot arithmetic, with no
+    /// database or runtime — to show "next runs" in a service's UI, or to
+    /// test a cron in a time zone across its daylight-saving changes. With
+    /// a schedule that fires often, bound it with `take`.
+    ///
+    /// ```
+    /// use chrono::{DateTime, Utc};
+    /// use leasehold::Schedule;
+    ///
+    /// // 02:30 on the clocks of Paris, around the night the clocks go from
+    /// // 02:00 to 03:00 (29 March 2026): that night's run is at 03:00 CEST.
+    /// let nightly = Schedule::cron_in("30 2 * * *", "Europe/Paris")?;
+    /// let after: DateTime<Utc> = "2026-03-27T12:00:00Z".parse().unwrap();
+    /// let next: Vec<String> = nightly.upcoming(after).take(3).map(|t| t.to_rfc3339()).collect();
+    /// assert_eq!(next, [
+    ///     "2026-03-28T01:30:00+00:00", // 02:30 CET
+    ///     "2026-03-29T01:00:00+00:00", // 03:00 CEST: 02:30 does not exist that night
+    ///     "2026-03-30T00:30:00+00:00", // 02:30 CEST
+    /// ]);
+    /// assert_eq!(Schedule::Manual.upcoming(after).next(), None);
+    /// # Ok::<(), leasehold::Error>(())
+    /// ```
+    pub fn upcoming(&self, after: DateTime<Utc>) -> Upcoming<'_> {
+        Upcoming {
+            schedule: self,
+            cursor: Some(after),
+        }
     }
 
     /// Checks the schedule itself (a period under 100ms, a cron that never
@@ -202,6 +236,29 @@ impl Schedule {
     }
 }
 
+/// The slots of a [`Schedule`] after an instant, in order: see
+/// [`Schedule::upcoming`].
+#[derive(Debug, Clone)]
+#[must_use = "an iterator does nothing until it is consumed"]
+pub struct Upcoming<'a> {
+    schedule: &'a Schedule,
+    /// The latest slot given out (or the start); `None` once there are no
+    /// more.
+    cursor: Option<DateTime<Utc>>,
+}
+
+impl Iterator for Upcoming<'_> {
+    type Item = DateTime<Utc>;
+
+    fn next(&mut self) -> Option<DateTime<Utc>> {
+        let next = self.schedule.next_after(self.cursor?);
+        self.cursor = next;
+        next
+    }
+}
+
+impl std::iter::FusedIterator for Upcoming<'_> {}
+
 /// The most slots [`Schedule::latest_slots`] walks in one go (a cron
 /// stretch of more is narrowed first): 100,000 `next_after` steps, a few
 /// tens of milliseconds at worst.
@@ -271,6 +328,42 @@ mod tests {
         let msg = Schedule::cron("0 3 * *").unwrap_err().to_string();
         assert!(msg.contains("\"0 3 * *\"") && msg.contains("5 fields"), "{msg}");
         assert!(Schedule::Manual.next_after(at("2026-11-30T03:00:00Z")).is_none());
+    }
+
+    #[test]
+    fn upcoming_slots_of_an_interval_and_of_a_manual_schedule() {
+        let five_min = Schedule::every(Duration::from_secs(300));
+        let got: Vec<_> = five_min.upcoming(at("2026-11-30T03:02:10Z")).take(3).collect();
+        let want = ["03:05", "03:10", "03:15"].map(|t| at(&format!("2026-11-30T{t}:00Z")));
+        assert_eq!(got, want);
+        // Strictly after: a slot itself is not upcoming.
+        assert_eq!(
+            five_min.upcoming(at("2026-11-30T03:05:00Z")).next(),
+            Some(at("2026-11-30T03:10:00Z"))
+        );
+        assert_eq!(Schedule::Manual.upcoming(at("2026-11-30T03:00:00Z")).count(), 0);
+    }
+
+    #[test]
+    fn upcoming_slots_of_a_zoned_cron_follow_both_clock_changes() {
+        // New York, 2026: clocks go 02:00 -> 03:00 on 8 March, 02:00 -> 01:00
+        // on 1 November.
+        let at_0230 = Schedule::cron_in("30 2 * * *", "America/New_York").unwrap();
+        let got: Vec<_> = at_0230.upcoming(at("2026-03-07T12:00:00Z")).take(3).collect();
+        // 02:30 EST, then the skipped 02:30 runs at 03:00 EDT, then 02:30 EDT.
+        let want = ["2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z", "2026-03-10T06:30:00Z"];
+        assert_eq!(got, want.map(at));
+        let at_0130 = Schedule::cron_in("30 1 * * *", "America/New_York").unwrap();
+        let got: Vec<_> = at_0130.upcoming(at("2026-10-31T12:00:00Z")).take(3).collect();
+        // 01:30 EDT; on 1 November 01:30 is shown twice and runs at the first.
+        let want = ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z", "2026-11-03T06:30:00Z"];
+        assert_eq!(got, want.map(at));
+        // Hourly is periodic: every real hour, so two slots at 01:00 local
+        // (EDT, then EST) on the autumn night.
+        let hourly = Schedule::cron_in("0 * * * *", "America/New_York").unwrap();
+        let got: Vec<_> = hourly.upcoming(at("2026-11-01T04:30:00Z")).take(3).collect();
+        let want = ["2026-11-01T05:00:00Z", "2026-11-01T06:00:00Z", "2026-11-01T07:00:00Z"];
+        assert_eq!(got, want.map(at));
     }
 
     #[test]

@@ -62,6 +62,75 @@ async fn a_stale_run_writes_nothing() {
     new_rt.shutdown().await;
 }
 
+/// Increments computed by the server: 40 concurrent `.add`s of one run on
+/// one row all count (none reads a value another then overwrites), an
+/// assignment and an increment go in one statement, and a stale run's
+/// increment is rejected and adds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn increments_all_count_and_a_stale_one_adds_nothing() {
+    let db = support::db().await;
+    accounts(&db.pool).await;
+    let pool = db.pool_with(8).await;
+    let (old_rt, old) = held_guard(&db, "a", "billing").await;
+    let adds = (0..40).map(|_| {
+        old.update("account")
+            .add("balance", 1_i64)
+            .filter("id", 1_i32)
+            .execute(&pool)
+    });
+    for updated in futures::future::join_all(adds).await {
+        assert_eq!(updated.unwrap(), 1);
+    }
+    assert_eq!(balance(&db.pool, 1).await, (40, old.fence()));
+
+    // An INT column takes a BIGINT increment; `set` and `add` in one update.
+    sqlx::raw_sql("ALTER TABLE account ADD COLUMN \"Posted count\" INT NOT NULL DEFAULT 0")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let updated = old
+        .update("account")
+        .add("Posted count", 2_i64)
+        .set("balance", 7_i64)
+        .filter("id", 2_i32)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(updated, 1);
+    let posted: i32 = sqlx::query_scalar("SELECT \"Posted count\" FROM account WHERE id = 2")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!((posted, balance(&db.pool, 2).await.0), (2, 7));
+
+    let err = old
+        .update("account")
+        .add("last_fence", 1_i64)
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+
+    old_rt.shutdown().await;
+    let (new_rt, new) = held_guard(&db, "b", "billing").await;
+    new.update("account")
+        .add("balance", 100_i64)
+        .filter("id", 1_i32)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let err = old
+        .update("account")
+        .add("balance", 1_i64)
+        .filter("id", 1_i32)
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::StaleFence { .. }), "{err:?}");
+    assert_eq!(balance(&db.pool, 1).await, (140, new.fence()));
+    new_rt.shutdown().await;
+}
+
 /// F3 with F5: a newer run's fenced transaction waits for the fence row
 /// while an older run's transaction holds it, and goes through once that
 /// one ends — here by a COMMIT sent after the older tenure ended, which the

@@ -617,3 +617,124 @@ async fn a_registered_key_reads_as_never_run_until_its_first_run() {
     rt.shutdown().await;
     assert!(!store.get("registered").await.unwrap().expect("row").never_run());
 }
+
+/// At the README's production log filter, 100 successful runs print at
+/// most one line each, all INFO, and nothing at WARN or above.
+#[tokio::test]
+async fn successful_runs_log_one_info_line_each_at_the_production_filter() {
+    let filter = support::PRODUCTION_LOG_FILTER;
+    let readme = include_str!("../../README.md");
+    assert!(
+        readme.contains(&format!("EnvFilter::new(\"{filter}\")")),
+        "the README shows {filter:?}"
+    );
+    let db = support::db().await;
+    let runs = Runs::default();
+    let jobs = (0..100)
+        .map(|i| {
+            job(
+                &format!("tick:{i}"),
+                quick(Schedule::Manual, Duration::from_secs(10)),
+                runs.body(Duration::ZERO),
+            )
+        })
+        .collect();
+    let rt = replica(&db, "r1", 4, jobs).await;
+    let (logs, _capture) = support::LogCounts::capture(filter);
+
+    for i in 0..100 {
+        rt.trigger(&format!("tick:{i}")).await.unwrap();
+    }
+    support::eventually_async(Duration::from_secs(30), || async {
+        let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_run WHERE outcome = 'succeeded'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        (recorded == 100).then_some(())
+    })
+    .await;
+    let (info, warn, error) = (
+        logs.at(tracing::Level::INFO),
+        logs.at(tracing::Level::WARN),
+        logs.at(tracing::Level::ERROR),
+    );
+    rt.shutdown().await;
+
+    assert_eq!(runs.all().len(), 100);
+    let lines = logs.messages(tracing::Level::INFO);
+    assert!(info <= 100, "{info} INFO lines for 100 runs: {lines:?}");
+    assert_eq!(lines.iter().filter(|m| *m == "run ended").count(), 100, "{lines:?}");
+    assert_eq!((warn, error), (0, 0), "{:?}", logs.messages(tracing::Level::WARN));
+}
+
+/// At the same filter, a run whose lease another replica took is one ERROR
+/// line, and no WARN.
+#[tokio::test]
+async fn a_lost_lease_logs_one_error_line() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let billing = job(
+        "billing",
+        quick(Schedule::Manual, Duration::from_secs(3)),
+        runs.body(Duration::from_secs(60)),
+    );
+    let rt = replica(&db, "a", 2, vec![billing]).await;
+    let (logs, _capture) = support::LogCounts::capture(support::PRODUCTION_LOG_FILTER);
+    rt.trigger("billing").await.unwrap();
+    runs.wait_started(1, Duration::from_secs(10)).await;
+
+    // Another replica takes the key over once the lease has expired.
+    support::expire_now(&db.pool, "billing").await;
+    let claim = LeaseStore::new(db.pool.clone())
+        .claim("billing", "b", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(matches!(claim, leasehold::Claim::Acquired(_)), "{claim:?}");
+    eventually(Duration::from_secs(10), || runs.all()[0].ended.map(drop)).await;
+    rt.shutdown().await;
+
+    assert_eq!(
+        runs.all()[0].cancelled.map(|(_, reason)| reason),
+        Some(CancelReason::Stolen)
+    );
+    let errors = logs.messages(tracing::Level::ERROR);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("lease lost"), "{errors:?}");
+    assert_eq!(
+        logs.at(tracing::Level::WARN),
+        0,
+        "{:?}",
+        logs.messages(tracing::Level::WARN)
+    );
+}
+
+/// Health reasons count in the singular and the plural.
+#[test]
+fn degraded_reasons_say_one_in_the_singular() {
+    use leasehold::Degraded;
+    let said = |d: Degraded| d.to_string();
+    let claims = |consecutive| Degraded::ClaimsFailing {
+        consecutive,
+        last_error: "timeout".into(),
+    };
+    assert_eq!(said(claims(1)), "1 claim failed; last: timeout");
+    assert_eq!(said(claims(3)), "3 claims in a row failed; last: timeout");
+    let heartbeats = |consecutive| Degraded::HeartbeatsFailing {
+        consecutive,
+        last_error: "timeout".into(),
+    };
+    assert!(said(heartbeats(1)).starts_with("1 heartbeat failed;"));
+    assert!(said(heartbeats(2)).starts_with("2 heartbeats in a row failed;"));
+    let lost = |count| Degraded::RunsLostAtDeadline {
+        count,
+        ago: Duration::from_secs(4),
+    };
+    assert!(
+        said(lost(1)).starts_with("1 run stopped at its deadline"),
+        "{}",
+        said(lost(1))
+    );
+    assert!(said(lost(2)).starts_with("2 runs stopped at their deadline"));
+    assert!(said(Degraded::PoisonedConnections { closed: 1 }).starts_with("1 pooled connection was found"));
+    assert!(said(Degraded::PoisonedConnections { closed: 2 }).starts_with("2 pooled connections were found"));
+}

@@ -353,3 +353,69 @@ pub async fn lock_pause_table(pool: &PgPool) -> sqlx::Transaction<'static, sqlx:
         .expect("lock the pause table");
     tx
 }
+
+// ---------------------------------------------------------------------------
+// Logs: what a service's `tracing` subscriber would print
+// ---------------------------------------------------------------------------
+
+/// The `EnvFilter` the README gives a production service.
+pub const PRODUCTION_LOG_FILTER: &str = "info,sqlx=warn";
+
+/// leasehold's log lines that pass a filter, counted by level.
+#[derive(Clone, Default)]
+pub struct LogCounts(std::sync::Arc<std::sync::Mutex<Vec<(tracing::Level, String)>>>);
+
+impl LogCounts {
+    /// Counts, from now on and on this thread (a current-thread test runs
+    /// the runtime's tasks on it), the events of leasehold's modules that
+    /// pass `filter`, until the guard is dropped.
+    pub fn capture(filter: &str) -> (LogCounts, tracing::subscriber::DefaultGuard) {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::{EnvFilter, Layer};
+
+        let counts = LogCounts::default();
+        let layer = counts.clone().with_filter(EnvFilter::new(filter));
+        let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+        (counts, guard)
+    }
+
+    /// How many lines at exactly `level`.
+    pub fn at(&self, level: tracing::Level) -> usize {
+        self.0.lock().unwrap().iter().filter(|(l, _)| *l == level).count()
+    }
+
+    /// The messages at `level`, for assertion messages.
+    pub fn messages(&self, level: tracing::Level) -> Vec<String> {
+        let lines = self.0.lock().unwrap();
+        lines
+            .iter()
+            .filter(|(l, _)| *l == level)
+            .map(|(_, m)| m.clone())
+            .collect()
+    }
+
+    /// Forgets what was counted so far.
+    pub fn clear(&self) {
+        self.0.lock().unwrap().clear();
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LogCounts {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: tracing_subscriber::layer::Context<'_, S>) {
+        let meta = event.metadata();
+        if !meta.target().starts_with("leasehold") {
+            return;
+        }
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        self.0.lock().unwrap().push((*meta.level(), message.0));
+    }
+}

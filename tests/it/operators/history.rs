@@ -186,3 +186,52 @@ async fn forgetting_a_key_forgets_its_history() {
         .collect();
     assert_eq!(numbers, vec![2, 1]);
 }
+
+/// A run that fails with a database error records it with each cause said
+/// once: leasehold's `database error` wraps sqlx's error, which wraps the
+/// server's message, and each `Display` already prints its source.
+#[tokio::test]
+async fn a_failed_runs_error_says_each_cause_once() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let pool = db.pool.clone();
+    let failing = job(
+        "ledger",
+        quick(Schedule::Manual, Duration::from_secs(5)).retry(Duration::from_secs(60), Duration::from_secs(60)),
+        move |_guard| {
+            let pool = pool.clone();
+            async move {
+                // Three levels: leasehold::Error -> sqlx::Error -> the server's error.
+                let query = sqlx::query("SELECT no_such_column FROM leasehold_lease")
+                    .execute(&pool)
+                    .await;
+                query.map_err(leasehold::Error::from)?;
+                Ok(())
+            }
+        },
+    );
+    let rt = Runtime::builder(db.pool_with(2).await)
+        .holder("r1")
+        .register(failing)
+        .start()
+        .await
+        .unwrap();
+    rt.trigger("ledger").await.unwrap();
+    let failed = support::eventually_async(Duration::from_secs(10), || {
+        let store = store.clone();
+        async move {
+            let newest = store.history("ledger", 1).await.unwrap();
+            newest.into_iter().find(|r| r.outcome == RunOutcome::Failed)
+        }
+    })
+    .await;
+    rt.shutdown().await;
+
+    let error = failed.error.unwrap_or_default();
+    assert!(
+        error.starts_with(r#"database error: error returned from database: column "no_such_column" does not exist"#),
+        "{error}"
+    );
+    assert_eq!(error.matches("error returned from database").count(), 1, "{error}");
+    assert_eq!(error.matches("does not exist").count(), 1, "{error}");
+}
