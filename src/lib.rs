@@ -48,6 +48,9 @@
 //! MSRV: Rust 1.94 (sqlx 0.9.0 needs it).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
+// docs.rs builds with `--cfg docsrs` (Cargo.toml's `package.metadata.docs.rs`):
+// each feature-gated item then says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod cancel;
 mod connection;
