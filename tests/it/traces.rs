@@ -56,24 +56,25 @@ fn attribute(span: &SpanData, name: &str) -> Option<Value> {
         .map(|kv| kv.value.clone())
 }
 
-/// Asserts what identifies the run on its span: job, key, holder, and the
-/// fence its guard had.
-fn assert_identifies(span: &SpanData, job: &str, key: &str, holder: &str, fence: i64) {
-    let text = |name| attribute(span, name).map(|v| v.as_str().into_owned());
-    assert_eq!(text("job").as_deref(), Some(job), "{span:?}");
-    assert_eq!(text("key").as_deref(), Some(key), "{span:?}");
-    assert_eq!(text("holder").as_deref(), Some(holder), "{span:?}");
+fn text(span: &SpanData, name: &str) -> Option<String> {
+    attribute(span, name).map(|v| v.as_str().into_owned())
+}
+
+/// Asserts what identifies the run on its span — job, key, holder "replica-a"
+/// and the fence its guard had — and its outcome.
+fn assert_run(span: &SpanData, job: &str, key: &str, fence: i64, outcome: &str) {
+    assert_eq!(text(span, "job").as_deref(), Some(job), "{span:?}");
+    assert_eq!(text(span, "key").as_deref(), Some(key), "{span:?}");
+    assert_eq!(text(span, "holder").as_deref(), Some("replica-a"), "{span:?}");
     assert_eq!(attribute(span, "fence"), Some(Value::I64(fence)), "{span:?}");
+    assert_eq!(text(span, "outcome").as_deref(), Some(outcome), "{span:?}");
 }
 
-fn outcome(span: &SpanData) -> Option<String> {
-    attribute(span, "outcome").map(|v| v.as_str().into_owned())
-}
-
-/// Three runs on one replica — one succeeds, one fails, one loses its lease
-/// to another replica — each end as one span carrying its job, key, holder,
-/// fence and outcome (the names of the metrics and the history), with an
-/// error status for the failure (its error text) and the loss.
+/// Four runs on one replica — one succeeds, one fails, one panics, one loses
+/// its lease to another replica — each end as one span carrying its job,
+/// key, holder, fence and outcome (the names of the metrics and the
+/// history), with an error status for the failure and the panic (their
+/// text) and for the loss.
 #[tokio::test]
 async fn each_run_exports_a_span_with_its_lease_and_outcome() {
     let db = support::db().await;
@@ -89,6 +90,16 @@ async fn each_run_exports_a_span_with_its_lease_and_outcome() {
             }
         }
     };
+    let panicking = {
+        let runs = runs.clone();
+        move |guard: FenceGuard| {
+            let runs = runs.clone();
+            async move {
+                runs.start(&guard);
+                panic!("ledger corrupt");
+            }
+        }
+    };
     let jobs = vec![
         job(
             "report:acme",
@@ -101,6 +112,11 @@ async fn each_run_exports_a_span_with_its_lease_and_outcome() {
             failing,
         ),
         job(
+            "audit:acme",
+            quick(Schedule::Manual, Duration::from_secs(10)),
+            panicking,
+        ),
+        job(
             "billing:acme",
             quick(Schedule::Manual, Duration::from_secs(3)),
             runs.body(Duration::from_secs(60)),
@@ -111,6 +127,7 @@ async fn each_run_exports_a_span_with_its_lease_and_outcome() {
 
     rt.trigger("report:acme").await.unwrap();
     rt.trigger("invoice:acme").await.unwrap();
+    rt.trigger("audit:acme").await.unwrap();
     rt.trigger("billing:acme").await.unwrap();
     // Another replica takes billing over once its lease has expired.
     eventually(Duration::from_secs(10), || {
@@ -127,42 +144,22 @@ async fn each_run_exports_a_span_with_its_lease_and_outcome() {
     let within = Duration::from_secs(10);
     let report = eventually(within, || exported.run_of("report:acme")).await;
     let invoice = eventually(within, || exported.run_of("invoice:acme")).await;
+    let audit = eventually(within, || exported.run_of("audit:acme")).await;
     let billing = eventually(within, || exported.run_of("billing:acme")).await;
     rt.shutdown().await;
-    let fence_of = |key: &str| {
-        let all = runs.all();
-        let run = all.iter().find(|r| r.key == key).expect("the job ran");
-        run.fence
-    };
+    let fence = |key: &str| runs.all().iter().find(|r| r.key == key).expect("the job ran").fence;
 
-    assert_identifies(&report, "report", "report:acme", "replica-a", fence_of("report:acme"));
-    assert_eq!(outcome(&report).as_deref(), Some("succeeded"));
+    assert_run(&report, "report", "report:acme", fence("report:acme"), "succeeded");
     assert_eq!(attribute(&report, "reason"), None);
     assert_eq!(report.status, Status::Unset);
 
-    assert_identifies(
-        &invoice,
-        "invoice",
-        "invoice:acme",
-        "replica-a",
-        fence_of("invoice:acme"),
-    );
-    assert_eq!(outcome(&invoice).as_deref(), Some("failed"));
+    assert_run(&invoice, "invoice", "invoice:acme", fence("invoice:acme"), "failed");
     assert_eq!(invoice.status, Status::error("ledger unreachable"));
 
-    assert_identifies(
-        &billing,
-        "billing",
-        "billing:acme",
-        "replica-a",
-        fence_of("billing:acme"),
-    );
-    assert_eq!(outcome(&billing).as_deref(), Some("cancelled"));
-    assert_eq!(
-        attribute(&billing, "reason")
-            .map(|v| v.as_str().into_owned())
-            .as_deref(),
-        Some("stolen")
-    );
+    assert_run(&audit, "audit", "audit:acme", fence("audit:acme"), "panicked");
+    assert_eq!(audit.status, Status::error("ledger corrupt"));
+
+    assert_run(&billing, "billing", "billing:acme", fence("billing:acme"), "cancelled");
+    assert_eq!(text(&billing, "reason").as_deref(), Some("stolen"));
     assert_eq!(billing.status, Status::error("lease lost (stolen)"));
 }
