@@ -246,7 +246,10 @@ fn record_end(span: &tracing::Span, outcome: RunOutcome, reason: Option<CancelRe
         span.record("reason", reason.as_str());
     }
     let status = match (outcome, reason) {
-        (RunOutcome::Failed | RunOutcome::Panicked, _) => Some(error.unwrap_or(outcome.as_str()).to_owned()),
+        // A panic with a payload other than a string has no message.
+        (RunOutcome::Failed | RunOutcome::Panicked, _) => {
+            Some(error.filter(|e| !e.is_empty()).unwrap_or(outcome.as_str()).to_owned())
+        }
         (RunOutcome::Cancelled, Some(reason)) if reason.is_loss() => Some(format!("lease lost ({reason})")),
         _ => None,
     };
