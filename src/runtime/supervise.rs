@@ -160,9 +160,9 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (RunOutco
     // DEBUG: the run's INFO line is "run ended", one per run; losses,
     // failures and rejections log on their own at WARN or ERROR.
     tracing::debug!(job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence, "lease acquired; run starting");
-    let span = tracing::info_span!("leasehold.run", job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence);
+    let span = run_span(job, tenure);
     let started = Instant::now();
-    let mut handle = tokio::spawn((job.run)(FenceGuard::new(tenure.clone())).instrument(span));
+    let mut handle = tokio::spawn((job.run)(FenceGuard::new(tenure.clone())).instrument(span.clone()));
 
     let finished = loop {
         tokio::select! {
@@ -214,7 +214,49 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (RunOutco
         Some(Err(_)) | None => (RunOutcome::Cancelled, None),
     };
     metrics::run_finished(&job.name, outcome, started.elapsed());
+    record_end(&span, outcome, tenure.reason(), message.as_deref());
     (outcome, message)
+}
+
+/// The span the job's body runs in: its job, key, holder and fence, and
+/// how it ended, recorded by [`record_end`] (the fields declared empty
+/// here). `otel.status_code` and `otel.status_description` are the names
+/// `tracing-opentelemetry` maps to the span's OpenTelemetry status.
+fn run_span(job: &JobEntry, tenure: &Tenure) -> tracing::Span {
+    use tracing::field::Empty;
+    tracing::info_span!("leasehold.run", job = %job.name, key = %job.key, holder = %tenure.holder,
+        fence = tenure.fence, outcome = Empty, reason = Empty, otel.status_code = Empty,
+        otel.status_description = Empty)
+}
+
+/// Records how the run ended on its span: the outcome (the names of the
+/// history and of `leasehold_job_runs_total`), why a cancelled run was
+/// stopped (the names of `leasehold_lease_lost_total`'s reasons, plus
+/// `shutdown` and `paused`), and an error status for a run that failed,
+/// panicked or lost its lease — not for one stopped by shutdown or pause,
+/// which did nothing wrong.
+fn record_end(span: &tracing::Span, outcome: RunOutcome, reason: Option<CancelReason>, error: Option<&str>) {
+    // Nothing to format for a span no subscriber wants.
+    if span.is_disabled() {
+        return;
+    }
+    span.record("outcome", outcome.as_str());
+    let reason = reason.filter(|_| outcome == RunOutcome::Cancelled);
+    if let Some(reason) = reason {
+        span.record("reason", reason.as_str());
+    }
+    let status = match (outcome, reason) {
+        // A panic with a payload other than a string has no message.
+        (RunOutcome::Failed | RunOutcome::Panicked, _) => {
+            Some(error.filter(|e| !e.is_empty()).unwrap_or(outcome.as_str()).to_owned())
+        }
+        (RunOutcome::Cancelled, Some(reason)) if reason.is_loss() => Some(format!("lease lost ({reason})")),
+        _ => None,
+    };
+    if let Some(description) = status {
+        span.record("otel.status_code", "ERROR");
+        span.record("otel.status_description", description.as_str());
+    }
 }
 
 /// An error and its sources, `outer: inner: innermost`, for the history,

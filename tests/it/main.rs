@@ -16,3 +16,4 @@ mod operators;
 mod pgbouncer;
 mod runtime;
 mod scheduler;
+mod traces;
