@@ -144,7 +144,7 @@ pub(super) enum During {
     /// Showing a page; `refresh` is the console's refresh setting in
     /// seconds (0: pages never refresh themselves).
     Page { refresh: u64 },
-    /// Taking an action (a POST): it was not taken.
+    /// Taking an action (a POST).
     Action,
 }
 
@@ -161,7 +161,13 @@ fn busy(base: &Base, viewer: &Viewer, during: During) -> Response {
                 "Nothing is wrong with the leases: reload the page in a moment."
             },
         ),
-        During::Action => (0, "The action was not taken: go back and try it again in a moment."),
+        // The pool may time out after an action's first statement: the
+        // key's page (its actions list) says whether it was taken.
+        During::Action => (
+            0,
+            "Your action may not have been taken: check the key's page (an action taken is listed there) \
+             before trying it again.",
+        ),
     };
     let mut response = page(
         base,
@@ -172,8 +178,8 @@ fn busy(base: &Base, viewer: &Viewer, during: During) -> Response {
         html! {
             h1 { "Busy, retry in a moment" }
             p #busy {
-                "The console is busy: other requests are using the few database connections it may use at once, \
-                 which it leaves the rest of to the service and its jobs. " (sentence)
+                "The console is busy: it uses only a few of the service's database connections at once, leaving \
+                 the rest to the service and its jobs, and none came free in time. " (sentence)
             }
             p { a href="./" { "Back to the leases" } }
         },

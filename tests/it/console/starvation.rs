@@ -189,3 +189,56 @@ async fn a_flood_of_console_views_on_the_runtimes_pool_cancels_no_run() {
     assert!(flood.latencies.len() > 200, "{}", flood.report("too few answers"));
     rt.shutdown().await;
 }
+
+/// A pool of 1 whose connection the service holds: the console's first
+/// view takes its one turn and waits for the pool; a second view waits
+/// its `read_wait` for a turn and gets the busy page, as does the first
+/// once the pool gives up on it; when the service lets go, views are
+/// served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_beyond_the_consoles_share_get_the_busy_page_not_the_pools_error() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    store.claim("tenant:1", "web-1", support::LONG).await.expect("claim");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(3))
+        .connect_with(db.options.clone())
+        .await
+        .expect("a pool of 1");
+    let app = super::http::console(
+        &pool,
+        ConsoleOptions::new()
+            .max_concurrent_reads(1)
+            .read_wait(Duration::from_millis(200)),
+    );
+    let service = pool.acquire().await.expect("the service takes the only connection");
+
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { get(&app, "/", &[]).await }
+    });
+    // Time for the first view to take the turn and queue on the pool.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = Instant::now();
+    let second = get(&app, "/", &[]).await;
+    // Answered after its own wait, not after the pool's 3 s.
+    assert!(asked.elapsed() < Duration::from_secs(2), "waited {:?}", asked.elapsed());
+    assert!(is_busy_page(&second), "{} {}", second.status, second.body);
+    assert_eq!(second.headers[header::RETRY_AFTER], "2");
+    assert!(second.body.contains("The console is busy"), "{}", second.body);
+    // The page retries by itself, as often as Retry-After says.
+    assert!(second.body.contains("data-refresh=\"2\""), "{}", second.body);
+
+    let first = first.await.expect("the first view");
+    assert!(is_busy_page(&first), "{} {}", first.status, first.body);
+    for page in [&first, &second] {
+        let text = page.body.to_lowercase();
+        assert!(!text.contains("timed out") && !text.contains("database error"), "{}", page.body);
+    }
+
+    drop(service);
+    let served = get(&app, "/", &[]).await;
+    assert_eq!(served.status, StatusCode::OK, "{}", served.body);
+    assert!(served.body.contains("data-key=\"tenant:1\""), "{}", served.body);
+}
