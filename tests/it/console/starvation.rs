@@ -234,7 +234,11 @@ async fn views_beyond_the_consoles_share_get_the_busy_page_not_the_pools_error()
     assert!(is_busy_page(&first), "{} {}", first.status, first.body);
     for page in [&first, &second] {
         let text = page.body.to_lowercase();
-        assert!(!text.contains("timed out") && !text.contains("database error"), "{}", page.body);
+        assert!(
+            !text.contains("timed out") && !text.contains("database error"),
+            "{}",
+            page.body
+        );
     }
 
     drop(service);
