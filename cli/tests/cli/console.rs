@@ -195,7 +195,10 @@ async fn console_under_a_flood_of_400_concurrent_views_answers_pages_or_busy() {
     }
     claims.join_all().await;
 
-    let served = Served::start(&url(&db), None, &["--listen", "127.0.0.1:0"]);
+    // A pool timeout shorter than the queue such a flood builds up on 2
+    // connections (about 6 s here): what a slower server shows at the
+    // default 10 s.
+    let served = Served::start(&url(&db), None, &["--listen", "127.0.0.1:0", "--connect-timeout", "4"]);
     let authority = served
         .url
         .trim_start_matches("http://")
