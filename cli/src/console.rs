@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use leasehold::console::{self, ConsoleOptions};
 
-use crate::db::Db;
+use crate::db::{self, Db};
 use crate::failure::Failure;
 
 /// The environment variable that holds the token.
@@ -40,6 +40,13 @@ pub(crate) struct Args {
     /// Seconds between automatic refreshes of open pages; 0 never.
     #[arg(long, default_value_t = 5, value_name = "SECS")]
     refresh: u64,
+
+    /// Page views served from the database at once (1 or 2, the CLI's
+    /// connections); the others wait a moment for their turn, then get a
+    /// "busy, retry" page. Bounds the console's load on a server the fleet
+    /// shares.
+    #[arg(long, default_value_t = ConsoleOptions::DEFAULT_MAX_CONCURRENT_READS, value_name = "N")]
+    max_concurrent_reads: usize,
 }
 
 impl Args {
@@ -59,6 +66,13 @@ impl Args {
             return Err(Failure::usage(format!(
                 "--refresh {}: at most 3600 seconds (0 turns refreshing off)",
                 self.refresh
+            )));
+        }
+        if !(1..=db::CONNECTIONS as usize).contains(&self.max_concurrent_reads) {
+            return Err(Failure::usage(format!(
+                "--max-concurrent-reads {}: between 1 and {} (the connections the CLI opens)",
+                self.max_concurrent_reads,
+                db::CONNECTIONS
             )));
         }
         Ok(())
@@ -109,7 +123,9 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     let addr = args.addr()?;
     let token = args.token()?;
     db.require_schema().await?;
-    let mut options = ConsoleOptions::new().refresh(Duration::from_secs(args.refresh));
+    let mut options = ConsoleOptions::new()
+        .refresh(Duration::from_secs(args.refresh))
+        .max_concurrent_reads(args.max_concurrent_reads);
     let access = match token {
         Some(token) => {
             options = options.token(token);

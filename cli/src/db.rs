@@ -9,6 +9,10 @@ use sqlx::{ConnectOptions, Connection, PgPool};
 
 use crate::failure::{Failure, describe};
 
+/// Connections the CLI opens at most (its pool's size): a command runs one
+/// statement at a time, the console at most this many.
+pub(crate) const CONNECTIONS: u32 = 2;
+
 /// Where the CLI connects, parsed from the URL.
 pub(crate) struct Target {
     options: PgConnectOptions,
@@ -78,7 +82,7 @@ impl Target {
             Err(_) => return Err(cannot(format!("no answer within {timeout:?} (--connect-timeout)"))),
         }
         let pool = PgPoolOptions::new()
-            .max_connections(2)
+            .max_connections(CONNECTIONS)
             .acquire_timeout(timeout)
             .connect_with(self.options.clone())
             .await

@@ -10,7 +10,8 @@ use maud::html;
 
 use super::Shared;
 use super::access::read_only;
-use super::layout::{self, Base, Tab, enc};
+use super::layout::{self, Base, During, Tab, enc};
+use super::reads::ReadError;
 use crate::Operator;
 use crate::lease::{PauseTarget, Resumed, Revoke, Revoked, Triggered};
 
@@ -159,39 +160,44 @@ pub(super) async fn act(
     };
     let key = form.key.as_str();
     let target = PauseTarget::key(key);
-    let done = match action {
-        Action::Trigger => operator.trigger(key).await.map(|t| match t {
-            Triggered::Due => "Triggered: the first replica to claim it runs it now.".to_owned(),
-            Triggered::Paused => "Triggered, but the key is paused: it runs once resumed.".to_owned(),
-            _ => "Not found: no runtime registered this key.".to_owned(),
-        }),
-        Action::Pause => {
-            let cancel = form.cancel.is_some();
-            operator
-                .pause(&target, cancel)
-                .await
-                .map(|p| match (cancel, p.running) {
-                    (true, 1..) => "Paused; the run in progress is cancelled at its next heartbeat.".to_owned(),
-                    (false, 1..) => "Paused; the run in progress finishes.".to_owned(),
-                    _ => "Paused.".to_owned(),
-                })
-        }
-        Action::Resume => operator.resume(&target).await.map(|r| match r {
-            Resumed::Yes { woken: 0 } => "Resumed: it runs at its next slot.".to_owned(),
-            Resumed::Yes { .. } => "Resumed: it was overdue and runs now.".to_owned(),
-            _ => "Not paused by its own name (is its job paused? `leasehold resume --job`).".to_owned(),
-        }),
-        Action::Release => operator.revoke(key, Revoke::Force, &[]).await.map(|r| match r {
-            Revoked::Ended { previous, fence } => {
-                format!(
-                    "Released: {} (fence {}) is fenced out; new fence {fence}.",
-                    previous.holder, previous.fence
-                )
+    // Actions take their turn on the database like page views: an
+    // operator's click cannot add to a flood either.
+    let work = async {
+        match action {
+            Action::Trigger => operator.trigger(key).await.map(|t| match t {
+                Triggered::Due => "Triggered: the first replica to claim it runs it now.".to_owned(),
+                Triggered::Paused => "Triggered, but the key is paused: it runs once resumed.".to_owned(),
+                _ => "Not found: no runtime registered this key.".to_owned(),
+            }),
+            Action::Pause => {
+                let cancel = form.cancel.is_some();
+                operator
+                    .pause(&target, cancel)
+                    .await
+                    .map(|p| match (cancel, p.running) {
+                        (true, 1..) => "Paused; the run in progress is cancelled at its next heartbeat.".to_owned(),
+                        (false, 1..) => "Paused; the run in progress finishes.".to_owned(),
+                        _ => "Paused.".to_owned(),
+                    })
             }
-            Revoked::Held(_) => "Still held: nothing changed.".to_owned(),
-            _ => "Not found: no lease row.".to_owned(),
-        }),
+            Action::Resume => operator.resume(&target).await.map(|r| match r {
+                Resumed::Yes { woken: 0 } => "Resumed: it runs at its next slot.".to_owned(),
+                Resumed::Yes { .. } => "Resumed: it was overdue and runs now.".to_owned(),
+                _ => "Not paused by its own name (is its job paused? `leasehold resume --job`).".to_owned(),
+            }),
+            Action::Release => operator.revoke(key, Revoke::Force, &[]).await.map(|r| match r {
+                Revoked::Ended { previous, fence } => {
+                    format!(
+                        "Released: {} (fence {}) is fenced out; new fence {fence}.",
+                        previous.holder, previous.fence
+                    )
+                }
+                Revoked::Held(_) => "Still held: nothing changed.".to_owned(),
+                _ => "Not found: no lease row.".to_owned(),
+            }),
+        }
     };
+    let done = console.reads.run(work).await;
     match done {
         Ok(flash) => {
             let to = format!("{}key?key={}&flash={}", base.0, enc(key), enc(&flash));
@@ -199,9 +205,9 @@ pub(super) async fn act(
             layout::secure(&mut response);
             response
         }
-        Err(crate::Error::InvalidInput { .. }) => {
+        Err(ReadError::Failed(crate::Error::InvalidInput { .. })) => {
             layout::error(&base, &viewer, StatusCode::BAD_REQUEST, "Not a lease key.")
         }
-        Err(err) => layout::error(&base, &viewer, StatusCode::SERVICE_UNAVAILABLE, &err.to_string()),
+        Err(err) => layout::unavailable(&base, &viewer, err, During::Action),
     }
 }

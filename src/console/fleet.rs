@@ -1,13 +1,12 @@
 //! The fleet page (`fleet`): the holders seen recently, and what each runs.
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::Response;
 use maud::html;
 
 use super::Shared;
-use super::layout::{self, Base, Tab, enc, span, when};
+use super::layout::{self, Base, During, Tab, enc, span, when};
 
 /// Running keys listed per holder before "and N more".
 const KEYS_SHOWN: usize = 20;
@@ -16,9 +15,12 @@ const KEYS_SHOWN: usize = 20;
 pub(super) async fn page(State(console): State<Shared>, base: Base, parts: Parts) -> Response {
     let viewer = console.access.viewer(&console.options, &parts);
     let window = console.options.fleet_window;
-    let fleet = match console.store.fleet(window).await {
+    let during = During::Page {
+        refresh: console.options.refresh.as_secs(),
+    };
+    let fleet = match console.reads.run(console.store.fleet(window)).await {
         Ok(fleet) => fleet,
-        Err(err) => return layout::error(&base, &viewer, StatusCode::SERVICE_UNAVAILABLE, &err.to_string()),
+        Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
     let now = fleet.server_now;
     let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);

@@ -10,7 +10,8 @@ use maud::{Markup, html};
 
 use super::Shared;
 use super::actions::Action;
-use super::layout::{self, Base, Tab, enc, span, when};
+use super::layout::{self, Base, During, Tab, enc, span, when};
+use super::reads::ReadError;
 use super::viewer::Viewer;
 use crate::lease::{ActionRecord, KeyState, KeyStatus, Pause, RunRecord};
 
@@ -42,9 +43,12 @@ pub(super) async fn page(
         let pauses = store.pauses().await?;
         crate::Result::Ok((status, runs, actions, pauses))
     };
-    let (status, runs, actions, pauses) = match read.await {
+    let during = During::Page {
+        refresh: console.options.refresh.as_secs(),
+    };
+    let (status, runs, actions, pauses) = match console.reads.run(read).await {
         Ok(read) => read,
-        Err(crate::Error::InvalidInput { .. }) => {
+        Err(ReadError::Failed(crate::Error::InvalidInput { .. })) => {
             return layout::error(
                 &base,
                 &viewer,
@@ -52,7 +56,7 @@ pub(super) async fn page(
                 "Not a lease key: give ?key=… .",
             );
         }
-        Err(err) => return layout::error(&base, &viewer, StatusCode::SERVICE_UNAVAILABLE, &err.to_string()),
+        Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
     let Some(status) = status else {
         return layout::error(

@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, html};
 
+use super::reads::ReadError;
 use super::viewer::Viewer;
 
 /// Where the console is mounted, with a trailing slash (`/` at the root,
@@ -115,6 +116,78 @@ pub(super) fn error(base: &Base, viewer: &Viewer, status: StatusCode, message: &
         },
     );
     *response.status_mut() = status;
+    response
+}
+
+/// Seconds a client is asked to wait (`Retry-After`) before retrying a
+/// busy answer; a busy page retries by itself after as long.
+pub(super) const RETRY_AFTER_SECS: u64 = 2;
+
+/// What a request whose database work did not answer gets: the busy page,
+/// or a 503 naming the failure.
+pub(super) fn unavailable(base: &Base, viewer: &Viewer, err: ReadError, during: During) -> Response {
+    match err {
+        ReadError::Busy => busy(base, viewer, during),
+        ReadError::Failed(err) => {
+            let what = match during {
+                During::Page { .. } => "The console could not read the lease table",
+                During::Action => "The action could not be taken",
+            };
+            error(base, viewer, StatusCode::SERVICE_UNAVAILABLE, &format!("{what}: {err}"))
+        }
+    }
+}
+
+/// What the request was doing when it found the database unavailable.
+#[derive(Clone, Copy)]
+pub(super) enum During {
+    /// Showing a page; `refresh` is the console's refresh setting in
+    /// seconds (0: pages never refresh themselves).
+    Page { refresh: u64 },
+    /// Taking an action (a POST).
+    Action,
+}
+
+/// "Busy, retry": HTTP 503 with `Retry-After`, in the console's frame and
+/// with its headers. A page view's busy page retries by itself (when pages
+/// refresh at all) and is replaced by the page once it is served.
+fn busy(base: &Base, viewer: &Viewer, during: During) -> Response {
+    let (refresh, sentence) = match during {
+        During::Page { refresh } => (
+            if refresh > 0 { RETRY_AFTER_SECS } else { 0 },
+            if refresh > 0 {
+                "Nothing is wrong with the leases: this page tries again by itself in a moment."
+            } else {
+                "Nothing is wrong with the leases: reload the page in a moment."
+            },
+        ),
+        // The pool may time out after an action's first statement: the
+        // key's page (its actions list) says whether it was taken.
+        During::Action => (
+            0,
+            "Your action may not have been taken: check the key's page (an action taken is listed there) \
+             before trying it again.",
+        ),
+    };
+    let mut response = page(
+        base,
+        "Busy",
+        Tab::None,
+        viewer,
+        refresh,
+        html! {
+            h1 { "Busy, retry in a moment" }
+            p #busy {
+                "The console is busy: it uses only a few of the service's database connections at once, leaving \
+                 the rest to the service and its jobs, and none came free in time. " (sentence)
+            }
+            p { a href="./" { "Back to the leases" } }
+        },
+    );
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
     response
 }
 

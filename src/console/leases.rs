@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 
 use super::Shared;
-use super::layout::{self, Base, Tab, enc, when};
+use super::layout::{self, Base, During, Tab, enc, when};
 use crate::lease::{KeyFilter, KeyState, KeyStatus};
 
 /// Keys on one page of the list.
@@ -45,9 +45,12 @@ pub(super) async fn page(
     if let Some(after) = query.after.as_deref().filter(|a| !a.is_empty()) {
         filter = filter.after(after);
     }
-    let page = match console.store.list_page(&filter).await {
+    let during = During::Page {
+        refresh: console.options.refresh.as_secs(),
+    };
+    let page = match console.reads.run(console.store.list_page(&filter)).await {
         Ok(page) => page,
-        Err(err) => return layout::error(&base, &viewer, StatusCode::SERVICE_UNAVAILABLE, &err.to_string()),
+        Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
     let next = page.next.as_ref().map(|after| {
         format!(
@@ -162,11 +165,14 @@ pub(super) async fn job(
 ) -> Response {
     let viewer = console.access.viewer(&console.options, &parts);
     let filter = KeyFilter::new().job(query.name.clone()).limit(2);
-    match console.store.list_page(&filter).await {
+    let during = During::Page {
+        refresh: console.options.refresh.as_secs(),
+    };
+    match console.reads.run(console.store.list_page(&filter)).await {
         Ok(page) if page.keys.len() == 1 => {
             Redirect::to(&format!("{}key?key={}", base.0, enc(&page.keys[0].lease.key))).into_response()
         }
         Ok(_) => Redirect::to(&format!("{}?job={}", base.0, enc(&query.name))).into_response(),
-        Err(err) => layout::error(&base, &viewer, StatusCode::SERVICE_UNAVAILABLE, &err.to_string()),
+        Err(err) => layout::unavailable(&base, &viewer, err, during),
     }
 }

@@ -16,6 +16,12 @@
 //! - **Everything is escaped**: keys, holders, job names and error messages
 //!   are text (maud escapes every interpolated value), and a strict
 //!   Content-Security-Policy allows only the console's own script and style.
+//! - **It cannot starve the service or the runtime**: at most
+//!   [`ConsoleOptions::max_concurrent_reads`] requests (default 1) use the
+//!   database at once, each holding at most one connection; the others
+//!   wait their turn for [`ConsoleOptions::read_wait`] (default 1 s), then
+//!   get a "busy, retry" page (HTTP 503 with `Retry-After`). So a burst of
+//!   page views on a pool the runtime shares cannot delay its heartbeats.
 //! - **Self-contained**: its CSS and ~40 lines of JavaScript (auto-refresh)
 //!   are compiled in; nothing is fetched from elsewhere.
 //! - **Works under any path**: pages link relatively from a `<base href>`
@@ -49,6 +55,7 @@ mod key;
 mod layout;
 mod leases;
 mod options;
+mod reads;
 mod viewer;
 
 use std::sync::Arc;
@@ -65,6 +72,8 @@ struct Console {
     store: LeaseStore,
     options: ConsoleOptions,
     access: access::Access,
+    /// The console's share of the database.
+    reads: reads::Reads,
 }
 
 type Shared = Arc<Console>;
@@ -72,11 +81,15 @@ type Shared = Arc<Console>;
 /// The console as an axum [`Router`], to serve or to `nest_service` under a path of
 /// your choice. It uses `pool` for its reads and actions (one statement at
 /// a time, like every leasehold call: it never holds a connection between
-/// requests). See the [module docs](self) for what it guarantees.
+/// requests), at most [`ConsoleOptions::max_concurrent_reads`] requests at
+/// once, so a flood of page views leaves the rest of the pool to the
+/// service and the runtime. See the [module docs](self) for what it
+/// guarantees.
 pub fn router(pool: PgPool, options: ConsoleOptions) -> Router {
     let console = Arc::new(Console {
         store: LeaseStore::new(pool),
         access: access::Access::new(&options),
+        reads: reads::Reads::new(&options),
         options,
     });
     Router::new()

@@ -4,3 +4,4 @@ mod browser;
 mod http;
 mod pages;
 mod security;
+mod starvation;
