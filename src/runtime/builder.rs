@@ -326,7 +326,9 @@ impl RuntimeBuilder {
             stop_counts: StopCounts::default(),
         });
         shared.clock.observed(server_now);
-        shared.file(&rows);
+        // No wake-up can have come yet: nothing listens before this.
+        let sent = shared.registry().mark();
+        shared.file(&rows, sent);
         metrics::concurrency_limit(shared.max_concurrent_runs);
         let stop_finisher = CancellationToken::new();
         let stop_heartbeat = CancellationToken::new();

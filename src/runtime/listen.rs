@@ -153,6 +153,8 @@ async fn listen(shared: &Shared, own: &sqlx::PgPool) -> Stopped {
 
 /// A key may be claimable now: if it is registered here, claim it soon.
 fn wake(shared: &Shared, key: &str) {
+    #[cfg(feature = "test-util")]
+    shared.faults.notification_heard();
     let mut registry = shared.registry();
     if registry.job(key).is_some() {
         registry.wake(key, Instant::now());
