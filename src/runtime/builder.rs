@@ -320,6 +320,7 @@ impl RuntimeBuilder {
             tick: AtomicU64::new(u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX)),
             retick: Notify::new(),
             listening: AtomicBool::new(false),
+            poll_now: AtomicBool::new(false),
             clock: ServerClock::default(),
             finishes,
             runs: TaskTracker::new(),

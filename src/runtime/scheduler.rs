@@ -6,6 +6,8 @@
 //! 1. every poll interval, asks the server which keys *became* due since it
 //!    last looked (`LeaseStore::due_since`: triggers made elsewhere, wake-ups
 //!    a lost notification did not bring) — one statement, an index range;
+//!    and at once when the listener starts (again) to listen, for what was
+//!    notified while no one listened;
 //! 2. when keys are due locally and there is room under
 //!    `max_concurrent_runs`, claims them in **one** statement
 //!    (`LeaseStore::claim_due`), starts a supervised run per claimed key,
@@ -29,6 +31,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -93,7 +96,8 @@ impl Scheduler {
     /// One pass: poll if it is time, register missing rows, claim what is
     /// due. Returns how long to sleep unless woken.
     async fn step(&mut self, shared: &Arc<Shared>) -> Duration {
-        if Instant::now() >= self.next_poll {
+        let asked = shared.poll_now.swap(false, Ordering::SeqCst);
+        if asked || Instant::now() >= self.next_poll {
             if let Err(pause) = self.poll(shared).await {
                 return pause;
             }

@@ -425,6 +425,10 @@ pub(crate) struct Shared {
     pub(crate) retick: Notify,
     /// Whether `LISTEN` wake-ups are working right now.
     pub(crate) listening: AtomicBool,
+    /// Set when the listener starts (or starts again) to listen: the
+    /// notifications sent before it did were heard by no one, so the
+    /// scheduler polls at once instead of at its next poll.
+    pub(crate) poll_now: AtomicBool,
     pub(crate) clock: ServerClock,
     pub(crate) finishes: mpsc::UnboundedSender<FinishRequest>,
     pub(crate) runs: TaskTracker,
