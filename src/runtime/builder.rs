@@ -320,13 +320,16 @@ impl RuntimeBuilder {
             tick: AtomicU64::new(u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX)),
             retick: Notify::new(),
             listening: AtomicBool::new(false),
+            poll_now: AtomicBool::new(false),
             clock: ServerClock::default(),
             finishes,
             runs: TaskTracker::new(),
             stop_counts: StopCounts::default(),
         });
         shared.clock.observed(server_now);
-        shared.file(&rows);
+        // No wake-up can have come yet: nothing listens before this.
+        let sent = shared.registry().mark();
+        shared.file(&rows, sent);
         metrics::concurrency_limit(shared.max_concurrent_runs);
         let stop_finisher = CancellationToken::new();
         let stop_heartbeat = CancellationToken::new();

@@ -2,7 +2,10 @@
 //! through `Runtime::faults`. Nothing here is needed in production, and
 //! without the feature none of it is compiled.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 /// Fault injection for tests and chaos runs, reached through
 /// [`Runtime::faults`](crate::Runtime::faults). Needs the `test-util`
@@ -11,6 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub struct Faults {
     stall_heartbeats: AtomicBool,
     partitioned: AtomicBool,
+    hold_claim_answers: AtomicBool,
+    claim_answers_let_go: Notify,
+    claim_answers_held: AtomicU64,
+    notifications_heard: AtomicU64,
 }
 
 impl Faults {
@@ -35,5 +42,54 @@ impl Faults {
 
     pub(crate) fn partitioned(&self) -> bool {
         self.partitioned.load(Ordering::SeqCst)
+    }
+
+    /// While `true`, the scheduler holds every claim answer it gets before
+    /// acting on it, until this is set back to `false`: the claim stays in
+    /// flight, as on a loaded machine, for as long as a test needs (say, for
+    /// a notification to arrive meanwhile). Shutdown lets a held answer go.
+    pub fn hold_claim_answers(&self, hold: bool) {
+        self.hold_claim_answers.store(hold, Ordering::SeqCst);
+        if !hold {
+            self.claim_answers_let_go.notify_waiters();
+        }
+    }
+
+    /// How many claim answers [`Faults::hold_claim_answers`] has held so far.
+    pub fn claim_answers_held(&self) -> u64 {
+        self.claim_answers_held.load(Ordering::SeqCst)
+    }
+
+    /// How many wake-up notifications the listener has heard so far (its
+    /// own probes aside).
+    pub fn notifications_heard(&self) -> u64 {
+        self.notifications_heard.load(Ordering::SeqCst)
+    }
+
+    /// Where the scheduler has a claim answer: held there while
+    /// [`Faults::hold_claim_answers`] says so, or until `stopping`.
+    pub(crate) async fn claim_answered(&self, stopping: &CancellationToken) {
+        if !self.hold_claim_answers.load(Ordering::SeqCst) {
+            return;
+        }
+        self.claim_answers_held.fetch_add(1, Ordering::SeqCst);
+        loop {
+            // Registered before the flag is read again, so a release between
+            // the two is not missed.
+            let let_go = self.claim_answers_let_go.notified();
+            tokio::pin!(let_go);
+            let_go.as_mut().enable();
+            if !self.hold_claim_answers.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::select! {
+                _ = let_go => {}
+                _ = stopping.cancelled() => return,
+            }
+        }
+    }
+
+    pub(crate) fn notification_heard(&self) {
+        self.notifications_heard.fetch_add(1, Ordering::SeqCst);
     }
 }

@@ -290,10 +290,16 @@ impl Runtime {
             .await?;
         metrics::prime(&job.name);
         shared.lower_tick(job.settings.get_heartbeat());
-        if !shared.registry().insert(job.clone(), Instant::now()) {
-            return Err(duplicate_key(&job.key));
-        }
-        shared.file(&seen);
+        // Marked at the insert: a wake-up of the key between the insert and
+        // the filing keeps it due.
+        let sent = {
+            let mut registry = shared.registry();
+            if !registry.insert(job.clone(), Instant::now()) {
+                return Err(duplicate_key(&job.key));
+            }
+            registry.mark()
+        };
+        shared.file(&seen, sent);
         shared.wake.notify_one();
         Ok(())
     }

@@ -17,8 +17,9 @@
 //!   through the service's pool and waits for it; if it never arrives, the
 //!   runtime keeps polling. Off entirely with `RuntimeBuilder::listen(false)`.
 //! - **Lossy by nature, so never relied on**: a dropped connection loses
-//!   notifications; the listener reconnects (with back-off) and the
-//!   scheduler's poll finds whatever became due meanwhile. While it is
+//!   notifications; the listener reconnects (with back-off) and, once it
+//!   listens again, has the scheduler poll at once: that poll finds
+//!   whatever became due meanwhile. While it is
 //!   down, `Shared::listening` is false and the scheduler re-checks held
 //!   keys at least every poll interval.
 
@@ -136,6 +137,11 @@ async fn listen(shared: &Shared, own: &sqlx::PgPool) -> Stopped {
         }
     }
     shared.listening.store(true, Ordering::SeqCst);
+    // What was notified before this LISTEN (at start, or while the
+    // connection was down) reached no one: a poll now finds it, rather than
+    // the next one, a poll interval away.
+    shared.poll_now.store(true, Ordering::SeqCst);
+    shared.wake.notify_one();
     tracing::debug!(holder = %shared.holder, "listening for wake-ups");
     loop {
         match listener.try_recv().await {
@@ -153,6 +159,8 @@ async fn listen(shared: &Shared, own: &sqlx::PgPool) -> Stopped {
 
 /// A key may be claimable now: if it is registered here, claim it soon.
 fn wake(shared: &Shared, key: &str) {
+    #[cfg(feature = "test-util")]
+    shared.faults.notification_heard();
     let mut registry = shared.registry();
     if registry.job(key).is_some() {
         registry.wake(key, Instant::now());

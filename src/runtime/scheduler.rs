@@ -6,6 +6,8 @@
 //! 1. every poll interval, asks the server which keys *became* due since it
 //!    last looked (`LeaseStore::due_since`: triggers made elsewhere, wake-ups
 //!    a lost notification did not bring) — one statement, an index range;
+//!    and at once when the listener starts (again) to listen, for what was
+//!    notified while no one listened;
 //! 2. when keys are due locally and there is room under
 //!    `max_concurrent_runs`, claims them in **one** statement
 //!    (`LeaseStore::claim_due`), starts a supervised run per claimed key,
@@ -21,9 +23,15 @@
 //! in flight then hands what it took straight back (so do a claim answered
 //! after its local deadline and one for a key removed meanwhile); those
 //! hand-backs are tracked with the runs, so shutdown waits for them.
+//!
+//! A notification heard while a claim is in flight is not lost to that
+//! claim's answer: the answer may describe the row from before the commit
+//! that notified, so a key woken meanwhile is claimed again at once instead
+//! of being filed at the time the answer says (`Registry::file`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -88,7 +96,8 @@ impl Scheduler {
     /// One pass: poll if it is time, register missing rows, claim what is
     /// due. Returns how long to sleep unless woken.
     async fn step(&mut self, shared: &Arc<Shared>) -> Duration {
-        if Instant::now() >= self.next_poll {
+        let asked = shared.poll_now.swap(false, Ordering::SeqCst);
+        if asked || Instant::now() >= self.next_poll {
             if let Err(pause) = self.poll(shared).await {
                 return pause;
             }
@@ -156,6 +165,7 @@ impl Scheduler {
             },
         };
         let jobs = std::mem::take(&mut self.missing);
+        let sent = shared.registry().mark();
         let keys: Vec<(&str, &str, DateTime<Utc>)> = jobs
             .iter()
             .map(|j| (&*j.key, &*j.name, first_due(&j.settings.schedule, server_now)))
@@ -172,7 +182,7 @@ impl Scheduler {
                     keys = jobs.len(),
                     "registered keys whose rows had been deleted (forgotten) again"
                 );
-                shared.file(&seen);
+                shared.file(&seen, sent);
                 Ok(())
             }
             Err(pause) => {
@@ -192,7 +202,12 @@ impl Scheduler {
         }
         // A few more candidates than room: some will be held or locked.
         let wanted = room.saturating_mul(2).clamp(8, MAX_CANDIDATES);
-        let jobs = shared.registry().due(Instant::now(), wanted);
+        // The mark goes with the candidates: a wake-up after it may announce
+        // a commit this claim's answer does not see.
+        let (jobs, marked) = {
+            let registry = shared.registry();
+            (registry.due(Instant::now(), wanted), registry.mark())
+        };
         if jobs.is_empty() {
             return Ok(false);
         }
@@ -211,6 +226,8 @@ impl Scheduler {
             shared.store.claim_due(&shared.holder, &candidates, room),
         )
         .await;
+        #[cfg(feature = "test-util")]
+        shared.faults.claim_answered(&shared.stopping).await;
         if answer.is_err() {
             for job in &jobs {
                 metrics::claim(&job.name, "error");
@@ -284,7 +301,7 @@ impl Scheduler {
                 metrics::claim(&job.name, outcome);
             }
         }
-        shared.file(&claimed.seen);
+        shared.file(&claimed.seen, marked);
         let registry = shared.registry();
         let lost_rows = jobs.iter().filter(|j| !answered.contains(&*j.key)).filter(|j| {
             registry

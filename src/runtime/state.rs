@@ -11,6 +11,14 @@
 //! - The due queue is only a hint. Every claim is decided by the server
 //!   clock and the row; a queue that is early costs a claim that answers
 //!   "not due", a queue that is late is corrected by wake-ups and polling.
+//! - A wake-up is never lost to an answer in flight. An answer (a claim's,
+//!   a registration's, a release's) describes the row as its statement
+//!   saw it, which may be before the commit that sent a notification heard
+//!   while the statement was out. So every wake-up is numbered, each
+//!   statement notes the number reached when it is sent ([`WakeMark`]),
+//!   and an answer about a key woken after that mark never files the key
+//!   later than now: it is claimed again at once, and that claim sees the
+//!   commit. Cost: at most one more claim per such wake-up, none when idle.
 //! - Runs in progress never exceed `max_concurrent_runs`: the scheduler asks
 //!   for at most the room left, and a run counts until its release is done.
 //! - A key removed while it runs is in `removing` from the moment it leaves
@@ -98,6 +106,8 @@ struct Slot {
     /// `Some` while waiting (the due queue holds `(at, key)` too); `None`
     /// while running here.
     at: Option<Instant>,
+    /// The number of the key's latest wake-up (0: none since registered).
+    woken: u64,
     /// Runs that failed or panicked in a row (drives the fleet-wide retry
     /// back-off recorded with the release).
     failures: u32,
@@ -114,6 +124,41 @@ pub(crate) struct Registry {
     /// back comes back like a new one unless some replica ran it since
     /// (`LeaseStore::readd`). One entry per removed key, until re-added.
     removed: HashMap<Arc<str>, Instant>,
+    /// Wake-ups so far, of any key: the number of the latest.
+    wakes: u64,
+}
+
+/// A point in the registry's sequence of wake-ups, noted when a statement
+/// is sent: the wake-ups after it came while the statement was in flight,
+/// so its answer may not have seen what they announce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WakeMark(u64);
+
+/// What the scheduler needs to turn the server's answers into local
+/// instants: when it is, whether notifications are heard, the poll
+/// interval, the server's clock.
+pub(crate) struct Reading<'a> {
+    pub(crate) now: Instant,
+    pub(crate) listening: bool,
+    pub(crate) poll_interval: Duration,
+    pub(crate) clock: &'a ServerClock,
+}
+
+impl Reading<'_> {
+    /// When a key the server answered about is next worth a claim: a held
+    /// lease when it would expire (or the next poll, if wake-ups are not
+    /// heard), a free one when due, a free and due one lost to another
+    /// claimer shortly.
+    pub(crate) fn look_again(&self, sighting: &Sighting) -> Instant {
+        let now = self.now;
+        match sighting.held_for() {
+            Some(left) if self.listening => now + left,
+            Some(left) => now + left.min(self.poll_interval),
+            None if sighting.paused && sighting.due_in().is_zero() => now + PAUSED_RECHECK,
+            None if sighting.due_in().is_zero() => now + RACE_RETRY,
+            None => self.clock.local(sighting.next_due_at.unwrap_or(sighting.server_now)),
+        }
+    }
 }
 
 impl Registry {
@@ -130,6 +175,7 @@ impl Registry {
             Slot {
                 job,
                 at: Some(at),
+                woken: 0,
                 failures: 0,
                 losses: 0,
             },
@@ -174,12 +220,46 @@ impl Registry {
         }
     }
 
-    /// Like [`Registry::wait_until`], but only ever earlier.
+    /// A wake-up: the key may be claimable now. Moves a waiting key to
+    /// `now` if it was later (never later), and numbers the wake-up, a
+    /// running key's too, so that an answer already in flight about the key
+    /// cannot file it past this wake-up ([`Registry::file`],
+    /// [`Registry::finish`]).
     pub(crate) fn wake(&mut self, key: &str, now: Instant) {
-        if let Some(at) = self.slots.get(key).and_then(|s| s.at)
+        let Some(slot) = self.slots.get_mut(key) else {
+            return;
+        };
+        self.wakes += 1;
+        slot.woken = self.wakes;
+        if let Some(at) = slot.at
             && at > now
         {
             self.wait_until(key, now);
+        }
+    }
+
+    /// The wake-ups so far: note it before sending a statement whose answer
+    /// will be filed with [`Registry::file`] or [`Registry::finish`].
+    pub(crate) fn mark(&self) -> WakeMark {
+        WakeMark(self.wakes)
+    }
+
+    /// `at`, unless `key` was woken after `sent`: then no later than `now`.
+    fn unless_woken(&self, key: &str, sent: WakeMark, at: Instant, now: Instant) -> Instant {
+        match self.slots.get(key) {
+            Some(slot) if slot.woken > sent.0 => at.min(now),
+            _ => at,
+        }
+    }
+
+    /// Files what a statement sent at `sent` answered about keys: each
+    /// waiting key at the time `reading` says it is next worth a claim —
+    /// except a key woken since `sent`, which stays due now: the answer may
+    /// predate the commit the wake-up announced.
+    pub(crate) fn file(&mut self, seen: &[Sighting], sent: WakeMark, reading: &Reading<'_>) {
+        for sighting in seen {
+            let at = self.unless_woken(&sighting.key, sent, reading.look_again(sighting), reading.now);
+            self.wait_until(&sighting.key, at);
         }
     }
 
@@ -231,10 +311,12 @@ impl Registry {
         }
     }
 
-    /// The key's run ended here: back in the due queue at `at`, unless it
-    /// was removed meanwhile (or removed and added again: the new
+    /// The key's run ended here: back in the due queue at `at` — or at
+    /// `now`, if it was woken after its release was sent at `sent` — unless
+    /// it was removed meanwhile (or removed and added again: the new
     /// registration is waiting already).
-    pub(crate) fn finish(&mut self, key: &str, at: Instant) {
+    pub(crate) fn finish(&mut self, key: &str, at: Instant, sent: WakeMark, now: Instant) {
+        let at = self.unless_woken(key, sent, at, now);
         if let Some(slot) = self.slots.get_mut(key)
             && slot.at.is_none()
         {
@@ -343,6 +425,10 @@ pub(crate) struct Shared {
     pub(crate) retick: Notify,
     /// Whether `LISTEN` wake-ups are working right now.
     pub(crate) listening: AtomicBool,
+    /// Set when the listener starts (or starts again) to listen: the
+    /// notifications sent before it did were heard by no one, so the
+    /// scheduler polls at once instead of at its next poll.
+    pub(crate) poll_now: AtomicBool,
     pub(crate) clock: ServerClock,
     pub(crate) finishes: mpsc::UnboundedSender<FinishRequest>,
     pub(crate) runs: TaskTracker,
@@ -391,26 +477,19 @@ impl Shared {
         self.listening.load(Ordering::SeqCst)
     }
 
-    /// Files keys the server answered about at the time worth looking again:
-    /// a held lease when it would expire (or the next poll, if wake-ups are
-    /// not heard), a free one when due, a free and due one lost to another
-    /// claimer shortly.
-    pub(crate) fn file(&self, seen: &[Sighting]) {
-        let now = Instant::now();
+    /// Files keys a statement sent at `sent` answered about, at the time
+    /// worth looking again ([`Registry::file`]).
+    pub(crate) fn file(&self, seen: &[Sighting], sent: WakeMark) {
         if let Some(last) = seen.last() {
             self.clock.observed(last.server_now);
         }
-        let mut registry = self.registry();
-        for sighting in seen {
-            let at = match sighting.held_for() {
-                Some(left) if self.listening() => now + left,
-                Some(left) => now + left.min(self.poll_interval),
-                None if sighting.paused && sighting.due_in().is_zero() => now + PAUSED_RECHECK,
-                None if sighting.due_in().is_zero() => now + RACE_RETRY,
-                None => self.clock.local(sighting.next_due_at.unwrap_or(sighting.server_now)),
-            };
-            registry.wait_until(&sighting.key, at);
-        }
+        let reading = Reading {
+            now: Instant::now(),
+            listening: self.listening(),
+            poll_interval: self.poll_interval,
+            clock: &self.clock,
+        };
+        self.registry().file(seen, sent, &reading);
     }
 
     /// Records the pauses a poll read; when they changed, sets the paused
@@ -449,5 +528,145 @@ impl Shared {
         {
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The wake-up rule, on the registry alone: the scheduler's statements
+    //! are replaced by the answers they would bring, in the order a loaded
+    //! machine can deliver them.
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use chrono::{DateTime, Utc};
+    use tokio::time::Instant;
+
+    use super::{JobEntry, Reading, Registry, ServerClock};
+    use crate::job::JobSettings;
+    use crate::lease::Sighting;
+    use crate::schedule::Schedule;
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    fn entry(key: &str) -> Arc<JobEntry> {
+        Arc::new(JobEntry {
+            name: Arc::from("handover"),
+            key: Arc::from(key),
+            settings: JobSettings::new(Schedule::Manual),
+            run: Arc::new(|_| Box::pin(async { Ok(()) })),
+        })
+    }
+
+    /// What a claim answers about a due key another replica holds for
+    /// `LEASE` more.
+    fn held_elsewhere(key: &str) -> Sighting {
+        let server_now: DateTime<Utc> = "2026-12-01T12:00:00Z".parse().unwrap();
+        Sighting {
+            key: key.to_owned(),
+            expires_at: server_now + LEASE,
+            next_due_at: Some(server_now - chrono::TimeDelta::seconds(1)),
+            server_now,
+            paused: false,
+        }
+    }
+
+    fn listening(now: Instant, clock: &ServerClock) -> Reading<'_> {
+        Reading {
+            now,
+            listening: true,
+            poll_interval: Duration::from_secs(60),
+            clock,
+        }
+    }
+
+    fn proposed(registry: &Registry, now: Instant) -> Vec<String> {
+        registry.due(now, 8).iter().map(|j| j.key.to_string()).collect()
+    }
+
+    /// Claim sent → the holder's release is notified → the claim's answer
+    /// (from before the release) says "held for 30 s": the key stays due,
+    /// so the next pass claims it, instead of waiting out a lease that is
+    /// already released.
+    #[test]
+    fn a_notification_while_a_claim_is_in_flight_keeps_the_key_due() {
+        let clock = ServerClock::default();
+        let t0 = Instant::now();
+        let mut registry = Registry::default();
+        registry.insert(entry("k"), t0);
+
+        assert_eq!(proposed(&registry, t0), ["k"], "the claim proposes k");
+        let sent = registry.mark();
+        registry.wake("k", t0 + Duration::from_millis(5));
+        let answered = t0 + Duration::from_millis(10);
+        registry.file(&[held_elsewhere("k")], sent, &listening(answered, &clock));
+
+        assert_eq!(proposed(&registry, answered), ["k"], "k is claimed again at once");
+        assert!(registry.next_at().is_some_and(|at| at <= answered));
+    }
+
+    /// Without a wake-up during the claim (one before it was sent does not
+    /// count, nor one of another key), the answer files the key at the
+    /// lease's expiry: the rule costs no claim when nothing happened.
+    #[test]
+    fn a_claim_answer_parks_the_key_when_no_notification_came_meanwhile() {
+        let clock = ServerClock::default();
+        let t0 = Instant::now();
+        let mut registry = Registry::default();
+        registry.insert(entry("k"), t0 + Duration::from_secs(5));
+        registry.insert(entry("other"), t0 + Duration::from_secs(3600));
+        registry.wake("k", t0);
+
+        assert_eq!(proposed(&registry, t0), ["k"]);
+        let sent = registry.mark();
+        registry.wake("other", t0 + Duration::from_millis(5));
+        let answered = t0 + Duration::from_millis(10);
+        registry.file(&[held_elsewhere("k")], sent, &listening(answered, &clock));
+
+        assert_eq!(proposed(&registry, answered), ["other"], "k waits, other was woken");
+        assert_eq!(
+            proposed(&registry, answered + LEASE - Duration::from_millis(1)),
+            ["other"]
+        );
+        assert_eq!(proposed(&registry, answered + LEASE), ["other", "k"]);
+    }
+
+    /// A run's release is out → a trigger elsewhere commits after it and is
+    /// notified → the release answers "next due in an hour": the key is
+    /// back in the queue due now, not in an hour.
+    #[test]
+    fn a_notification_while_a_release_is_out_keeps_the_key_due() {
+        let t0 = Instant::now();
+        let mut registry = Registry::default();
+        let job = entry("k");
+        registry.insert(job.clone(), t0);
+        assert!(registry.start(&job));
+
+        let sent = registry.mark();
+        registry.wake("k", t0 + Duration::from_millis(5));
+        let answered = t0 + Duration::from_millis(10);
+        registry.finish("k", answered + Duration::from_secs(3600), sent, answered);
+
+        assert_eq!(proposed(&registry, answered), ["k"]);
+    }
+
+    /// The same release with no wake-up while it was out: due in an hour.
+    #[test]
+    fn a_release_answer_files_the_key_when_no_notification_came_meanwhile() {
+        let t0 = Instant::now();
+        let mut registry = Registry::default();
+        let job = entry("k");
+        registry.insert(job.clone(), t0);
+        assert!(registry.start(&job));
+        registry.wake("k", t0); // during the run, before the release: its answer saw it
+
+        let sent = registry.mark();
+        let answered = t0 + Duration::from_millis(10);
+        let hour = answered + Duration::from_secs(3600);
+        registry.finish("k", hour, sent, answered);
+
+        assert!(proposed(&registry, answered).is_empty());
+        assert_eq!(registry.next_at(), Some(hour));
     }
 }

@@ -86,6 +86,9 @@ async fn supervise(
         error: error.map(truncate_error),
         ring: shared.history,
     };
+    // A wake-up heard while the release is out may announce a commit (a
+    // trigger) its answer does not see: then the key is claimed again at once.
+    let sent = shared.registry().mark();
     let answer = release(&shared, &job, &tenure, next, report).await;
     let released = answer.released();
     tracing::info!(job = %job.name, key = %job.key, fence = tenure.fence, outcome = outcome.as_str(), released,
@@ -101,7 +104,7 @@ async fn supervise(
         }
     }
     let at = requeue_at(&shared, &job, &tenure, next, answer);
-    shared.registry().finish(&job.key, at);
+    shared.registry().finish(&job.key, at, sent, Instant::now());
     shared.in_progress.fetch_sub(1, Ordering::SeqCst);
     metrics::runs_in_progress(-1.0);
     tenure.ended.cancel();
