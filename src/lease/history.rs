@@ -346,7 +346,7 @@ impl LeaseStore {
         }
         const HISTORY: &str = "
             SELECT * FROM leasehold_run WHERE key = $1 ORDER BY run_no DESC LIMIT $2";
-        let rows: Vec<RunRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(HISTORY)
+        let rows: Vec<RunRow> = connection::run!(&self.conns, |conn| sqlx::query_as(HISTORY)
             .bind(key)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(conn))?;
@@ -435,7 +435,7 @@ impl LeaseStore {
              ORDER BY s.key
              LIMIT $5"
         );
-        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(KEYS)
+        connection::run!(&self.conns, |conn| sqlx::query_as(KEYS)
             .bind(&filter.prefix)
             .bind(filter.job.as_deref())
             .bind(filter.after.as_deref())
@@ -462,9 +462,8 @@ impl LeaseStore {
             return Ok(Vec::new());
         }
         let names: Vec<&str> = keys.iter().map(|k| k.row.key.as_str()).collect();
-        let latest: Vec<Latest> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(LATEST)
-            .bind(&names)
-            .fetch_all(conn))?;
+        let latest: Vec<Latest> =
+            connection::run!(&self.conns, |conn| sqlx::query_as(LATEST).bind(&names).fetch_all(conn))?;
         Ok(assemble(keys, latest))
     }
 }
