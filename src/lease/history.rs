@@ -503,6 +503,21 @@ impl LeaseStore {
         self.finish_many(&items).await.map(drop)
     }
 
+    /// Releases `lease` with the runtime's batched release statement,
+    /// recording nothing: what [`LeaseStore::release`] sent before it had a
+    /// statement of its own. For the benchmark that compares the two.
+    #[doc(hidden)]
+    pub async fn release_batched(&self, lease: &super::Lease) -> Result<bool> {
+        let item = super::Finish {
+            key: lease.key.clone(),
+            holder: lease.holder.clone(),
+            fence: lease.fence,
+            next: super::NextDue::Unchanged,
+            report: None,
+        };
+        Ok(self.finish_many(&[item]).await?.first().is_some_and(|r| r.released()))
+    }
+
     /// Releases `lease` as the runtime releases a run that succeeded:
     /// the release statement writing the run's history row (run `run_no`,
     /// ring `ring`). For the benchmark that compares it with
