@@ -735,3 +735,26 @@ fn degraded_reasons_say_one_in_the_singular() {
     assert!(said(Degraded::PoisonedConnections { closed: 1 }).starts_with("1 pooled connection was found"));
     assert!(said(Degraded::PoisonedConnections { closed: 2 }).starts_with("2 pooled connections were found"));
 }
+
+/// A pool of its own of 0 connections, or more than the runtime could
+/// use, is refused at start with an error naming the setting and the way
+/// out, before anything connects or runs.
+#[tokio::test]
+async fn an_own_pool_size_out_of_range_is_refused_at_start() {
+    let db = support::db().await;
+    for size in [0, 33] {
+        let err = Runtime::builder(db.pool.clone())
+            .connections(leasehold::Connections::Owned(size))
+            .start()
+            .await
+            .expect_err("out of range");
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+        let said = err.to_string();
+        assert!(
+            said.contains("connections")
+                && said.contains(&format!("Owned({size})"))
+                && said.contains("SharedWithService"),
+            "{said}"
+        );
+    }
+}
