@@ -1,7 +1,18 @@
-//! Connections borrowed from the service's pool, checked before leasehold
-//! sends anything on them.
+//! The connections leasehold sends its statements on: its own, or borrowed
+//! from the service's pool and checked first.
 //!
-//! The pool is the service's, not ours: its code may hand a connection back
+//! A [`Conns`] is one of two kinds:
+//!
+//! - **Owned** ([`Conns::owned`]): a pool leasehold opened itself and hands
+//!   to nobody. Every statement on it is one of leasehold's, each its own
+//!   implicit transaction, and a connection interrupted mid-statement is
+//!   closed (C2), so no connection of it can ever be found inside a
+//!   transaction: the probe below would always answer *idle*, and is
+//!   skipped. The service's code can neither poison nor exhaust it.
+//! - **Shared** ([`Conns::shared`]): the service's pool. Every statement is
+//!   preceded by the probe (C1).
+//!
+//! A shared pool is the service's, not ours: its code may hand a connection back
 //! inside a transaction (a `raw_sql("BEGIN")`, or sqlx 0.9.0's `Pool::begin`
 //! dropped while `BEGIN` is in flight — upstream issue #4393), and sqlx's
 //! return-to-pool check does not look at the transaction status. A lease
@@ -12,7 +23,8 @@
 //!
 //! 1. (C1) Every leasehold statement runs on a connection whose last
 //!    `ReadyForQuery` said *idle* (`I`): each one is its own implicit
-//!    transaction and commits when it returns. The probe is an empty simple
+//!    transaction and commits when it returns. On an owned pool that holds
+//!    by construction; on a shared one it is checked. The probe is an empty simple
 //!    query sent as a custom `BEGIN` statement: sqlx then reads the status
 //!    byte of the `ReadyForQuery` that answers it, and reports
 //!    [`sqlx::Error::BeginFailed`] exactly when the connection is *not*
@@ -64,6 +76,63 @@ pub(crate) struct PoisonCount(Arc<AtomicU64>);
 impl PoisonCount {
     pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The pool leasehold runs statements on, and whether it must probe each
+/// connection first. Cheap to clone.
+#[derive(Debug, Clone)]
+pub(crate) struct Conns {
+    pool: PgPool,
+    poisoned: PoisonCount,
+    /// `false` only for a pool leasehold owns (see the module docs).
+    probe: bool,
+}
+
+impl Conns {
+    /// The service's pool, or any pool others may use too: every statement
+    /// is probed (C1).
+    pub(crate) fn shared(pool: PgPool, poisoned: PoisonCount) -> Self {
+        Conns {
+            pool,
+            poisoned,
+            probe: true,
+        }
+    }
+
+    /// A pool only leasehold's statements ever use: no probe.
+    pub(crate) fn owned(pool: PgPool) -> Self {
+        Conns {
+            pool,
+            poisoned: PoisonCount::default(),
+            probe: false,
+        }
+    }
+
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub(crate) fn poisoned(&self) -> &PoisonCount {
+        &self.poisoned
+    }
+
+    pub(crate) fn is_owned(&self) -> bool {
+        !self.probe
+    }
+
+    /// How many times a statement that may be sent again (a renewal) is
+    /// retried at once after finding its connection gone: an owned pool
+    /// does not ping idle connections before handing them out, so after a
+    /// server restart each of its idle connections fails one statement
+    /// before it is discarded. A shared pool is the service's to configure
+    /// (sqlx pings by default), and is not retried.
+    pub(crate) fn retries_after_lost_connection(&self) -> u32 {
+        if self.probe {
+            0
+        } else {
+            self.pool.options().get_max_connections()
+        }
     }
 }
 
@@ -141,17 +210,22 @@ fn poisoned(state: &'static str) {
     );
 }
 
-/// Takes a connection from `pool` that is not inside a transaction,
-/// closing every poisoned one it meets (C1).
+/// Takes a connection from `conns` that is not inside a transaction: on a
+/// shared pool, probing each and closing every poisoned one it meets (C1);
+/// on an owned pool, as it comes.
 ///
 /// Cancel-safe: dropped during the probe, the connection is closed.
-pub(crate) async fn acquire(pool: &PgPool, count: &PoisonCount) -> Result<Checked> {
+pub(crate) async fn acquire(conns: &Conns) -> Result<Checked> {
     for _ in 0..MAX_POISONED_PER_CALL {
         let mut checked = Checked {
-            conn: Some(pool.acquire().await?),
+            conn: Some(conns.pool.acquire().await?),
             in_flight: true,
-            count: count.clone(),
+            count: conns.poisoned.clone(),
         };
+        if !conns.probe {
+            checked.in_flight = false;
+            return Ok(checked);
+        }
         // Ok(_) means the connection was already in a transaction; dropping
         // the returned handle queues a ROLLBACK, and the connection is then
         // closed anyway.
@@ -174,6 +248,22 @@ pub(crate) fn too_many_poisoned() -> Error {
     }
 }
 
+/// Whether `error` says the connection itself is gone (the server closed
+/// it: a restart, `pg_terminate_backend`, a dropped network path) rather
+/// than anything about the statement. sqlx discards such a connection when
+/// it comes back to the pool.
+pub(crate) fn connection_lost(error: &Error) -> bool {
+    match error {
+        Error::Database(sqlx::Error::Io(_)) => true,
+        Error::Database(error) => error
+            .as_database_error()
+            .and_then(|e| e.code())
+            // admin_shutdown, crash_shutdown
+            .is_some_and(|code| code == "57P01" || code == "57P02"),
+        _ => false,
+    }
+}
+
 /// SQLSTATE 25P02: the connection is inside an aborted transaction.
 fn in_failed_transaction(error: &sqlx::Error) -> bool {
     error
@@ -182,11 +272,10 @@ fn in_failed_transaction(error: &sqlx::Error) -> bool {
         .is_some_and(|code| code == "25P02")
 }
 
-/// Runs one leasehold statement on a checked connection of `$pool`,
-/// retrying on another connection if this one turns out to be poisoned
-/// (counted in `$count`, a [`PoisonCount`]):
-/// `run!(pool, count, |conn| sqlx::query(..).execute(conn))` evaluates to
-/// `Result<T>`.
+/// Runs one leasehold statement on a checked connection of `$conns` (a
+/// [`Conns`]), retrying on another connection if this one turns out to be
+/// poisoned: `run!(conns, |conn| sqlx::query(..).execute(conn))` evaluates
+/// to `Result<T>`.
 ///
 /// A macro rather than a function taking a closure: the statement borrows
 /// its arguments and the connection, and such a closure cannot be proven
@@ -195,10 +284,10 @@ fn in_failed_transaction(error: &sqlx::Error) -> bool {
 /// Cancel-safe: the statement either committed or did not, and a
 /// connection dropped mid-statement is closed rather than returned.
 macro_rules! run {
-    ($pool:expr, $count:expr, |$conn:ident| $statement:expr) => {{
+    ($conns:expr, |$conn:ident| $statement:expr) => {{
         let mut outcome = None;
         for _ in 0..$crate::connection::MAX_POISONED_PER_CALL {
-            let mut checked = match $crate::connection::acquire($pool, $count).await {
+            let mut checked = match $crate::connection::acquire($conns).await {
                 Ok(checked) => checked,
                 Err(error) => {
                     outcome = Some(Err(error));
@@ -217,7 +306,7 @@ macro_rules! run {
 }
 pub(crate) use run;
 
-/// Opens a transaction on a checked connection of `pool`.
+/// Opens a transaction on a checked connection of `conns`.
 ///
 /// Cancel-safe in fact, unlike sqlx 0.9.0's `Pool::begin`: the `BEGIN`
 /// round trip runs in a task of its own, so the caller's future can be
@@ -225,10 +314,10 @@ pub(crate) use run;
 /// connection. A transaction the caller no longer waits for is dropped by
 /// that task, which rolls it back (sqlx queues the `ROLLBACK` and flushes it
 /// before the connection is reused).
-pub(crate) async fn begin(pool: &PgPool, count: &PoisonCount) -> Result<Transaction<'static, Postgres>> {
-    let (pool, count) = (pool.clone(), count.clone());
+pub(crate) async fn begin(conns: &Conns) -> Result<Transaction<'static, Postgres>> {
+    let conns = conns.clone();
     let task = tokio::spawn(async move {
-        let checked = acquire(&pool, &count).await?;
+        let checked = acquire(&conns).await?;
         let Some(conn) = checked.into_inner() else {
             unreachable!("a checked connection always holds one");
         };

@@ -240,7 +240,10 @@ impl FenceGuard {
     pub async fn begin_fenced_on(&self, pool: &PgPool, resource: &str) -> Result<Transaction<'static, Postgres>> {
         validate::resource(resource)?;
         let t = &self.tenure;
-        let mut tx = connection::begin(pool, t.store.poisoned()).await?;
+        // The job's pool is the service's: probed, whatever the runtime's
+        // own statements run on.
+        let conns = connection::Conns::shared(pool.clone(), t.store.poisoned().clone());
+        let mut tx = connection::begin(&conns).await?;
         let tenure = fence::Tenure {
             key: &t.key,
             fence: t.fence,
@@ -456,7 +459,8 @@ impl<'g> FencedUpdate<'g> {
         args.add(fence)
             .and_then(|()| args.add(key.clone()))
             .map_err(|e| Error::invalid("fence", fence, e.to_string()))?;
-        let done = connection::run!(pool, self.guard.tenure.store.poisoned(), |conn| sqlx::query_with(
+        let conns = connection::Conns::shared(pool.clone(), self.guard.tenure.store.poisoned().clone());
+        let done = connection::run!(&conns, |conn| sqlx::query_with(
             sqlx::AssertSqlSafe(sql.update.clone()),
             args.clone()
         )
@@ -471,7 +475,7 @@ impl<'g> FencedUpdate<'g> {
             .add(fence)
             .and_then(|()| read_args.add(key))
             .map_err(|e| Error::invalid("fence", fence, e.to_string()))?;
-        let (newest, live): (Option<i64>, bool) = connection::run!(pool, self.guard.tenure.store.poisoned(), |conn| {
+        let (newest, live): (Option<i64>, bool) = connection::run!(&conns, |conn| {
             sqlx::query_as_with(sqlx::AssertSqlSafe(sql.newest.clone()), read_args.clone()).fetch_one(conn)
         })?;
         match newest {

@@ -82,8 +82,9 @@ pub use lease::LockedRow;
 #[doc(hidden)]
 pub use lease::never_claimed;
 pub use lease::{
-    ActionRecord, Claim, Due, Fleet, Forgotten, HolderSeen, KeyFilter, KeyPage, KeyState, KeyStatus, Lease, LeaseInfo,
-    LeaseStore, Pause, PauseTarget, Renewal, RenewedMany, Resumed, Revoke, Revoked, RunRecord, Triggered,
+    ActionRecord, Claim, DEFAULT_OWNED_CONNECTIONS, Due, Fleet, Forgotten, HolderSeen, KeyFilter, KeyPage, KeyState,
+    KeyStatus, Lease, LeaseInfo, LeaseStore, Pause, PauseTarget, Renewal, RenewedMany, Resumed, Revoke, Revoked,
+    RunRecord, Triggered,
 };
 pub use leasehold_macros::FencedJob;
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, schema_version};
@@ -94,7 +95,7 @@ pub use runtime::__private;
 #[cfg(feature = "test-util")]
 pub use runtime::Faults;
 pub use runtime::{
-    DEFAULT_DEGRADED_AFTER, DEFAULT_HISTORY, DEFAULT_MAX_CONCURRENT_RUNS, Health, Runtime, RuntimeBuilder,
+    Connections, DEFAULT_DEGRADED_AFTER, DEFAULT_HISTORY, DEFAULT_MAX_CONCURRENT_RUNS, Health, Runtime, RuntimeBuilder,
     ShutdownReport,
 };
 pub use schedule::{CatchUp, CronSchedule, MAX_CATCH_UP, Schedule, Upcoming};

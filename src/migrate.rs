@@ -46,7 +46,7 @@ const MIGRATION_LOCK: i64 = 0x6c65_6173_6568_6f6c;
 /// # Ok(()) }
 /// ```
 pub async fn migrate(pool: &PgPool) -> Result<()> {
-    let mut tx = crate::connection::begin(pool, &Default::default()).await?;
+    let mut tx = crate::connection::begin(&crate::connection::Conns::shared(pool.clone(), Default::default())).await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(MIGRATION_LOCK)
         .execute(&mut *tx)
@@ -70,7 +70,7 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
 /// changing anything. Used at start-up when automatic migration is off.
 pub async fn check_schema(pool: &PgPool) -> Result<()> {
     // A checked connection, in a read-only transaction rolled back on drop.
-    let mut tx = crate::connection::begin(pool, &Default::default()).await?;
+    let mut tx = crate::connection::begin(&crate::connection::Conns::shared(pool.clone(), Default::default())).await?;
     match read_version(&mut tx).await? {
         None => Err(Error::SchemaMissing),
         Some(found) if found > SCHEMA_VERSION => Err(Error::SchemaTooNew {
@@ -101,7 +101,7 @@ pub async fn check_schema(pool: &PgPool) -> Result<()> {
 /// # Ok(()) }
 /// ```
 pub async fn schema_version(pool: &PgPool) -> Result<Option<i32>> {
-    let mut tx = crate::connection::begin(pool, &Default::default()).await?;
+    let mut tx = crate::connection::begin(&crate::connection::Conns::shared(pool.clone(), Default::default())).await?;
     read_version(&mut tx).await
 }
 

@@ -221,6 +221,9 @@ async fn header(bench: &Bench, args: &[String], throwaway: bool) {
         },
         settings.join(", ")
     );
-    println!("- client: sqlx pools with default options (each acquire of an idle connection sends a Sync ping first)");
+    println!(
+        "- client: sqlx pools with default options (each acquire of an idle connection sends a Sync ping first), \
+         except where a section says otherwise (round trip: no pings on either side)"
+    );
     println!("- percentiles are nearest-rank over all samples of all interleaved rounds\n");
 }

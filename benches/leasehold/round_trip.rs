@@ -1,6 +1,11 @@
 //! Round trip (section 1 of the output): claim + release against the physical
 //! floor (two committed single-row `UPDATE`s), interleaved, plus each
-//! operation's server-side cost.
+//! operation's server-side cost. Leasehold runs on a store that owns its
+//! connections (the runtime's default) and, for comparison, on a store over
+//! the floor's own pool (shared: each statement probed first). No pool pings
+//! an idle connection before handing it out (`test_before_acquire(false)`,
+//! as the owned store does), so every statement is one round trip on both
+//! sides.
 
 use std::time::{Duration, Instant};
 
@@ -15,17 +20,21 @@ use crate::stats::{ANY_SQL, reset_statement_stats, statement_totals};
 enum Op {
     Floor,
     ClaimRelease,
+    ClaimReleaseShared,
     ClaimRunRelease,
+    ClaimRunReleaseBatched,
     ClaimRunReleaseRecorded,
     Select1,
     LosingClaim,
 }
 
 impl Op {
-    const ALL: [Op; 6] = [
+    const ALL: [Op; 8] = [
         Op::Floor,
         Op::ClaimRelease,
+        Op::ClaimReleaseShared,
         Op::ClaimRunRelease,
+        Op::ClaimRunReleaseBatched,
         Op::ClaimRunReleaseRecorded,
         Op::Select1,
         Op::LosingClaim,
@@ -34,19 +43,28 @@ impl Op {
     fn label(self) -> &'static str {
         match self {
             Op::Floor => "floor: 2 × committed single-row `UPDATE`",
-            Op::ClaimRelease => "leasehold `claim` + `release`",
-            Op::ClaimRunRelease => "leasehold `claim_run(Due::Now)` + `release` (no history)",
+            Op::ClaimRelease => "leasehold `claim` + `release` (owned connections)",
+            Op::ClaimReleaseShared => "leasehold `claim` + `release` (shared pool: probe before each statement)",
+            Op::ClaimRunRelease => "`claim_run(Due::Now)` + `release` (owned; its own release statement)",
+            Op::ClaimRunReleaseBatched => {
+                "`claim_run(Due::Now)` + the runtime's batched release, no history (owned; `release` before)"
+            }
             Op::ClaimRunReleaseRecorded => {
-                "`claim_run(Due::Now)` + the release that writes the run's history row (the runtime's path)"
+                "`claim_run(Due::Now)` + the batched release writing the run's history row (owned; the runtime's path)"
             }
             Op::Select1 => "`SELECT 1` (reference)",
-            Op::LosingClaim => "`claim` that loses (`HeldElsewhere`)",
+            Op::LosingClaim => "`claim` that loses (`HeldElsewhere`, owned)",
         }
     }
 
     fn statements(self) -> u32 {
         match self {
-            Op::Floor | Op::ClaimRelease | Op::ClaimRunRelease | Op::ClaimRunReleaseRecorded => 2,
+            Op::Floor
+            | Op::ClaimRelease
+            | Op::ClaimReleaseShared
+            | Op::ClaimRunRelease
+            | Op::ClaimRunReleaseBatched
+            | Op::ClaimRunReleaseRecorded => 2,
             Op::Select1 | Op::LosingClaim => 1,
         }
     }
@@ -58,7 +76,30 @@ const RT_TTL: Duration = Duration::from_secs(60);
 /// each run overwrites the one 100 runs older, as in steady state.
 static RUN_NO: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
-async fn run_op(op: Op, store: &LeaseStore, pool: &PgPool) {
+/// The stores under test: `owned` on connections of its own, `shared` over
+/// the floor's pool.
+struct Stores {
+    owned: LeaseStore,
+    shared: LeaseStore,
+}
+
+async fn claim_release(store: &LeaseStore) {
+    let lease = store
+        .claim("rt", "bench", RT_TTL)
+        .await
+        .expect("claim")
+        .acquired()
+        .expect("the key is free");
+    assert!(
+        store
+            .release(&lease.key, &lease.holder, lease.fence)
+            .await
+            .expect("release")
+    );
+}
+
+async fn run_op(op: Op, stores: &Stores, pool: &PgPool) {
+    let store = &stores.owned;
     match op {
         Op::Floor => {
             for _ in 0..2 {
@@ -68,20 +109,8 @@ async fn run_op(op: Op, store: &LeaseStore, pool: &PgPool) {
                     .expect("floor update");
             }
         }
-        Op::ClaimRelease => {
-            let lease = store
-                .claim("rt", "bench", RT_TTL)
-                .await
-                .expect("claim")
-                .acquired()
-                .expect("the key is free");
-            assert!(
-                store
-                    .release(&lease.key, &lease.holder, lease.fence)
-                    .await
-                    .expect("release")
-            );
-        }
+        Op::ClaimRelease => claim_release(store).await,
+        Op::ClaimReleaseShared => claim_release(&stores.shared).await,
         Op::ClaimRunRelease => {
             let lease = store
                 .claim_run("rt-run", "bench", RT_TTL, Due::Now)
@@ -95,6 +124,15 @@ async fn run_op(op: Op, store: &LeaseStore, pool: &PgPool) {
                     .await
                     .expect("release")
             );
+        }
+        Op::ClaimRunReleaseBatched => {
+            let lease = store
+                .claim_run("rt-batched", "bench", RT_TTL, Due::Now)
+                .await
+                .expect("claim_run")
+                .acquired()
+                .expect("the key is free");
+            assert!(store.release_batched(&lease).await.expect("release"));
         }
         Op::ClaimRunReleaseRecorded => {
             let lease = store
@@ -127,8 +165,17 @@ async fn run_op(op: Op, store: &LeaseStore, pool: &PgPool) {
 pub(crate) async fn round_trip(b: &Bench) {
     progress("1. round trip");
     let (db, stats) = fresh_db(&b.server).await;
-    let pool = db.pool_with(2).await;
-    let store = LeaseStore::new(pool.clone());
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .test_before_acquire(false)
+        .connect_with(db.options.clone())
+        .await
+        .expect("floor pool");
+    let stores = Stores {
+        owned: LeaseStore::connect(db.options.clone()).await.expect("owned store"),
+        shared: LeaseStore::new(pool.clone()),
+    };
+    let store = &stores.owned;
     sqlx::query("CREATE TABLE bench_floor (id int PRIMARY KEY, n bigint NOT NULL DEFAULT 0)")
         .execute(&pool)
         .await
@@ -147,7 +194,7 @@ pub(crate) async fn round_trip(b: &Bench) {
     let (rounds, iters) = if b.smoke { (3, 40) } else { (20, 200) };
     for op in Op::ALL {
         for _ in 0..50 {
-            run_op(op, &store, &pool).await;
+            run_op(op, &stores, &pool).await;
         }
     }
     // samples[round][op]
@@ -157,7 +204,7 @@ pub(crate) async fn round_trip(b: &Bench) {
             for j in 0..Op::ALL.len() {
                 let k = (i + j) % Op::ALL.len();
                 let t = Instant::now();
-                run_op(Op::ALL[k], &store, &pool).await;
+                run_op(Op::ALL[k], &stores, &pool).await;
                 round[k].push(t.elapsed());
             }
         }
@@ -170,7 +217,7 @@ pub(crate) async fn round_trip(b: &Bench) {
         for op in Op::ALL {
             reset_statement_stats(&pool).await;
             for _ in 0..n {
-                run_op(op, &store, &pool).await;
+                run_op(op, &stores, &pool).await;
             }
             server.push(statement_totals(&pool, ANY_SQL).await);
         }
@@ -186,7 +233,8 @@ pub(crate) async fn round_trip(b: &Bench) {
     println!("## 1. Round trip: claim + release vs the physical floor\n");
     println!(
         "{rounds} rounds × {iters} iterations; each iteration runs every operation once, the order rotating \
-         (A B C D E F, B C D E F A, …). One pool of 2 connections, one caller at a time. \
+         (A B C …, B C … A, …), one caller at a time. The floor's pool and the owned store's have 2 connections each, \
+         neither pinging idle connections before use (`test_before_acquire(false)`); the shared store runs on the floor's pool. \
          Floor: two committed single-row `UPDATE bench_floor SET n = n + 1 WHERE id = 1` (one round trip \
          and one durable commit each), the least any claim + release pair can cost.\n"
     );
@@ -223,27 +271,37 @@ pub(crate) async fn round_trip(b: &Bench) {
         ],
         &rows,
     );
-    let (cr50, _) = p50_p99(&all(1));
-    let r = ratio(cr50, floor50);
+    let at = |op: Op| Op::ALL.iter().position(|&o| o == op).unwrap_or(0);
+    // p50 of `a` ÷ p50 of `b` over all rounds, and its range per round.
+    let compare = |a: Op, b: Op| {
+        let (a, b) = (at(a), at(b));
+        let per_round: Vec<f64> = (0..rounds)
+            .map(|r| ratio(p50_p99(&samples[r][a]).0, p50_p99(&samples[r][b]).0))
+            .collect();
+        let (lo, hi) = per_round
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        (ratio(p50_p99(&all(a)).0, p50_p99(&all(b)).0), lo, hi)
+    };
+    let (r, lo, hi) = compare(Op::ClaimRelease, Op::Floor);
     println!(
-        "Target claim + release ≤ 1.15× the floor (p50): **{}** ({r:.2}×).\n",
+        "Target claim + release (owned connections) ≤ 1.15× the floor (p50): **{}** ({r:.2}×; per round \
+         {lo:.2}–{hi:.2}×).\n",
         if r <= 1.15 { "met" } else { "missed" }
     );
-    let plain = Op::ALL.iter().position(|&o| o == Op::ClaimRunRelease).unwrap_or(2);
-    let recorded = Op::ALL
-        .iter()
-        .position(|&o| o == Op::ClaimRunReleaseRecorded)
-        .unwrap_or(3);
-    let h = ratio(p50_p99(&all(recorded)).0, p50_p99(&all(plain)).0);
-    let per_round: Vec<f64> = (0..rounds)
-        .map(|r| ratio(p50_p99(&samples[r][recorded]).0, p50_p99(&samples[r][plain]).0))
-        .collect();
-    let (lo, hi) = per_round
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    let (r, lo, hi) = compare(Op::ClaimReleaseShared, Op::Floor);
+    println!(
+        "The same on the shared pool, each statement probed first: {r:.2}× the floor (per round {lo:.2}–{hi:.2}×).\n"
+    );
+    let (h, lo, hi) = compare(Op::ClaimRunReleaseRecorded, Op::ClaimRunReleaseBatched);
     println!(
         "Target: the history row adds ≤ 5 % to claim + release (p50, interleaved): **{}** ({h:.3}×; per round {lo:.2}–{hi:.2}×).\n",
         if h <= 1.05 { "met" } else { "missed" }
+    );
+    let (p, lo, hi) = compare(Op::ClaimRunRelease, Op::ClaimRunReleaseBatched);
+    println!(
+        "`release`'s own statement ÷ the batched release it sent before (`claim_run` + release, p50, interleaved): \
+         {p:.3}× (per round {lo:.2}–{hi:.2}×).\n"
     );
     if stats {
         println!(

@@ -56,7 +56,7 @@ impl LeaseStore {
         validate_actor(actor)?;
         const RECORD: &str = "
             INSERT INTO leasehold_action (scope, name, action, actor) VALUES ($1, $2, $3, $4) RETURNING id";
-        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(RECORD)
+        connection::run!(&self.conns, |conn| sqlx::query_scalar(RECORD)
             .bind(target.scope())
             .bind(target.name())
             .bind(action)
@@ -71,7 +71,7 @@ impl LeaseStore {
         let outcome = super::truncate_error(outcome.to_owned());
         const OUTCOME: &str = "
             UPDATE leasehold_action SET outcome = $2, fence = $3 WHERE id = $1 AND outcome IS NULL";
-        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(OUTCOME)
+        connection::run!(&self.conns, |conn| sqlx::query(OUTCOME)
             .bind(id)
             .bind(&outcome)
             .bind(fence)
@@ -105,7 +105,7 @@ impl LeaseStore {
              WHERE (scope = 'key' AND name = $1)
                 OR (scope = 'job' AND name = (SELECT job_name FROM leasehold_lease WHERE key = $1))
              ORDER BY id DESC LIMIT $2";
-        let rows: Vec<ActionRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(ACTIONS)
+        let rows: Vec<ActionRow> = connection::run!(&self.conns, |conn| sqlx::query_as(ACTIONS)
             .bind(key)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(conn))?;

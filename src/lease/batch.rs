@@ -211,7 +211,7 @@ impl LeaseStore {
         if names.is_empty() {
             return Ok(Vec::new());
         }
-        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(REGISTER_MANY)
+        connection::run!(&self.conns, |conn| sqlx::query_as(REGISTER_MANY)
             .bind(holder)
             .bind(&names)
             .bind(&dues)
@@ -250,7 +250,7 @@ impl LeaseStore {
                AND NOT ",
             paused!(key = "l.key", jobs = "l.job_name, $3")
         );
-        let done = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(READD)
+        let done = connection::run!(&self.conns, |conn| sqlx::query(READD)
             .bind(key)
             .bind(first)
             .bind(job)
@@ -338,7 +338,7 @@ impl LeaseStore {
               FROM leasehold_lease AS l JOIN t ON t.key = l.key
              WHERE l.key NOT IN (SELECT key FROM claimed)"
         );
-        let rows: Vec<ClaimRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(CLAIM_DUE)
+        let rows: Vec<ClaimRow> = connection::run!(&self.conns, |conn| sqlx::query_as(CLAIM_DUE)
             .bind(holder)
             .bind(&keys)
             .bind(&ttls)
@@ -490,23 +490,22 @@ impl LeaseStore {
               FROM released AS r, woken
             UNION ALL
             SELECT b.key, b.fence, true, false FROM busy AS b";
-        let done: Vec<(String, i64, bool, bool)> =
-            connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(FINISH_MANY)
-                .bind(&keys)
-                .bind(&holders)
-                .bind(&fences)
-                .bind(&ats)
-                .bind(&afters)
-                .bind(WAKE_CHANNEL)
-                .bind(&h.jobs)
-                .bind(&h.run_nos)
-                .bind(&h.slots)
-                .bind(&h.started)
-                .bind(&h.outcomes)
-                .bind(&h.reasons)
-                .bind(&h.errors)
-                .bind(&h.rings)
-                .fetch_all(conn))?;
+        let done: Vec<(String, i64, bool, bool)> = connection::run!(&self.conns, |conn| sqlx::query_as(FINISH_MANY)
+            .bind(&keys)
+            .bind(&holders)
+            .bind(&fences)
+            .bind(&ats)
+            .bind(&afters)
+            .bind(WAKE_CHANNEL)
+            .bind(&h.jobs)
+            .bind(&h.run_nos)
+            .bind(&h.slots)
+            .bind(&h.started)
+            .bind(&h.outcomes)
+            .bind(&h.reasons)
+            .bind(&h.errors)
+            .bind(&h.rings)
+            .fetch_all(conn))?;
         Ok(items
             .iter()
             .map(
@@ -553,7 +552,7 @@ impl LeaseStore {
             Option<DateTime<Utc>>,
             Option<DateTime<Utc>>,
         );
-        let mut rows: Vec<Row> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(DUE_SINCE)
+        let mut rows: Vec<Row> = connection::run!(&self.conns, |conn| sqlx::query_as(DUE_SINCE)
             .bind(since)
             .bind(limit)
             .fetch_all(conn))?;
@@ -606,7 +605,7 @@ impl LeaseStore {
         const PID: &str = "SELECT pg_backend_pid()";
         for _ in 0..3 {
             let before: i32 = sqlx::query_scalar(PID).fetch_one(&mut *listener).await?;
-            let mut tx = connection::begin(&self.pool, &self.poisoned).await?;
+            let mut tx = connection::begin(&self.conns).await?;
             let pooled: i32 = sqlx::query_scalar(PID).fetch_one(&mut *tx).await?;
             let after: i32 = sqlx::query_scalar(PID).fetch_one(&mut *listener).await?;
             tx.rollback().await?;
@@ -619,12 +618,10 @@ impl LeaseStore {
 
     /// Sends `payload` on the wake-up channel (the listener's probe).
     pub(crate) async fn notify(&self, payload: &str) -> Result<()> {
-        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(
-            "SELECT pg_notify($1, $2)"
-        )
-        .bind(WAKE_CHANNEL)
-        .bind(payload)
-        .execute(conn))?;
+        connection::run!(&self.conns, |conn| sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(WAKE_CHANNEL)
+            .bind(payload)
+            .execute(conn))?;
         Ok(())
     }
 
@@ -665,7 +662,7 @@ impl LeaseStore {
             UNION ALL
             SELECT false, l.*, clock_timestamp() FROM leasehold_lease AS l
              WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM gone)";
-        let row: Option<ForgetRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(FORGET)
+        let row: Option<ForgetRow> = connection::run!(&self.conns, |conn| sqlx::query_as(FORGET)
             .bind(key)
             .fetch_optional(conn))?;
         Ok(match row {

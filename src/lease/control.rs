@@ -202,7 +202,7 @@ impl LeaseStore {
             pause_covers!(pause = "p", key = "l.key", jobs = "l.job_name"),
             ") AS c"
         );
-        let row: PauseRow = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(PAUSE)
+        let row: PauseRow = connection::run!(&self.conns, |conn| sqlx::query_as(PAUSE)
             .bind(target.scope())
             .bind(target.name())
             .bind(cancel)
@@ -246,7 +246,7 @@ impl LeaseStore {
             SELECT (SELECT count(*) FROM gone) AS resumed,
                    (SELECT count(*) FROM (SELECT pg_notify($3, w.key) FROM woken AS w) AS n) AS woken"
         );
-        let (resumed, woken): (i64, i64) = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(RESUME)
+        let (resumed, woken): (i64, i64) = connection::run!(&self.conns, |conn| sqlx::query_as(RESUME)
             .bind(target.scope())
             .bind(target.name())
             .bind(WAKE_CHANNEL)
@@ -273,8 +273,7 @@ impl LeaseStore {
             ") AS c
              ORDER BY p.scope DESC, p.name"
         );
-        let rows: Vec<PauseRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(PAUSES)
-            .fetch_all(conn))?;
+        let rows: Vec<PauseRow> = connection::run!(&self.conns, |conn| sqlx::query_as(PAUSES).fetch_all(conn))?;
         Ok(rows.into_iter().map(Pause::from).collect())
     }
 
@@ -285,9 +284,7 @@ impl LeaseStore {
             SELECT ",
             paused!(key = "$1", jobs = "SELECT job_name FROM leasehold_lease WHERE key = $1")
         );
-        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(PAUSED)
-            .bind(key)
-            .fetch_one(conn))
+        connection::run!(&self.conns, |conn| sqlx::query_scalar(PAUSED).bind(key).fetch_one(conn))
     }
 
     /// Makes `key` due now, for the whole fleet: the first replica that
@@ -332,11 +329,10 @@ impl LeaseStore {
             paused!(key = "$1", jobs = "SELECT job_name FROM due"),
             " AS paused"
         );
-        let (found, paused): (i64, bool) =
-            connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(TRIGGER)
-                .bind(key)
-                .bind(WAKE_CHANNEL)
-                .fetch_one(conn))?;
+        let (found, paused): (i64, bool) = connection::run!(&self.conns, |conn| sqlx::query_as(TRIGGER)
+            .bind(key)
+            .bind(WAKE_CHANNEL)
+            .fetch_one(conn))?;
         Ok(match (found, paused) {
             (0, _) => Triggered::NotFound,
             (_, true) => Triggered::Paused,

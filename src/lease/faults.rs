@@ -49,7 +49,7 @@ impl LeaseStore {
                   FROM old WHERE l.key = old.key
             )
             SELECT was_held FROM old";
-        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(EXPIRE)
+        connection::run!(&self.conns, |conn| sqlx::query_scalar(EXPIRE)
             .bind(key)
             .bind(slot)
             .bind(due)
@@ -69,7 +69,7 @@ impl LeaseStore {
         // The library's cancel-safe `begin`, not sqlx's `Pool::begin`
         // (upstream #4393): a test dropping this future leaves no pooled
         // connection inside a transaction.
-        let mut tx = connection::begin(&self.pool, &self.poisoned).await?;
+        let mut tx = connection::begin(&self.conns).await?;
         sqlx::query(LOCK).bind(key).execute(&mut *tx).await?;
         Ok(LockedRow {
             tx,
@@ -84,9 +84,7 @@ impl LeaseStore {
     pub async fn delete_row_for_test(&self, key: &str) -> Result<bool> {
         validate::key(key)?;
         const DELETE: &str = "DELETE FROM leasehold_lease WHERE key = $1";
-        let done = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query(DELETE)
-            .bind(key)
-            .execute(conn))?;
+        let done = connection::run!(&self.conns, |conn| sqlx::query(DELETE).bind(key).execute(conn))?;
         Ok(done.rows_affected() > 0)
     }
 }

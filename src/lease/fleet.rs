@@ -88,7 +88,7 @@ impl LeaseStore {
                AND l.expires_at - l.acquired_at > interval '1 microsecond'
              GROUP BY l.holder, c.now
              ORDER BY l.holder";
-        let rows: Vec<HolderRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(FLEET)
+        let rows: Vec<HolderRow> = connection::run!(&self.conns, |conn| sqlx::query_as(FLEET)
             .bind(window.as_secs_f64())
             .fetch_all(conn))?;
         let server_now = match rows.first() {

@@ -346,7 +346,7 @@ impl LeaseStore {
         }
         const HISTORY: &str = "
             SELECT * FROM leasehold_run WHERE key = $1 ORDER BY run_no DESC LIMIT $2";
-        let rows: Vec<RunRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(HISTORY)
+        let rows: Vec<RunRow> = connection::run!(&self.conns, |conn| sqlx::query_as(HISTORY)
             .bind(key)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(conn))?;
@@ -435,7 +435,7 @@ impl LeaseStore {
              ORDER BY s.key
              LIMIT $5"
         );
-        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(KEYS)
+        connection::run!(&self.conns, |conn| sqlx::query_as(KEYS)
             .bind(&filter.prefix)
             .bind(filter.job.as_deref())
             .bind(filter.after.as_deref())
@@ -462,9 +462,8 @@ impl LeaseStore {
             return Ok(Vec::new());
         }
         let names: Vec<&str> = keys.iter().map(|k| k.row.key.as_str()).collect();
-        let latest: Vec<Latest> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(LATEST)
-            .bind(&names)
-            .fetch_all(conn))?;
+        let latest: Vec<Latest> =
+            connection::run!(&self.conns, |conn| sqlx::query_as(LATEST).bind(&names).fetch_all(conn))?;
         Ok(assemble(keys, latest))
     }
 }
@@ -502,6 +501,21 @@ impl LeaseStore {
             })
             .collect();
         self.finish_many(&items).await.map(drop)
+    }
+
+    /// Releases `lease` with the runtime's batched release statement,
+    /// recording nothing: what [`LeaseStore::release`] sent before it had a
+    /// statement of its own. For the benchmark that compares the two.
+    #[doc(hidden)]
+    pub async fn release_batched(&self, lease: &super::Lease) -> Result<bool> {
+        let item = super::Finish {
+            key: lease.key.clone(),
+            holder: lease.holder.clone(),
+            fence: lease.fence,
+            next: super::NextDue::Unchanged,
+            report: None,
+        };
+        Ok(self.finish_many(&[item]).await?.first().is_some_and(|r| r.released()))
     }
 
     /// Releases `lease` as the runtime releases a run that succeeded:

@@ -31,8 +31,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::connection::{self, PoisonCount};
+use crate::connection::{self, Conns, PoisonCount};
 use crate::error::Result;
 use crate::validate;
 
@@ -250,6 +251,15 @@ pub(crate) enum NextDue {
 /// Usable on its own, without the runtime: every method is one statement on a
 /// pooled connection, so holding a lease for an hour holds no connection.
 ///
+/// Two ways to make one:
+///
+/// - [`LeaseStore::new`] runs on a pool you pass, which your code may use
+///   too. Before each statement leasehold checks that the connection it was
+///   given is not inside a transaction your code left open (one extra
+///   round trip; docs/design.md §4 C1).
+/// - [`LeaseStore::connect`] opens a small pool of its own, that nothing
+///   else uses: no check is needed, and your code cannot exhaust it.
+///
 /// Every method is cancel-safe in the sense that dropping its future leaves
 /// the database consistent: the statement either committed or did not. A
 /// claim whose answer was lost to cancellation may have acquired the lease;
@@ -274,9 +284,13 @@ pub(crate) enum NextDue {
 /// ```
 #[derive(Debug, Clone)]
 pub struct LeaseStore {
-    pool: PgPool,
-    poisoned: PoisonCount,
+    conns: Conns,
 }
+
+/// How many connections [`LeaseStore::connect`] opens at most, and the
+/// runtime's default ([`Connections::Owned`](crate::Connections::Owned)):
+/// enough for a claim and a release (or a heartbeat) in flight at once.
+pub const DEFAULT_OWNED_CONNECTIONS: u32 = 2;
 
 /// Columns every lease-returning statement ends with, so one row type reads
 /// them all. `remaining_secs` is measured on the server after the write.
@@ -343,11 +357,75 @@ impl LeaseRow {
 }
 
 impl LeaseStore {
-    /// A store over `pool`. The schema must exist ([`crate::migrate`]).
+    /// A store over `pool`, which other code may use too. The schema must
+    /// exist ([`crate::migrate`]).
+    ///
+    /// Every statement first checks that its connection is not inside a
+    /// transaction someone else left open, and closes it if it is (one
+    /// extra round trip per statement). To skip that, and to keep your
+    /// code from starving the store of connections, use
+    /// [`LeaseStore::connect`].
     pub fn new(pool: PgPool) -> Self {
         LeaseStore {
-            pool,
-            poisoned: PoisonCount::default(),
+            conns: Conns::shared(pool, PoisonCount::default()),
+        }
+    }
+
+    /// A store on connections of its own: a pool of at most
+    /// [`DEFAULT_OWNED_CONNECTIONS`] opened from `options`, used by nothing
+    /// else. Opens one connection before returning, so a bad address or
+    /// password fails here, and the first claim does not wait for a
+    /// connect. The schema must exist ([`crate::migrate`]).
+    ///
+    /// Nothing else sends on these connections, so none can be left inside
+    /// a transaction: statements run without the check [`LeaseStore::new`]
+    /// does, one round trip each. Idle connections are not pinged before
+    /// use either (sqlx's `test_before_acquire` is off): a connection the
+    /// server closed meanwhile fails its statement, sqlx discards it, and
+    /// the caller's retry gets a fresh one — the runtime retries a claim
+    /// within a second and a heartbeat at its next tick, well inside a
+    /// lease. A ping would cost a round trip on every statement to save
+    /// one failed statement after a restart.
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
+    /// use leasehold::LeaseStore;
+    ///
+    /// // The same server and credentials as the service's pool.
+    /// let store = LeaseStore::connect((*pool.connect_options()).clone()).await?;
+    /// println!("server time: {}", store.server_now().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(options: PgConnectOptions) -> Result<Self> {
+        let store = Self::owned(options, DEFAULT_OWNED_CONNECTIONS);
+        drop(store.conns.pool().acquire().await?);
+        Ok(store)
+    }
+
+    /// A store on a pool of its own of at most `max` connections (at least
+    /// 1), opened lazily; one connection is kept open while idle.
+    pub(crate) fn owned(options: PgConnectOptions, max: u32) -> Self {
+        let pool = PgPoolOptions::new()
+            .max_connections(max.max(1))
+            .min_connections(1)
+            .test_before_acquire(false)
+            // A connection is not held across a job's run, only for one
+            // statement: waiting longer than this for one means the
+            // server is unreachable, and the caller retries.
+            .acquire_timeout(Duration::from_secs(10))
+            .idle_timeout(Duration::from_secs(600))
+            .max_lifetime(Duration::from_secs(1800))
+            .connect_lazy_with(options);
+        LeaseStore {
+            conns: Conns::owned(pool),
+        }
+    }
+
+    /// Closes the store's own pool ([`LeaseStore::connect`]); a store over a
+    /// pool passed to [`LeaseStore::new`] leaves that pool open.
+    pub(crate) async fn close_owned(&self) {
+        if self.conns.is_owned() {
+            self.conns.pool().close().await;
         }
     }
 
@@ -364,19 +442,19 @@ impl LeaseStore {
     /// ```
     pub async fn server_now(&self) -> Result<DateTime<Utc>> {
         const SERVER_NOW: &str = "SELECT clock_timestamp()";
-        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(SERVER_NOW)
-            .fetch_one(conn))
+        connection::run!(&self.conns, |conn| sqlx::query_scalar(SERVER_NOW).fetch_one(conn))
     }
 
-    /// The pool this store runs on.
+    /// The pool this store runs on: the one passed to [`LeaseStore::new`],
+    /// or its own ([`LeaseStore::connect`]).
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        self.conns.pool()
     }
 
     /// Poisoned connections this store (and the fenced writes of its runs)
     /// found and closed.
     pub(crate) fn poisoned(&self) -> &PoisonCount {
-        &self.poisoned
+        self.conns.poisoned()
     }
 
     /// The re-entrant claim (invariant 3): acquire `key` for `holder` for `ttl`
@@ -446,7 +524,7 @@ impl LeaseStore {
             SELECT false, paused.paused, l.*, clock_timestamp() FROM leasehold_lease l, paused
              WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)"
         );
-        let row: Option<ClaimRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(CLAIM)
+        let row: Option<ClaimRow> = connection::run!(&self.conns, |conn| sqlx::query_as(CLAIM)
             .bind(key)
             .bind(holder)
             .bind(secs)
@@ -528,7 +606,7 @@ impl LeaseStore {
             SELECT false, paused.paused, l.*, clock_timestamp() FROM leasehold_lease l, paused
              WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)"
         );
-        let row: Option<ClaimRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(CLAIM_RUN)
+        let row: Option<ClaimRow> = connection::run!(&self.conns, |conn| sqlx::query_as(CLAIM_RUN)
             .bind(key)
             .bind(holder)
             .bind(secs)
@@ -645,13 +723,22 @@ impl LeaseStore {
             return Ok(RenewedMany::default());
         }
 
-        let rows: Vec<RenewRow> =
-            connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(Self::RENEW_MANY)
+        // Renewing is safe to send twice (it only extends tenures this
+        // holder still holds), so a connection found gone is retried at once
+        // rather than costing a heartbeat tick per dead idle connection.
+        let mut retries = self.conns.retries_after_lost_connection();
+        let rows: Vec<RenewRow> = loop {
+            let result = connection::run!(&self.conns, |conn| sqlx::query_as(Self::RENEW_MANY)
                 .bind(holder)
                 .bind(&keys)
                 .bind(&fences)
                 .bind(&ttls)
-                .fetch_all(conn))?;
+                .fetch_all(conn));
+            match result {
+                Err(error) if retries > 0 && connection::connection_lost(&error) => retries -= 1,
+                result => break result?,
+            }
+        };
         let mut renewed = Vec::with_capacity(rows.len());
         let mut busy = Vec::new();
         let mut paused = Vec::new();
@@ -701,25 +788,65 @@ impl LeaseStore {
     /// to every 500 ms) until the lock is gone. Bound it with a timeout if
     /// that matters to you; the lease expires on its own meanwhile.
     pub async fn release(&self, key: &str, holder: &str, fence: i64) -> Result<bool> {
-        let finish = [Finish {
-            key: key.to_owned(),
-            holder: holder.to_owned(),
-            fence,
-            next: NextDue::Unchanged,
-            report: None,
-        }];
+        validate::key(key)?;
+        validate::holder(holder)?;
+        validate::fence(fence)?;
         let mut pause = Duration::from_millis(10);
         loop {
-            match self.finish_many(&finish).await?.first() {
-                Some(released) if released.released() => return Ok(true),
-                Some(Released::Busy) => {
+            let busy: Option<bool> = connection::run!(&self.conns, |conn| sqlx::query_scalar(Self::RELEASE)
+                .bind(key)
+                .bind(holder)
+                .bind(fence)
+                .bind(batch::WAKE_CHANNEL)
+                .fetch_optional(conn))?;
+            match busy {
+                Some(false) => return Ok(true),
+                Some(true) => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
-                _ => return Ok(false),
+                None => return Ok(false),
             }
         }
     }
+
+    /// The statement of [`LeaseStore::release`]: the runtime's release
+    /// (`finish_many`) for one tenure that records nothing — neither a
+    /// history row (only the runtime keeps run history) nor a new due time
+    /// — without that statement's arrays and history CTEs.
+    ///
+    /// $1 key, $2 holder, $3 fence, $4 the wake-up channel.
+    /// - `mine` (invariant 7): only the caller's own tenure; `FOR UPDATE
+    ///   SKIP LOCKED` answers `busy` (true) for a row locked elsewhere
+    ///   instead of waiting on the server.
+    /// - Expires the lease at "now" (GREATEST keeps the CHECK true if the
+    ///   clock stepped back) and keeps the row, its due time — a trigger
+    ///   included — and the slot it owes.
+    /// - A released key that is due wakes the listeners, as the runtime's
+    ///   release does.
+    /// - No row: the tenure was not the current one any more.
+    const RELEASE: &str = "
+        WITH mine AS (
+            SELECT l.key FROM leasehold_lease AS l
+             WHERE l.key = $1 AND l.holder = $2 AND l.fence = $3
+               FOR UPDATE SKIP LOCKED
+        ), released AS (
+            UPDATE leasehold_lease AS l
+               SET expires_at = GREATEST(clock_timestamp(), l.acquired_at + interval '1 microsecond'),
+                   slot_at    = COALESCE(l.slot_at, l.next_due_at)
+             WHERE l.key = $1
+               AND l.key IN (SELECT key FROM mine)
+            RETURNING l.key, l.next_due_at
+        ), woken AS (
+            SELECT count(*) AS n FROM (
+                SELECT pg_notify($4, r.key) FROM released AS r
+                 WHERE r.next_due_at IS NULL OR r.next_due_at <= clock_timestamp()) AS notified
+        )
+        SELECT false AS busy FROM released, woken
+        UNION ALL
+        SELECT true FROM leasehold_lease AS l
+         WHERE l.key = $1 AND l.holder = $2 AND l.fence = $3
+           AND NOT EXISTS (SELECT 1 FROM mine)";
 
     /// Keys whose lease `holder` holds right now (at most 10), to warn about
     /// two processes sharing one holder id.
@@ -729,7 +856,7 @@ impl LeaseStore {
             SELECT key FROM leasehold_lease
              WHERE holder = $1 AND expires_at > clock_timestamp()
              ORDER BY key LIMIT 10";
-        connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_scalar(LIVE_KEYS_OF)
+        connection::run!(&self.conns, |conn| sqlx::query_scalar(LIVE_KEYS_OF)
             .bind(holder)
             .fetch_all(conn))
     }
@@ -739,9 +866,8 @@ impl LeaseStore {
     pub async fn get(&self, key: &str) -> Result<Option<LeaseInfo>> {
         validate::key(key)?;
         const GET: &str = "SELECT l.*, clock_timestamp() AS server_now FROM leasehold_lease l WHERE l.key = $1";
-        let row: Option<LeaseRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(GET)
-            .bind(key)
-            .fetch_optional(conn))?;
+        let row: Option<LeaseRow> =
+            connection::run!(&self.conns, |conn| sqlx::query_as(GET).bind(key).fetch_optional(conn))?;
         Ok(row.map(LeaseRow::into_info))
     }
 }

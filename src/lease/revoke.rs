@@ -128,7 +128,7 @@ impl LeaseStore {
             )
             SELECT (SELECT fence FROM ended) AS new_fence, old.* FROM old";
         let force = revoke == Revoke::Force;
-        let row: Option<RevokeRow> = connection::run!(&self.pool, &self.poisoned, |conn| sqlx::query_as(REVOKE)
+        let row: Option<RevokeRow> = connection::run!(&self.conns, |conn| sqlx::query_as(REVOKE)
             .bind(key)
             .bind(force)
             .bind(&raise)

@@ -18,7 +18,7 @@ use super::{finish, heartbeat, listen, scheduler};
 use crate::error::{Error, Result};
 use crate::health::Tracker;
 use crate::job::FencedJob;
-use crate::lease::LeaseStore;
+use crate::lease::{DEFAULT_OWNED_CONNECTIONS, LeaseStore};
 use crate::metrics;
 use crate::schedule::first_due;
 use crate::validate;
@@ -37,6 +37,55 @@ pub const DEFAULT_DEGRADED_AFTER: u32 = 3;
 /// Most runs [`RuntimeBuilder::history`] keeps per key.
 const MAX_HISTORY: u32 = 10_000;
 
+/// Most connections [`Connections::Owned`] may ask for.
+const MAX_OWNED_CONNECTIONS: u32 = 32;
+
+/// Which connections the runtime's own statements — claims, heartbeats,
+/// releases with their history rows, operator calls through [`Runtime`] —
+/// run on. Set with [`RuntimeBuilder::connections`].
+///
+/// Connection budget per replica, on top of whatever the service's own
+/// code uses of its pool:
+///
+/// | mode | connections to the server |
+/// |---|---|
+/// | `Owned(n)` (default `n` = 2) | `n` (one kept open while idle) + 1 listener, plus what fenced transactions borrow from the pool the job passes |
+/// | `SharedWithService` | 1 listener, plus the claims, heartbeats and releases taken from the service's pool |
+///
+/// With [`RuntimeBuilder::listen(false)`](RuntimeBuilder::listen) there is
+/// no listener connection. [`FenceGuard::begin_fenced`](crate::FenceGuard::begin_fenced)
+/// always runs on the pool the job passes: its writes are the service's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Connections {
+    /// A pool of its own of at most this many connections (1 to 32),
+    /// opened from the service pool's connect options. Nothing else uses
+    /// them, so the service's code can neither exhaust them (a job holding
+    /// every connection of the service's pool does not stop its heartbeat)
+    /// nor leave one inside a transaction — no statement needs the
+    /// poisoned-connection check, each is one round trip. Idle connections
+    /// are not pinged before use: one the server closed fails its
+    /// statement and is discarded, and the runtime retries (a claim within
+    /// a second, a heartbeat at its next tick). The default, with
+    /// [`DEFAULT_OWNED_CONNECTIONS`](crate::DEFAULT_OWNED_CONNECTIONS).
+    Owned(u32),
+    /// The service's pool, the one passed to [`Runtime::builder`]: no
+    /// connection of its own besides the listener, for servers short of
+    /// connections (a managed server allowing 100, shared by 50 replicas).
+    /// Every statement first checks that the pooled connection is not
+    /// inside a transaction the service left open (one more round trip),
+    /// and the service's code can delay the heartbeat by holding every
+    /// connection of its pool. Behind PgBouncer, prefer `Owned`: client
+    /// connections to PgBouncer are cheap, and it multiplexes them.
+    SharedWithService,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Connections::Owned(DEFAULT_OWNED_CONNECTIONS)
+    }
+}
+
 /// Builds a [`Runtime`]: register jobs, adjust settings, then
 /// [`start`](RuntimeBuilder::start). Every setting is checked at `start`,
 /// before anything runs.
@@ -50,6 +99,7 @@ pub struct RuntimeBuilder {
     history: u32,
     degraded_after: u32,
     listen: bool,
+    connections: Connections,
     jobs: Vec<JobEntry>,
     #[cfg(feature = "prometheus")]
     prometheus: Option<String>,
@@ -59,14 +109,17 @@ impl std::fmt::Debug for RuntimeBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RuntimeBuilder")
             .field("holder", &self.holder)
+            .field("connections", &self.connections)
             .field("jobs", &self.jobs.len())
             .finish()
     }
 }
 
 impl Runtime {
-    /// A builder over `pool`. The pool can be small: no connection is held
-    /// while a job runs.
+    /// A builder over the service's `pool`. The runtime migrates with it
+    /// and opens its own connections from its connect options (see
+    /// [`RuntimeBuilder::connections`]); it holds none of the pool's
+    /// connections while a job runs.
     pub fn builder(pool: PgPool) -> RuntimeBuilder {
         RuntimeBuilder::new(pool)
     }
@@ -83,6 +136,7 @@ impl RuntimeBuilder {
             history: DEFAULT_HISTORY,
             degraded_after: DEFAULT_DEGRADED_AFTER,
             listen: true,
+            connections: Connections::default(),
             jobs: Vec::new(),
             #[cfg(feature = "prometheus")]
             prometheus: None,
@@ -192,6 +246,28 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Which connections the runtime's claims, heartbeats and releases run
+    /// on (default [`Connections::Owned`] with 2): a small pool of its own,
+    /// or the service's pool ([`Connections::SharedWithService`], for
+    /// servers short of connections). See [`Connections`] for the
+    /// connection budget of each. Checked at [`start`](RuntimeBuilder::start).
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
+    /// use leasehold::{Connections, Runtime};
+    ///
+    /// // 50 replicas on a server that allows 100 connections: no pool of its own.
+    /// let runtime = Runtime::builder(pool)
+    ///     .connections(Connections::SharedWithService)
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn connections(mut self, connections: Connections) -> Self {
+        self.connections = connections;
+        self
+    }
+
     /// Serves every leasehold metric for Prometheus on `addr` (e.g.
     /// `"127.0.0.1:9464"`; keep it on loopback or a private interface),
     /// installing the process-wide `metrics` recorder. Skip this if your
@@ -245,6 +321,19 @@ impl RuntimeBuilder {
                 "it must be at least 1",
             ));
         }
+        if let Connections::Owned(n) = self.connections
+            && !(1..=MAX_OWNED_CONNECTIONS).contains(&n)
+        {
+            return Err(Error::invalid(
+                "connections",
+                self.connections,
+                format!(
+                    "own between 1 and {MAX_OWNED_CONNECTIONS} connections (default \
+                     {DEFAULT_OWNED_CONNECTIONS}), or use Connections::SharedWithService to run on the \
+                     service's pool"
+                ),
+            ));
+        }
         let mut seen = HashSet::with_capacity(self.jobs.len());
         for job in &self.jobs {
             job.check()?;
@@ -262,7 +351,12 @@ impl RuntimeBuilder {
         } else {
             crate::migrate::check_schema(&self.pool).await?;
         }
-        let store = LeaseStore::new(self.pool);
+        let store = match self.connections {
+            Connections::Owned(n) => LeaseStore::owned((*self.pool.connect_options()).clone(), n),
+            Connections::SharedWithService => LeaseStore::new(self.pool),
+        };
+        // Also the first connect of an owned pool: a server that takes the
+        // service's pool but refuses more connections fails `start` here.
         let server_now = store.server_now().await?;
         let live = store.live_keys_of(&holder).await?;
         if !live.is_empty() {

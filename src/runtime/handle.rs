@@ -490,6 +490,7 @@ async fn shutdown(shared: Arc<Shared>, tasks: Option<Tasks>) -> ShutdownReport {
     if let Some(listener) = tasks.listener {
         let _ = listener.await;
     }
+    shared.store.close_owned().await;
     let counts = &shared.stop_counts;
     let report = ShutdownReport {
         runs_finished: counts.finished.load(Ordering::SeqCst),

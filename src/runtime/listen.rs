@@ -3,8 +3,9 @@
 //! milliseconds instead of at the next poll.
 //!
 //! - **Its own connection**, opened from the pool's connect options — never
-//!   one of the service's pooled connections, which a 2-connection pool
-//!   could not spare. Cost: one connection per replica while listening.
+//!   one of the pooled connections the runtime's statements run on (the
+//!   service's, or the runtime's own 2). Cost: one connection per replica
+//!   while listening.
 //! - **Never through a transaction pooler.** Behind PgBouncer in
 //!   transaction (or statement) mode, `LISTEN` is not just useless, it is
 //!   harmful: the server connection it ran on returns to PgBouncer's pool
@@ -14,7 +15,7 @@
 //!   own (`LeaseStore::is_own_session`, side-effect free); if not, it never
 //!   listens and the runtime polls (logged once).
 //! - **Proved before trusted**: after `LISTEN`, it sends itself a probe
-//!   through the service's pool and waits for it; if it never arrives, the
+//!   through the runtime's statement pool and waits for it; if it never arrives, the
 //!   runtime keeps polling. Off entirely with `RuntimeBuilder::listen(false)`.
 //! - **Lossy by nature, so never relied on**: a dropped connection loses
 //!   notifications; the listener reconnects (with back-off) and, once it

@@ -47,7 +47,7 @@ mod scheduler;
 mod state;
 mod supervise;
 
-pub use builder::{DEFAULT_DEGRADED_AFTER, DEFAULT_HISTORY, DEFAULT_MAX_CONCURRENT_RUNS, RuntimeBuilder};
+pub use builder::{Connections, DEFAULT_DEGRADED_AFTER, DEFAULT_HISTORY, DEFAULT_MAX_CONCURRENT_RUNS, RuntimeBuilder};
 #[cfg(feature = "test-util")]
 pub use faults::Faults;
 pub use handle::{Health, Runtime, ShutdownReport};

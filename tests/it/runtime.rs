@@ -160,16 +160,19 @@ async fn a_stalled_holder_stops_before_takeover_and_its_late_writes_are_rejected
     a.shutdown().await;
 }
 
-/// Killing every connection of the runtime's pool mid-run does not cost
-/// the run its lease: heartbeats reconnect and the run completes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn terminated_backends_do_not_cost_the_lease() {
+/// Killing every connection of the runtime's statement pool (and its
+/// listener's) three times mid-run does not cost the run its lease:
+/// heartbeats reconnect and the run completes. On connections of its own,
+/// idle connections are not pinged before use, so this also proves that a
+/// renewal finding its connection gone retries at once on another.
+async fn terminated_backends_do_not_cost_the_lease(mode: leasehold::Connections) {
     let db = support::db().await;
     let runs = Runs::default();
-    let rt = replica(
-        &db,
+    let rt = support::replica_in(
+        mode,
+        db.pool_with(2).await,
         "a",
-        2,
+        Duration::from_millis(100),
         vec![job(
             "long",
             quick(Schedule::Manual, Duration::from_secs(2)),
@@ -182,14 +185,7 @@ async fn terminated_backends_do_not_cost_the_lease() {
     let mut killed_total = 0;
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(600)).await;
-        let killed: i64 = sqlx::query_scalar(
-            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
-              WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-        killed_total += killed;
+        killed_total += support::terminate_other_backends(&db.pool).await;
     }
     // (The pool reconnects lazily, so a later round may find nothing to kill.)
     assert!(killed_total >= 1, "the runtime's connections were terminated");
@@ -200,6 +196,7 @@ async fn terminated_backends_do_not_cost_the_lease() {
     assert!(run.cancelled.is_none(), "the run kept its lease: {run:?}");
     rt.shutdown().await;
 }
+support::in_both_connection_modes!(terminated_backends_do_not_cost_the_lease);
 
 /// Shutdown releases the lease at once: another replica runs the job long
 /// before the (long) lease would have expired.
@@ -737,4 +734,27 @@ fn degraded_reasons_say_one_in_the_singular() {
     assert!(said(lost(2)).starts_with("2 runs stopped at their deadline"));
     assert!(said(Degraded::PoisonedConnections { closed: 1 }).starts_with("1 pooled connection was found"));
     assert!(said(Degraded::PoisonedConnections { closed: 2 }).starts_with("2 pooled connections were found"));
+}
+
+/// A pool of its own of 0 connections, or more than the runtime could
+/// use, is refused at start with an error naming the setting and the way
+/// out, before anything connects or runs.
+#[tokio::test]
+async fn an_own_pool_size_out_of_range_is_refused_at_start() {
+    let db = support::db().await;
+    for size in [0, 33] {
+        let err = Runtime::builder(db.pool.clone())
+            .connections(leasehold::Connections::Owned(size))
+            .start()
+            .await
+            .expect_err("out of range");
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+        let said = err.to_string();
+        assert!(
+            said.contains("connections")
+                && said.contains(&format!("Owned({size})"))
+                && said.contains("SharedWithService"),
+            "{said}"
+        );
+    }
 }

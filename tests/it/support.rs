@@ -116,6 +116,60 @@ pub use leasehold_testkit::{eventually, eventually_async};
 use leasehold::{FenceGuard, Runtime, Schedule};
 use tokio::time::Instant;
 
+// ---------------------------------------------------------------------------
+// The two connection modes
+// ---------------------------------------------------------------------------
+
+pub use leasehold::Connections;
+
+/// Starts a replica on `pool` whose statements run in connection mode
+/// `mode`: holder `holder`, poll interval `poll`.
+pub async fn replica_in<J: leasehold::FencedJob>(
+    mode: Connections,
+    pool: PgPool,
+    holder: &str,
+    poll: Duration,
+    jobs: Vec<J>,
+) -> Runtime {
+    builder(pool, holder, Some(poll), jobs)
+        .connections(mode)
+        .start()
+        .await
+        .expect("runtime starts")
+}
+
+/// A lease store for `pool`'s database of the kind `mode` gives the
+/// runtime: over `pool` itself (shared), or on connections of its own
+/// opened from `pool`'s connect options.
+pub async fn store_in(mode: Connections, pool: &PgPool) -> LeaseStore {
+    match mode {
+        Connections::SharedWithService => LeaseStore::new(pool.clone()),
+        _ => LeaseStore::connect((*pool.connect_options()).clone())
+            .await
+            .expect("the store connects"),
+    }
+}
+
+/// Declares the scenario `async fn $scenario(mode: Connections)` as two
+/// tests, `$scenario::owned` and `$scenario::shared_with_service`: one per
+/// connection mode of the runtime.
+macro_rules! in_both_connection_modes {
+    ($scenario:ident) => {
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn owned() {
+                super::$scenario(leasehold::Connections::default()).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn shared_with_service() {
+                super::$scenario(leasehold::Connections::SharedWithService).await
+            }
+        }
+    };
+}
+pub(crate) use in_both_connection_modes;
+
 /// A replica `holder` running the manual job `key` right now, and the
 /// guard of that run, which stays open until the runtime shuts down.
 pub async fn held_guard(db: &TestDb, holder: &str, key: &str) -> (Runtime, FenceGuard) {
@@ -329,6 +383,19 @@ pub async fn assert_no_backend_in_transaction(pool: &PgPool, context: &str) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Fault: the server terminates every client backend of this database but
+/// the caller's (`pg_terminate_backend`), as a restart or a failover would.
+/// Returns how many it terminated.
+pub async fn terminate_other_backends(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+          WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("terminate backends")
 }
 
 /// How many fences the database has drawn so far (the fence sequence's

@@ -2,12 +2,14 @@
 //! cancel-safe in fact. Each is dropped at every await point — the sweep
 //! drops it after 0, 8, 16 … ms while a proxy delays every packet — and
 //! afterwards no backend is left inside a transaction and the pool still
-//! commits leasehold's statements.
+//! commits leasehold's statements. Lease statements are swept on the
+//! service's pool and on connections of the store's own (through the same
+//! proxy), and the runtime's in both connection modes.
 
 use std::future::Future;
 use std::time::Duration;
 
-use leasehold::{KeyFilter, LeaseStore, Operator, PauseTarget, Revoke, Runtime, Schedule};
+use leasehold::{Connections, KeyFilter, LeaseStore, Operator, PauseTarget, Revoke, Runtime, Schedule};
 use leasehold_testkit::proxy::{Mode, Proxy};
 use sqlx::PgPool;
 
@@ -96,6 +98,12 @@ async fn fenced_transactions_and_lease_statements_dropped_at_every_await_leave_n
         async move { store.claim(&format!("swept-{n}"), "sweeper", support::LONG).await }
     })
     .await;
+    let owned = support::store_in(Connections::default(), &pool).await;
+    let owned_claim = sweep(&db, &pool, step, "claim (owned)", |n| {
+        let store = owned.clone();
+        async move { store.claim(&format!("swept-owned-{n}"), "sweeper", support::LONG).await }
+    })
+    .await;
     // migrate opens a transaction too: on a database without the schema,
     // through the same delaying proxy.
     let fresh = leasehold_testkit::test_db().await;
@@ -106,8 +114,8 @@ async fn fenced_transactions_and_lease_statements_dropped_at_every_await_leave_n
     })
     .await;
     println!(
-        "measured: dropped begin_fenced at {begin}, fenced update at {update}, claim at {claim}, \
-         migrate at {migrate} cut points"
+        "measured: dropped begin_fenced at {begin}, fenced update at {update}, claim at {claim}, claim on \
+         owned connections at {owned_claim}, migrate at {migrate} cut points"
     );
     proxy.set(Mode::Normal);
     rt.shutdown().await;
@@ -127,6 +135,20 @@ async fn scheduler_calls_dropped_at_every_await_leave_no_open_transaction() {
         let (direct, store) = (direct.clone(), store.clone());
         async move {
             let key = format!("released-{n}");
+            let lease = direct
+                .claim(&key, "sweeper", support::LONG)
+                .await?
+                .acquired()
+                .expect("free key");
+            store.release(&key, "sweeper", lease.fence).await
+        }
+    })
+    .await;
+    let owned = support::store_in(Connections::default(), &pool).await;
+    let owned_release = sweep(&db, &pool, step, "release (owned)", |n| {
+        let (direct, store) = (direct.clone(), owned.clone());
+        async move {
+            let key = format!("released-owned-{n}");
             let lease = direct
                 .claim(&key, "sweeper", support::LONG)
                 .await?
@@ -172,7 +194,10 @@ async fn scheduler_calls_dropped_at_every_await_leave_no_open_transaction() {
         async move { rt.add(tenant).await }
     })
     .await;
-    println!("measured: dropped release at {release}, forget at {forget}, start at {start}, add at {add} cut points");
+    println!(
+        "measured: dropped release at {release}, release on owned connections at {owned_release}, forget at \
+         {forget}, start at {start}, add at {add} cut points"
+    );
     proxy.set(Mode::Normal);
     rt.shutdown().await;
 }
@@ -250,25 +275,31 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
         }
     })
     .await;
-    let rt = Runtime::builder(pool.clone())
-        .listen(false)
-        .start()
-        .await
-        .expect("runtime starts");
-    let runtime = sweep(&db, &pool, step, "runtime pause+resume", |n| {
-        let rt = rt.clone();
-        async move {
-            let target = PauseTarget::job(format!("job-{n}"));
-            rt.pause(&target, true).await?;
-            rt.resume(&target).await.map(drop)
-        }
-    })
-    .await;
+    let mut runtime = Vec::new();
+    for mode in [Connections::default(), Connections::SharedWithService] {
+        let rt = Runtime::builder(pool.clone())
+            .listen(false)
+            .connections(mode)
+            .start()
+            .await
+            .expect("runtime starts");
+        runtime.push(
+            sweep(&db, &pool, step, &format!("runtime pause+resume ({mode:?})"), |n| {
+                let rt = rt.clone();
+                async move {
+                    let target = PauseTarget::job(format!("job-{n}"));
+                    rt.pause(&target, true).await?;
+                    rt.resume(&target).await.map(drop)
+                }
+            })
+            .await,
+        );
+        rt.shutdown().await;
+    }
     println!(
         "measured: dropped pause+resume at {pause}, trigger at {trigger}, revoke at {revoke}, schema_version at \
          {version}, list at {read}, operator actions at {recorded}, console reads at {pages}, runtime \
-         pause+resume at {runtime} cut points"
+         pause+resume (owned, shared) at {runtime:?} cut points"
     );
     proxy.set(Mode::Normal);
-    rt.shutdown().await;
 }

@@ -2,19 +2,21 @@
 
 use std::time::Duration;
 
-use leasehold::{Claim, Degraded, LeaseStore, Schedule};
+use leasehold::{Claim, Connections, Degraded, LeaseStore, Schedule};
 use tokio::time::Instant;
 
-use crate::support::{self, Runs, job, quick};
+use crate::support::{self, Runs, in_both_connection_modes, job, quick};
 
-/// The only connection of the pool was left inside a transaction (plain,
-/// then aborted): leasehold's claim still commits — another connection sees
-/// it — and no backend is left inside a transaction.
-#[tokio::test]
-async fn a_claim_on_a_poisoned_connection_commits_on_a_clean_one() {
+/// The only connection of the service's pool was left inside a transaction
+/// (plain, then aborted): leasehold's claim still commits — another
+/// connection sees it. A store over that pool closed the poisoned
+/// connection, so no backend is left inside a transaction; a store on
+/// connections of its own never touched it, so the service's transaction
+/// is the only one left.
+async fn a_claim_on_a_poisoned_connection_commits_on_a_clean_one(mode: Connections) {
     let db = support::db().await;
     let pool = db.pool_with(1).await;
-    let store = LeaseStore::new(pool.clone());
+    let store = support::store_in(mode, &pool).await;
     for (key, poison) in [("plain", false), ("aborted", true)] {
         if poison {
             support::poison_one_aborted(&pool).await;
@@ -27,19 +29,26 @@ async fn a_claim_on_a_poisoned_connection_commits_on_a_clean_one() {
         let other = LeaseStore::new(db.pool.clone());
         let row = other.get(key).await.unwrap().expect("the claim committed");
         assert!(row.is_held() && row.holder == "a", "{key}: {row:?}");
-        support::assert_no_backend_in_transaction(&db.pool, key).await;
+        if mode == Connections::SharedWithService {
+            support::assert_no_backend_in_transaction(&db.pool, key).await;
+        } else {
+            let left = support::backends_in_transaction(&db.pool).await;
+            assert_eq!(left.len(), 1, "{key}: only the service's own transaction: {left:?}");
+        }
     }
 }
+in_both_connection_modes!(a_claim_on_a_poisoned_connection_commits_on_a_clean_one);
 
 /// The deterministic form of the field failure: two replicas (pools of 3),
 /// a job every second (lease 3 s, poll 200 ms), and service code that
 /// leaves a connection of each replica's pool inside a transaction before
 /// start and every 2 s. Every slot still runs exactly once, no two runs
-/// overlap, health names the poisoned connections, and shutdown returns.
+/// overlap, and shutdown returns. On the service's pool, health names the
+/// poisoned connections it closed; on connections of its own, the runtime
+/// never meets one.
 ///
 /// Before the fix: one run in 12 slots, and shutdown hung.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_run_once_per_slot_while_the_service_poisons_the_pool() {
+async fn two_replicas_run_once_per_slot_while_the_service_poisons_the_pool(mode: Connections) {
     let db = support::db().await;
     let runs = Runs::default();
     let settings = quick(Schedule::every(Duration::from_secs(1)), Duration::from_secs(3));
@@ -49,8 +58,16 @@ async fn two_replicas_run_once_per_slot_while_the_service_poisons_the_pool() {
         let pool = db.pool_with(3).await;
         support::poison_one(&pool).await;
         let tick = job("tick", settings.clone(), runs.body(Duration::from_millis(50)));
-        replicas
-            .push(support::replica_on(pool.clone(), &format!("r{r}"), Duration::from_millis(200), vec![tick]).await);
+        replicas.push(
+            support::replica_in(
+                mode,
+                pool.clone(),
+                &format!("r{r}"),
+                Duration::from_millis(200),
+                vec![tick],
+            )
+            .await,
+        );
         pools.push(pool);
     }
     let start_unix = now_unix();
@@ -97,8 +114,13 @@ async fn two_replicas_run_once_per_slot_while_the_service_poisons_the_pool() {
     assert!(counts.len() >= 10, "at least 10 slots: {counts:?}");
     assert!(counts.iter().all(|&c| c == 1), "every slot exactly once: {counts:?}");
     assert!(support::overlapping_pairs(&all).is_empty(), "runs overlap");
-    assert!(saw_poison, "health never named the poisoned connections");
+    if mode == Connections::SharedWithService {
+        assert!(saw_poison, "health never named the poisoned connections");
+    } else {
+        assert!(!saw_poison, "the runtime's own connections were never poisoned");
+    }
 }
+in_both_connection_modes!(two_replicas_run_once_per_slot_while_the_service_poisons_the_pool);
 
 fn now_unix() -> f64 {
     std::time::SystemTime::now()

@@ -5,23 +5,23 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::{CancelReason, Degraded, Schedule};
+use leasehold::{CancelReason, Connections, Degraded, Schedule};
 use tokio::time::Instant;
 
-use crate::support::{self, Runs, eventually, job, quick};
+use crate::support::{self, Runs, eventually, in_both_connection_modes, job, quick};
 
 /// Lease 2 s; an outside transaction holds `SELECT … FOR UPDATE` on the
 /// lease row for 6 s. The run stops at its local deadline (before the lease
 /// can expire), the runtime reports degraded during the stall, and healthy
 /// again shortly after the lock is released.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_locked_lease_row_stops_the_run_at_its_deadline_and_heals_after() {
+async fn a_locked_lease_row_stops_the_run_at_its_deadline_and_heals_after(mode: Connections) {
     let db = support::db().await;
     let runs = Runs::default();
-    let rt = support::replica(
-        &db,
+    let rt = support::replica_in(
+        mode,
+        db.pool_with(3).await,
         "r0",
-        3,
+        Duration::from_millis(100),
         vec![job(
             "locked",
             quick(Schedule::Manual, Duration::from_secs(2)),
@@ -59,21 +59,22 @@ async fn a_locked_lease_row_stops_the_run_at_its_deadline_and_heals_after() {
     );
     rt.shutdown().await;
 }
+in_both_connection_modes!(a_locked_lease_row_stops_the_run_at_its_deadline_and_heals_after);
 
 /// One locked lease row does not stall the renewal of the others: with
 /// two runs in progress (lease 2 s) and the row of one locked by an outside
 /// transaction for 3 s, only that run stops at its deadline; the other
 /// keeps its lease throughout (its renewals skip nothing but the locked
 /// row).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_locked_lease_row_does_not_stall_the_renewal_of_the_others() {
+async fn one_locked_lease_row_does_not_stall_the_renewal_of_the_others(mode: Connections) {
     let db = support::db().await;
     let runs = Runs::default();
     let settings = quick(Schedule::Manual, Duration::from_secs(2));
-    let rt = support::replica(
-        &db,
+    let rt = support::replica_in(
+        mode,
+        db.pool_with(3).await,
         "r0",
-        3,
+        Duration::from_millis(100),
         vec![
             job("locked", settings.clone(), runs.body(Duration::from_secs(60))),
             job("free", settings, runs.body(Duration::from_secs(60))),
@@ -100,13 +101,13 @@ async fn one_locked_lease_row_does_not_stall_the_renewal_of_the_others() {
     );
     rt.shutdown().await;
 }
+in_both_connection_modes!(one_locked_lease_row_does_not_stall_the_renewal_of_the_others);
 
 /// Sixteen runs (lease 3 s) whose heartbeats stall all stop at their
 /// deadline together: health reports sixteen runs stopped at their deadline,
 /// each counted once, however many turns its supervisor took to notice the
 /// cancellation after the deadline passed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_run_stopped_at_its_deadline_counts_once_in_health() {
+async fn each_run_stopped_at_its_deadline_counts_once_in_health(mode: Connections) {
     const RUNS: usize = 16;
     let db = support::db().await;
     let runs = Runs::default();
@@ -121,7 +122,7 @@ async fn each_run_stopped_at_its_deadline_counts_once_in_health() {
             )
         })
         .collect();
-    let rt = support::replica(&db, "r0", 3, jobs).await;
+    let rt = support::replica_in(mode, db.pool_with(3).await, "r0", Duration::from_millis(100), jobs).await;
     for key in &keys {
         rt.trigger(key).await.unwrap();
     }
@@ -146,14 +147,14 @@ async fn each_run_stopped_at_its_deadline_counts_once_in_health() {
     assert_eq!(counted, Some(RUNS as u32), "{RUNS} runs stopped at their deadline");
     rt.shutdown().await;
 }
+in_both_connection_modes!(each_run_stopped_at_its_deadline_counts_once_in_health);
 
 /// A run asked to stop for shutdown keeps its lease while it winds down,
 /// but not past its local deadline: replica "a" is cut off from the database
 /// and shut down with a grace (10 s) longer than the lease (2 s), its job
 /// ignoring the cancellation. The run is dropped at the deadline, before
 /// "b" can claim the key, so the two never run at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_winding_down_for_shutdown_is_dropped_at_its_deadline_not_its_grace() {
+async fn a_run_winding_down_for_shutdown_is_dropped_at_its_deadline_not_its_grace(mode: Connections) {
     let db = support::db().await;
     let runs = Runs::default();
     let last_worked: Arc<Mutex<Option<Instant>>> = Arc::default();
@@ -173,7 +174,14 @@ async fn a_run_winding_down_for_shutdown_is_dropped_at_its_deadline_not_its_grac
         }
     };
     let settings = quick(Schedule::Manual, Duration::from_secs(2)).grace(Duration::from_secs(10));
-    let a = support::replica(&db, "a", 2, vec![job("k", settings.clone(), stubborn)]).await;
+    let a = support::replica_in(
+        mode,
+        db.pool_with(2).await,
+        "a",
+        Duration::from_millis(100),
+        vec![job("k", settings.clone(), stubborn)],
+    )
+    .await;
     a.trigger("k").await.unwrap();
     runs.wait_started(1, Duration::from_secs(5)).await;
     a.faults().partition(true);
@@ -181,7 +189,14 @@ async fn a_run_winding_down_for_shutdown_is_dropped_at_its_deadline_not_its_grac
         let a = a.clone();
         async move { a.shutdown().await }
     });
-    let b = support::replica(&db, "b", 2, vec![job("k", settings, runs.body(Duration::from_secs(1)))]).await;
+    let b = support::replica_in(
+        mode,
+        db.pool_with(2).await,
+        "b",
+        Duration::from_millis(100),
+        vec![job("k", settings, runs.body(Duration::from_secs(1)))],
+    )
+    .await;
     let b_run = eventually(Duration::from_secs(15), || {
         runs.all().into_iter().find(|r| r.holder == "b")
     })
@@ -196,3 +211,4 @@ async fn a_run_winding_down_for_shutdown_is_dropped_at_its_deadline_not_its_grac
     let _ = stopping.await;
     b.shutdown().await;
 }
+in_both_connection_modes!(a_run_winding_down_for_shutdown_is_dropped_at_its_deadline_not_its_grace);
