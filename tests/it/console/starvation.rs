@@ -14,7 +14,7 @@ use sqlx::PgPool;
 use tokio::time::Instant;
 
 use super::http::{Page, get};
-use crate::support::{self, Runs, ScriptedJob, job, quick};
+use crate::support::{self, Connections, Runs, ScriptedJob, job, quick};
 
 /// Keys the service registers besides the long job.
 const KEYS: usize = 10_000;
@@ -97,7 +97,7 @@ async fn flood(app: &Router, path: &str, clients: usize, length: Duration) -> Fl
     flood
 }
 
-/// The service: a runtime on `pool` with [`KEYS`] manual jobs and the long
+/// The service: a runtime sharing `pool` (`Connections::SharedWithService`) with [`KEYS`] manual jobs and the long
 /// job `report` (lease [`LEASE`]), whose one run is started and works until
 /// the test ends; and the console nested at `/ops/leasehold` on the same
 /// pool.
@@ -116,7 +116,16 @@ async fn service(pool: &PgPool, options: ConsoleOptions, runs: &Runs) -> (Runtim
         quick(Schedule::Manual, LEASE),
         runs.body(Duration::from_secs(3600)),
     ));
-    let rt = support::replica_on(pool.clone(), "web-1", Duration::from_millis(500), jobs).await;
+    // The runtime's statements share the service's pool too: on a pool of
+    // its own (the default) the flood could not reach them at all.
+    let rt = support::replica_in(
+        Connections::SharedWithService,
+        pool.clone(),
+        "web-1",
+        Duration::from_millis(500),
+        jobs,
+    )
+    .await;
     rt.trigger("report").await.expect("trigger");
     runs.wait_started(1, Duration::from_secs(10)).await;
     let app = Router::new().nest_service("/ops/leasehold", console::router(pool.clone(), options));
