@@ -61,6 +61,10 @@ mod viewer;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sqlx::PgPool;
 
@@ -104,5 +108,33 @@ pub fn router(pool: PgPool, options: ConsoleOptions) -> Router {
         .route("/assets/{file}", get(assets::serve))
         // Nested at /p, axum routes "/p" to "/" but "/p/" to the fallback.
         .fallback(leases::root_or_not_found)
+        // Inside the headers' layer, so a refused `Host` gets them too.
+        .layer(middleware::from_fn_with_state(console.clone(), check_host))
+        .layer(middleware::map_response(with_security_headers))
         .with_state(console)
+}
+
+/// The security headers on every answer the router gives: pages, redirects,
+/// assets, 404/405, and axum's own rejections (a malformed query or form).
+async fn with_security_headers(mut response: Response) -> Response {
+    layout::secure(&mut response);
+    response
+}
+
+/// Refuses a request whose `Host` is not one of
+/// [`ConsoleOptions::allowed_hosts`] (when set): 421, before any handler.
+async fn check_host(State(console): State<Shared>, request: Request, next: Next) -> Response {
+    if let Some(allowed) = &console.options.allowed_hosts {
+        let (parts, body) = request.into_parts();
+        let host = access::request_host(&parts);
+        if !allowed.contains(&host) {
+            return (
+                StatusCode::MISDIRECTED_REQUEST,
+                "This console does not answer to that host name: use the address it was started on.\n",
+            )
+                .into_response();
+        }
+        return next.run(Request::from_parts(parts, body)).await;
+    }
+    next.run(request).await
 }

@@ -6,7 +6,8 @@ pub(super) enum Viewer {
     /// No actor: pages only. `can_log_in` when a token login exists.
     ReadOnly { can_log_in: bool },
     /// May act, recorded as `name`; `csrf` goes into every form.
-    Actor { name: String, csrf: String },
+    /// `session` when through a token login (which can log out).
+    Actor { name: String, csrf: String, session: bool },
 }
 
 impl Viewer {
