@@ -87,7 +87,16 @@ pub(super) async fn page(
         @if actions.is_empty() { p.empty { "No operator has acted on this key or its job." } }
         @else { (actions_table(&actions, now)) }
     };
-    layout::page(&base, key, Tab::None, &viewer, console.options.refresh.as_secs(), body)
+    // The title cannot hold a <bdi>: the key is isolated by FSI … PDI.
+    let title = format!("\u{2068}{key}\u{2069}");
+    layout::page(
+        &base,
+        &title,
+        Tab::None,
+        &viewer,
+        console.options.refresh.as_secs(),
+        body,
+    )
 }
 
 fn tenure(status: &KeyStatus, covering: &[&Pause]) -> Markup {
