@@ -110,6 +110,7 @@ impl Access {
             },
             None => Viewer::ReadOnly {
                 can_log_in: self.token_login,
+                hooked: options.authorize.is_some(),
             },
         }
     }
@@ -206,10 +207,18 @@ impl Access {
 /// The answer to an action from a read-only viewer.
 pub(super) fn read_only(base: &Base, viewer: &Viewer) -> Response {
     let how = match viewer {
-        Viewer::ReadOnly { can_log_in: true } => "Log in with the console's token to act.",
+        Viewer::ReadOnly {
+            can_log_in: true,
+            hooked: true,
+        } => "Sign in through the service as a user it lets act, or log in with the console's token.",
+        Viewer::ReadOnly { can_log_in: true, .. } => "Log in with the console's token to act.",
+        Viewer::ReadOnly { hooked: true, .. } => {
+            "The service's sign-in does not name you as a user who may act here (its ConsoleOptions::authorize \
+             hook decides)."
+        }
         _ => {
-            "This console is read-only: the service mounts it without an authorisation hook \
-             (ConsoleOptions::authorize), or `leasehold console` runs without LEASEHOLD_CONSOLE_TOKEN."
+            "This console is read-only: it is mounted without ConsoleOptions::authorize or \
+             ConsoleOptions::token, or `leasehold console` runs without LEASEHOLD_CONSOLE_TOKEN."
         }
     };
     layout::error(base, viewer, StatusCode::FORBIDDEN, &format!("Read-only. {how}"))
@@ -230,12 +239,13 @@ pub(super) struct LoginForm {
 pub(super) async fn login_page(State(console): State<Shared>, base: Base, parts: Parts) -> Response {
     let viewer = console.access.viewer(&console.options, &parts);
     if !console.access.token_login {
-        return layout::error(
-            &base,
-            &viewer,
-            StatusCode::NOT_FOUND,
-            "There is no token login here: this console's actors come from the service's own authorisation.",
-        );
+        let why = if console.options.authorize.is_some() {
+            "There is no token login here: this console's actors come from the service's own sign-in."
+        } else {
+            "There is no token login here: this console is read-only (`leasehold console` takes a token from \
+             LEASEHOLD_CONSOLE_TOKEN, a service from ConsoleOptions::token)."
+        };
+        return layout::error(&base, &viewer, StatusCode::NOT_FOUND, why);
     }
     let csrf = console.access.csrf_for("");
     layout::page(

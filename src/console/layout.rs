@@ -72,7 +72,7 @@ pub(super) fn page(base: &Base, title: &str, tab: Tab, viewer: &Viewer, refresh_
                                     }
                                 }
                             }
-                            Viewer::ReadOnly { can_log_in: true } => { "read-only · " a href="login" { "log in" } }
+                            Viewer::ReadOnly { can_log_in: true, .. } => { "read-only · " a href="login" { "log in" } }
                             Viewer::ReadOnly { .. } => { "read-only" }
                         }
                         @if refresh_secs > 0 {

@@ -3,8 +3,9 @@
 
 /// Who is looking.
 pub(super) enum Viewer {
-    /// No actor: pages only. `can_log_in` when a token login exists.
-    ReadOnly { can_log_in: bool },
+    /// No actor: pages only. `can_log_in` when a token login exists,
+    /// `hooked` when the service's authorisation hook names actors.
+    ReadOnly { can_log_in: bool, hooked: bool },
     /// May act, recorded as `name`; `csrf` goes into every form.
     /// `session` when through a token login (which can log out).
     Actor { name: String, csrf: String, session: bool },

@@ -584,3 +584,27 @@ async fn untrusted_text_is_direction_isolated() {
     let list = get(&app, "/", &[]).await;
     assert!(list.body.contains("<bdi>\u{202e}ledger</bdi>"), "{}", list.body);
 }
+
+#[tokio::test]
+async fn refusals_say_why_and_what_to_fix() {
+    let (db, store) = support::store().await;
+    store.claim("ledger", "replica-1", LONG).await.expect("claim");
+
+    // Hook only, and the hook does not name this user.
+    let hooked = behind_proxy(&db.pool);
+    let refused = get(&hooked, "/confirm?key=ledger&action=pause", &[]).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert!(refused.body.contains("does not name you"), "{}", refused.body);
+    assert!(!refused.body.contains("without"), "{}", refused.body);
+
+    // Neither hook nor token: the login page says the console is read-only.
+    let bare = console(&db.pool, ConsoleOptions::new());
+    let login = get(&bare, "/login", &[]).await;
+    assert!(login.body.contains("read-only"), "{}", login.body);
+
+    // A confirmation without a key offers no button.
+    let keyless = get(&hooked, "/confirm?job=invoice_run&action=pause", &[("x-user", "alice")]).await;
+    assert_eq!(keyless.status, StatusCode::BAD_REQUEST);
+    assert!(!keyless.body.contains("id=\"confirm\""), "{}", keyless.body);
+    assert!(keyless.body.contains("`key`"), "{}", keyless.body);
+}
