@@ -13,9 +13,23 @@
 //! - **No action by GET, none without its CSRF token**: an action is a
 //!   POST from a confirmation page, carrying a token bound to the actor;
 //!   cross-site requests (`Sec-Fetch-Site`) are refused.
-//! - **Everything is escaped**: keys, holders, job names and error messages
-//!   are text (maud escapes every interpolated value), and a strict
-//!   Content-Security-Policy allows only the console's own script and style.
+//! - **A token login is hard to guess and hard to reuse**: a token under
+//!   128 bits is refused, failed logins are throttled, a session ends after
+//!   [`ConsoleOptions::session_idle`] (30 min) or 12 h and answers only on
+//!   the `Host` it was issued on; over TLS, [`ConsoleOptions::secure_cookie`]
+//!   makes its cookie `Secure` (`__Host-` at the root). Logging out takes
+//!   the CSRF token too.
+//! - **Only its own names**: with [`ConsoleOptions::allowed_hosts`] any
+//!   other `Host` (DNS rebinding) gets 421.
+//! - **Who acted is who it says**: actor names cannot carry invisible or
+//!   text-direction characters; beside the hook, a token login is recorded
+//!   as `token:<name>`.
+//! - **Everything is escaped and isolated**: keys, holders, job names and
+//!   error messages are text (maud escapes every interpolated value) in a
+//!   `<bdi>`, so none reorders the console's own words; its messages are
+//!   fixed sentences, never text from the URL; every answer carries a
+//!   strict Content-Security-Policy (only the console's own script and
+//!   style) and the other security headers.
 //! - **It cannot starve the service or the runtime**: at most
 //!   [`ConsoleOptions::max_concurrent_reads`] requests (default 1) use the
 //!   database at once, each holding at most one connection; the others
