@@ -30,7 +30,9 @@ pub struct Operator {
 impl Operator {
     /// An operator named `actor` (1 to 255 bytes: `user@host`, an SSO
     /// login…) acting through `store`. Fails with
-    /// [`Error::InvalidInput`](crate::Error::InvalidInput) on an empty or too long name.
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) on an empty or too
+    /// long name, or one with a control, invisible or text-direction
+    /// character (which would let it display as another name).
     pub fn new(store: LeaseStore, actor: impl Into<String>) -> Result<Self> {
         let actor = actor.into();
         validate_actor(&actor)?;

@@ -31,6 +31,12 @@ pub(crate) struct Args {
     #[arg(long)]
     allow_remote: bool,
 
+    /// Also answer requests with this `Host` (host[:port]), e.g. the name
+    /// a proxy in front serves it under; repeatable. By default only the
+    /// listen address, localhost, 127.0.0.1 and [::1] with its port.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_host: Vec<String>,
+
     /// Read the token that enables actions from this file (first line),
     /// instead of the LEASEHOLD_CONSOLE_TOKEN environment variable. Without
     /// either the console is read-only.
@@ -122,23 +128,34 @@ impl Args {
 pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     let addr = args.addr()?;
     let token = args.token()?;
-    db.require_schema().await?;
     let mut options = ConsoleOptions::new()
         .refresh(Duration::from_secs(args.refresh))
         .max_concurrent_reads(args.max_concurrent_reads);
     let access = match token {
         Some(token) => {
-            options = options.token(token);
+            options = options
+                .token(token)
+                .map_err(|e| Failure::usage(format!("{TOKEN_ENV} (or --token-file): {e}")))?;
             "actions allowed after logging in with the token"
         }
-        None => "read-only: set LEASEHOLD_CONSOLE_TOKEN (or --token-file) to allow actions after login",
+        None => {
+            "read-only: set LEASEHOLD_CONSOLE_TOKEN (or --token-file) to allow actions after login; make a token \
+             with `openssl rand -hex 32`"
+        }
     };
+    db.require_schema().await?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| Failure::error(format!("cannot listen on {addr}: {e}")))?;
     let local = listener
         .local_addr()
         .map_err(|e| Failure::error(format!("cannot read the address served: {e}")))?;
+    // A page on another name that resolves to this address (DNS
+    // rebinding) reaches the console with that name in `Host`: only the
+    // names of this address are answered.
+    let mut hosts = allowed_hosts(local);
+    hosts.extend(args.allow_host.iter().cloned());
+    let options = options.allowed_hosts(hosts);
     say(format_args!("leasehold console for {} at http://{local}/", db.name));
     say(format_args!("  {access}"));
     if !local.ip().is_loopback() {
@@ -153,6 +170,21 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
         .map_err(|e| Failure::error(format!("serving the console on {local}: {e}")))?;
     say(format_args!("leasehold console stopped"));
     Ok(())
+}
+
+/// The `Host` values the console answers to when serving on `local`: the
+/// address itself, and `localhost` and `[::1]` (or `127.0.0.1`) with its
+/// port.
+fn allowed_hosts(local: SocketAddr) -> Vec<String> {
+    let port = local.port();
+    let mut hosts = vec![
+        local.to_string(),
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+    ];
+    hosts.dedup();
+    hosts
 }
 
 /// Prints a line to standard output, ignoring a closed one: a server must

@@ -44,11 +44,18 @@ pub(crate) fn time(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%SZ").to_string()
 }
 
-/// A value from the database made safe for one table cell: control
-/// characters (newlines, escapes) are shown escaped, never sent to the
-/// terminal.
+/// A character the CLI never prints as is: a control character (newlines,
+/// terminal escapes), or an invisible or text-direction one (U+202E would
+/// display `\u{202e}nimda` as "admin" and reverse the rest of the line).
+pub(crate) fn unsafe_char(c: char) -> bool {
+    c.is_control() || leasehold_rules::deceptive_char(c.encode_utf8(&mut [0; 4])).is_some()
+}
+
+/// A value from the database made safe for one table cell: control,
+/// invisible and text-direction characters are shown escaped (`\u{202e}`),
+/// never sent to the terminal.
 pub(crate) fn cell(value: &str) -> String {
-    if value.chars().any(char::is_control) {
+    if value.chars().any(unsafe_char) {
         format!("{value:?}")
     } else {
         value.to_owned()
@@ -63,7 +70,7 @@ pub(crate) fn shell_word(value: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "@%+=:,./_-".contains(c);
     if !value.is_empty() && value.chars().all(plain) {
         value.to_owned()
-    } else if value.chars().any(char::is_control) {
+    } else if value.chars().any(unsafe_char) {
         cell(value)
     } else {
         format!("'{}'", value.replace('\'', r"'\''"))
@@ -84,7 +91,7 @@ pub(crate) fn one_line(value: &str) -> String {
             out.push(' ');
             space = false;
         }
-        if c.is_control() {
+        if unsafe_char(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
@@ -228,6 +235,15 @@ mod tests {
         assert_eq!(cut("ab  cdefg", 4), "ab…");
         assert_eq!(plural(1, "key"), "1 key");
         assert_eq!(plural(0, "key"), "0 keys");
+    }
+
+    #[test]
+    fn text_direction_and_invisible_characters_are_never_printed_raw() {
+        assert_eq!(cell("\u{202e}nimda"), "\"\\u{202e}nimda\"");
+        assert_eq!(cell("ad\u{200b}min"), "\"ad\\u{200b}min\"");
+        assert_eq!(one_line("failed \u{2066}x"), "failed \\u{2066}x");
+        assert_eq!(shell_word("\u{202e}key"), "\"\\u{202e}key\"");
+        assert_eq!(cell("Zoë"), "Zoë");
     }
 
     #[test]

@@ -47,7 +47,7 @@ pub use croner;
 pub use crate::cron::{CRON_FIELDS, cron, cron_fires};
 pub use crate::duration::{DurationError, UNITS_HELP, format_duration, parse_duration};
 pub use crate::error::RuleError;
-pub use crate::identifier::{IdentifierError, check_identifier, identifier};
+pub use crate::identifier::{IdentifierError, actor, check_identifier, deceptive_char, identifier};
 pub use crate::timing::{Timing, catch_up_bound, lease, period};
 pub use crate::zone::{edit_distance, suggest_zone, zone};
 

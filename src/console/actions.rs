@@ -77,6 +77,83 @@ impl Action {
     }
 }
 
+/// What an action did, as its redirect names it (`done=…`) for the key's
+/// page to say: the page shows only these fixed sentences, never text from
+/// the URL, so a link cannot make the console say what its author wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Done {
+    Triggered,
+    TriggeredPaused,
+    NotRegistered,
+    PausedCancelled,
+    PausedRunning,
+    Paused,
+    Resumed,
+    ResumedOverdue,
+    NotPaused,
+    Released,
+    StillHeld,
+    NoRow,
+}
+
+impl Done {
+    const ALL: [Done; 12] = [
+        Done::Triggered,
+        Done::TriggeredPaused,
+        Done::NotRegistered,
+        Done::PausedCancelled,
+        Done::PausedRunning,
+        Done::Paused,
+        Done::Resumed,
+        Done::ResumedOverdue,
+        Done::NotPaused,
+        Done::Released,
+        Done::StillHeld,
+        Done::NoRow,
+    ];
+
+    fn code(self) -> &'static str {
+        match self {
+            Done::Triggered => "triggered",
+            Done::TriggeredPaused => "triggered-paused",
+            Done::NotRegistered => "not-registered",
+            Done::PausedCancelled => "paused-cancelled",
+            Done::PausedRunning => "paused-running",
+            Done::Paused => "paused",
+            Done::Resumed => "resumed",
+            Done::ResumedOverdue => "resumed-overdue",
+            Done::NotPaused => "not-paused",
+            Done::Released => "released",
+            Done::StillHeld => "still-held",
+            Done::NoRow => "no-row",
+        }
+    }
+
+    /// The code of a `done=…` parameter; `None` for anything else.
+    pub(super) fn parse(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.code() == code)
+    }
+
+    pub(super) fn text(self) -> &'static str {
+        match self {
+            Done::Triggered => "Triggered: the first replica to claim it runs it now.",
+            Done::TriggeredPaused => "Triggered, but the key is paused: it runs once resumed.",
+            Done::NotRegistered => "Not found: no runtime registered this key.",
+            Done::PausedCancelled => "Paused; the run in progress is cancelled at its next heartbeat.",
+            Done::PausedRunning => "Paused; the run in progress finishes.",
+            Done::Paused => "Paused.",
+            Done::Resumed => "Resumed: it runs at its next slot.",
+            Done::ResumedOverdue => "Resumed: it was overdue and runs now.",
+            Done::NotPaused => "Not paused by its own name (is its job paused? `leasehold resume --job`).",
+            Done::Released => {
+                "Released: the tenure is over and its holder fenced out; the new fence is in the table below."
+            }
+            Done::StillHeld => "Still held: nothing changed.",
+            Done::NoRow => "Not found: no lease row.",
+        }
+    }
+}
+
 #[derive(serde::Deserialize)]
 pub(super) struct ConfirmQuery {
     #[serde(default)]
@@ -108,9 +185,17 @@ pub(super) async fn confirm(
         return read_only(&base, &viewer);
     };
     let key = query.key.as_str();
+    if let Err(err) = crate::validate::key(key) {
+        return layout::error(
+            &base,
+            &viewer,
+            StatusCode::BAD_REQUEST,
+            &format!("Not a lease key (`key`): {err}."),
+        );
+    }
     let body = html! {
         h1 { (action.label()) "?" }
-        p { "Key " strong #confirm-key { (key) } }
+        p { "Key " strong #confirm-key { bdi { (key) } } }
         p { (action.explain()) }
         form #confirm-form method="post" action="action" {
             input type="hidden" name="key" value=(key);
@@ -165,9 +250,9 @@ pub(super) async fn act(
     let work = async {
         match action {
             Action::Trigger => operator.trigger(key).await.map(|t| match t {
-                Triggered::Due => "Triggered: the first replica to claim it runs it now.".to_owned(),
-                Triggered::Paused => "Triggered, but the key is paused: it runs once resumed.".to_owned(),
-                _ => "Not found: no runtime registered this key.".to_owned(),
+                Triggered::Due => Done::Triggered,
+                Triggered::Paused => Done::TriggeredPaused,
+                _ => Done::NotRegistered,
             }),
             Action::Pause => {
                 let cancel = form.cancel.is_some();
@@ -175,39 +260,35 @@ pub(super) async fn act(
                     .pause(&target, cancel)
                     .await
                     .map(|p| match (cancel, p.running) {
-                        (true, 1..) => "Paused; the run in progress is cancelled at its next heartbeat.".to_owned(),
-                        (false, 1..) => "Paused; the run in progress finishes.".to_owned(),
-                        _ => "Paused.".to_owned(),
+                        (true, 1..) => Done::PausedCancelled,
+                        (false, 1..) => Done::PausedRunning,
+                        _ => Done::Paused,
                     })
             }
             Action::Resume => operator.resume(&target).await.map(|r| match r {
-                Resumed::Yes { woken: 0 } => "Resumed: it runs at its next slot.".to_owned(),
-                Resumed::Yes { .. } => "Resumed: it was overdue and runs now.".to_owned(),
-                _ => "Not paused by its own name (is its job paused? `leasehold resume --job`).".to_owned(),
+                Resumed::Yes { woken: 0 } => Done::Resumed,
+                Resumed::Yes { .. } => Done::ResumedOverdue,
+                _ => Done::NotPaused,
             }),
             Action::Release => operator.revoke(key, Revoke::Force, &[]).await.map(|r| match r {
-                Revoked::Ended { previous, fence } => {
-                    format!(
-                        "Released: {} (fence {}) is fenced out; new fence {fence}.",
-                        previous.holder, previous.fence
-                    )
-                }
-                Revoked::Held(_) => "Still held: nothing changed.".to_owned(),
-                _ => "Not found: no lease row.".to_owned(),
+                Revoked::Ended { .. } => Done::Released,
+                Revoked::Held(_) => Done::StillHeld,
+                _ => Done::NoRow,
             }),
         }
     };
     let done = console.reads.run(work).await;
     match done {
-        Ok(flash) => {
-            let to = format!("{}key?key={}&flash={}", base.0, enc(key), enc(&flash));
-            let mut response = Redirect::to(&to).into_response();
-            layout::secure(&mut response);
-            response
+        Ok(done) => {
+            let to = format!("{}key?key={}&done={}", base.0, enc(key), done.code());
+            Redirect::to(&to).into_response()
         }
-        Err(ReadError::Failed(crate::Error::InvalidInput { .. })) => {
-            layout::error(&base, &viewer, StatusCode::BAD_REQUEST, "Not a lease key.")
-        }
+        Err(ReadError::Failed(err @ crate::Error::InvalidInput { .. })) => layout::error(
+            &base,
+            &viewer,
+            StatusCode::BAD_REQUEST,
+            &format!("Not a lease key (`key`): {err}."),
+        ),
         Err(err) => layout::unavailable(&base, &viewer, err, During::Action),
     }
 }

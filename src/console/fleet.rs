@@ -36,11 +36,11 @@ pub(super) async fn page(State(console): State<Shared>, base: Base, parts: Parts
                 tbody {
                     @for h in &fleet.holders {
                         tr.holder data-holder=(h.holder) {
-                            td { (h.holder) }
+                            td { bdi { (h.holder) } }
                             td.running { (h.running.len()) }
                             td {
                                 @for key in h.running.iter().take(KEYS_SHOWN) {
-                                    a href={ "key?key=" (enc(key)) } { (key) } " "
+                                    a href={ "key?key=" (enc(key)) } { bdi { (key) } } " "
                                 }
                                 @if h.running.len() > KEYS_SHOWN { "and " (h.running.len() - KEYS_SHOWN) " more" }
                             }

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::Shared;
-use super::actions::Action;
+use super::actions::{Action, Done};
 use super::layout::{self, Base, During, Tab, enc, span, when};
 use super::reads::ReadError;
 use super::viewer::Viewer;
@@ -22,8 +22,8 @@ const SHOWN: usize = 50;
 pub(super) struct KeyQuery {
     #[serde(default)]
     key: String,
-    /// What the last action did (set by the action's redirect).
-    flash: Option<String>,
+    /// What the last action did: a code the action's redirect sets.
+    done: Option<String>,
 }
 
 /// GET `key?key=…`.
@@ -35,6 +35,9 @@ pub(super) async fn page(
 ) -> Response {
     let viewer = console.access.viewer(&console.options, &parts);
     let key = query.key.as_str();
+    if let Err(refusal) = layout::check_params(&base, &viewer, &[("key", key)]) {
+        return *refusal;
+    }
     let store = &console.store;
     let read = async {
         let status = store.status(key).await?;
@@ -48,12 +51,12 @@ pub(super) async fn page(
     };
     let (status, runs, actions, pauses) = match console.reads.run(read).await {
         Ok(read) => read,
-        Err(ReadError::Failed(crate::Error::InvalidInput { .. })) => {
+        Err(ReadError::Failed(err @ crate::Error::InvalidInput { .. })) => {
             return layout::error(
                 &base,
                 &viewer,
                 StatusCode::BAD_REQUEST,
-                "Not a lease key: give ?key=… .",
+                &format!("Not a lease key (`key`): {err}."),
             );
         }
         Err(err) => return layout::unavailable(&base, &viewer, err, during),
@@ -72,8 +75,8 @@ pub(super) async fn page(
         .filter(|p| p.target.covers(key, status.lease.job_name.as_deref()))
         .collect();
     let body = html! {
-        h1 #key { (key) }
-        @if let Some(flash) = &query.flash { p #flash { (flash) } }
+        h1 #key { bdi { (key) } }
+        @if let Some(done) = query.done.as_deref().and_then(Done::parse) { p #flash { (done.text()) } }
         (tenure(&status, &covering))
         (actions_bar(&viewer, &status))
         h2 { "Runs" }
@@ -84,7 +87,16 @@ pub(super) async fn page(
         @if actions.is_empty() { p.empty { "No operator has acted on this key or its job." } }
         @else { (actions_table(&actions, now)) }
     };
-    layout::page(&base, key, Tab::None, &viewer, console.options.refresh.as_secs(), body)
+    // The title cannot hold a <bdi>: the key is isolated by FSI … PDI.
+    let title = format!("\u{2068}{key}\u{2069}");
+    layout::page(
+        &base,
+        &title,
+        Tab::None,
+        &viewer,
+        console.options.refresh.as_secs(),
+        body,
+    )
 }
 
 fn tenure(status: &KeyStatus, covering: &[&Pause]) -> Markup {
@@ -95,14 +107,14 @@ fn tenure(status: &KeyStatus, covering: &[&Pause]) -> Markup {
             dt { "State" } dd { span class={ "badge " (status.state()) } #state { (status.state()) } }
             @for p in covering {
                 dt { "Paused" }
-                dd { (p.target) " by " (p.paused_by) " " (when(p.paused_at, now))
+                dd { bdi { (p.target) } " by " bdi { (p.paused_by) } " " (when(p.paused_at, now))
                      @if p.cancel { " (runs in progress cancelled)" } }
             }
-            dt { "Job" } dd { (lease.job_name.as_deref().unwrap_or("—")) }
+            dt { "Job" } dd { bdi { (lease.job_name.as_deref().unwrap_or("—")) } }
             @if lease.never_run() {
                 dt { "Holder" } dd.muted { "never run" }
             } @else {
-                dt { "Holder" } dd #holder { (lease.holder) @if !lease.is_held() { span.muted { " (last)" } } }
+                dt { "Holder" } dd #holder { bdi { (lease.holder) } @if !lease.is_held() { span.muted { " (last)" } } }
                 dt { "Fence" } dd #fence { (lease.fence) }
                 dt { "Tenure began" } dd { (when(lease.acquired_at, now)) }
                 dt { @if lease.is_held() { "Expires" } @else { "Ended" } } dd { (when(lease.expires_at, now)) }
@@ -114,7 +126,7 @@ fn tenure(status: &KeyStatus, covering: &[&Pause]) -> Markup {
                 @else { "now" }
             }
             @if let Some(run) = &status.last_error {
-                dt { "Last error" } dd.error { (when(run.ended_at, now)) ": " (run.error.as_deref().unwrap_or("")) }
+                dt { "Last error" } dd.error { (when(run.ended_at, now)) ": " bdi { (run.error.as_deref().unwrap_or("")) } }
             }
         }
     }
@@ -153,13 +165,13 @@ fn runs_table(runs: &[RunRecord], now: DateTime<Utc>) -> Markup {
                     tr.run {
                         td { (run.run_no) }
                         td { (run.fence) }
-                        td { (run.holder) }
+                        td { bdi { (run.holder) } }
                         td { @if let Some(slot) = run.scheduled_for { (when(slot, now)) } @else { span.muted { "triggered" } } }
                         td { (when(run.started_at, now)) }
                         td { (span(u64::try_from(run.duration().as_millis()).unwrap_or(u64::MAX))) }
                         td { span class={ "outcome " (run.outcome) } { (run.outcome) }
-                             @if let Some(reason) = &run.reason { " (" (reason) ")" } }
-                        td.error { (run.error.as_deref().unwrap_or("")) }
+                             @if let Some(reason) = &run.reason { " (" bdi { (reason) } ")" } }
+                        td.error { bdi { (run.error.as_deref().unwrap_or("")) } }
                     }
                 }
             }
@@ -205,7 +217,7 @@ fn fences(status: &KeyStatus, runs: &[RunRecord], actions: &[ActionRecord], now:
             table #fences {
                 thead { tr { th { "Fence" } th { "Since" } th { "Holder" } th { "What" } } }
                 tbody { @for (fence, at, who, what) in rows {
-                    tr { td { (fence) } td { (when(at, now)) } td { (who) } td { (what) } }
+                    tr { td { (fence) } td { (when(at, now)) } td { bdi { (who) } } td { (what) } }
                 } }
             }
         }
@@ -220,9 +232,9 @@ fn actions_table(actions: &[ActionRecord], now: DateTime<Utc>) -> Markup {
                 tr.action-record {
                     td { (when(a.at, now)) }
                     td { (a.action) }
-                    td { (a.target) }
-                    td.actor { (a.actor) }
-                    td { (a.outcome.as_deref().unwrap_or("(not recorded)"))
+                    td { bdi { (a.target) } }
+                    td.actor { bdi { (a.actor) } }
+                    td { bdi { (a.outcome.as_deref().unwrap_or("(not recorded)")) }
                          @if let Some(f) = a.fence { " — new fence " (f) } }
                 }
             } }

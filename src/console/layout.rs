@@ -63,8 +63,16 @@ pub(super) fn page(base: &Base, title: &str, tab: Tab, viewer: &Viewer, refresh_
                     }
                     span.who {
                         @match viewer {
-                            Viewer::Actor { name, .. } => { "acting as " strong { (name) } }
-                            Viewer::ReadOnly { can_log_in: true } => { "read-only · " a href="login" { "log in" } }
+                            Viewer::Actor { name, csrf, session } => {
+                                "acting as " strong #actor { bdi { (name) } }
+                                @if *session {
+                                    form.logout method="post" action="logout" {
+                                        input type="hidden" name="csrf" value=(csrf);
+                                        button #logout type="submit" { "log out" }
+                                    }
+                                }
+                            }
+                            Viewer::ReadOnly { can_log_in: true, .. } => { "read-only · " a href="login" { "log in" } }
                             Viewer::ReadOnly { .. } => { "read-only" }
                         }
                         @if refresh_secs > 0 {
@@ -76,14 +84,13 @@ pub(super) fn page(base: &Base, title: &str, tab: Tab, viewer: &Viewer, refresh_
             }
         }
     };
-    let mut response = markup.into_response();
-    secure(&mut response);
-    response
+    markup.into_response()
 }
 
-/// Headers on every answer: no inline script or style runs (so an
-/// unescaped value, were there one, could not execute), no framing, no
-/// caching of pages that show live state.
+/// Headers on every answer (the router's layer puts them on all of them,
+/// redirects and axum's own rejections included): no inline script or
+/// style runs (so an unescaped value, were there one, could not execute),
+/// no framing, no caching of pages that show live state.
 pub(super) fn secure(response: &mut Response) {
     let headers = response.headers_mut();
     headers.insert(
@@ -117,6 +124,21 @@ pub(super) fn error(base: &Base, viewer: &Viewer, status: StatusCode, message: &
     );
     *response.status_mut() = status;
     response
+}
+
+/// Refuses a request whose text parameters PostgreSQL cannot take (a NUL
+/// byte): 400 naming the parameter, before any statement, so a malformed
+/// link is the client's mistake and never reads as the database failing.
+pub(super) fn check_params(base: &Base, viewer: &Viewer, params: &[(&str, &str)]) -> Result<(), Box<Response>> {
+    match params.iter().find(|(_, value)| value.contains('\0')) {
+        Some((name, _)) => Err(Box::new(error(
+            base,
+            viewer,
+            StatusCode::BAD_REQUEST,
+            &format!("The parameter `{name}` contains a NUL byte, which no key, job or holder can contain."),
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Seconds a client is asked to wait (`Retry-After`) before retrying a

@@ -34,6 +34,11 @@ pub(super) async fn page(
     Query(query): Query<LeasesQuery>,
 ) -> Response {
     let viewer = console.access.viewer(&console.options, &parts);
+    let after = query.after.as_deref().unwrap_or("");
+    let params = [("prefix", query.prefix.as_str()), ("job", &query.job), ("after", after)];
+    if let Err(refusal) = layout::check_params(&base, &viewer, &params) {
+        return *refusal;
+    }
     let state = match KeyState::parse(&query.state) {
         Ok(state) => state,
         Err(err) => return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &err.to_string()),
@@ -121,10 +126,10 @@ fn table(keys: &[KeyStatus]) -> Markup {
                     @let lease = &k.lease;
                     @let now = lease.server_now;
                     tr.lease data-key=(lease.key) {
-                        td.key { a href={ "key?key=" (enc(&lease.key)) } { (lease.key) } }
+                        td.key { a href={ "key?key=" (enc(&lease.key)) } { bdi { (lease.key) } } }
                         td.state { span class={ "badge " (k.state()) } { (k.state()) } }
                         td.holder {
-                            @if lease.never_run() { span.muted { "never run" } } @else { (lease.holder) }
+                            @if lease.never_run() { span.muted { "never run" } } @else { bdi { (lease.holder) } }
                         }
                         td.fence { @if !lease.never_run() { (lease.fence) } }
                         td.left {
@@ -140,7 +145,7 @@ fn table(keys: &[KeyStatus]) -> Markup {
                                 span class={ "outcome " (run.outcome) } { (run.outcome) } " " (when(run.ended_at, now))
                             } @else { span.muted { "none" } }
                         }
-                        td.job { (lease.job_name.as_deref().unwrap_or("")) }
+                        td.job { bdi { (lease.job_name.as_deref().unwrap_or("")) } }
                     }
                 }
             }
@@ -164,6 +169,9 @@ pub(super) async fn job(
     Query(query): Query<JobQuery>,
 ) -> Response {
     let viewer = console.access.viewer(&console.options, &parts);
+    if let Err(refusal) = layout::check_params(&base, &viewer, &[("name", &query.name)]) {
+        return *refusal;
+    }
     let filter = KeyFilter::new().job(query.name.clone()).limit(2);
     let during = During::Page {
         refresh: console.options.refresh.as_secs(),

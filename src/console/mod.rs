@@ -13,9 +13,23 @@
 //! - **No action by GET, none without its CSRF token**: an action is a
 //!   POST from a confirmation page, carrying a token bound to the actor;
 //!   cross-site requests (`Sec-Fetch-Site`) are refused.
-//! - **Everything is escaped**: keys, holders, job names and error messages
-//!   are text (maud escapes every interpolated value), and a strict
-//!   Content-Security-Policy allows only the console's own script and style.
+//! - **A token login is hard to guess and hard to reuse**: a token under
+//!   128 bits is refused, failed logins are throttled, a session ends after
+//!   [`ConsoleOptions::session_idle`] (30 min) or 12 h and answers only on
+//!   the `Host` it was issued on; over TLS, [`ConsoleOptions::secure_cookie`]
+//!   makes its cookie `Secure` (`__Host-` at the root). Logging out takes
+//!   the CSRF token too.
+//! - **Only its own names**: with [`ConsoleOptions::allowed_hosts`] any
+//!   other `Host` (DNS rebinding) gets 421.
+//! - **Who acted is who it says**: actor names cannot carry invisible or
+//!   text-direction characters; beside the hook, a token login is recorded
+//!   as `token:<name>`.
+//! - **Everything is escaped and isolated**: keys, holders, job names and
+//!   error messages are text (maud escapes every interpolated value) in a
+//!   `<bdi>`, so none reorders the console's own words; its messages are
+//!   fixed sentences, never text from the URL; every answer carries a
+//!   strict Content-Security-Policy (only the console's own script and
+//!   style) and the other security headers.
 //! - **It cannot starve the service or the runtime**: at most
 //!   [`ConsoleOptions::max_concurrent_reads`] requests (default 1) use the
 //!   database at once, each holding at most one connection; the others
@@ -61,6 +75,10 @@ mod viewer;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sqlx::PgPool;
 
@@ -104,5 +122,33 @@ pub fn router(pool: PgPool, options: ConsoleOptions) -> Router {
         .route("/assets/{file}", get(assets::serve))
         // Nested at /p, axum routes "/p" to "/" but "/p/" to the fallback.
         .fallback(leases::root_or_not_found)
+        // Inside the headers' layer, so a refused `Host` gets them too.
+        .layer(middleware::from_fn_with_state(console.clone(), check_host))
+        .layer(middleware::map_response(with_security_headers))
         .with_state(console)
+}
+
+/// The security headers on every answer the router gives: pages, redirects,
+/// assets, 404/405, and axum's own rejections (a malformed query or form).
+async fn with_security_headers(mut response: Response) -> Response {
+    layout::secure(&mut response);
+    response
+}
+
+/// Refuses a request whose `Host` is not one of
+/// [`ConsoleOptions::allowed_hosts`] (when set): 421, before any handler.
+async fn check_host(State(console): State<Shared>, request: Request, next: Next) -> Response {
+    if let Some(allowed) = &console.options.allowed_hosts {
+        let (parts, body) = request.into_parts();
+        let host = access::request_host(&parts);
+        if !allowed.contains(&host) {
+            return (
+                StatusCode::MISDIRECTED_REQUEST,
+                "This console does not answer to that host name: use the address it was started on.\n",
+            )
+                .into_response();
+        }
+        return next.run(Request::from_parts(parts, body)).await;
+    }
+    next.run(request).await
 }

@@ -18,8 +18,9 @@ pub(crate) type Authorize = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 /// use leasehold::console::ConsoleOptions;
 ///
 /// let options = ConsoleOptions::new()
-///     .token(std::env::var("LEASEHOLD_CONSOLE_TOKEN").unwrap_or_default())
+///     .token(std::env::var("LEASEHOLD_CONSOLE_TOKEN").unwrap_or_default())?
 ///     .refresh(Duration::from_secs(10));
+/// # Ok::<(), leasehold::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct ConsoleOptions {
@@ -29,6 +30,9 @@ pub struct ConsoleOptions {
     pub(crate) fleet_window: Duration,
     pub(crate) max_concurrent_reads: usize,
     pub(crate) read_wait: Duration,
+    pub(crate) allowed_hosts: Option<Vec<String>>,
+    pub(crate) secure_cookie: bool,
+    pub(crate) session_idle: Duration,
 }
 
 impl fmt::Debug for ConsoleOptions {
@@ -40,6 +44,9 @@ impl fmt::Debug for ConsoleOptions {
             .field("fleet_window", &self.fleet_window)
             .field("max_concurrent_reads", &self.max_concurrent_reads)
             .field("read_wait", &self.read_wait)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("secure_cookie", &self.secure_cookie)
+            .field("session_idle", &self.session_idle)
             .finish()
     }
 }
@@ -59,6 +66,16 @@ impl ConsoleOptions {
     /// console answers "busy": see [`read_wait`](Self::read_wait).
     pub const DEFAULT_READ_WAIT: Duration = Duration::from_secs(1);
 
+    /// How long a token login lasts without a request, by default: see
+    /// [`session_idle`](Self::session_idle).
+    pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
+
+    /// How long a token login lasts at most, however active.
+    pub const SESSION_MAX: Duration = Duration::from_secs(12 * 3600);
+
+    /// The fewest bits of entropy a [`token`](Self::token) may have.
+    pub const MIN_TOKEN_BITS: u32 = 128;
+
     /// Read-only, refreshing every 5 s, the fleet page looking back 15 min,
     /// one page view on the database at a time, waiting at most 1 s for it.
     pub fn new() -> Self {
@@ -69,6 +86,9 @@ impl ConsoleOptions {
             fleet_window: Duration::from_secs(15 * 60),
             max_concurrent_reads: Self::DEFAULT_MAX_CONCURRENT_READS,
             read_wait: Self::DEFAULT_READ_WAIT,
+            allowed_hosts: None,
+            secure_cookie: false,
+            session_idle: Self::DEFAULT_SESSION_IDLE,
         }
     }
 
@@ -83,9 +103,78 @@ impl ConsoleOptions {
     /// Lets whoever types `token` into the console's login page act, under
     /// the name they give there (what `leasehold console` does with
     /// `LEASEHOLD_CONSOLE_TOKEN`). An empty token is ignored: read-only.
-    pub fn token(mut self, token: impl Into<String>) -> Self {
+    ///
+    /// The token must be hard to guess: [`Error::InvalidInput`](crate::Error::InvalidInput)
+    /// (which never shows it) when it has fewer than
+    /// [`MIN_TOKEN_BITS`](Self::MIN_TOKEN_BITS) bits of entropy by its
+    /// length and alphabet: 32 hex digits, 22 letters and digits, or 20
+    /// characters mixing in symbols. Make one with `openssl rand -hex 32`.
+    /// Failed logins are slowed down per process (a few tries, then a
+    /// doubling wait), and the comparison takes the same time whatever is
+    /// typed.
+    ///
+    /// When [`authorize`](Self::authorize) is set too, a token login is
+    /// recorded as `token:<name>`, so it can never act as (or take the CSRF
+    /// token of) a user the hook names.
+    pub fn token(mut self, token: impl Into<String>) -> crate::Result<Self> {
         let token = token.into();
+        if !token.is_empty() {
+            let bits = token_bits(&token);
+            if bits < Self::MIN_TOKEN_BITS {
+                return Err(crate::Error::invalid(
+                    "console token",
+                    format_args!("<{} characters, not shown>", token.chars().count()),
+                    format!(
+                        "it has about {bits} bits of entropy, at least {} are needed: make one with \
+                         `openssl rand -hex 32`",
+                        Self::MIN_TOKEN_BITS
+                    ),
+                ));
+            }
+        }
         self.token = (!token.is_empty()).then_some(token);
+        Ok(self)
+    }
+
+    /// Answers only requests whose `Host` (host and port, as the browser
+    /// sends it: `ops.example.com`, `127.0.0.1:8080`, `[::1]:8080`) is one
+    /// of `hosts`, compared without regard to case; any other gets 421
+    /// Misdirected Request. This stops DNS rebinding: a page on
+    /// `attacker.example` whose name the attacker re-points at the
+    /// console's address reaches it with its own name in `Host`.
+    ///
+    /// Default: no check. Mounted in a service, the console is reached
+    /// through the service's own front (its proxy or load balancer decides
+    /// which names it serves, and the console cannot know them); set the
+    /// names here when nothing in front checks them. `leasehold console`
+    /// sets its listen address, `localhost` and `[::1]` with its port.
+    pub fn allowed_hosts<I, H>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = H>,
+        H: Into<String>,
+    {
+        self.allowed_hosts = Some(hosts.into_iter().map(|h| h.into().to_ascii_lowercase()).collect());
+        self
+    }
+
+    /// Marks the login cookie `Secure` (sent over HTTPS only) and names it
+    /// `__Host-leasehold_console` when the console is mounted at the root
+    /// (`__Secure-leasehold_console` under a path), so an HTTP service on
+    /// another port of the same host never receives it. Set it when the
+    /// console is served over TLS, including behind a TLS-terminating
+    /// proxy: the console does not read `X-Forwarded-Proto`, which any
+    /// client can send. Default off (plain HTTP on loopback).
+    pub fn secure_cookie(mut self, secure: bool) -> Self {
+        self.secure_cookie = secure;
+        self
+    }
+
+    /// How long a token login lasts without a request (default
+    /// [`DEFAULT_SESSION_IDLE`](Self::DEFAULT_SESSION_IDLE), at least 1 s);
+    /// it ends after [`SESSION_MAX`](Self::SESSION_MAX) however active.
+    /// Open pages that refresh themselves keep it alive.
+    pub fn session_idle(mut self, idle: Duration) -> Self {
+        self.session_idle = idle.clamp(Duration::from_secs(1), Self::SESSION_MAX);
         self
     }
 
@@ -131,5 +220,65 @@ impl ConsoleOptions {
     pub fn read_wait(mut self, wait: Duration) -> Self {
         self.read_wait = wait;
         self
+    }
+}
+
+/// A token's entropy in bits, estimated from its length and the alphabet
+/// its characters come from: hex digits 4 bits each, letters and digits
+/// about 5.95, anything broader 6.55. A token made of fewer than 8
+/// distinct characters counts only what those allow.
+fn token_bits(token: &str) -> u32 {
+    let chars: Vec<char> = token.chars().collect();
+    let alphabet: f64 = if chars.iter().all(char::is_ascii_hexdigit) {
+        16.0
+    } else if chars.iter().all(char::is_ascii_alphanumeric) {
+        62.0
+    } else {
+        94.0
+    };
+    let mut distinct = chars.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let alphabet = if distinct.len() < 8 {
+        distinct.len() as f64
+    } else {
+        alphabet
+    };
+    // Truncation is the intent: the estimate rounds down.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let bits = (chars.len() as f64 * alphabet.log2()).floor() as u32;
+    bits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weak_tokens_are_refused_without_being_shown() {
+        for weak in [
+            "demo",
+            "s3cret-token",
+            "0123456789abcdef0123456789abcde",
+            &"a".repeat(64),
+        ] {
+            let err = ConsoleOptions::new().token(weak).expect_err(weak).to_string();
+            assert!(err.contains("openssl rand -hex 32"), "{err}");
+            assert!(!err.contains(weak), "the token is not shown: {err}");
+        }
+        for strong in [
+            "0123456789abcdef0123456789abcdef",
+            "Jx8-pQz!rT4vW9_kL2mN7b",
+            "3f9a1c07d2e84b6fa0c59e1d7b3c28f4a6e0d9b1c5f7e2a3d8b4c6f0e1a2d3b5",
+        ] {
+            assert!(ConsoleOptions::new().token(strong).is_ok(), "{strong}");
+        }
+        assert!(
+            ConsoleOptions::new()
+                .token("")
+                .expect("empty: read-only")
+                .token
+                .is_none()
+        );
     }
 }

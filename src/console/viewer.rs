@@ -3,10 +3,12 @@
 
 /// Who is looking.
 pub(super) enum Viewer {
-    /// No actor: pages only. `can_log_in` when a token login exists.
-    ReadOnly { can_log_in: bool },
+    /// No actor: pages only. `can_log_in` when a token login exists,
+    /// `hooked` when the service's authorisation hook names actors.
+    ReadOnly { can_log_in: bool, hooked: bool },
     /// May act, recorded as `name`; `csrf` goes into every form.
-    Actor { name: String, csrf: String },
+    /// `session` when through a token login (which can log out).
+    Actor { name: String, csrf: String, session: bool },
 }
 
 impl Viewer {

@@ -123,14 +123,9 @@ impl LeaseStore {
     }
 }
 
-/// An actor is recorded as given: it must say who, in at most 255 bytes.
+/// An actor is recorded as given: it must say who, in at most 255 bytes,
+/// and display as itself (no control, invisible or text-direction
+/// character: the rule of `leasehold_rules::actor`).
 pub(crate) fn validate_actor(actor: &str) -> Result<()> {
-    if actor.trim().is_empty() || actor.len() > 255 {
-        return Err(Error::invalid(
-            "actor",
-            actor,
-            "name who acts, in 1 to 255 bytes (e.g. user@host)",
-        ));
-    }
-    Ok(())
+    leasehold_rules::actor(actor).map_err(crate::validate::rule)
 }

@@ -72,12 +72,22 @@ impl Served {
 
     /// `GET path` with a plain HTTP/1.1 request: (status line, body).
     fn get(&self, path: &str) -> (String, String) {
-        let authority = self.url.trim_start_matches("http://").trim_end_matches('/').to_owned();
-        let mut stream = TcpStream::connect(&authority).expect("connect to the console");
+        let authority = self.authority();
+        self.get_as(&authority, path)
+    }
+
+    /// The `IP:PORT` it serves on.
+    fn authority(&self) -> String {
+        self.url.trim_start_matches("http://").trim_end_matches('/').to_owned()
+    }
+
+    /// `GET path` with `host` in the `Host` header: (status line, body).
+    fn get_as(&self, host: &str, path: &str) -> (String, String) {
+        let mut stream = TcpStream::connect(self.authority()).expect("connect to the console");
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         write!(
             stream,
-            "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
         )
         .expect("send the request");
         let mut response = String::new();
@@ -140,16 +150,61 @@ async fn console_serves_the_leases_page_on_loopback_until_stopped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_with_a_token_offers_a_login() {
     let db = migrated_db().await;
-    let served = Served::start(
-        &url(&db),
-        Some("s3cret"),
-        &["--listen", "127.0.0.1:0", "--refresh", "0"],
-    );
+    let served = Served::start(&url(&db), Some(TOKEN), &["--listen", "127.0.0.1:0", "--refresh", "0"]);
     assert!(served.banner.contains("after logging in"), "{}", served.banner);
     let (status, body) = served.get("/login");
     assert!(status.contains(" 200 "), "{status}\n{body}");
     assert!(body.contains("id=\"token\""), "{body}");
-    assert!(!body.contains("s3cret"), "the token is never shown: {body}");
+    assert!(!body.contains(TOKEN), "the token is never shown: {body}");
+}
+
+/// A console token as `openssl rand -hex 16` makes them: 128 bits.
+const TOKEN: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_answers_only_its_own_host_names() {
+    let db = migrated_db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    released_row(&store, "console:probe", "web-1").await;
+    let served = Served::start(
+        &url(&db),
+        Some(TOKEN),
+        &["--listen", "127.0.0.1:0", "--allow-host", "ops.example.com"],
+    );
+    let port = served.authority().rsplit(':').next().expect("a port").to_owned();
+
+    // DNS rebinding: the attacker's name, pointed at 127.0.0.1.
+    for path in ["/", "/login"] {
+        let (status, body) = served.get_as(&format!("rebind.attacker.example:{port}"), path);
+        assert!(status.contains(" 421 "), "{path}: {status}\n{body}");
+        assert!(!body.contains("console:probe") && !body.contains("csrf"), "{body}");
+    }
+    for host in [
+        served.authority(),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        "ops.example.com".to_owned(),
+    ] {
+        let (status, body) = served.get_as(&host, "/");
+        assert!(status.contains(" 200 "), "{host}: {status}");
+        assert!(body.contains("console:probe"), "{host}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_refuses_a_guessable_token() {
+    let db = migrated_db().await;
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["console", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", url(&db))
+        .env("LEASEHOLD_CONSOLE_TOKEN", "demo")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the CLI binary runs");
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("openssl rand -hex 32") && err.contains("128"), "{err}");
+    assert!(!err.contains("demo"), "the token is not shown: {err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,10 @@
 //! records who did it; keys that are HTML stay text, and nothing they
 //! carry runs.
 //!
+//! A second scenario plays the other web service on the same host: the
+//! browser hands it the console's cookie, which it cannot use, and a name
+//! re-pointed at the console's address gets nothing.
+//!
 //! With `LEASEHOLD_SCREENSHOTS=DIR` set, it also saves the leases, key and
 //! fleet pages as PNGs there (`scripts/console-screenshots.sh`, for
 //! `docs/console/`).
@@ -26,6 +30,8 @@ use tokio::time::Instant;
 
 use crate::support::{self, Runs, eventually, eventually_async, job, quick, replica};
 use driver::Browser;
+
+use super::http::get;
 
 /// Where the console is mounted in the test's service.
 const MOUNT: &str = "/ops/leasehold";
@@ -311,6 +317,109 @@ async fn open_key(c: &Client, key: &str) {
 }
 
 /// On a key page, takes `action`: its link, then the confirmation form.
+/// What a browser session on the console gives another web service on
+/// the same host: browsers send cookies to every port of a host, so the
+/// other service receives the session cookie; relayed under its own `Host`
+/// the console treats it as read-only. And a page whose name is re-pointed
+/// at the console's address (DNS rebinding) is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cookie_leaked_to_another_port_and_a_rebound_name_get_nothing() {
+    const TOKEN: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+    let (db, store) = support::store().await;
+    store.claim("ledger", "replica-1", support::LONG).await.expect("claim");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the console");
+    let addr = listener.local_addr().expect("console address");
+    // The other service: shows the cookies the browser sends it.
+    let other = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let other_addr = other.local_addr().expect("other address");
+    let echo = Router::new().route(
+        "/",
+        axum::routing::get(|headers: axum::http::HeaderMap| async move {
+            headers
+                .get("cookie")
+                .and_then(|c| c.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        }),
+    );
+    // The other port's name passes the Host check too, so that the relay
+    // meets the session's own binding to the Host it was issued on.
+    let options = ConsoleOptions::new()
+        .token(TOKEN)
+        .expect("a strong token")
+        .allowed_hosts([addr.to_string(), other_addr.to_string()])
+        .refresh(Duration::ZERO);
+    let app = console::router(db.pool.clone(), options);
+    let served = app.clone();
+    let server = tokio::spawn(async move { axum::serve(listener, served).await });
+    let other_server = tokio::spawn(async move { axum::serve(other, echo).await });
+
+    let browser = Browser::start().await;
+    let c = &browser.client;
+    c.goto(&format!("http://{addr}/login"))
+        .await
+        .expect("open the login page");
+    c.find(Locator::Id("name"))
+        .await
+        .expect("name")
+        .send_keys("bob")
+        .await
+        .expect("type");
+    c.find(Locator::Id("token"))
+        .await
+        .expect("token")
+        .send_keys(TOKEN)
+        .await
+        .expect("type");
+    c.find(Locator::Id("login"))
+        .await
+        .expect("button")
+        .click()
+        .await
+        .expect("log in");
+    c.wait()
+        .at_most(WITHIN)
+        .for_element(Locator::Id("actor"))
+        .await
+        .expect("logged in");
+
+    c.goto(&format!("http://{other_addr}/"))
+        .await
+        .expect("open the other service");
+    let leaked = text(c, Locator::Css("body")).await;
+    let session = leaked
+        .split("; ")
+        .find(|c| c.starts_with("leasehold_console="))
+        .unwrap_or_else(|| panic!("the browser sends the cookie to the other port: {leaked:?}"))
+        .to_owned();
+    let own_host = addr.to_string();
+    let as_console = get(&app, "/", &[("cookie", &session), ("host", &own_host)]).await;
+    assert!(as_console.body.contains("acting as"), "the cookie is the live session");
+    let relay_host = other_addr.to_string();
+    let relayed = [("cookie", session.as_str()), ("host", relay_host.as_str())];
+    let page = get(&app, "/", &relayed).await;
+    assert!(!page.body.contains("acting as"), "relayed, the cookie is read-only");
+    let confirm = get(&app, "/confirm?key=ledger&action=pause", &relayed).await;
+    assert_eq!(
+        confirm.status,
+        axum::http::StatusCode::FORBIDDEN,
+        "no CSRF token for the relay"
+    );
+
+    c.goto(&format!("http://rebind.attacker.example:{}/", addr.port()))
+        .await
+        .expect("open the rebound name");
+    let rebound = c.source().await.expect("page source");
+    assert!(rebound.contains("does not answer to that host"), "{rebound}");
+    assert!(!rebound.contains("ledger"), "{rebound}");
+
+    browser.quit().await;
+    server.abort();
+    other_server.abort();
+}
+
 /// Returns once the key page shows the action's flash message.
 async fn act(c: &Client, action: &str) {
     c.find(Locator::Id(&format!("action-{action}")))

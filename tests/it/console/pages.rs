@@ -113,7 +113,7 @@ async fn the_key_page_shows_tenure_runs_fences_and_who_acted() {
 
     let page = get(&app, "/key?key=ledger", &[]).await;
     assert_eq!(page.status, StatusCode::OK);
-    assert!(page.body.contains("<h1 id=\"key\">ledger</h1>"));
+    assert!(page.body.contains("<h1 id=\"key\"><bdi>ledger</bdi></h1>"));
     assert_eq!(
         page.body.matches("<tr class=\"run\">").count(),
         3,

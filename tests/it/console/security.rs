@@ -10,8 +10,11 @@ use axum::http::StatusCode;
 use leasehold::console::ConsoleOptions;
 use leasehold::{KeyState, LeaseStore, Schedule};
 
-use super::http::{Page, console, enc, get, post};
+use super::http::{Page, console, enc, get, post, send};
 use crate::support::{self, LONG, eventually_async, job, quick, replica};
+
+/// A console token as `openssl rand -hex 16` makes them: 128 bits.
+const TOKEN: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
 
 /// The console with a hook that trusts an `x-user` header (a service's
 /// authenticating proxy would set it).
@@ -118,7 +121,11 @@ async fn an_action_needs_its_actors_own_csrf_token_and_a_same_origin_fetch() {
     )
     .await;
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
-    assert!(done.location().starts_with("/key?key=ledger&flash="));
+    assert!(
+        done.location().starts_with("/key?key=ledger&done=paused"),
+        "{}",
+        done.location()
+    );
     assert_eq!(state(&store, "ledger").await, KeyState::Paused);
     let actions = store.actions("ledger", 10).await.expect("actions");
     assert_eq!(actions.len(), 1, "the refused attempts left no record: {actions:?}");
@@ -132,7 +139,7 @@ async fn an_action_needs_its_actors_own_csrf_token_and_a_same_origin_fetch() {
 async fn a_token_login_lets_its_user_act_under_their_name() {
     let (db, store) = support::store().await;
     store.claim("ledger", "replica-1", LONG).await.expect("claim");
-    let app = console(&db.pool, ConsoleOptions::new().token("s3cret-token"));
+    let app = console(&db.pool, ConsoleOptions::new().token(TOKEN).expect("a strong token"));
     let login = get(&app, "/login", &[]).await;
     let csrf = login.csrf();
 
@@ -145,19 +152,13 @@ async fn a_token_login_lets_its_user_act_under_their_name() {
     .await;
     assert_eq!(wrong.status, StatusCode::FORBIDDEN);
     assert!(wrong.headers.get("set-cookie").is_none());
-    let forged = post(
-        &app,
-        "/login",
-        &[("name", "bob"), ("token", "s3cret-token"), ("csrf", "")],
-        &[],
-    )
-    .await;
+    let forged = post(&app, "/login", &[("name", "bob"), ("token", TOKEN), ("csrf", "")], &[]).await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN, "login CSRF is refused too");
 
     let ok = post(
         &app,
         "/login",
-        &[("name", "bob"), ("token", "s3cret-token"), ("csrf", &csrf)],
+        &[("name", "bob"), ("token", TOKEN), ("csrf", &csrf)],
         &[],
     )
     .await;
@@ -174,10 +175,10 @@ async fn a_token_login_lets_its_user_act_under_their_name() {
     // trailing slash, which `/ops/leasehold` would not match) and below.
     let nested = Router::new().nest_service(
         "/ops/leasehold",
-        console(&db.pool, ConsoleOptions::new().token("s3cret-token")),
+        console(&db.pool, ConsoleOptions::new().token(TOKEN).expect("a strong token")),
     );
     let csrf = get(&nested, "/ops/leasehold/login", &[]).await.csrf();
-    let form = [("name", "bob"), ("token", "s3cret-token"), ("csrf", csrf.as_str())];
+    let form = [("name", "bob"), ("token", TOKEN), ("csrf", csrf.as_str())];
     let there = post(&nested, "/ops/leasehold/login", &form, &[]).await;
     let cookie = there.headers["set-cookie"].to_str().expect("cookie").to_owned();
     assert!(cookie.contains("; Path=/ops/leasehold;"), "{cookie}");
@@ -262,4 +263,356 @@ async fn keys_holders_and_errors_render_as_text() {
         "the error, as text"
     );
     runtime.shutdown().await;
+}
+
+/// Logs in with the console's token as `name` through `host`; the session
+/// cookie (`name=value`) and the whole `Set-Cookie` header.
+async fn log_in(app: &Router, name: &str, host: &str) -> (String, String) {
+    let csrf = get(app, "/login", &[("host", host)]).await.csrf();
+    let ok = post(
+        app,
+        "/login",
+        &[("name", name), ("token", TOKEN), ("csrf", &csrf)],
+        &[("host", host)],
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::SEE_OTHER, "{}", ok.body);
+    let header = ok.headers["set-cookie"].to_str().expect("cookie").to_owned();
+    (header.split(';').next().expect("name=value").to_owned(), header)
+}
+
+fn acting(page: &Page) -> bool {
+    page.body.contains("acting as")
+}
+
+#[tokio::test]
+async fn a_session_answers_only_on_its_own_host_and_ends_when_idle() {
+    let (db, store) = support::store().await;
+    store.claim("ledger", "replica-1", LONG).await.expect("claim");
+    let options = ConsoleOptions::new()
+        .token(TOKEN)
+        .expect("a strong token")
+        .session_idle(Duration::from_secs(1));
+    let app = console(&db.pool, options);
+    let (session, _) = log_in(&app, "bob", "127.0.0.1:18080").await;
+    let mine = [("cookie", session.as_str()), ("host", "127.0.0.1:18080")];
+    assert!(acting(&get(&app, "/", &mine).await), "logged in on its own host");
+
+    // The browser sends the cookie to every port of the host: an app on
+    // another port that relays it reaches the console under its own Host.
+    let relayed = [("cookie", session.as_str()), ("host", "127.0.0.1:18889")];
+    assert!(
+        !acting(&get(&app, "/", &relayed).await),
+        "another port's Host is read-only"
+    );
+    let refused = get(&app, "/confirm?key=ledger&action=pause", &relayed).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "no CSRF token for the relay");
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(!acting(&get(&app, "/", &mine).await), "an idle session has ended");
+}
+
+#[tokio::test]
+async fn over_tls_the_cookie_is_secure_and_host_only() {
+    let db = support::db().await;
+    let options = || {
+        ConsoleOptions::new()
+            .token(TOKEN)
+            .expect("a strong token")
+            .secure_cookie(true)
+    };
+    let (session, header) = log_in(&console(&db.pool, options()), "bob", "ops.example.com").await;
+    assert!(session.starts_with("__Host-leasehold_console="), "{header}");
+    assert!(header.contains("; Secure") && header.contains("; Path=/;"), "{header}");
+
+    let nested = Router::new().nest_service("/ops/leasehold", console(&db.pool, options()));
+    let csrf = get(&nested, "/ops/leasehold/login", &[]).await.csrf();
+    let form = [("name", "bob"), ("token", TOKEN), ("csrf", csrf.as_str())];
+    let there = post(&nested, "/ops/leasehold/login", &form, &[]).await;
+    let header = there.headers["set-cookie"].to_str().expect("cookie");
+    assert!(
+        header.starts_with("__Secure-leasehold_console=") && header.contains("; Secure"),
+        "{header}"
+    );
+}
+
+#[tokio::test]
+async fn a_rebound_host_name_is_refused() {
+    let (db, store) = support::store().await;
+    store.claim("ledger", "replica-1", LONG).await.expect("claim");
+    let options = ConsoleOptions::new()
+        .token(TOKEN)
+        .expect("a strong token")
+        .allowed_hosts(["127.0.0.1:18080", "localhost:18080"]);
+    let app = console(&db.pool, options);
+
+    for uri in ["/", "/key?key=ledger", "/login", "/assets/console.css"] {
+        let rebound = get(&app, uri, &[("host", "rebind.attacker.example:18080")]).await;
+        assert_eq!(rebound.status, StatusCode::MISDIRECTED_REQUEST, "{uri}");
+        assert!(
+            !rebound.body.contains("ledger") && !rebound.body.contains("csrf"),
+            "{uri}"
+        );
+        assert!(rebound.headers.contains_key("content-security-policy"), "{uri}");
+    }
+    assert_eq!(
+        get(&app, "/", &[]).await.status,
+        StatusCode::MISDIRECTED_REQUEST,
+        "no Host"
+    );
+    let own = get(&app, "/", &[("host", "LOCALHOST:18080")]).await;
+    assert_eq!(own.status, StatusCode::OK);
+    assert!(own.body.contains("ledger"));
+}
+
+#[tokio::test]
+async fn wrong_tokens_are_throttled() {
+    let db = support::db().await;
+    let app = console(&db.pool, ConsoleOptions::new().token(TOKEN).expect("a strong token"));
+    let csrf = get(&app, "/login", &[]).await.csrf();
+    let attempt = |token: &'static str| {
+        let (app, csrf) = (app.clone(), csrf.clone());
+        async move {
+            post(
+                &app,
+                "/login",
+                &[("name", "mallory"), ("token", token), ("csrf", &csrf)],
+                &[],
+            )
+            .await
+        }
+    };
+
+    let mut checked = 0;
+    let started = std::time::Instant::now();
+    for _ in 0..1000 {
+        let answer = attempt("0f1e2d3c4b5a69788796a5b4c3d2e1f1").await;
+        match answer.status {
+            StatusCode::FORBIDDEN => checked += 1,
+            StatusCode::TOO_MANY_REQUESTS => assert!(answer.headers.contains_key("retry-after")),
+            other => panic!("{other}: {}", answer.body),
+        }
+    }
+    // 5 free, the 6th closes the login for 1 s, and each check after a
+    // wait doubles the next: over t seconds, at most log2(t + 1) more.
+    let waits = (started.elapsed().as_secs_f64() + 1.0).log2().ceil() as usize;
+    assert!(
+        checked <= 6 + waits,
+        "{checked} of 1,000 wrong tokens were checked in {:?}",
+        started.elapsed()
+    );
+    let right = attempt(TOKEN).await;
+    assert_eq!(
+        right.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "while closed, even the right token tells nothing"
+    );
+    assert!(right.headers.get("set-cookie").is_none());
+}
+
+#[tokio::test]
+async fn logout_needs_the_sessions_csrf_token() {
+    let db = support::db().await;
+    let app = console(&db.pool, ConsoleOptions::new().token(TOKEN).expect("a strong token"));
+    let (session, _) = log_in(&app, "bob", "").await;
+    let page = get(&app, "/", &[("cookie", &session)]).await;
+    assert!(page.body.contains("id=\"logout\""), "a logout button");
+    let csrf = page.csrf();
+
+    for (what, form, site) in [
+        ("no token", "", "same-origin"),
+        ("a cross-site form", csrf.as_str(), "cross-site"),
+    ] {
+        let refused = post(
+            &app,
+            "/logout",
+            &[("csrf", form)],
+            &[("cookie", &session), ("sec-fetch-site", site)],
+        )
+        .await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{what}");
+        assert!(
+            acting(&get(&app, "/", &[("cookie", &session)]).await),
+            "{what} kept the session"
+        );
+    }
+    let out = post(
+        &app,
+        "/logout",
+        &[("csrf", &csrf)],
+        &[("cookie", &session), ("sec-fetch-site", "same-origin")],
+    )
+    .await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert!(!acting(&get(&app, "/", &[("cookie", &session)]).await), "logged out");
+}
+
+#[tokio::test]
+async fn the_flash_message_is_the_consoles_own_text() {
+    let (db, store) = support::store().await;
+    store.claim("ledger", "replica-1", LONG).await.expect("claim");
+    let app = behind_proxy(&db.pool);
+    let lure = "Session expired: re-enter the token at http://evil.example/login";
+    for query in [format!("flash={}", enc(lure)), format!("done={}", enc(lure))] {
+        let page = get(&app, &format!("/key?key=ledger&{query}"), &[]).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(!page.body.contains("evil.example"), "{query}: the URL's text is shown");
+    }
+    let page = get(&app, "/key?key=ledger&done=paused", &[]).await;
+    assert!(page.body.contains("<p id=\"flash\">Paused.</p>"), "{}", page.body);
+}
+
+#[tokio::test]
+async fn every_answer_carries_the_security_headers() {
+    let (db, store) = support::store().await;
+    store.claim("ledger", "replica-1", LONG).await.expect("claim");
+    let app = console(&db.pool, ConsoleOptions::new().token(TOKEN).expect("a strong token"));
+    let form = axum::http::Request::post("/action")
+        .body(axum::body::Body::from("key=ledger"))
+        .expect("request");
+    let answers = [
+        ("a job's redirect", get(&app, "/job?name=nightly", &[]).await),
+        ("logout", post(&app, "/logout", &[("csrf", "x")], &[]).await),
+        ("a missing asset", get(&app, "/assets/nope.js", &[]).await),
+        ("a GET of a POST route", get(&app, "/action", &[]).await),
+        ("a form without its content type", send(&app, form).await),
+        (
+            "a query axum rejects",
+            get(&app, "/confirm?key=a&key=b&action=pause", &[]).await,
+        ),
+        ("a page", get(&app, "/", &[]).await),
+    ];
+    for (what, answer) in answers {
+        for header in [
+            "content-security-policy",
+            "x-content-type-options",
+            "x-frame-options",
+            "referrer-policy",
+        ] {
+            assert!(
+                answer.headers.contains_key(header),
+                "{what} ({}) lacks {header}",
+                answer.status
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_nul_byte_in_a_parameter_is_the_clients_mistake() {
+    let (db, store) = support::store().await;
+    store.claim("ledger", "replica-1", LONG).await.expect("claim");
+    let app = behind_proxy(&db.pool);
+    for (uri, param) in [
+        ("/?prefix=a%00b", "prefix"),
+        ("/?job=a%00b", "job"),
+        ("/?after=a%00b", "after"),
+        ("/job?name=a%00b", "name"),
+        ("/key?key=a%00b", "key"),
+        ("/confirm?key=a%00b&action=pause", "key"),
+    ] {
+        let page = get(&app, uri, &[("x-user", "alice")]).await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST, "{uri}: {}", page.body);
+        assert!(
+            page.body.contains(&format!("`{param}`")),
+            "{uri} names {param}: {}",
+            page.body
+        );
+        assert!(
+            !page.body.contains("invalid byte sequence"),
+            "{uri}: the database's error"
+        );
+    }
+    let long = get(&app, &format!("/key?key={}", "k".repeat(10_000)), &[]).await;
+    assert!(long.body.contains("the limit is 255 bytes"), "{}", long.body);
+}
+
+#[tokio::test]
+async fn a_name_cannot_pass_for_another() {
+    let (db, store) = support::store().await;
+    store.claim("ledger", "replica-1", LONG).await.expect("claim");
+    // The service's authentication names users from a header; `rtl` and
+    // `zw` stand for names a directory might hold with those characters.
+    let options = ConsoleOptions::new()
+        .authorize(|req| {
+            let user = req.headers.get("x-user")?.to_str().ok()?;
+            Some(match user {
+                "rtl" => "\u{202e}nimda".to_owned(),
+                "zw" => "ad\u{200b}min".to_owned(),
+                user => user.to_owned(),
+            })
+        })
+        .token(TOKEN)
+        .expect("a strong token");
+    let app = console(&db.pool, options);
+
+    // Beside the hook, a token login is named apart from the hook's users.
+    let (session, _) = log_in(&app, "alice", "").await;
+    let as_token = get(&app, "/confirm?key=ledger&action=pause", &[("cookie", &session)]).await;
+    assert!(as_token.body.contains("<bdi>token:alice</bdi>"), "{}", as_token.body);
+    let hook_alice = confirm(&app, "ledger", "pause", "alice").await.csrf();
+    assert_ne!(as_token.csrf(), hook_alice, "not the hook's alice's CSRF token");
+    let form = [("key", "ledger"), ("action", "pause"), ("csrf", hook_alice.as_str())];
+    let forged = post(&app, "/action", &form, &[("cookie", &session)]).await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+
+    // A name that displays as another is refused at login and in actions.
+    let csrf = get(&app, "/login", &[]).await.csrf();
+    let form = [("name", "\u{202e}nimda"), ("token", TOKEN), ("csrf", csrf.as_str())];
+    assert_eq!(post(&app, "/login", &form, &[]).await.status, StatusCode::BAD_REQUEST);
+    for fake in ["rtl", "zw"] {
+        let csrf = confirm(&app, "ledger", "pause", fake).await.csrf();
+        let form = [("key", "ledger"), ("action", "pause"), ("csrf", csrf.as_str())];
+        let refused = post(&app, "/action", &form, &[("x-user", fake)]).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{fake:?}");
+    }
+    assert!(store.actions("ledger", 10).await.expect("actions").is_empty());
+    assert_eq!(state(&store, "ledger").await, KeyState::Held);
+}
+
+#[tokio::test]
+async fn untrusted_text_is_direction_isolated() {
+    let (db, store) = support::store().await;
+    let key = "\u{202e}ledger";
+    store.claim(key, "\u{202e}replica-1", LONG).await.expect("claim");
+    store.revoke(key, leasehold::Revoke::Force, &[]).await.expect("release");
+    let app = behind_proxy(&db.pool);
+    let page = get(&app, &format!("/key?key={}", enc(key)), &[]).await;
+    assert!(
+        page.body
+            .contains("<bdi>\u{202e}replica-1</bdi><span class=\"muted\"> (last)"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("<h1 id=\"key\"><bdi>\u{202e}ledger</bdi></h1>"),
+        "{}",
+        page.body
+    );
+    let list = get(&app, "/", &[]).await;
+    assert!(list.body.contains("<bdi>\u{202e}ledger</bdi>"), "{}", list.body);
+}
+
+#[tokio::test]
+async fn refusals_say_why_and_what_to_fix() {
+    let (db, store) = support::store().await;
+    store.claim("ledger", "replica-1", LONG).await.expect("claim");
+
+    // Hook only, and the hook does not name this user.
+    let hooked = behind_proxy(&db.pool);
+    let refused = get(&hooked, "/confirm?key=ledger&action=pause", &[]).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert!(refused.body.contains("does not name you"), "{}", refused.body);
+    assert!(!refused.body.contains("without"), "{}", refused.body);
+
+    // Neither hook nor token: the login page says the console is read-only.
+    let bare = console(&db.pool, ConsoleOptions::new());
+    let login = get(&bare, "/login", &[]).await;
+    assert!(login.body.contains("read-only"), "{}", login.body);
+
+    // A confirmation without a key offers no button.
+    let keyless = get(&hooked, "/confirm?job=invoice_run&action=pause", &[("x-user", "alice")]).await;
+    assert_eq!(keyless.status, StatusCode::BAD_REQUEST);
+    assert!(!keyless.body.contains("id=\"confirm\""), "{}", keyless.body);
+    assert!(keyless.body.contains("`key`"), "{}", keyless.body);
 }

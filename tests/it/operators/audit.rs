@@ -89,8 +89,9 @@ async fn a_job_pause_is_in_the_history_of_each_of_its_keys_and_an_operator_must_
         assert_eq!(actions.len(), 1, "{key}: {actions:?}");
         assert_eq!(actions[0].target, PauseTarget::job("report"));
     }
-    for nobody in ["", "   ", &"x".repeat(256)] {
-        let err = Operator::new(store.clone(), nobody).expect_err("an actor is required");
+    // Nobody, too long, or a name that displays as another ("admin").
+    for nobody in ["", "   ", &"x".repeat(256), "\u{202e}nimda", "ad\u{200b}min"] {
+        let err = Operator::new(store.clone(), nobody).expect_err("not a name who acts");
         assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     }
     runtime.shutdown().await;

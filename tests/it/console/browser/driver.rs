@@ -49,6 +49,9 @@ pub fn chromium_args(profile: &Path) -> Vec<String> {
         "--disable-component-update",
         "--disable-sync",
         "--disable-dev-shm-usage",
+        // A name an attacker re-points at loopback (DNS rebinding), without
+        // a DNS server: the console must refuse to answer to it.
+        "--host-resolver-rules=MAP rebind.attacker.example 127.0.0.1",
     ]
     .map(String::from)
     .to_vec();
