@@ -49,7 +49,7 @@ mutations = [
   """                       fence       = CASE WHEN l.holder = EXCLUDED.holder
                                           THEN l.fence ELSE EXCLUDED.fence END"""),
  ("claim/claim_run: fence from `fence + 1` instead of the sequence",
-  "SELECT $1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),",
+  "SELECT $1, $2, leasehold_next_fence(), clock_timestamp(),",
   "SELECT $1, $2, 1, clock_timestamp(),"),
  ("claim_run: same-holder re-entrance added (a duplicate holder id takes a live lease)",
   """                 WHERE l.expires_at <= clock_timestamp()
@@ -130,7 +130,7 @@ batch_mutations = [
   "                 LIMIT $4\n                   FOR UPDATE OF l",
   "scheduler::batch_claim::a_locked_row_does_not_hold_up_the_other_keys_of_a_batch"),
  ("claim_due: fresh fence replaced by the row's old fence",
-  "                       fence       = nextval('leasehold_fence_seq'),",
+  "                       fence       = leasehold_next_fence(),",
   "                       fence       = l.fence,",
   "scheduler::batch_claim runtime::three_replicas_run_a_job_once_per_slot"),
  ("claim_due: same-holder re-entrance added (a duplicate holder id takes a live lease)",
@@ -244,7 +244,7 @@ revoke_mutations = [
   "                   AND ($2 OR old.expires_at <= clock_timestamp())\n", "\n",
   "operators::revoke"),
  ("revoke: the old fence kept (the revoked run still writes through the fence)",
-  "                   SET fence = nextval('leasehold_fence_seq'),\n",
+  "                   SET fence = leasehold_next_fence(),\n",
   "                   SET fence = l.fence,\n",
   "operators::revoke"),
  ("revoke: a held lease not expired (no other replica can claim it)",
