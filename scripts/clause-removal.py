@@ -7,7 +7,8 @@ rule enforced by mod.rs's and batch.rs's claims, written once in
 pause_rule.rs and expanded at each call site;
 what operators read and the record of their actions in history.rs, fleet.rs
 and audit.rs; the commit check on fenced transactions in
-migrations/0005_fence_tenure.sql),
+migrations/0005_fence_tenure.sql; the fence jump on a new timeline in
+migrations/0006_fence_timeline.sql),
 remove it (or, for a rule that forbids something, add the forbidden clause)
 in a scratch worktree of HEAD and run the scenario tests named with it
 (`lease::` unless a mutation names others); every mutation must make at
@@ -129,6 +130,10 @@ batch_mutations = [
   "                 LIMIT $4\n                   FOR UPDATE OF l SKIP LOCKED",
   "                 LIMIT $4\n                   FOR UPDATE OF l",
   "scheduler::batch_claim::a_locked_row_does_not_hold_up_the_other_keys_of_a_batch"),
+ ("claim_due: fence drawn straight from the sequence (no timeline check)",
+  "                       fence       = leasehold_next_fence(),",
+  "                       fence       = nextval('leasehold_fence_seq'),",
+  "failover::an_asynchronous_failover"),
  ("claim_due: fresh fence replaced by the row's old fence",
   "                       fence       = leasehold_next_fence(),",
   "                       fence       = l.fence,",
@@ -282,6 +287,23 @@ commit_check_mutations = [
   "frozen_holder::commit_check"),
 ]
 
+# Fences across a promotion (migrations/0006_fence_timeline.sql, invariant
+# 4): the sequence jumps on the first fence drawn on a new timeline.
+timeline_mutations = [
+ ("fence timeline: the jump removed (a promoted standby repeats the lost window's fences)",
+  "    PERFORM setval('leasehold_fence_seq', to_value);\n",
+  "\n",
+  "failover::an_asynchronous_failover"),
+ ("fence timeline: the session never checks the timeline",
+  "    IF current_setting('leasehold.fence_timeline', true) IS DISTINCT FROM tl::text THEN\n",
+  "    IF false THEN\n",
+  "failover::an_asynchronous_failover failover::a_database_on_another_timeline"),
+ ("fence timeline: the recorded-timeline guard removed (every racing session jumps)",
+  "    ON CONFLICT (one) DO UPDATE SET timeline = tl, changed_at = clock_timestamp()\n     WHERE t.timeline <> tl;\n",
+  "    ON CONFLICT (one) DO UPDATE SET timeline = tl, changed_at = clock_timestamp();\n",
+  "failover::a_database_on_another_timeline"),
+]
+
 # The operators' controls (src/lease/control.rs): pause, resume, trigger.
 # (The pause rule itself is enforced by the claims: see the pause
 # mutations above.)
@@ -347,7 +369,8 @@ FILES = [("src/lease/mod.rs", mutations), ("src/lease/control.rs", control_mutat
          ("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations),
          ("src/lease/history.rs", read_mutations), ("src/lease/fleet.rs", fleet_mutations),
          ("src/lease/audit.rs", audit_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations),
-         ("migrations/0005_fence_tenure.sql", commit_check_mutations)]
+         ("migrations/0005_fence_tenure.sql", commit_check_mutations),
+         ("migrations/0006_fence_timeline.sql", timeline_mutations)]
 
 
 def main():

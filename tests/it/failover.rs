@@ -304,3 +304,65 @@ async fn a_synchronous_failover_loses_nothing() {
         outcome.slowest_rerun
     );
 }
+
+/// A database whose recorded timeline is not the server's — restored from a
+/// dump, or upgraded with pg_upgrade onto a fresh cluster (timeline 1 again)
+/// — moves its sequence ahead once, however many sessions draw fences at
+/// that moment, and fences keep growing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_on_another_timeline_jumps_once_however_many_sessions_draw_at_once() {
+    let db = crate::support::db().await;
+    let store = leasehold::LeaseStore::new(db.pool.clone());
+    let before = match store
+        .claim("restored:0", "a", crate::support::LONG)
+        .await
+        .expect("claim")
+    {
+        leasehold::Claim::Acquired(lease) => lease.fence,
+        other => panic!("claimed: {other:?}"),
+    };
+    sqlx::query("UPDATE leasehold_timeline SET timeline = timeline + 1000")
+        .execute(&db.pool)
+        .await
+        .expect("another timeline");
+
+    // Sessions opened now (as after a restore) all check the timeline.
+    let fresh = db.pool_with(20).await;
+    let claims: Vec<_> = (0..20)
+        .map(|i| {
+            let store = leasehold::LeaseStore::new(fresh.clone());
+            tokio::spawn(async move {
+                store
+                    .claim(&format!("restored:{}", i + 1), "b", crate::support::LONG)
+                    .await
+            })
+        })
+        .collect();
+    let mut fences = Vec::new();
+    for claim in claims {
+        match claim.await.expect("join").expect("claim") {
+            leasehold::Claim::Acquired(lease) => fences.push(lease.fence),
+            other => panic!("claimed: {other:?}"),
+        }
+    }
+    const GAP: i64 = 1 << 32;
+    assert!(
+        fences.iter().all(|&f| f > before + GAP),
+        "every fence is past the jump: {fences:?}"
+    );
+    assert!(
+        fences.iter().all(|&f| f < before + GAP + 100),
+        "one jump, not one per session: {fences:?}"
+    );
+    let (timeline, jumped_from, jumped_to): (i64, Option<i64>, Option<i64>) =
+        sqlx::query_as("SELECT timeline, jumped_from, jumped_to FROM leasehold_timeline")
+            .fetch_one(&fresh)
+            .await
+            .expect("timeline row");
+    let current: i64 = sqlx::query_scalar("SELECT leasehold_timeline_id()")
+        .fetch_one(&fresh)
+        .await
+        .expect("timeline");
+    assert_eq!(timeline, current, "the server's timeline is recorded");
+    assert_eq!(jumped_to.zip(jumped_from).map(|(to, from)| to - from), Some(GAP));
+}
