@@ -524,13 +524,14 @@ async fn check_reports_the_timeline_the_fence_sequence_and_asynchronous_replicat
     let out = leasehold(Some(&url), &["check"]).await;
     assert_exit(&out, 0);
     let text = stdout(&out);
-    let next: i64 = sqlx::query_scalar("SELECT last_value + 1 FROM leasehold_fence_seq")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let (timeline, next): (i64, i64) =
+        sqlx::query_as("SELECT leasehold_timeline_id(), last_value + 1 FROM leasehold_fence_seq")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert!(
         text.contains(&format!(
-            "failover ok    timeline 1; fence sequence next at {next}, no jump on it"
+            "failover ok    timeline {timeline}; fence sequence next at {next}, no jump on it"
         )),
         "{text}"
     );
@@ -541,7 +542,7 @@ async fn check_reports_the_timeline_the_fence_sequence_and_asynchronous_replicat
 
     // As after a restore onto another cluster: the check's own claims draw
     // the first fences on this timeline, and the report shows the jump.
-    sqlx::query("UPDATE leasehold_timeline SET timeline = 7")
+    sqlx::query("UPDATE leasehold_timeline SET timeline = timeline + 1000")
         .execute(&db.pool)
         .await
         .unwrap();
