@@ -7,7 +7,8 @@ rule enforced by mod.rs's and batch.rs's claims, written once in
 pause_rule.rs and expanded at each call site;
 what operators read and the record of their actions in history.rs, fleet.rs
 and audit.rs; the commit check on fenced transactions in
-migrations/0005_fence_tenure.sql),
+migrations/0005_fence_tenure.sql; the fence jump on a new timeline in
+migrations/0006_fence_timeline.sql),
 remove it (or, for a rule that forbids something, add the forbidden clause)
 in a scratch worktree of HEAD and run the scenario tests named with it
 (`lease::` unless a mutation names others); every mutation must make at
@@ -49,7 +50,7 @@ mutations = [
   """                       fence       = CASE WHEN l.holder = EXCLUDED.holder
                                           THEN l.fence ELSE EXCLUDED.fence END"""),
  ("claim/claim_run: fence from `fence + 1` instead of the sequence",
-  "SELECT $1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),",
+  "SELECT $1, $2, leasehold_next_fence(), clock_timestamp(),",
   "SELECT $1, $2, 1, clock_timestamp(),"),
  ("claim_run: same-holder re-entrance added (a duplicate holder id takes a live lease)",
   """                 WHERE l.expires_at <= clock_timestamp()
@@ -129,8 +130,12 @@ batch_mutations = [
   "                 LIMIT $4\n                   FOR UPDATE OF l SKIP LOCKED",
   "                 LIMIT $4\n                   FOR UPDATE OF l",
   "scheduler::batch_claim::a_locked_row_does_not_hold_up_the_other_keys_of_a_batch"),
- ("claim_due: fresh fence replaced by the row's old fence",
+ ("claim_due: fence drawn straight from the sequence (no timeline check)",
+  "                       fence       = leasehold_next_fence(),",
   "                       fence       = nextval('leasehold_fence_seq'),",
+  "failover::an_asynchronous_failover"),
+ ("claim_due: fresh fence replaced by the row's old fence",
+  "                       fence       = leasehold_next_fence(),",
   "                       fence       = l.fence,",
   "scheduler::batch_claim runtime::three_replicas_run_a_job_once_per_slot"),
  ("claim_due: same-holder re-entrance added (a duplicate holder id takes a live lease)",
@@ -244,7 +249,7 @@ revoke_mutations = [
   "                   AND ($2 OR old.expires_at <= clock_timestamp())\n", "\n",
   "operators::revoke"),
  ("revoke: the old fence kept (the revoked run still writes through the fence)",
-  "                   SET fence = nextval('leasehold_fence_seq'),\n",
+  "                   SET fence = leasehold_next_fence(),\n",
   "                   SET fence = l.fence,\n",
   "operators::revoke"),
  ("revoke: a held lease not expired (no other replica can claim it)",
@@ -280,6 +285,23 @@ commit_check_mutations = [
   "    DEFERRABLE INITIALLY DEFERRED\n",
   "    NOT DEFERRABLE\n",
   "frozen_holder::commit_check"),
+]
+
+# Fences across a promotion (migrations/0006_fence_timeline.sql, invariant
+# 4): the sequence jumps on the first fence drawn on a new timeline.
+timeline_mutations = [
+ ("fence timeline: the jump removed (a promoted standby repeats the lost window's fences)",
+  "    PERFORM setval('leasehold_fence_seq', to_value);\n",
+  "\n",
+  "failover::an_asynchronous_failover"),
+ ("fence timeline: the session never checks the timeline",
+  "    IF current_setting('leasehold.fence_timeline', true) IS DISTINCT FROM tl::text THEN\n",
+  "    IF false THEN\n",
+  "failover::an_asynchronous_failover failover::a_database_on_another_timeline"),
+ ("fence timeline: the recorded-timeline guard removed (every racing session jumps)",
+  "    ON CONFLICT (one) DO UPDATE SET timeline = tl, changed_at = clock_timestamp()\n     WHERE t.timeline <> tl;\n",
+  "    ON CONFLICT (one) DO UPDATE SET timeline = tl, changed_at = clock_timestamp();\n",
+  "failover::a_database_on_another_timeline"),
 ]
 
 # The operators' controls (src/lease/control.rs): pause, resume, trigger.
@@ -347,7 +369,8 @@ FILES = [("src/lease/mod.rs", mutations), ("src/lease/control.rs", control_mutat
          ("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations),
          ("src/lease/history.rs", read_mutations), ("src/lease/fleet.rs", fleet_mutations),
          ("src/lease/audit.rs", audit_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations),
-         ("migrations/0005_fence_tenure.sql", commit_check_mutations)]
+         ("migrations/0005_fence_tenure.sql", commit_check_mutations),
+         ("migrations/0006_fence_timeline.sql", timeline_mutations)]
 
 
 def main():

@@ -16,6 +16,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (3, include_str!("../migrations/0003_operators.sql")),
     (4, include_str!("../migrations/0004_actions.sql")),
     (5, include_str!("../migrations/0005_fence_tenure.sql")),
+    (6, include_str!("../migrations/0006_fence_timeline.sql")),
 ];
 
 /// The schema version this library needs and knows.

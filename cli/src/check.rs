@@ -7,7 +7,13 @@
 //!   two (every expiry is computed on the server), so skew is reported, not
 //!   failed: it matters for reading logs and dashboards side by side;
 //! - a claim / claim-by-another / renew / release / reclaim round trip on a
-//!   scratch key through `leasehold::LeaseStore`, whose row is deleted after.
+//!   scratch key through `leasehold::LeaseStore`, whose row is deleted after;
+//! - failover: the server's WAL timeline, the fence sequence's position and
+//!   its last jump (schema 6 moves it ahead on every new timeline, so a
+//!   promoted standby never repeats a fence), and whether synchronous
+//!   replication covers this role's commits (without it a failover loses
+//!   the last commits: leases and fence rows, not fence uniqueness). Told,
+//!   not failed: asynchronous replication is a choice.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -47,6 +53,7 @@ pub(crate) async fn run(db: &Db) -> Result<(), Failure> {
     report("clock", clock(db).await);
     if schema_ok {
         report("lease", lease_round_trip(db).await);
+        report("failover", failover(db).await);
     } else {
         println!("{:<8} skip  no usable schema (run `leasehold migrate`)", "lease");
     }
@@ -228,4 +235,54 @@ async fn round_trip(store: &LeaseStore, key: &str, suffix: &str) -> Result<(i64,
         return Err("release of the second tenure found nothing to end".to_owned());
     }
     Ok((first.fence, second.fence))
+}
+
+/// The failover report: timeline, fence sequence, synchronous replication.
+async fn failover(db: &Db) -> Result<String, String> {
+    let error = |e: sqlx::Error| format!("database error: {}", describe(&e));
+    let (timeline, recorded, jumped_from, jumped_to): (i64, Option<i64>, Option<i64>, Option<i64>) = sqlx::query_as(
+        "SELECT leasehold_timeline_id(), t.timeline, t.jumped_from, t.jumped_to
+               FROM (SELECT 1) AS one LEFT JOIN leasehold_timeline AS t ON true",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .map_err(error)?;
+    let (position, called): (i64, bool) = sqlx::query_as("SELECT last_value, is_called FROM leasehold_fence_seq")
+        .fetch_one(&db.pool)
+        .await
+        .map_err(error)?;
+    let (commit, standbys): (String, String) =
+        sqlx::query_as("SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names')")
+            .fetch_one(&db.pool)
+            .await
+            .map_err(error)?;
+    let next = if called { position + 1 } else { position };
+    let jump = match (recorded, jumped_from.zip(jumped_to)) {
+        (Some(t), Some((from, to))) if t == timeline => {
+            format!("moved from {from} to {to} when fences were first drawn on it")
+        }
+        (Some(t), None) if t == timeline => "no jump on it (the schema was applied on it)".to_owned(),
+        _ => "no fence drawn on it yet: the first one moves the sequence ahead".to_owned(),
+    };
+    let waits = matches!(commit.as_str(), "on" | "remote_write" | "remote_apply");
+    let replication = if waits && !standbys.trim().is_empty() {
+        format!(
+            "synchronous replication covers this role (synchronous_commit = {commit}, \
+             synchronous_standby_names = '{standbys}'): a failover loses no acknowledged commit"
+        )
+    } else if standbys.trim().is_empty() {
+        format!(
+            "asynchronous: synchronous_standby_names is empty (synchronous_commit = {commit} for this role), \
+             so a failover to a standby can lose the last commits (recent claims, fence-row advances); \
+             fences still never repeat"
+        )
+    } else {
+        format!(
+            "asynchronous for this role: synchronous_commit = {commit} does not wait for the standbys \
+             ('{standbys}'), so a failover can lose its last commits; fences still never repeat"
+        )
+    };
+    Ok(format!(
+        "timeline {timeline}; fence sequence next at {next}, {jump}\n               {replication}"
+    ))
 }

@@ -192,7 +192,7 @@ impl LeaseStore {
                 SELECT * FROM unnest($2::text[], $3::timestamptz[], $5::text[]) AS t(key, first_due, job)
             ), inserted AS (
                 INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)
-                SELECT t.key, $1, nextval('leasehold_fence_seq'), c.now, c.now + interval '1 microsecond',
+                SELECT t.key, $1, leasehold_next_fence(), c.now, c.now + interval '1 microsecond',
                        t.first_due, t.first_due, t.job
                   FROM t, (SELECT clock_timestamp() AS now) AS c
                 ON CONFLICT (key) DO NOTHING
@@ -295,7 +295,7 @@ impl LeaseStore {
         //   transaction) has locked is left to it, never waited for;
         // - not paused (invariant 8): neither the key, nor its job — by the
         //   row's job_name or the one this runtime registers it under.
-        // `claimed` writes: a fresh nextval per row (invariants 4 and 5),
+        // `claimed` writes: a fresh fence per row (invariants 4 and 5),
         // times from clock_timestamp() after the locks were taken, so
         // acquired_at is never before the due time it consumed; the run's
         // number (its history slot), the job's name, and the slot it owes.
@@ -318,7 +318,7 @@ impl LeaseStore {
             ), claimed AS (
                 UPDATE leasehold_lease AS l
                    SET holder      = $1,
-                       fence       = nextval('leasehold_fence_seq'),
+                       fence       = leasehold_next_fence(),
                        acquired_at = clock_timestamp(),
                        expires_at  = clock_timestamp() + make_interval(secs => t.ttl),
                        job_name    = t.job,

@@ -111,7 +111,7 @@ impl LockedRow {
         // as every tenure's (invariant 4).
         const TAKE_OVER: &str = "
             UPDATE leasehold_lease
-               SET holder = $2, fence = nextval('leasehold_fence_seq'),
+               SET holder = $2, fence = leasehold_next_fence(),
                    acquired_at = clock_timestamp(), expires_at = clock_timestamp() + make_interval(secs => $3)
              WHERE key = $1
             RETURNING fence";

@@ -14,9 +14,12 @@
 //! 3. *Claim* succeeds iff the row is absent, expired, or (re-entrant claim
 //!    only) held by the same holder: the `WHERE` of `ON CONFLICT DO UPDATE`.
 //! 4. *Fence monotonicity*: fences come from the `leasehold_fence_seq`
-//!    sequence, never from `fence + 1`, so deleting a row cannot reset them.
-//! 5. *Every run gets a new fence*: [`LeaseStore::claim_run`] always takes
-//!    `nextval`, even from the same holder.
+//!    sequence through `leasehold_next_fence()`, never from `fence + 1`, so
+//!    deleting a row cannot reset them; that function moves the sequence
+//!    ahead once on every new WAL timeline, so a promoted standby whose
+//!    sequence is behind never repeats a fence.
+//! 5. *Every run gets a new fence*: [`LeaseStore::claim_run`] always draws
+//!    one, even for the same holder.
 //! 6. *Renew* needs holder, fence and non-expiry.
 //! 7. *Release* needs key, holder and fence.
 //! 8. *Paused keys are never claimed*: every claim checks `leasehold_pause`
@@ -494,7 +497,7 @@ impl LeaseStore {
             "
             WITH claimed AS (
                 INSERT INTO leasehold_lease AS l (key, holder, fence, acquired_at, expires_at)
-                SELECT $1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),
+                SELECT $1, $2, leasehold_next_fence(), clock_timestamp(),
                        clock_timestamp() + make_interval(secs => $3)
                  WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease c
                                     WHERE c.key = $1 AND c.holder <> $2 AND c.expires_at > clock_timestamp())
@@ -556,7 +559,7 @@ impl LeaseStore {
         //   lease that is held or not due yet: an idle replica's poll then
         //   locks nothing, writes no WAL and draws no fence. It only ever
         //   lets more claims through; DO UPDATE's WHERE decides.
-        // - fence is always a fresh nextval (invariants 4 and 5).
+        // - fence is always a freshly drawn one (invariants 4 and 5).
         // - WHERE (invariant 3, no re-entrance): the lease has expired by the
         //   server clock — whoever holds it, this holder id included, since
         //   two processes may share one id; a scheduled claim also needs
@@ -574,7 +577,7 @@ impl LeaseStore {
             "
             WITH claimed AS (
                 INSERT INTO leasehold_lease AS l (key, holder, fence, acquired_at, expires_at, runs)
-                SELECT $1, $2, nextval('leasehold_fence_seq'), clock_timestamp(),
+                SELECT $1, $2, leasehold_next_fence(), clock_timestamp(),
                        clock_timestamp() + make_interval(secs => $3), 1
                  WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease c
                                     WHERE c.key = $1

@@ -98,7 +98,7 @@ impl LeaseStore {
         // - `old … FOR UPDATE`: the tenure read is the one ended.
         // - `$2 OR old.expires_at <= clock_timestamp()`: a live run is only
         //   interrupted on request.
-        // - `fence = nextval(…)`: a fresh fence, so a renewal naming the
+        // - `fence = leasehold_next_fence()`: a fresh fence, so a renewal naming the
         //   old one fails (invariants 4 and 6).
         // - `expires_at = LEAST(expires_at, …)`: a held lease expires now
         //   (GREATEST keeps the row's CHECK true if the server clock stepped
@@ -112,7 +112,7 @@ impl LeaseStore {
                   FROM leasehold_lease AS l WHERE l.key = $1 FOR UPDATE
             ), ended AS (
                 UPDATE leasehold_lease AS l
-                   SET fence = nextval('leasehold_fence_seq'),
+                   SET fence = leasehold_next_fence(),
                        expires_at = LEAST(l.expires_at,
                                           GREATEST(clock_timestamp(), l.acquired_at + interval '1 microsecond'))
                   FROM old

@@ -276,6 +276,44 @@ impl PgCluster {
     }
 
     fn start_with(durable: bool) -> Result<PgCluster, String> {
+        let cluster = Self::new_dir()?;
+        cluster.initdb(durable)?;
+        cluster.start_on_free_port()
+    }
+
+    /// Starts an asynchronous streaming standby of the server listening on
+    /// loopback port `primary_port` (the primary itself, or a proxy in front
+    /// of it): a `pg_basebackup -R` copy, which keeps following it.
+    /// [`PgCluster::promote`] makes it a primary.
+    pub fn start_standby(primary_port: u16) -> Result<PgCluster, String> {
+        let cluster = Self::new_dir()?;
+        let port = primary_port.to_string();
+        let data = cluster.data_dir().display().to_string();
+        let out = cluster
+            .command("pg_basebackup")
+            .args(["-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-D", &data])
+            .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("running pg_basebackup: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "pg_basebackup failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        cluster.start_on_free_port()
+    }
+
+    /// Ends a standby's recovery: it becomes a primary on a new timeline.
+    /// Returns once it accepts writes.
+    pub fn promote(&self) -> Result<(), String> {
+        self.pg_ctl(&["promote", "-w", "-t", "60"])
+    }
+
+    /// A new cluster directory owned by the user the server runs as, with
+    /// its cleanup watchdog, and no data directory yet.
+    fn new_dir() -> Result<PgCluster, String> {
         let bin = find_bin_dir().ok_or_else(|| format!("no PostgreSQL server binaries found: {HOW_TO_FIX}"))?;
         let run_as = if is_root() { Some(unprivileged_user()?) } else { None };
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -292,10 +330,13 @@ impl PgCluster {
         if let Some(user) = &cluster.run_as {
             chown_to(&cluster.dir, user)?;
         }
-        cluster.initdb(durable)?;
+        Ok(cluster)
+    }
+
+    fn start_on_free_port(self) -> Result<PgCluster, String> {
         // Another process may still take the port between the check and the
         // server's bind: try a few others before giving up.
-        let mut cluster = cluster;
+        let mut cluster = self;
         for attempt in 1.. {
             match cluster.start_server() {
                 Ok(()) => break,

@@ -1,7 +1,7 @@
 //! A loopback TCP proxy in front of a database, which can delay, blackhole
 //! or reset its traffic: the faults of the cancellation and chaos tests.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -22,7 +22,7 @@ pub enum Mode {
 }
 
 struct State {
-    upstream: (String, u16),
+    upstream: Mutex<(String, u16)>,
     mode: watch::Sender<Mode>,
     reset: watch::Sender<u64>,
 }
@@ -41,7 +41,7 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let local = listener.local_addr()?.port();
         let state = Arc::new(State {
-            upstream: (host.to_owned(), port),
+            upstream: Mutex::new((host.to_owned(), port)),
             mode: watch::channel(Mode::Normal).0,
             reset: watch::channel(0).0,
         });
@@ -64,6 +64,13 @@ impl Proxy {
         self.state.mode.send_replace(mode);
     }
 
+    /// Forwards new connections to `host:port` from now on (a failover's
+    /// address switch); open connections keep their server until they close
+    /// or are [reset](Proxy::reset).
+    pub fn set_upstream(&self, host: &str, port: u16) {
+        *self.state.upstream.lock().unwrap_or_else(|e| e.into_inner()) = (host.to_owned(), port);
+    }
+
     /// Closes every open connection with a TCP reset (RST).
     pub fn reset(&self) {
         self.state.reset.send_modify(|n| *n += 1);
@@ -81,7 +88,8 @@ async fn connection(client: TcpStream, state: Arc<State>) {
             _ = reset.changed() => return,
         }
     }
-    let server = match TcpStream::connect((state.upstream.0.as_str(), state.upstream.1)).await {
+    let upstream = state.upstream.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let server = match TcpStream::connect((upstream.0.as_str(), upstream.1)).await {
         Ok(server) => server,
         Err(_) => return, // the server is down: the client sees the connection close
     };

@@ -6,6 +6,7 @@ mod support;
 
 mod console;
 mod derive;
+mod failover;
 mod fenced;
 mod frozen_holder;
 mod isolation;

@@ -1,0 +1,378 @@
+//! Fences across a promotion: a primary with a streaming standby, two
+//! replicas whose runs write to a fenced *external* downstream (a table on
+//! another cluster recording `last_fence` per resource), replication cut so
+//! the last commits are not shipped, the primary crashed, the standby
+//! promoted and the replicas pointed at it.
+//!
+//! Asynchronous replication loses the lag window's claims, and with them the
+//! fence sequence's last values: the promoted server must still never hand
+//! out a fence again (its first fence on the new timeline jumps the
+//! sequence). Synchronous replication loses nothing.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::{JobError, Schedule};
+use leasehold_testkit::proxy::Mode;
+use sqlx::PgPool;
+use tokio::time::Instant;
+
+use crate::support::{Replicated, Runs, eventually_async, job, quick, replica_on};
+
+const KEYS: usize = 16;
+const LEASE: Duration = Duration::from_secs(2);
+const POLL: Duration = Duration::from_millis(100);
+/// How long the primary keeps acknowledging commits the standby never gets.
+const LAG_WINDOW: Duration = Duration::from_millis(1500);
+
+/// How far behind the primary the standby may be when replication is cut:
+/// the test clusters commit with `synchronous_commit = off`, so WAL is sent
+/// once the WAL writer flushes it (every 200 ms), plus scheduling on a busy
+/// machine. Claims older than this before the cut must survive.
+const SHIPPING_LAG: Duration = Duration::from_millis(1000);
+
+/// One write a run sent to the downstream.
+#[derive(Debug, Clone)]
+struct Write {
+    run: usize,
+    key: String,
+    fence: i64,
+    accepted: bool,
+}
+
+/// The external downstream: one row per resource with the newest fence it
+/// accepted; a write with an older fence is refused, as an object store or
+/// a payment API keyed by fence would. `accepted` logs every accepted write
+/// in acceptance order.
+async fn downstream() -> leasehold_testkit::TestDb {
+    let db = leasehold_testkit::test_db().await;
+    sqlx::raw_sql(
+        "CREATE TABLE resource (name TEXT PRIMARY KEY, last_fence BIGINT NOT NULL);
+         CREATE TABLE accepted (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL, fence BIGINT NOT NULL, run BIGINT NOT NULL);",
+    )
+    .execute(&db.pool)
+    .await
+    .expect("downstream schema");
+    db
+}
+
+async fn write_downstream(pool: &PgPool, key: &str, fence: i64, run: usize) -> bool {
+    let accepted: Option<i64> = sqlx::query_scalar(
+        "WITH w AS (
+             INSERT INTO resource AS r (name, last_fence) VALUES ($1, $2)
+             ON CONFLICT (name) DO UPDATE SET last_fence = EXCLUDED.last_fence
+              WHERE r.last_fence <= EXCLUDED.last_fence
+             RETURNING name, last_fence)
+         INSERT INTO accepted (name, fence, run) SELECT name, last_fence, $3 FROM w RETURNING id",
+    )
+    .bind(key)
+    .bind(fence)
+    .bind(run as i64)
+    .fetch_optional(pool)
+    .await
+    .expect("downstream write");
+    accepted.is_some()
+}
+
+/// What the scenario observed.
+#[derive(Debug)]
+struct Outcome {
+    /// Fences two runs were both handed.
+    repeated: Vec<i64>,
+    /// Writes of runs the downstream refused: (key, fence).
+    refused: Vec<(String, i64)>,
+    /// Resources whose accepted fences went down in acceptance order.
+    out_of_order: Vec<String>,
+    /// Runs claimed on the old primary that the promoted server has no
+    /// record of, with their start relative to the cut (ms).
+    lost: Vec<(String, i64, i128)>,
+    /// Runs started between the cut and the crash.
+    in_window: usize,
+    /// Runs started more than [`SHIPPING_LAG`] before the cut that the
+    /// promoted server lost.
+    lost_before_cut: usize,
+    /// The promoted server's fence sequence before any replica reached it.
+    promoted_sequence: i64,
+    /// The newest fence handed out before the crash.
+    newest_before_crash: i64,
+    /// The longest wait from the switch to a key's first accepted run.
+    slowest_rerun: Duration,
+}
+
+async fn fail_over(synchronous: bool) -> Outcome {
+    let pair = Replicated::start(synchronous).await;
+    let downstream_db = downstream().await;
+    let downstream = downstream_db.pool.clone();
+    let runs = Runs::default();
+    let writes: Arc<Mutex<Vec<Write>>> = Arc::default();
+    let jobs: Vec<_> = (0..KEYS)
+        .map(|i| {
+            let (runs, writes, downstream) = (runs.clone(), writes.clone(), downstream.clone());
+            let settings = quick(Schedule::every(Duration::from_millis(200)), LEASE);
+            job(&format!("failover:{i}"), settings, move |guard| {
+                let (runs, writes, downstream) = (runs.clone(), writes.clone(), downstream.clone());
+                async move {
+                    let run = runs.start(&guard);
+                    let accepted = write_downstream(&downstream, guard.key(), guard.fence(), run).await;
+                    writes.lock().unwrap().push(Write {
+                        run,
+                        key: guard.key().to_owned(),
+                        fence: guard.fence(),
+                        accepted,
+                    });
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    runs.end(run);
+                    Ok::<(), JobError>(())
+                }
+            })
+        })
+        .collect();
+    let a = replica_on(pair.pool(4), "replica-a", POLL, jobs.clone()).await;
+    let b = replica_on(pair.pool(4), "replica-b", POLL, jobs).await;
+    runs.wait_started(4 * KEYS, Duration::from_secs(30)).await;
+
+    // The standby stops receiving WAL; the primary goes on acknowledging
+    // (asynchronous) or stops acknowledging leasehold's commits (synchronous).
+    pair.replication.set(Mode::Blackhole);
+    let cut = Instant::now();
+    tokio::time::sleep(LAG_WINDOW).await;
+    let crash = Instant::now();
+    pair.crash_and_promote();
+    let before_crash = runs.all();
+
+    // Before any replica reaches the promoted server: what it knows.
+    let mut promoted = pair.standby_direct().await;
+    let promoted_sequence: i64 = sqlx::query_scalar("SELECT last_value FROM leasehold_fence_seq")
+        .fetch_one(&mut promoted)
+        .await
+        .expect("sequence");
+    let known: HashSet<i64> =
+        sqlx::query_scalar("SELECT fence FROM leasehold_lease UNION SELECT fence FROM leasehold_run")
+            .fetch_all(&mut promoted)
+            .await
+            .expect("known fences")
+            .into_iter()
+            .collect();
+    pair.switch_front();
+    let switched = Instant::now();
+
+    // Every key runs again, and its write is accepted downstream.
+    let slowest_rerun = eventually_async(Duration::from_secs(30), || async {
+        let writes = writes.lock().unwrap().clone();
+        let all = runs.all();
+        let mut first: HashMap<String, Instant> = HashMap::new();
+        for w in writes.iter().filter(|w| w.accepted && all[w.run].started > switched) {
+            first.entry(w.key.clone()).or_insert(all[w.run].started);
+        }
+        (first.len() == KEYS).then(|| first.values().map(|t| *t - switched).max().unwrap_or_default())
+    })
+    .await;
+    // A little longer, so late runs of the old tenures show up too.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.shutdown().await;
+    b.shutdown().await;
+
+    let all = runs.all();
+    let mut by_fence: BTreeMap<i64, usize> = BTreeMap::new();
+    for r in &all {
+        *by_fence.entry(r.fence).or_default() += 1;
+    }
+    let repeated = by_fence.into_iter().filter(|(_, n)| *n > 1).map(|(f, _)| f).collect();
+    let refused = writes
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|w| !w.accepted)
+        .map(|w| (w.key.clone(), w.fence))
+        .collect();
+    let accepted: Vec<(String, i64)> = sqlx::query_as("SELECT name, fence FROM accepted ORDER BY id")
+        .fetch_all(&downstream)
+        .await
+        .expect("accepted log");
+    let mut last: HashMap<String, i64> = HashMap::new();
+    let mut out_of_order = Vec::new();
+    for (name, fence) in accepted {
+        if last.get(&name).is_some_and(|&l| fence < l) {
+            out_of_order.push(name.clone());
+        }
+        last.insert(name, fence);
+    }
+    let signed_ms = |t: Instant| {
+        if t >= cut {
+            (t - cut).as_millis() as i128
+        } else {
+            -((cut - t).as_millis() as i128)
+        }
+    };
+    let lost: Vec<_> = before_crash
+        .iter()
+        .filter(|r| !known.contains(&r.fence))
+        .map(|r| (r.key.clone(), r.fence, signed_ms(r.started)))
+        .collect();
+    Outcome {
+        repeated,
+        refused,
+        out_of_order,
+        lost_before_cut: lost
+            .iter()
+            .filter(|l| l.2 < -(SHIPPING_LAG.as_millis() as i128))
+            .count(),
+        lost,
+        in_window: before_crash
+            .iter()
+            .filter(|r| r.started >= cut && r.started < crash)
+            .count(),
+        promoted_sequence,
+        newest_before_crash: before_crash.iter().map(|r| r.fence).max().unwrap_or(0),
+        slowest_rerun,
+    }
+}
+
+/// Every key must run again within one lease plus a poll of the switch (a
+/// lease row that survived on the standby is still held for up to a lease),
+/// plus the replicas' reconnection and retry back-off.
+const RERUN_BOUND: Duration = Duration::from_millis(2000 + 100 + 1500);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_asynchronous_failover_loses_the_lag_window_but_never_repeats_a_fence() {
+    let outcome = fail_over(false).await;
+    eprintln!(
+        "asynchronous failover: {} runs claimed in the {} ms lag window, {} claims lost (fences {:?}), \
+         promoted sequence at {}, newest fence before the crash {}, slowest re-run {:?} after the switch",
+        outcome.in_window,
+        LAG_WINDOW.as_millis(),
+        outcome.lost.len(),
+        outcome.lost.iter().map(|l| l.1).collect::<Vec<_>>(),
+        outcome.promoted_sequence,
+        outcome.newest_before_crash,
+        outcome.slowest_rerun,
+    );
+    assert!(
+        outcome.repeated.is_empty(),
+        "fences handed out twice: {:?}",
+        outcome.repeated
+    );
+    assert!(
+        outcome.refused.is_empty(),
+        "the downstream refused runs' writes: {:?}",
+        outcome.refused
+    );
+    assert!(
+        outcome.out_of_order.is_empty(),
+        "accepted out of fence order: {:?}",
+        outcome.out_of_order
+    );
+    // What was lost is the lag window: claims made after the cut (and the
+    // last ones before it that had not been shipped yet), nothing older.
+    assert!(outcome.in_window > 0, "runs were claimed in the lag window");
+    assert!(!outcome.lost.is_empty(), "the lag window's claims are lost");
+    assert_eq!(
+        outcome.lost_before_cut, 0,
+        "lost claims older than the window: {:?}",
+        outcome.lost
+    );
+    assert!(
+        outcome.newest_before_crash > outcome.promoted_sequence,
+        "the promoted sequence is behind fences already handed out (the case the jump is for)"
+    );
+    assert!(
+        outcome.slowest_rerun <= RERUN_BOUND,
+        "re-run after {:?}",
+        outcome.slowest_rerun
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synchronous_failover_loses_nothing() {
+    let outcome = fail_over(true).await;
+    eprintln!(
+        "synchronous failover: {} runs in the window, {} claims lost, promoted sequence at {}, \
+         newest fence before the crash {}, slowest re-run {:?} after the switch",
+        outcome.in_window,
+        outcome.lost.len(),
+        outcome.promoted_sequence,
+        outcome.newest_before_crash,
+        outcome.slowest_rerun,
+    );
+    assert!(
+        outcome.repeated.is_empty(),
+        "fences handed out twice: {:?}",
+        outcome.repeated
+    );
+    assert!(outcome.refused.is_empty(), "refused writes: {:?}", outcome.refused);
+    assert!(
+        outcome.out_of_order.is_empty(),
+        "accepted out of fence order: {:?}",
+        outcome.out_of_order
+    );
+    assert!(outcome.lost.is_empty(), "claims lost: {:?}", outcome.lost);
+    assert!(outcome.newest_before_crash <= outcome.promoted_sequence);
+    assert!(
+        outcome.slowest_rerun <= RERUN_BOUND,
+        "re-run after {:?}",
+        outcome.slowest_rerun
+    );
+}
+
+/// A database whose recorded timeline is not the server's — restored from a
+/// dump, or upgraded with pg_upgrade onto a fresh cluster (timeline 1 again)
+/// — moves its sequence ahead once, however many sessions draw fences at
+/// that moment, and fences keep growing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_on_another_timeline_jumps_once_however_many_sessions_draw_at_once() {
+    let db = crate::support::db().await;
+    let store = leasehold::LeaseStore::new(db.pool.clone());
+    let before = match store
+        .claim("restored:0", "a", crate::support::LONG)
+        .await
+        .expect("claim")
+    {
+        leasehold::Claim::Acquired(lease) => lease.fence,
+        other => panic!("claimed: {other:?}"),
+    };
+    sqlx::query("UPDATE leasehold_timeline SET timeline = timeline + 1000")
+        .execute(&db.pool)
+        .await
+        .expect("another timeline");
+
+    // Sessions opened now (as after a restore) all check the timeline.
+    let fresh = db.pool_with(20).await;
+    let claims: Vec<_> = (0..20)
+        .map(|i| {
+            let store = leasehold::LeaseStore::new(fresh.clone());
+            tokio::spawn(async move {
+                store
+                    .claim(&format!("restored:{}", i + 1), "b", crate::support::LONG)
+                    .await
+            })
+        })
+        .collect();
+    let mut fences = Vec::new();
+    for claim in claims {
+        match claim.await.expect("join").expect("claim") {
+            leasehold::Claim::Acquired(lease) => fences.push(lease.fence),
+            other => panic!("claimed: {other:?}"),
+        }
+    }
+    const GAP: i64 = 1 << 32;
+    assert!(
+        fences.iter().all(|&f| f > before + GAP),
+        "every fence is past the jump: {fences:?}"
+    );
+    assert!(
+        fences.iter().all(|&f| f < before + GAP + 100),
+        "one jump, not one per session: {fences:?}"
+    );
+    let (timeline, jumped_from, jumped_to): (i64, Option<i64>, Option<i64>) =
+        sqlx::query_as("SELECT timeline, jumped_from, jumped_to FROM leasehold_timeline")
+            .fetch_one(&fresh)
+            .await
+            .expect("timeline row");
+    let current: i64 = sqlx::query_scalar("SELECT leasehold_timeline_id()")
+        .fetch_one(&fresh)
+        .await
+        .expect("timeline");
+    assert_eq!(timeline, current, "the server's timeline is recorded");
+    assert_eq!(jumped_to.zip(jumped_from).map(|(to, from)| to - from), Some(GAP));
+}
