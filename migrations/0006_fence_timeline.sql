@@ -8,7 +8,7 @@
 -- first fence drawn on a timeline other than the recorded one first moves
 -- the sequence ahead by a gap larger than any lag window, once per timeline.
 --
--- Safe to apply while replicas of version 5 run: one table, three
+-- Safe to apply while replicas of version 5 run: one table, four
 -- functions, nothing they read. Version-5 replicas still call `nextval`
 -- directly, so a promotion during a rolling upgrade is covered only for the
 -- fences drawn by version-6 code.
@@ -70,22 +70,34 @@ BEGIN
 END
 $$;
 
--- What every statement that hands out a fence calls instead of nextval.
--- The recorded timeline is read once per session per timeline (cached in a
--- session setting: a session never changes timeline, a new primary's
--- sessions are new ones), so a claim pays one function call and a
--- comparison.
-CREATE OR REPLACE FUNCTION leasehold_next_fence() RETURNS BIGINT
+-- A session's first fence: records the timeline it is drawn on (jumping
+-- the sequence if that differs from the recorded one), notes it for the
+-- session, then draws. If the transaction aborts, the note is undone with
+-- it, so the session checks again.
+CREATE OR REPLACE FUNCTION leasehold_first_fence_of_session() RETURNS BIGINT
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     tl BIGINT := leasehold_timeline_id();
 BEGIN
-    IF current_setting('leasehold.fence_timeline', true) IS DISTINCT FROM tl::text THEN
-        PERFORM leasehold_observe_timeline(tl);
-        PERFORM set_config('leasehold.fence_timeline', tl::text, false);
-    END IF;
+    PERFORM leasehold_observe_timeline(tl);
+    PERFORM set_config('leasehold.fence_timeline', tl::text, false);
     RETURN nextval('leasehold_fence_seq');
 END
+$$;
+
+-- What every statement that hands out a fence calls instead of nextval.
+-- A session checks the timeline once, at its first fence, and notes it in
+-- a session setting: a session never changes timeline (a server in
+-- recovery draws no fence, and a session opened on a standby before its
+-- promotion has drawn none, so it checks at its first), so after that a
+-- claim pays nextval and one setting read. A plain SQL expression, which
+-- the planner inlines into the statement that calls it: the timeline read
+-- and the row lookup run only in `leasehold_first_fence_of_session`.
+CREATE OR REPLACE FUNCTION leasehold_next_fence() RETURNS BIGINT
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN current_setting('leasehold.fence_timeline', true) <> ''
+                THEN nextval('leasehold_fence_seq')
+                ELSE leasehold_first_fence_of_session() END
 $$;
 
 -- The timeline this schema is applied on: no jump for it.
