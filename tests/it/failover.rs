@@ -336,7 +336,14 @@ async fn a_database_on_another_timeline_jumps_once_however_many_sessions_draw_at
         .await
         .expect("another timeline");
 
-    // Sessions opened now (as after a restore) all check the timeline.
+    // Sessions opened now (as after a restore) all check the timeline. The
+    // row is held locked until every one of them waits for it, so all 20
+    // find the old timeline and race to record the new one.
+    let mut holding = db.pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM leasehold_timeline FOR UPDATE")
+        .execute(&mut *holding)
+        .await
+        .expect("lock the timeline row");
     let fresh = db.pool_with(20).await;
     let claims: Vec<_> = (0..20)
         .map(|i| {
@@ -348,6 +355,22 @@ async fn a_database_on_another_timeline_jumps_once_however_many_sessions_draw_at
             })
         })
         .collect();
+    let watcher = db.pool.clone();
+    eventually_async(Duration::from_secs(30), || {
+        let watcher = watcher.clone();
+        async move {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&watcher)
+            .await
+            .ok()?;
+            (waiting == 20).then_some(())
+        }
+    })
+    .await;
+    holding.commit().await.expect("let the sessions go");
     let mut fences = Vec::new();
     for claim in claims {
         match claim.await.expect("join").expect("claim") {
