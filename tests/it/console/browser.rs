@@ -420,6 +420,56 @@ async fn a_cookie_leaked_to_another_port_and_a_rebound_name_get_nothing() {
     other_server.abort();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actions_message_shows_once_and_the_header_follows_who_acts() {
+    let (db, store) = support::store().await;
+    store.claim("ledger", "replica-1", support::LONG).await.expect("claim");
+    // The hook's answer changes while the page stays open, as when the
+    // service's own session ends.
+    let actor = std::sync::Arc::new(std::sync::Mutex::new(Some(ACTOR.to_owned())));
+    let hook = actor.clone();
+    let options = ConsoleOptions::new()
+        .authorize(move |_| hook.lock().ok()?.clone())
+        .refresh(Duration::from_secs(1));
+    let app = Router::new().nest_service(MOUNT, console::router(db.pool.clone(), options));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the console");
+    let addr = listener.local_addr().expect("console address");
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let browser = Browser::start().await;
+    let c = &browser.client;
+    c.goto(&format!("http://{addr}{MOUNT}/key?key=ledger"))
+        .await
+        .expect("open the key page");
+    act(c, "pause").await;
+    assert!(text(c, Locator::Id("flash")).await.starts_with("Paused"));
+    let url = c.current_url().await.expect("url");
+    assert!(!url.as_str().contains("done="), "the address keeps the message: {url}");
+    c.refresh().await.expect("reload");
+    c.wait()
+        .at_most(WITHIN)
+        .for_element(Locator::Id("key"))
+        .await
+        .expect("the key page");
+    assert!(
+        c.find(Locator::Id("flash")).await.is_err(),
+        "a reload shows the message again"
+    );
+
+    assert!(text(c, Locator::Id("viewer")).await.contains(ACTOR));
+    *actor.lock().expect("lock") = None;
+    eventually_async(WITHIN, || async {
+        let who = text(c, Locator::Id("viewer")).await;
+        who.contains("read-only").then_some(())
+    })
+    .await;
+
+    browser.quit().await;
+    server.abort();
+}
+
 /// Returns once the key page shows the action's flash message.
 async fn act(c: &Client, action: &str) {
     c.find(Locator::Id(&format!("action-{action}")))
