@@ -5,8 +5,10 @@
 //! One scenario, driven the way an operator clicks: the leases page lists
 //! every key; pausing a scheduled key from its page stops its runs and
 //! resuming restarts them; triggering a manual key runs it and its page
-//! records who did it; keys that are HTML stay text, and nothing they
-//! carry runs.
+//! records who did it; a job paused and resumed from its page holds its
+//! key back meanwhile; keys that are HTML stay text, and nothing they
+//! carry runs. A third shows an action's message once and follows a
+//! change of who is acting without a reload.
 //!
 //! A second scenario plays the other web service on the same host: the
 //! browser hands it the console's cookie, which it cannot use, and a name
@@ -194,11 +196,35 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
     })
     .await;
 
-    // What a Grafana data link opens: the job's only key.
+    // What a Grafana data link opens: the job's page, with its keys. A
+    // pause of the job holds its key back, and the key's page leads to the
+    // job's page, the only place that lifts it.
     c.goto(&format!("{home}job?name=reindex"))
         .await
         .expect("open a job link");
-    assert_eq!(text(c, Locator::Id("key")).await, MANUAL);
+    assert_eq!(lease_keys(c).await, [MANUAL]);
+    act(c, "pause").await;
+    assert_eq!(text(c, Locator::Id("job-state")).await, "paused");
+    open_key(c, MANUAL).await;
+    assert_eq!(text(c, Locator::Id("state")).await, "paused");
+    assert!(
+        c.find(Locator::Id("action-resume")).await.is_err(),
+        "a key paused through its job offers no key-level Resume"
+    );
+    c.find(Locator::Id("paused-job"))
+        .await
+        .expect("a link to the job's page")
+        .click()
+        .await
+        .expect("follow it");
+    c.wait()
+        .at_most(WITHIN)
+        .for_element(Locator::Id("job"))
+        .await
+        .expect("the job's page");
+    act(c, "resume").await;
+    open_key(c, MANUAL).await;
+    assert_ne!(text(c, Locator::Id("state")).await, "paused");
 
     // The hostile keys' own pages and a confirmation page: text again.
     for key in [SCRIPT_KEY, IMG_KEY] {
