@@ -8,7 +8,10 @@
 //! missing from the history (docs/design.md §7).
 
 use crate::error::Result;
-use crate::lease::{LeaseStore, Pause, PauseTarget, Resumed, Revoke, Revoked, Triggered, validate_actor};
+use crate::lease::{KeyFilter, LeaseStore, Pause, PauseTarget, Resumed, Revoke, Revoked, Triggered, validate_actor};
+
+/// Keys read at a time by [`Operator::trigger_job`].
+const TRIGGER_PAGE: usize = 500;
 
 /// An operator — a person, or a tool acting for one — taking actions on
 /// the fleet's keys, each recorded in `leasehold_action` with its name.
@@ -59,6 +62,27 @@ impl Operator {
             (outcome.to_owned(), None)
         })
         .await
+    }
+
+    /// [`trigger`](Self::trigger) on every key of the job named `job`
+    /// (each recorded on its key); how many keys it triggered. Keys the job
+    /// registers later are not triggered.
+    pub async fn trigger_job(&self, job: &str) -> Result<u64> {
+        crate::validate::job_name(job)?;
+        let mut filter = KeyFilter::new().job(job).limit(TRIGGER_PAGE);
+        let mut triggered = 0;
+        loop {
+            let page = self.store.list_page(&filter).await?;
+            for status in &page.keys {
+                if self.trigger(&status.lease.key).await? != Triggered::NotFound {
+                    triggered += 1;
+                }
+            }
+            match page.next {
+                Some(after) => filter = filter.after(after),
+                None => return Ok(triggered),
+            }
+        }
     }
 
     /// [`LeaseStore::pause`], recorded (as `pause`, or `pause-cancel` when

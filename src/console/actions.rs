@@ -55,7 +55,24 @@ impl Action {
         }
     }
 
-    fn explain(self) -> &'static str {
+    fn explain(self, subject: &Subject) -> &'static str {
+        if let Subject::Job(_) = subject {
+            return match self {
+                Action::Trigger => {
+                    "Every key of the job becomes due now for the whole fleet: the first replica to claim each runs \
+                     it, once (a paused key once resumed)."
+                }
+                Action::Pause => {
+                    "No replica will claim any key of this job, including keys registered later, until the job is \
+                     resumed. Runs in progress finish, unless you also cancel them below."
+                }
+                Action::Resume => {
+                    "Lifts the job's pause: replicas may claim its keys again (a key also paused by its own name \
+                     stays paused); overdue keys run at once."
+                }
+                Action::Release => "A job cannot be force-released: release its keys one by one.",
+            };
+        }
         match self {
             Action::Trigger => {
                 "The key becomes due now for the whole fleet: the first replica to claim it runs it, once. \
@@ -94,10 +111,12 @@ pub(super) enum Done {
     Released,
     StillHeld,
     NoRow,
+    JobNotPaused,
+    TriggeredJob,
 }
 
 impl Done {
-    const ALL: [Done; 12] = [
+    const ALL: [Done; 14] = [
         Done::Triggered,
         Done::TriggeredPaused,
         Done::NotRegistered,
@@ -110,6 +129,8 @@ impl Done {
         Done::Released,
         Done::StillHeld,
         Done::NoRow,
+        Done::JobNotPaused,
+        Done::TriggeredJob,
     ];
 
     fn code(self) -> &'static str {
@@ -126,6 +147,8 @@ impl Done {
             Done::Released => "released",
             Done::StillHeld => "still-held",
             Done::NoRow => "no-row",
+            Done::JobNotPaused => "job-not-paused",
+            Done::TriggeredJob => "triggered-job",
         }
     }
 
@@ -150,6 +173,59 @@ impl Done {
             }
             Done::StillHeld => "Still held: nothing changed.",
             Done::NoRow => "Not found: no lease row.",
+            Done::JobNotPaused => "Not paused: this job had no pause in force.",
+            Done::TriggeredJob => {
+                "Triggered every key of the job: the first replica to claim each runs it now (a paused key once \
+                 resumed)."
+            }
+        }
+    }
+}
+
+/// What an action is taken on: one key, or every key of a job. A form or
+/// link names it by `key=…` or `job=…` (exactly one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Subject {
+    Key(String),
+    Job(String),
+}
+
+impl Subject {
+    /// From the `key` and `job` parameters; the message says what is wrong.
+    fn parse(key: &str, job: &str) -> Result<Self, String> {
+        match (key.is_empty(), job.is_empty()) {
+            (false, true) => match crate::validate::key(key) {
+                Ok(()) => Ok(Subject::Key(key.to_owned())),
+                Err(err) => Err(format!("Not a lease key (`key`): {err}.")),
+            },
+            (true, false) => match crate::validate::job_name(job) {
+                Ok(()) => Ok(Subject::Job(job.to_owned())),
+                Err(err) => Err(format!("Not a job name (`job`): {err}.")),
+            },
+            _ => Err("Name exactly one of `key` or `job`.".to_owned()),
+        }
+    }
+
+    fn target(&self) -> PauseTarget {
+        match self {
+            Subject::Key(key) => PauseTarget::key(key.as_str()),
+            Subject::Job(name) => PauseTarget::job(name.as_str()),
+        }
+    }
+
+    /// The subject's page, relative to the base.
+    pub(super) fn page(&self) -> String {
+        match self {
+            Subject::Key(key) => format!("key?key={}", enc(key)),
+            Subject::Job(name) => format!("job?name={}", enc(name)),
+        }
+    }
+
+    /// The confirmation page of `action` on it.
+    pub(super) fn confirm(&self, action: Action) -> String {
+        match self {
+            Subject::Key(key) => format!("confirm?key={}&action={}", enc(key), action.name()),
+            Subject::Job(name) => format!("confirm?job={}&action={}", enc(name), action.name()),
         }
     }
 }
@@ -159,10 +235,13 @@ pub(super) struct ConfirmQuery {
     #[serde(default)]
     key: String,
     #[serde(default)]
+    job: String,
+    #[serde(default)]
     action: String,
 }
 
-/// GET `confirm?key=…&action=…`: asks; acting takes the POST it shows.
+/// GET `confirm?key=…&action=…` (or `job=…`): asks; acting takes the POST
+/// it shows.
 pub(super) async fn confirm(
     State(console): State<Shared>,
     base: Base,
@@ -184,29 +263,33 @@ pub(super) async fn confirm(
     let Some(csrf) = viewer.csrf() else {
         return read_only(&base, &viewer);
     };
-    let key = query.key.as_str();
-    if let Err(err) = crate::validate::key(key) {
-        return layout::error(
-            &base,
-            &viewer,
-            StatusCode::BAD_REQUEST,
-            &format!("Not a lease key (`key`): {err}."),
-        );
+    let subject = match Subject::parse(&query.key, &query.job) {
+        Ok(subject) => subject,
+        Err(message) => return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &message),
+    };
+    if let (Subject::Job(_), Action::Release) = (&subject, action) {
+        return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, action.explain(&subject));
     }
     let body = html! {
-        h1 { (action.label()) "?" }
-        p { "Key " strong #confirm-key { bdi { (key) } } }
-        p { (action.explain()) }
+        h1 { (action.label()) @if let Subject::Job(_) = subject { " every key of the job" } "?" }
+        @match &subject {
+            Subject::Key(key) => p { "Key " strong #confirm-key { bdi { (key) } } },
+            Subject::Job(name) => p { "Job " strong #confirm-job { bdi { (name) } } },
+        }
+        p { (action.explain(&subject)) }
         form #confirm-form method="post" action="action" {
-            input type="hidden" name="key" value=(key);
+            @match &subject {
+                Subject::Key(key) => input type="hidden" name="key" value=(key);,
+                Subject::Job(name) => input type="hidden" name="job" value=(name);,
+            }
             input type="hidden" name="action" value=(action.name());
             input type="hidden" name="csrf" value=(csrf);
             @if action == Action::Pause {
-                p { label { input #cancel type="checkbox" name="cancel"; " Also cancel the run in progress" } }
+                p { label { input #cancel type="checkbox" name="cancel"; " Also cancel the runs in progress" } }
             }
             button #confirm type="submit" { (action.label()) }
             " "
-            a href={ "key?key=" (enc(key)) } { "Cancel" }
+            a href=(subject.page()) { "Cancel" }
         }
     };
     layout::page(&base, action.label(), Tab::None, &viewer, 0, body)
@@ -217,6 +300,8 @@ pub(super) struct ActionForm {
     #[serde(default)]
     key: String,
     #[serde(default)]
+    job: String,
+    #[serde(default)]
     action: String,
     #[serde(default)]
     csrf: String,
@@ -225,7 +310,7 @@ pub(super) struct ActionForm {
 }
 
 /// POST `action`: checks the actor and CSRF token, acts through
-/// [`Operator`], and returns to the key's page with what it did.
+/// [`Operator`], and returns to the key's (or job's) page with what it did.
 pub(super) async fn act(
     State(console): State<Shared>,
     base: Base,
@@ -243,18 +328,25 @@ pub(super) async fn act(
         Ok(operator) => operator,
         Err(err) => return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &err.to_string()),
     };
-    let key = form.key.as_str();
-    let target = PauseTarget::key(key);
+    let subject = match Subject::parse(&form.key, &form.job) {
+        Ok(subject) => subject,
+        Err(message) => return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &message),
+    };
+    let target = subject.target();
     // Actions take their turn on the database like page views: an
     // operator's click cannot add to a flood either.
     let work = async {
-        match action {
-            Action::Trigger => operator.trigger(key).await.map(|t| match t {
+        match (action, &subject) {
+            (Action::Trigger, Subject::Key(key)) => operator.trigger(key).await.map(|t| match t {
                 Triggered::Due => Done::Triggered,
                 Triggered::Paused => Done::TriggeredPaused,
                 _ => Done::NotRegistered,
             }),
-            Action::Pause => {
+            (Action::Trigger, Subject::Job(name)) => operator.trigger_job(name).await.map(|n| match n {
+                0 => Done::NotRegistered,
+                _ => Done::TriggeredJob,
+            }),
+            (Action::Pause, _) => {
                 let cancel = form.cancel.is_some();
                 operator
                     .pause(&target, cancel)
@@ -265,30 +357,33 @@ pub(super) async fn act(
                         _ => Done::Paused,
                     })
             }
-            Action::Resume => operator.resume(&target).await.map(|r| match r {
-                Resumed::Yes { woken: 0 } => Done::Resumed,
-                Resumed::Yes { .. } => Done::ResumedOverdue,
-                _ => Done::NotPaused,
+            (Action::Resume, _) => operator.resume(&target).await.map(|r| match (r, &subject) {
+                (Resumed::Yes { woken: 0 }, _) => Done::Resumed,
+                (Resumed::Yes { .. }, _) => Done::ResumedOverdue,
+                (_, Subject::Key(_)) => Done::NotPaused,
+                (_, Subject::Job(_)) => Done::JobNotPaused,
             }),
-            Action::Release => operator.revoke(key, Revoke::Force, &[]).await.map(|r| match r {
+            (Action::Release, Subject::Key(key)) => operator.revoke(key, Revoke::Force, &[]).await.map(|r| match r {
                 Revoked::Ended { .. } => Done::Released,
                 Revoked::Held(_) => Done::StillHeld,
                 _ => Done::NoRow,
             }),
+            (Action::Release, Subject::Job(name)) => Err(crate::Error::invalid(
+                "action",
+                name,
+                "a job cannot be force-released: release its keys one by one",
+            )),
         }
     };
     let done = console.reads.run(work).await;
     match done {
         Ok(done) => {
-            let to = format!("{}key?key={}&done={}", base.0, enc(key), done.code());
+            let to = format!("{}{}&done={}", base.0, subject.page(), done.code());
             Redirect::to(&to).into_response()
         }
-        Err(ReadError::Failed(err @ crate::Error::InvalidInput { .. })) => layout::error(
-            &base,
-            &viewer,
-            StatusCode::BAD_REQUEST,
-            &format!("Not a lease key (`key`): {err}."),
-        ),
+        Err(ReadError::Failed(err @ crate::Error::InvalidInput { .. })) => {
+            layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &format!("Not taken: {err}."))
+        }
         Err(err) => layout::unavailable(&base, &viewer, err, During::Action),
     }
 }

@@ -9,11 +9,11 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::Shared;
-use super::actions::{Action, Done};
-use super::layout::{self, Base, During, Tab, enc, span, when};
+use super::actions::{Action, Done, Subject};
+use super::layout::{self, Base, During, Tab, span, when};
 use super::reads::ReadError;
 use super::viewer::Viewer;
-use crate::lease::{ActionRecord, KeyState, KeyStatus, Pause, RunRecord};
+use crate::lease::{ActionRecord, KeyStatus, Pause, PauseTarget, RunRecord};
 
 /// Runs and actions shown on the page.
 const SHOWN: usize = 50;
@@ -61,13 +61,9 @@ pub(super) async fn page(
         }
         Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
+    let done = query.done.as_deref().and_then(Done::parse);
     let Some(status) = status else {
-        return layout::error(
-            &base,
-            &viewer,
-            StatusCode::NOT_FOUND,
-            &format!("No lease row for the key {key:?}: no runtime registered it, or it was forgotten."),
-        );
+        return no_row(&base, &viewer, key, done, &pauses);
     };
     let now = status.lease.server_now;
     let covering: Vec<&Pause> = pauses
@@ -76,9 +72,9 @@ pub(super) async fn page(
         .collect();
     let body = html! {
         h1 #key { bdi { (key) } }
-        @if let Some(done) = query.done.as_deref().and_then(Done::parse) { p #flash { (done.text()) } }
-        (tenure(&status, &covering))
-        (actions_bar(&viewer, &status))
+        @if let Some(done) = done { p #flash { (done.text()) } }
+        (tenure(&status, &covering, &actions))
+        (actions_bar(&viewer, key, &covering))
         h2 { "Runs" }
         @if runs.is_empty() { p.empty { "No run recorded yet." } } @else { (runs_table(&runs, now)) }
         h2 { "Fences" }
@@ -99,20 +95,74 @@ pub(super) async fn page(
     )
 }
 
-fn tenure(status: &KeyStatus, covering: &[&Pause]) -> Markup {
+/// A key with no lease row: a 404, unless an action was just taken on it
+/// or a pause names it, which the page shows (with the pause's Resume) so
+/// neither is lost.
+fn no_row(base: &Base, viewer: &Viewer, key: &str, done: Option<Done>, pauses: &[Pause]) -> Response {
+    let own = PauseTarget::key(key);
+    let paused = pauses.iter().find(|p| p.target == own);
+    if done.is_none() && paused.is_none() {
+        return layout::error(
+            base,
+            viewer,
+            StatusCode::NOT_FOUND,
+            &format!("No lease row for the key {key:?}: no runtime registered it, or it was forgotten."),
+        );
+    }
+    let body = html! {
+        h1 #key { bdi { (key) } }
+        @if let Some(done) = done { p #flash { (done.text()) } }
+        p #no-row { "No lease row for this key: no runtime registered it, or it was forgotten." }
+        @if let Some(p) = paused {
+            dl #tenure {
+                dt { "Paused" }
+                dd #paused-by { "by its own name, by " bdi { (p.paused_by) } " " (when(p.paused_at, chrono::Utc::now()))
+                     ": a runtime that registers it will not run it until it is resumed" }
+            }
+            @if let Viewer::Actor { .. } = viewer {
+                nav.actions {
+                    a.action #action-resume href=(Subject::Key(key.to_owned()).confirm(Action::Resume)) { "Resume" }
+                }
+            }
+        }
+    };
+    let title = format!("\u{2068}{key}\u{2069}");
+    layout::page(base, &title, Tab::None, viewer, 0, body)
+}
+
+/// The fence a forced release gave the key, if the row's fence is one: the
+/// row keeps the ended tenure's holder, but not its fence.
+fn release_of(fence: i64, actions: &[ActionRecord]) -> Option<&ActionRecord> {
+    actions.iter().find(|a| a.fence == Some(fence))
+}
+
+fn tenure(status: &KeyStatus, covering: &[&Pause], actions: &[ActionRecord]) -> Markup {
     let lease = &status.lease;
     let now = lease.server_now;
+    let released = release_of(lease.fence, actions).filter(|_| !lease.is_held());
     html! {
         dl #tenure {
             dt { "State" } dd { span class={ "badge " (status.state()) } #state { (status.state()) } }
             @for p in covering {
                 dt { "Paused" }
-                dd { bdi { (p.target) } " by " bdi { (p.paused_by) } " " (when(p.paused_at, now))
-                     @if p.cancel { " (runs in progress cancelled)" } }
+                dd.pause {
+                    @match &p.target {
+                        PauseTarget::Job(name) => {
+                            "through its job " a #paused-job href=(Subject::Job(name.clone()).page()) { bdi { (name) } }
+                        }
+                        _ => { "by its own name" }
+                    }
+                    ", by " bdi { (p.paused_by) } " " (when(p.paused_at, now))
+                    @if p.cancel { " (runs in progress cancelled)" }
+                }
             }
             dt { "Job" } dd { bdi { (lease.job_name.as_deref().unwrap_or("—")) } }
             @if lease.never_run() {
                 dt { "Holder" } dd.muted { "never run" }
+            } @else if let Some(release) = released {
+                dt { "Holder" } dd #holder { span.muted { "none: released by " } bdi { (release.actor) } " "
+                                              (when(release.at, now)) }
+                dt { "Fence" } dd #fence { (lease.fence) span.muted { " (handed out by the release)" } }
             } @else {
                 dt { "Holder" } dd #holder { bdi { (lease.holder) } @if !lease.is_held() { span.muted { " (last)" } } }
                 dt { "Fence" } dd #fence { (lease.fence) }
@@ -132,23 +182,25 @@ fn tenure(status: &KeyStatus, covering: &[&Pause]) -> Markup {
     }
 }
 
-fn actions_bar(viewer: &Viewer, status: &KeyStatus) -> Markup {
-    let key = &status.lease.key;
-    let paused = status.state() == KeyState::Paused;
+/// The key's actions. Resume is offered only for a pause of the key's own
+/// name: a pause through its job is lifted on the job's page (the tenure
+/// box links to it), and a key-level Resume could not lift it.
+fn actions_bar(viewer: &Viewer, key: &str, covering: &[&Pause]) -> Markup {
+    let own = covering.iter().any(|p| matches!(p.target, PauseTarget::Key(_)));
     let offered: Vec<Action> = [Action::Trigger, Action::Pause, Action::Resume, Action::Release]
         .into_iter()
         .filter(|a| match a {
-            Action::Pause => !paused,
-            Action::Resume => paused,
+            Action::Pause => !own,
+            Action::Resume => own,
             _ => true,
         })
         .collect();
+    let subject = Subject::Key(key.to_owned());
     html! {
         @if let Viewer::Actor { .. } = viewer {
             nav.actions {
                 @for action in offered {
-                    a.action id={ "action-" (action.name()) }
-                      href={ "confirm?key=" (enc(key)) "&action=" (action.name()) } { (action.label()) }
+                    a.action id={ "action-" (action.name()) } href=(subject.confirm(action)) { (action.label()) }
                 }
             }
         }
@@ -184,7 +236,10 @@ fn runs_table(runs: &[RunRecord], now: DateTime<Utc>) -> Markup {
 fn fences(status: &KeyStatus, runs: &[RunRecord], actions: &[ActionRecord], now: DateTime<Utc>) -> Markup {
     let lease = &status.lease;
     let mut rows: Vec<(i64, DateTime<Utc>, String, String)> = Vec::new();
-    if !lease.never_run() && runs.first().is_none_or(|r| r.fence != lease.fence) {
+    // The row's fence is its latest tenure's, unless a forced release
+    // handed it out since: the release's row below says so.
+    let released = release_of(lease.fence, actions).is_some() && !lease.is_held();
+    if !lease.never_run() && !released && runs.first().is_none_or(|r| r.fence != lease.fence) {
         let what = if lease.is_held() {
             "current tenure"
         } else {

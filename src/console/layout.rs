@@ -62,7 +62,10 @@ pub(super) fn page(base: &Base, title: &str, tab: Tab, viewer: &Viewer, refresh_
                         a href="fleet" class=[(tab == Tab::Fleet).then_some("open")] { "Fleet" }
                     }
                     span.who {
-                        @match viewer {
+                        // Replaced by the auto-refresh with the fresh page's:
+                        // who acts can change (a session ends, a hook answers
+                        // otherwise) while the page stays open.
+                        span #viewer { @match viewer {
                             Viewer::Actor { name, csrf, session } => {
                                 "acting as " strong #actor { bdi { (name) } }
                                 @if *session {
@@ -74,7 +77,7 @@ pub(super) fn page(base: &Base, title: &str, tab: Tab, viewer: &Viewer, refresh_
                             }
                             Viewer::ReadOnly { can_log_in: true, .. } => { "read-only · " a href="login" { "log in" } }
                             Viewer::ReadOnly { .. } => { "read-only" }
-                        }
+                        } }
                         @if refresh_secs > 0 {
                             " · " label { input #autorefresh type="checkbox" checked; " auto-refresh" }
                         }

@@ -1,16 +1,20 @@
 //! The leases page (`./`): every key, filtered by prefix, state and job,
-//! a page at a time; and `job?name=…`, the target of Grafana's per-job
-//! links.
+//! a page at a time, and every pause in force; and a job's page
+//! (`job?name=…`, the target of Grafana's per-job links): its keys and the
+//! job-level actions.
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::Response;
+use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::Shared;
+use super::actions::{Action, Done, Subject};
 use super::layout::{self, Base, During, Tab, enc, when};
-use crate::lease::{KeyFilter, KeyState, KeyStatus};
+use super::viewer::Viewer;
+use crate::lease::{KeyFilter, KeyState, KeyStatus, Pause, PauseTarget};
 
 /// Keys on one page of the list.
 const PAGE: usize = 200;
@@ -53,10 +57,17 @@ pub(super) async fn page(
     let during = During::Page {
         refresh: console.options.refresh.as_secs(),
     };
-    let page = match console.reads.run(console.store.list_page(&filter)).await {
-        Ok(page) => page,
+    let store = &console.store;
+    let read = async {
+        let page = store.list_page(&filter).await?;
+        let pauses = store.pauses().await?;
+        crate::Result::Ok((page, pauses))
+    };
+    let (page, pauses) = match console.reads.run(read).await {
+        Ok(read) => read,
         Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
+    let now = page.keys.first().map_or_else(Utc::now, |k| k.lease.server_now);
     let next = page.next.as_ref().map(|after| {
         format!(
             "./?prefix={}&state={}&job={}&after={}",
@@ -88,6 +99,7 @@ pub(super) async fn page(
         @if let Some(next) = next {
             p { a #next href=(next) { "Next " (PAGE) " keys →" } }
         }
+        (pauses_in_force(&viewer, &pauses, now))
     };
     layout::page(
         &base,
@@ -153,15 +165,50 @@ fn table(keys: &[KeyStatus]) -> Markup {
     }
 }
 
+/// Every pause in force, as `leasehold pause --list` shows them: a pause
+/// of a key with no lease row (paused before any runtime registered it, or
+/// after it was forgotten) is listed too, since no key row shows it.
+fn pauses_in_force(viewer: &Viewer, pauses: &[Pause], now: DateTime<Utc>) -> Markup {
+    html! {
+        h2 #pauses-in-force { "Pauses in force" }
+        @if pauses.is_empty() { p.empty { "No pause in force." } } @else {
+            table #pauses {
+                thead { tr { th { "Paused" } th { "By" } th { "Since" } th { "Keys" } th { "Runs" } th {} } }
+                tbody { @for p in pauses {
+                    @let subject = match &p.target {
+                        PauseTarget::Job(name) => Subject::Job(name.clone()),
+                        target => Subject::Key(target.name().to_owned()),
+                    };
+                    tr.pause data-scope=(p.target.scope()) data-name=(p.target.name()) {
+                        td { (p.target.scope()) " " a href=(subject.page()) { bdi { (p.target.name()) } } }
+                        td { bdi { (p.paused_by) } }
+                        td { (when(p.paused_at, now)) }
+                        td.keys {
+                            @if p.keys == 0 && matches!(subject, Subject::Key(_)) { span.muted { "no lease row" } }
+                            @else { (p.keys) }
+                        }
+                        td { (p.running) " running" @if p.cancel { ", cancelled" } }
+                        td { @if let Viewer::Actor { .. } = viewer {
+                            a.action href=(subject.confirm(Action::Resume)) { "Resume" }
+                        } }
+                    }
+                } }
+            }
+        }
+    }
+}
+
 #[derive(serde::Deserialize)]
 pub(super) struct JobQuery {
     #[serde(default)]
     name: String,
+    /// What the last action did: a code the action's redirect sets.
+    done: Option<String>,
 }
 
-/// GET `job?name=…`: the job's key page if it has one key, else the list
-/// of its keys. Grafana's per-job panels link here (metrics carry the job,
-/// not the key).
+/// GET `job?name=…`: the job's keys, its pause and the job-level actions
+/// (pause, resume, trigger every key). Grafana's per-job panels link here
+/// (metrics carry the job, not the key).
 pub(super) async fn job(
     State(console): State<Shared>,
     base: Base,
@@ -172,15 +219,79 @@ pub(super) async fn job(
     if let Err(refusal) = layout::check_params(&base, &viewer, &[("name", &query.name)]) {
         return *refusal;
     }
-    let filter = KeyFilter::new().job(query.name.clone()).limit(2);
+    let name = query.name.as_str();
+    if let Err(err) = crate::validate::job_name(name) {
+        return layout::error(
+            &base,
+            &viewer,
+            StatusCode::BAD_REQUEST,
+            &format!("Not a job name (`name`): {err}."),
+        );
+    }
+    let filter = KeyFilter::new().job(name).limit(PAGE);
     let during = During::Page {
         refresh: console.options.refresh.as_secs(),
     };
-    match console.reads.run(console.store.list_page(&filter)).await {
-        Ok(page) if page.keys.len() == 1 => {
-            Redirect::to(&format!("{}key?key={}", base.0, enc(&page.keys[0].lease.key))).into_response()
+    let store = &console.store;
+    let read = async {
+        let page = store.list_page(&filter).await?;
+        let pauses = store.pauses().await?;
+        crate::Result::Ok((page, pauses))
+    };
+    let (page, pauses) = match console.reads.run(read).await {
+        Ok(read) => read,
+        Err(err) => return layout::unavailable(&base, &viewer, err, during),
+    };
+    let now = page.keys.first().map_or_else(Utc::now, |k| k.lease.server_now);
+    let own = PauseTarget::job(name);
+    let paused = pauses.iter().find(|p| p.target == own);
+    let subject = Subject::Job(name.to_owned());
+    let offered = [
+        if paused.is_some() {
+            Action::Resume
+        } else {
+            Action::Pause
+        },
+        Action::Trigger,
+    ];
+    let body = html! {
+        h1 { "Job " bdi #job { (name) } }
+        @if let Some(done) = query.done.as_deref().and_then(Done::parse) { p #flash { (done.text()) } }
+        dl #job-pause {
+            dt { "State" }
+            @if let Some(p) = paused {
+                dd { span.badge.paused #job-state { "paused" } " by " bdi { (p.paused_by) } " " (when(p.paused_at, now))
+                     @if p.cancel { " (runs in progress cancelled)" } }
+            } @else {
+                dd { span #job-state { "not paused as a job" } }
+            }
         }
-        Ok(_) => Redirect::to(&format!("{}?job={}", base.0, enc(&query.name))).into_response(),
-        Err(err) => layout::unavailable(&base, &viewer, err, during),
-    }
+        @if let Viewer::Actor { .. } = viewer {
+            nav.actions {
+                @for action in offered {
+                    a.action id={ "action-" (action.name()) } href=(subject.confirm(action)) {
+                        @if action == Action::Trigger { "Trigger every key" } @else { (action.label()) " the job" }
+                    }
+                }
+            }
+        }
+        h2 { "Keys" }
+        @if page.keys.is_empty() {
+            p.empty { "No key of this job has a lease row: no runtime registered it yet." }
+        } @else {
+            (table(&page.keys))
+        }
+        @if let Some(after) = &page.next {
+            p { a #next href={ "./?job=" (enc(name)) "&after=" (enc(after)) } { "Next " (PAGE) " keys →" } }
+        }
+    };
+    let title = format!("\u{2068}{name}\u{2069}");
+    layout::page(
+        &base,
+        &title,
+        Tab::None,
+        &viewer,
+        console.options.refresh.as_secs(),
+        body,
+    )
 }

@@ -45,8 +45,10 @@
 //!
 //! Pages (relative to where it is mounted): the leases (`./`, filter by
 //! `prefix`, `state`, `job`), one key (`key?key=…`: tenure, runs, fences,
-//! actions), a job (`job?name=…`: its key, or its keys), and the fleet
-//! (`fleet`: holders seen in the last 15 minutes, their runs in progress).
+//! actions), a job (`job?name=…`: its keys, its pause, and pause, resume
+//! and trigger-every-key), and the fleet (`fleet`: holders seen in the
+//! last 15 minutes, their runs in progress). The leases page also lists
+//! every pause in force, a key's with no lease row included.
 //!
 //! ```no_run
 //! # async fn demo(pool: sqlx::PgPool, your_routes: axum::Router) {

@@ -1,8 +1,18 @@
-// leasehold console: refresh the page's <main> every data-refresh seconds,
-// unless the tab is hidden, the box is unticked or a form field has focus.
+// leasehold console: refresh the page's <main> (and who is acting) every
+// data-refresh seconds, unless the tab is hidden, the box is unticked or a
+// form field has focus.
 // Plain JavaScript, no dependencies; pages work without it.
 "use strict";
 (function () {
+  // An action's result (`done=…`) is shown once: the address bar drops it,
+  // so a reload or the refresh below shows the page without it.
+  if (window.URL && history.replaceState) {
+    var url = new URL(location.href);
+    if (url.searchParams.has("done")) {
+      url.searchParams.delete("done");
+      history.replaceState(history.state, "", url.href);
+    }
+  }
   var seconds = Number(document.body.dataset.refresh || 0);
   var box = document.getElementById("autorefresh");
   if (!seconds || !box) return;
@@ -19,9 +29,13 @@
     fetch(location.href, { credentials: "same-origin", headers: { "X-Requested-With": "refresh" } })
       .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
       .then(function (text) {
-        var next = new DOMParser().parseFromString(text, "text/html").querySelector("main");
+        var doc = new DOMParser().parseFromString(text, "text/html");
+        var next = doc.querySelector("main");
         var main = document.querySelector("main");
         if (next && main) main.replaceWith(next);
+        var viewer = doc.getElementById("viewer");
+        var shown = document.getElementById("viewer");
+        if (viewer && shown) shown.replaceWith(viewer);
       })
       .catch(function () { /* keep the page; try again later */ })
       .then(schedule);

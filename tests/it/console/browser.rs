@@ -5,8 +5,10 @@
 //! One scenario, driven the way an operator clicks: the leases page lists
 //! every key; pausing a scheduled key from its page stops its runs and
 //! resuming restarts them; triggering a manual key runs it and its page
-//! records who did it; keys that are HTML stay text, and nothing they
-//! carry runs.
+//! records who did it; a job paused and resumed from its page holds its
+//! key back meanwhile; keys that are HTML stay text, and nothing they
+//! carry runs. A third shows an action's message once and follows a
+//! change of who is acting without a reload.
 //!
 //! A second scenario plays the other web service on the same host: the
 //! browser hands it the console's cookie, which it cannot use, and a name
@@ -194,11 +196,35 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
     })
     .await;
 
-    // What a Grafana data link opens: the job's only key.
+    // What a Grafana data link opens: the job's page, with its keys. A
+    // pause of the job holds its key back, and the key's page leads to the
+    // job's page, the only place that lifts it.
     c.goto(&format!("{home}job?name=reindex"))
         .await
         .expect("open a job link");
-    assert_eq!(text(c, Locator::Id("key")).await, MANUAL);
+    assert_eq!(lease_keys(c).await, [MANUAL]);
+    act(c, "pause").await;
+    assert_eq!(text(c, Locator::Id("job-state")).await, "paused");
+    open_key(c, MANUAL).await;
+    assert_eq!(text(c, Locator::Id("state")).await, "paused");
+    assert!(
+        c.find(Locator::Id("action-resume")).await.is_err(),
+        "a key paused through its job offers no key-level Resume"
+    );
+    c.find(Locator::Id("paused-job"))
+        .await
+        .expect("a link to the job's page")
+        .click()
+        .await
+        .expect("follow it");
+    c.wait()
+        .at_most(WITHIN)
+        .for_element(Locator::Id("job"))
+        .await
+        .expect("the job's page");
+    act(c, "resume").await;
+    open_key(c, MANUAL).await;
+    assert_ne!(text(c, Locator::Id("state")).await, "paused");
 
     // The hostile keys' own pages and a confirmation page: text again.
     for key in [SCRIPT_KEY, IMG_KEY] {
@@ -418,6 +444,56 @@ async fn a_cookie_leaked_to_another_port_and_a_rebound_name_get_nothing() {
     browser.quit().await;
     server.abort();
     other_server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actions_message_shows_once_and_the_header_follows_who_acts() {
+    let (db, store) = support::store().await;
+    store.claim("ledger", "replica-1", support::LONG).await.expect("claim");
+    // The hook's answer changes while the page stays open, as when the
+    // service's own session ends.
+    let actor = std::sync::Arc::new(std::sync::Mutex::new(Some(ACTOR.to_owned())));
+    let hook = actor.clone();
+    let options = ConsoleOptions::new()
+        .authorize(move |_| hook.lock().ok()?.clone())
+        .refresh(Duration::from_secs(1));
+    let app = Router::new().nest_service(MOUNT, console::router(db.pool.clone(), options));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the console");
+    let addr = listener.local_addr().expect("console address");
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let browser = Browser::start().await;
+    let c = &browser.client;
+    c.goto(&format!("http://{addr}{MOUNT}/key?key=ledger"))
+        .await
+        .expect("open the key page");
+    act(c, "pause").await;
+    assert!(text(c, Locator::Id("flash")).await.starts_with("Paused"));
+    let url = c.current_url().await.expect("url");
+    assert!(!url.as_str().contains("done="), "the address keeps the message: {url}");
+    c.refresh().await.expect("reload");
+    c.wait()
+        .at_most(WITHIN)
+        .for_element(Locator::Id("key"))
+        .await
+        .expect("the key page");
+    assert!(
+        c.find(Locator::Id("flash")).await.is_err(),
+        "a reload shows the message again"
+    );
+
+    assert!(text(c, Locator::Id("viewer")).await.contains(ACTOR));
+    *actor.lock().expect("lock") = None;
+    eventually_async(WITHIN, || async {
+        let who = text(c, Locator::Id("viewer")).await;
+        who.contains("read-only").then_some(())
+    })
+    .await;
+
+    browser.quit().await;
+    server.abort();
 }
 
 /// Returns once the key page shows the action's flash message.

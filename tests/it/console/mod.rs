@@ -2,6 +2,7 @@
 
 mod browser;
 mod http;
+mod jobs;
 mod pages;
 mod security;
 mod starvation;

@@ -214,16 +214,53 @@ async fn mounted_under_a_prefix_every_link_stays_under_it() {
             .starts_with("text/css")
     );
 
-    // Grafana's per-job links: a job with one key opens that key's page,
-    // a job with several lists them.
+    // Grafana's per-job links open the job's page: its keys.
     let solo = get(&app, "/ops/leasehold/job?name=solo", &[]).await;
-    assert_eq!(solo.status, StatusCode::SEE_OTHER);
-    assert_eq!(solo.location(), "/ops/leasehold/key?key=solo%3Akey");
+    assert_eq!(solo.status, StatusCode::OK);
+    assert!(solo.body.contains("<base href=\"/ops/leasehold/\">"));
+    assert_eq!(solo.listed_keys(), ["solo:key"]);
     let pair = get(&app, "/ops/leasehold/job?name=pair", &[]).await;
-    assert_eq!(pair.location(), "/ops/leasehold/?job=pair");
-    assert_eq!(
-        get(&app, pair.location(), &[]).await.listed_keys(),
-        ["pair:one", "pair:two"]
-    );
+    assert_eq!(pair.listed_keys(), ["pair:one", "pair:two"]);
     runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_forced_release_owns_the_fence_it_handed_out() {
+    let (db, store) = support::store().await;
+    let leasehold::Claim::Acquired(held) = store.claim("ledger", "replica-x", LONG).await.expect("claim") else {
+        panic!("claimed")
+    };
+    let op = Operator::new(store.clone(), "alice@laptop").expect("operator");
+    let leasehold::Revoked::Ended { fence, .. } = op.revoke("ledger", Revoke::Force, &[]).await.expect("revoke") else {
+        panic!("the tenure ends")
+    };
+    assert!(fence > held.fence);
+    let app = console(&db.pool, ConsoleOptions::new());
+
+    let page = get(&app, "/key?key=ledger", &[]).await;
+    let holder = page
+        .body
+        .split("id=\"holder\">")
+        .nth(1)
+        .expect("holder")
+        .split("</dd>")
+        .next()
+        .expect("dd");
+    assert!(
+        !holder.contains("replica-x"),
+        "the release's fence is not replica-x's tenure: {holder}"
+    );
+    assert!(
+        holder.contains("released by") && holder.contains("alice@laptop"),
+        "{holder}"
+    );
+    let fences = page.body.split("<table id=\"fences\">").nth(1).expect("fence table");
+    let row = fences
+        .split(&format!("<td>{fence}</td>"))
+        .nth(1)
+        .expect("the release's fence")
+        .split("</tr>")
+        .next()
+        .expect("row");
+    assert!(row.contains("alice@laptop") && row.contains("force-release"), "{row}");
 }

@@ -610,8 +610,8 @@ async fn refusals_say_why_and_what_to_fix() {
     let login = get(&bare, "/login", &[]).await;
     assert!(login.body.contains("read-only"), "{}", login.body);
 
-    // A confirmation without a key offers no button.
-    let keyless = get(&hooked, "/confirm?job=invoice_run&action=pause", &[("x-user", "alice")]).await;
+    // A confirmation naming neither a key nor a job offers no button.
+    let keyless = get(&hooked, "/confirm?action=pause", &[("x-user", "alice")]).await;
     assert_eq!(keyless.status, StatusCode::BAD_REQUEST);
     assert!(!keyless.body.contains("id=\"confirm\""), "{}", keyless.body);
     assert!(keyless.body.contains("`key`"), "{}", keyless.body);

@@ -1,0 +1,193 @@
+//! Job-level actions and pauses in the console: a job's page pauses,
+//! resumes and triggers all its keys; a key paused through its job says
+//! so; every pause in force is listed, a key's with no lease row included.
+
+use axum::Router;
+use axum::http::StatusCode;
+use leasehold::console::ConsoleOptions;
+use leasehold::{LeaseStore, Operator, PauseTarget, Schedule};
+
+use super::http::{Page, console, enc, get, post};
+use crate::support::{self, LONG, job, quick, replica};
+
+/// The console with a hook that trusts an `x-user` header.
+fn behind_proxy(pool: &sqlx::PgPool) -> Router {
+    console(
+        pool,
+        ConsoleOptions::new().authorize(|req| req.headers.get("x-user")?.to_str().ok().map(String::from)),
+    )
+}
+
+/// Confirms `action` on `subject` (`key=…` or `job=…`) as alice and posts
+/// it: the answer of the POST.
+async fn act(app: &Router, subject: (&str, &str), action: &str) -> Page {
+    let (field, name) = subject;
+    let asked = get(
+        app,
+        &format!("/confirm?{field}={}&action={action}", enc(name)),
+        &[("x-user", "alice")],
+    )
+    .await;
+    assert_eq!(asked.status, StatusCode::OK, "{}", asked.body);
+    let csrf = asked.csrf();
+    post(
+        app,
+        "/action",
+        &[(field, name), ("action", action), ("csrf", &csrf)],
+        &[("x-user", "alice"), ("sec-fetch-site", "same-origin")],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_paused_resumed_and_triggered_from_its_page() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let manual = || quick(Schedule::Manual, LONG);
+    let jobs = vec![
+        job("billing:acme", manual(), |_| async { Ok(()) }),
+        job("billing:zeta", manual(), |_| async { Ok(()) }),
+        job("reindex:all", manual(), |_| async { Ok(()) }),
+    ];
+    let runtime = replica(&db, "replica-1", 2, jobs).await;
+    let app = behind_proxy(&db.pool);
+
+    let page = get(&app, "/job?name=billing", &[("x-user", "alice")]).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert_eq!(page.listed_keys(), ["billing:acme", "billing:zeta"]);
+    assert!(
+        page.body.contains("href=\"confirm?job=billing&amp;action=pause\""),
+        "{}",
+        page.body
+    );
+
+    let asked = get(&app, "/confirm?job=billing&action=pause", &[("x-user", "alice")]).await;
+    assert!(
+        asked
+            .body
+            .contains("<strong id=\"confirm-job\"><bdi>billing</bdi></strong>"),
+        "{}",
+        asked.body
+    );
+    assert!(!asked.body.contains("confirm-key"), "a job's confirmation names no key");
+    let paused = act(&app, ("job", "billing"), "pause").await;
+    assert_eq!(paused.status, StatusCode::SEE_OTHER, "{}", paused.body);
+    assert_eq!(paused.location(), "/job?name=billing&done=paused");
+    let pauses = store.pauses().await.expect("pauses");
+    assert_eq!(pauses.len(), 1);
+    assert_eq!((&pauses[0].target, pauses[0].keys), (&PauseTarget::job("billing"), 2));
+    assert_eq!(
+        store.actions("billing:acme", 10).await.expect("actions")[0].actor,
+        "alice"
+    );
+
+    // The key says which pause holds it back and where to lift it; a
+    // key-level Resume, which could not, is not offered.
+    let key = get(
+        &app,
+        &format!("/key?key={}", enc("billing:acme")),
+        &[("x-user", "alice")],
+    )
+    .await;
+    assert!(
+        key.body
+            .contains("through its job <a id=\"paused-job\" href=\"job?name=billing\"><bdi>billing</bdi></a>"),
+        "{}",
+        key.body
+    );
+    assert!(!key.body.contains("id=\"action-resume\""), "no Resume that cannot work");
+    let job_page = get(&app, "/job?name=billing", &[("x-user", "alice")]).await;
+    assert!(
+        job_page.body.contains("id=\"action-resume\""),
+        "the job's page resumes it"
+    );
+
+    let resumed = act(&app, ("job", "billing"), "resume").await;
+    assert_eq!(resumed.location(), "/job?name=billing&done=resumed");
+    assert!(store.pauses().await.expect("pauses").is_empty());
+    let again = act(&app, ("job", "billing"), "resume").await;
+    assert_eq!(again.location(), "/job?name=billing&done=job-not-paused");
+
+    let triggered = act(&app, ("job", "billing"), "trigger").await;
+    assert_eq!(triggered.location(), "/job?name=billing&done=triggered-job");
+    for key in ["billing:acme", "billing:zeta"] {
+        let actions = store.actions(key, 10).await.expect("actions");
+        assert!(
+            actions.iter().any(|a| a.action == "trigger" && a.actor == "alice"),
+            "{key}: {actions:?}"
+        );
+    }
+    assert!(
+        !store
+            .actions("reindex:all", 10)
+            .await
+            .expect("actions")
+            .iter()
+            .any(|a| a.action == "trigger"),
+        "another job's key is left alone"
+    );
+    let refused = get(&app, "/confirm?job=billing&action=release", &[("x-user", "alice")]).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "a job has no forced release");
+    runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_pause_in_force_is_listed_and_a_key_without_a_row_keeps_its_message() {
+    let (db, store) = support::store().await;
+    store.claim("ledger", "replica-1", LONG).await.expect("claim");
+    let op = Operator::new(store.clone(), "bob").expect("operator");
+    op.pause(&PauseTarget::key("ledger"), false).await.expect("pause");
+    op.pause(&PauseTarget::job("invoices"), true).await.expect("pause");
+    let app = behind_proxy(&db.pool);
+
+    // An operator pauses a key no runtime registered yet.
+    let done = act(&app, ("key", "ghost"), "pause").await;
+    assert_eq!(done.location(), "/key?key=ghost&done=paused");
+    let shown = get(&app, done.location(), &[("x-user", "alice")]).await;
+    assert_eq!(shown.status, StatusCode::OK, "{}", shown.body);
+    assert!(shown.body.contains("<p id=\"flash\">Paused.</p>"), "{}", shown.body);
+    assert!(shown.body.contains("id=\"no-row\""));
+    assert!(
+        shown.body.contains("id=\"action-resume\""),
+        "its pause can be lifted from here"
+    );
+
+    let leases = get(&app, "/", &[("x-user", "alice")]).await;
+    let panel = leases
+        .body
+        .split("<table id=\"pauses\">")
+        .nth(1)
+        .expect("the pauses panel");
+    let listed: Vec<&str> = panel
+        .split("data-name=\"")
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        listed,
+        ["ghost", "ledger", "invoices"],
+        "keys first, then jobs, as the CLI lists them"
+    );
+    let ghost = panel
+        .split("data-name=\"ghost\"")
+        .nth(1)
+        .expect("ghost")
+        .split("</tr>")
+        .next()
+        .expect("row");
+    assert!(ghost.contains("no lease row"), "{ghost}");
+    assert!(
+        ghost.contains("href=\"confirm?key=ghost&amp;action=resume\""),
+        "{ghost}"
+    );
+
+    let resumed = act(&app, ("key", "ghost"), "resume").await;
+    let shown = get(&app, resumed.location(), &[("x-user", "alice")]).await;
+    assert_eq!(shown.status, StatusCode::OK);
+    assert!(shown.body.contains("Resumed"), "{}", shown.body);
+    assert_eq!(
+        get(&app, "/key?key=ghost", &[]).await.status,
+        StatusCode::NOT_FOUND,
+        "nothing left to show"
+    );
+}
