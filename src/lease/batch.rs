@@ -14,6 +14,7 @@
 //!   `NOTIFY leasehold, '<key>'` in the same transaction, so listeners hear
 //!   of it exactly when it commits.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -507,16 +508,20 @@ impl LeaseStore {
                 .bind(&h.errors)
                 .bind(&h.rings)
                 .fetch_all(conn))?;
+        // Looked up by (key, fence), not searched: a batch can hold a
+        // thousand releases.
+        let done: HashMap<(&str, i64), (bool, bool)> = done
+            .iter()
+            .map(|(key, fence, busy, due)| ((key.as_str(), *fence), (*busy, *due)))
+            .collect();
         Ok(items
             .iter()
-            .map(
-                |item| match done.iter().find(|(k, f, ..)| *k == item.key && *f == item.fence) {
-                    Some((_, _, false, false)) => Released::Yes,
-                    Some((_, _, false, true)) => Released::StillDue,
-                    Some((_, _, true, _)) => Released::Busy,
-                    None => Released::NotCurrent,
-                },
-            )
+            .map(|item| match done.get(&(item.key.as_str(), item.fence)) {
+                Some((false, false)) => Released::Yes,
+                Some((false, true)) => Released::StillDue,
+                Some((true, _)) => Released::Busy,
+                None => Released::NotCurrent,
+            })
             .collect())
     }
 
