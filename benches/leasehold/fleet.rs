@@ -150,10 +150,14 @@ pub(crate) async fn fleet(db: &TestDb, stats: bool, spec: &Fleet<'_>) -> FleetOu
         if probe {
             let starts = probe_starts.clone();
             jobs.push(
-                job(&probe_key, JobSettings::new(Schedule::Manual), move |_guard: FenceGuard| {
-                    starts.lock().unwrap().push(Instant::now());
-                    async { Ok(()) }
-                })
+                job(
+                    &probe_key,
+                    JobSettings::new(Schedule::Manual),
+                    move |_guard: FenceGuard| {
+                        starts.lock().unwrap().push(Instant::now());
+                        async { Ok(()) }
+                    },
+                )
                 .named("probe"),
             );
         }
@@ -175,7 +179,10 @@ pub(crate) async fn fleet(db: &TestDb, stats: bool, spec: &Fleet<'_>) -> FleetOu
         while w0.elapsed() + PROBE_TIMEOUT / 10 < window {
             let seen = probe_starts.lock().unwrap().len();
             let t0 = Instant::now();
-            runtimes[i % r].trigger(&probe_key).await.expect("trigger the probe key");
+            runtimes[i % r]
+                .trigger(&probe_key)
+                .await
+                .expect("trigger the probe key");
             match wait_for(PROBE_TIMEOUT, Duration::from_micros(200), || {
                 probe_starts.lock().unwrap().get(seen).copied()
             })

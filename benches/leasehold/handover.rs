@@ -351,8 +351,10 @@ async fn at_scale(b: &Bench, n: usize) {
             starts,
         ]);
     }
-    println!("### Graceful handover with {n} keys per runtime
-");
+    println!(
+        "### Graceful handover with {n} keys per runtime
+"
+    );
     println!(
         "R runtimes with default settings (poll interval not set, own pool of 2 each) each register the same {n}          tenant keys (never due here) and one key whose run lasts until cancelled (lease 10 s, manual, triggered          once: a cancelled run leaves it due). {SCALE_TRIALS} trials per fleet: the runtime running that key is          shut down, from `shutdown()` until another runtime's run of the key starts; a fresh runtime then takes          the place of the one shut down (its `start()` is listed).\n"
     );
@@ -381,8 +383,11 @@ async fn graceful_at_scale(db: &TestDb, n: usize, r: usize) -> (Vec<Duration>, u
         let name = format!("hscale{r}-{generation}");
         generation += 1;
         let pool = db.pool_with(2).await;
-        let builder = jobs::builder(pool.clone(), &name, None, TenantJob::many(n))
-            .register(hold_job(&key, Duration::from_secs(10), log.clone()));
+        let builder = jobs::builder(pool.clone(), &name, None, TenantJob::many(n)).register(hold_job(
+            &key,
+            Duration::from_secs(10),
+            log.clone(),
+        ));
         let t = Instant::now();
         let rt = builder.start().await.expect("runtime starts");
         starts.push(ms(t.elapsed()));
@@ -400,7 +405,10 @@ async fn graceful_at_scale(db: &TestDb, n: usize, r: usize) -> (Vec<Duration>, u
     let mut holder = run_at(0).await.map(|(h, _)| h);
     let (mut times, mut missed) = (Vec::new(), 0);
     for i in 0..SCALE_TRIALS {
-        let Some(pos) = holder.as_ref().and_then(|h| fleet.iter().position(|(name, ..)| name == h)) else {
+        let Some(pos) = holder
+            .as_ref()
+            .and_then(|h| fleet.iter().position(|(name, ..)| name == h))
+        else {
             missed += SCALE_TRIALS - i;
             break;
         };

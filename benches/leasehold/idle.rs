@@ -113,7 +113,8 @@ pub(crate) async fn idle(b: &Bench) {
             rows.push(vec![
                 format!("{r} × {n}"),
                 o.statements_per_s.map_or("n/a".into(), |s| format!("{s:.1}")),
-                o.statements_per_s.map_or("n/a".into(), |s| format!("{:.2}", s / r as f64)),
+                o.statements_per_s
+                    .map_or("n/a".into(), |s| format!("{:.2}", s / r as f64)),
                 o.statements_per_s
                     .map_or("n/a".into(), |s| format!("{:.4}", s / (r * n) as f64)),
                 o.server_cores.map_or("n/a".into(), |c| format!("{c:.2} cores")),

@@ -18,7 +18,7 @@ pub(crate) async fn throughput(b: &Bench) {
     let (sizes, ceiling, warmup, window): (&[usize], usize, Duration, Duration) = if b.smoke {
         (&[50], 400, Duration::from_millis(1500), Duration::from_secs(2))
     } else {
-        (&[], 16_000, Duration::from_secs(3), Duration::from_secs(10))
+        (&[1_000, 2_000], 16_000, Duration::from_secs(3), Duration::from_secs(10))
     };
     let period = Duration::from_millis(100);
     let per_s = |keys: usize| keys as f64 / period.as_secs_f64();
