@@ -356,7 +356,11 @@ async fn at_scale(b: &Bench, n: usize) {
 "
     );
     println!(
-        "R runtimes with default settings (poll interval not set, own pool of 2 each) each register the same {n}          tenant keys (never due here) and one key whose run lasts until cancelled (lease 10 s, manual, triggered          once: a cancelled run leaves it due). {SCALE_TRIALS} trials per fleet: the runtime running that key is          shut down, from `shutdown()` until another runtime's run of the key starts; a fresh runtime then takes          the place of the one shut down (its `start()` is listed).\n"
+        "R runtimes with default settings (poll interval not set, own pool of 2 each) each register the same {n} \
+         tenant keys (never due here) and one key whose run lasts until cancelled (lease 10 s, manual, triggered \
+         once: a cancelled run leaves it due). {SCALE_TRIALS} trials per fleet: the runtime running that key is \
+         shut down, from `shutdown()` until another runtime's run of the key starts; a fresh runtime then takes \
+         the place of the one shut down (its `start()` is listed).\n"
     );
     table(
         &[
