@@ -158,7 +158,7 @@ batch_mutations = [
   "                   AND l.fence = t.fence\n                   FOR UPDATE OF l",
   "scheduler::batch_claim::a_release_meeting_a_locked_row_does_not_hold_up_the_others"),
  ("register_many: an existing row's schedule reset at every start",
-  "                ON CONFLICT (key) DO NOTHING\n                RETURNING key, expires_at, next_due_at",
+  "                 WHERE NOT EXISTS (SELECT 1 FROM existing AS e WHERE e.key = t.key)\n                ON CONFLICT (key) DO NOTHING\n                RETURNING key, expires_at, next_due_at",
   "                ON CONFLICT (key) DO UPDATE SET next_due_at = EXCLUDED.next_due_at\n                RETURNING key, expires_at, next_due_at",
   "runtime:: scheduler::"),
  ("forget: expiry clause removed (a live lease is deleted)",

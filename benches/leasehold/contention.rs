@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::fleet::{SLOT_CHECKS, fleet, per_run};
+use crate::fleet::{Fleet, SLOT_CHECKS, fleet, per_run};
 use crate::report::{median_f64, ms, progress, table};
 use crate::setup::{Bench, drop_db, fresh_db};
 
@@ -19,19 +19,19 @@ pub(crate) async fn contention(b: &Bench) {
     let mut rows = Vec::new();
     for &r in sizes {
         progress(&format!("   R = {r}"));
-        let o = fleet(
-            &db,
-            stats,
-            &format!("ct{r}"),
-            r,
+        let tag = format!("ct{r}");
+        let spec = Fleet {
+            tag: &tag,
+            runtimes: r,
             keys,
             period,
-            Some(Duration::from_millis(1)),
-            4,
+            body_sleep: Some(Duration::from_millis(1)),
+            conns: 4,
             warmup,
             window,
-        )
-        .await;
+            probe: false,
+        };
+        let o = fleet(&db, stats, &spec).await;
         o.check_doubles(b, &format!("contention R={r}"));
         let secs = o.window.as_secs_f64();
         let lost = o.claims.map(|c| c - o.runs_in_window as i64);

@@ -11,7 +11,7 @@ use leasehold::{FenceGuard, JobSettings, Schedule};
 use leasehold_testkit::TestDb;
 
 use crate::report::ms;
-use crate::setup::{Bench, job, runtime};
+use crate::setup::{Bench, ScriptedJob, job, runtime, wait_for};
 use crate::stats::{ANY_SQL, CLAIM_SQL, CpuWindow, RELEASE_SQL, RENEW_SQL, reset_statement_stats, statement_totals};
 
 /// One run as its job saw it.
@@ -48,6 +48,16 @@ pub(crate) struct FleetOutcome {
     pub(crate) releases: Option<i64>,
     pub(crate) renewals: Option<i64>,
     pub(crate) statements: Option<i64>,
+    /// Server execution time of the claims, the releases and all
+    /// statements in the window, ms (`pg_stat_statements`).
+    pub(crate) claim_ms: Option<f64>,
+    pub(crate) release_ms: Option<f64>,
+    pub(crate) statement_ms: Option<f64>,
+    /// Due → start of every run in the window.
+    pub(crate) late: Vec<Duration>,
+    /// Trigger → start of the probe key (with [`Fleet::probe`]).
+    pub(crate) triggers: Vec<Duration>,
+    pub(crate) probe_missed: usize,
     pub(crate) cpu: String,
 }
 
@@ -68,28 +78,49 @@ impl FleetOutcome {
     }
 }
 
-/// Starts `r` runtimes (each on its own pool of `conns`) with `keys` jobs
-/// every `period`, waits `warmup`, measures for `window`, shuts down.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn fleet(
-    db: &TestDb,
-    stats: bool,
-    tag: &str,
-    r: usize,
-    keys: usize,
-    period: Duration,
-    body_sleep: Option<Duration>,
-    conns: u32,
-    warmup: Duration,
-    window: Duration,
-) -> FleetOutcome {
+/// What a fleet runs: `runtimes` runtimes (each on its own pool of
+/// `conns`) all registering the same `keys` jobs every `period`.
+pub(crate) struct Fleet<'a> {
+    pub(crate) tag: &'a str,
+    pub(crate) runtimes: usize,
+    pub(crate) keys: usize,
+    pub(crate) period: Duration,
+    /// How long each run's body sleeps (`None`: it returns at once).
+    pub(crate) body_sleep: Option<Duration>,
+    pub(crate) conns: u32,
+    pub(crate) warmup: Duration,
+    pub(crate) window: Duration,
+    /// Every runtime also registers one `Schedule::Manual` key, triggered
+    /// through a runtime in turn during the window, each trigger once the
+    /// previous run started: trigger → start latencies under the fleet's load.
+    pub(crate) probe: bool,
+}
+
+/// How long a probe trigger waits for its run to start before it counts as missed.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Starts the fleet, waits `warmup`, measures for `window`, shuts down.
+pub(crate) async fn fleet(db: &TestDb, stats: bool, spec: &Fleet<'_>) -> FleetOutcome {
+    let Fleet {
+        tag,
+        runtimes: r,
+        keys,
+        period,
+        body_sleep,
+        conns,
+        warmup,
+        window,
+        probe,
+    } = *spec;
     let lease = Duration::from_secs(10);
     let runs: Arc<Mutex<Vec<RunRec>>> = Arc::default();
+    let probe_starts: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let probe_key = format!("{tag}-probe");
     let period_ms = period.as_millis() as i64;
     let mut runtimes = Vec::new();
     let mut pools = Vec::new();
     for i in 0..r {
-        let jobs = (0..keys)
+        let mut jobs: Vec<ScriptedJob> = (0..keys)
             .map(|j| {
                 let runs = runs.clone();
                 let settings = JobSettings::new(Schedule::every(period)).lease(lease);
@@ -116,6 +147,20 @@ pub(crate) async fn fleet(
                 .named(tag)
             })
             .collect();
+        if probe {
+            let starts = probe_starts.clone();
+            jobs.push(
+                job(
+                    &probe_key,
+                    JobSettings::new(Schedule::Manual),
+                    move |_guard: FenceGuard| {
+                        starts.lock().unwrap().push(Instant::now());
+                        async { Ok(()) }
+                    },
+                )
+                .named("probe"),
+            );
+        }
         let pool = db.pool_with(conns).await;
         pools.push(pool.clone());
         runtimes.push(runtime(pool, &format!("{tag}-r{i}"), None, jobs).await);
@@ -127,16 +172,40 @@ pub(crate) async fn fleet(
     let cpu = CpuWindow::start();
     let w0 = Instant::now();
     let w0_wall = Utc::now().timestamp_millis();
-    tokio::time::sleep(window).await;
+    let mut triggers = Vec::new();
+    let mut probe_missed = 0;
+    if probe {
+        let mut i = 0usize;
+        while w0.elapsed() + PROBE_TIMEOUT / 10 < window {
+            let seen = probe_starts.lock().unwrap().len();
+            let t0 = Instant::now();
+            runtimes[i % r]
+                .trigger(&probe_key)
+                .await
+                .expect("trigger the probe key");
+            match wait_for(PROBE_TIMEOUT, Duration::from_micros(200), || {
+                probe_starts.lock().unwrap().get(seen).copied()
+            })
+            .await
+            {
+                Some(t) => triggers.push(t - t0),
+                None => probe_missed += 1,
+            }
+            i += 1;
+            // Let the run release before the next trigger; vary the phase.
+            tokio::time::sleep(Duration::from_millis(20 + (i as u64 * 37) % 60)).await;
+        }
+    }
+    tokio::time::sleep(window.saturating_sub(w0.elapsed())).await;
     let w1 = Instant::now();
     let w1_wall = Utc::now().timestamp_millis();
     let cpu = cpu.end();
     let (claims, releases, renewals, statements) = if stats {
         (
-            Some(statement_totals(&db.pool, CLAIM_SQL).await.calls),
-            Some(statement_totals(&db.pool, RELEASE_SQL).await.calls),
+            Some(statement_totals(&db.pool, CLAIM_SQL).await),
+            Some(statement_totals(&db.pool, RELEASE_SQL).await),
             Some(statement_totals(&db.pool, RENEW_SQL).await.calls),
-            Some(statement_totals(&db.pool, ANY_SQL).await.calls),
+            Some(statement_totals(&db.pool, ANY_SQL).await),
         )
     } else {
         (None, None, None, None)
@@ -153,6 +222,16 @@ pub(crate) async fn fleet(
     for x in &in_window {
         per_runtime[x.runtime] += 1;
     }
+    // How late each run in the window started after its key fell due (the
+    // start of the slot its claim consumed: the slot boundary before its
+    // `acquired_at`), by the wall clock the server shares.
+    let late: Vec<Duration> = in_window
+        .iter()
+        .map(|x| {
+            let due_us = x.acquired_us.div_euclid(period_ms * 1000) * period_ms * 1000;
+            Duration::from_micros(u64::try_from(x.wall_us - due_us).unwrap_or(0))
+        })
+        .collect();
     let mut per_slot: HashMap<(usize, i64), usize> = HashMap::new();
     for x in &runs {
         *per_slot.entry((x.key, x.slot)).or_default() += 1;
@@ -175,10 +254,16 @@ pub(crate) async fn fleet(
         duplicates: duplicates(&runs, &per_slot, period_ms),
         slots_expected: keys * (last - first).max(0) as usize,
         slots_covered: full.len(),
-        claims,
-        releases,
+        claims: claims.map(|c| c.calls),
+        releases: releases.map(|c| c.calls),
         renewals,
-        statements,
+        statements: statements.map(|c| c.calls),
+        claim_ms: claims.map(|c| c.exec_ms),
+        release_ms: releases.map(|c| c.exec_ms),
+        statement_ms: statements.map(|c| c.exec_ms),
+        late,
+        triggers,
+        probe_missed,
         cpu,
     }
 }

@@ -11,7 +11,7 @@ use leasehold::{CancelReason, FenceGuard, JobSettings, Runtime, Schedule};
 use leasehold_testkit::TestDb;
 
 use crate::report::{median_f64, ms, p50_p99, progress, table};
-use crate::setup::{Bench, POLL, ScriptedJob, drop_db, fresh_db, job, runtime, wait_for};
+use crate::setup::{Bench, POLL, ScriptedJob, TenantJob, drop_db, fresh_db, job, jobs, runtime, wait_for};
 
 /// A run's cancellation as a watcher saw it: holder, instant observed, wall
 /// time observed, reason, and the server expiry known then.
@@ -323,4 +323,120 @@ pub(crate) async fn handover(b: &Bench) {
             .join(", ")
     );
     drop_db(db).await;
+    if let Some(n) = b.max_keys.filter(|_| !b.smoke) {
+        at_scale(b, n).await;
+    }
+}
+
+/// Trials of the graceful handover at scale, per fleet.
+const SCALE_TRIALS: usize = 5;
+
+/// Graceful handover of a due key while every runtime registers `n` more
+/// keys (`--max-keys`), default settings: fleets of 2 and 3 runtimes.
+async fn at_scale(b: &Bench, n: usize) {
+    let mut rows = Vec::new();
+    for r in [2, 3] {
+        progress(&format!("   graceful handover, {r} runtimes × {n} keys"));
+        let (db, _) = fresh_db(&b.server).await;
+        let (times, missed, starts) = graceful_at_scale(&db, n, r).await;
+        drop_db(db).await;
+        let (p50, p99) = p50_p99(&times);
+        rows.push(vec![
+            format!("{r} × {n}"),
+            times.len().to_string(),
+            missed.to_string(),
+            ms(p50),
+            ms(p99),
+            ms(times.iter().max().copied().unwrap_or_default()),
+            starts,
+        ]);
+    }
+    println!(
+        "### Graceful handover with {n} keys per runtime
+"
+    );
+    println!(
+        "R runtimes with default settings (poll interval not set, own pool of 2 each) each register the same {n} \
+         tenant keys (never due here) and one key whose run lasts until cancelled (lease 10 s, manual, triggered \
+         once: a cancelled run leaves it due). {SCALE_TRIALS} trials per fleet: the runtime running that key is \
+         shut down, from `shutdown()` until another runtime's run of the key starts; a fresh runtime then takes \
+         the place of the one shut down (its `start()` is listed).\n"
+    );
+    table(
+        &[
+            "runtimes × keys",
+            "trials",
+            &format!("no run within {} s", WAIT.as_secs()),
+            "p50",
+            "p99",
+            "max",
+            "`start()` of each runtime",
+        ],
+        &rows,
+    );
+}
+
+/// One fleet of [`at_scale`]: the handover times, the trials without a
+/// takeover, and the `start()` times.
+async fn graceful_at_scale(db: &TestDb, n: usize, r: usize) -> (Vec<Duration>, usize, String) {
+    let log = Arc::new(HoldLog::default());
+    let key = format!("hscale-{r}");
+    let mut starts = Vec::new();
+    let mut generation = 0;
+    let mut launch = async || {
+        let name = format!("hscale{r}-{generation}");
+        generation += 1;
+        let pool = db.pool_with(2).await;
+        let builder = jobs::builder(pool.clone(), &name, None, TenantJob::many(n)).register(hold_job(
+            &key,
+            Duration::from_secs(10),
+            log.clone(),
+        ));
+        let t = Instant::now();
+        let rt = builder.start().await.expect("runtime starts");
+        starts.push(ms(t.elapsed()));
+        (name, rt, pool)
+    };
+    let mut fleet = Vec::with_capacity(r);
+    for _ in 0..r {
+        fleet.push(launch().await);
+    }
+    fleet[0].1.trigger(&key).await.expect("trigger");
+    let run_at = |i: usize| {
+        let log = log.clone();
+        async move { wait_for(WAIT, POLL, || log.started.lock().unwrap().get(i).cloned()).await }
+    };
+    let mut holder = run_at(0).await.map(|(h, _)| h);
+    let (mut times, mut missed) = (Vec::new(), 0);
+    for i in 0..SCALE_TRIALS {
+        let Some(pos) = holder
+            .as_ref()
+            .and_then(|h| fleet.iter().position(|(name, ..)| name == h))
+        else {
+            missed += SCALE_TRIALS - i;
+            break;
+        };
+        tokio::time::sleep(Duration::from_millis(200 + 37 * i as u64)).await;
+        let (_, rt, pool) = fleet.swap_remove(pos);
+        let seen = log.started.lock().unwrap().len();
+        let t0 = Instant::now();
+        rt.shutdown().await;
+        match run_at(seen).await {
+            Some((h, t)) => {
+                times.push(t - t0);
+                holder = Some(h);
+            }
+            None => {
+                missed += 1;
+                holder = None;
+            }
+        }
+        pool.close().await;
+        fleet.push(launch().await);
+    }
+    for (_, rt, pool) in fleet {
+        rt.shutdown().await;
+        pool.close().await;
+    }
+    (times, missed, starts.join(", "))
 }

@@ -23,13 +23,21 @@ pub(crate) struct Bench {
     pub(crate) server: PgConnectOptions,
     /// Set when a safety invariant was violated: the process exits 1.
     pub(crate) violated: AtomicBool,
-    /// `--max-keys N`: the idle scenario skips fleets of more keys.
+    /// `--max-keys N`: the largest fleet of the fleet-size scenarios. Idle
+    /// skips its sizes above N and adds N itself; startup, memory and the
+    /// handover at scale use N keys.
     pub(crate) max_keys: Option<usize>,
     /// Whether other scenarios run in this process before the memory one.
     pub(crate) alone: bool,
 }
 
 impl Bench {
+    /// How many keys startup and memory register: `--max-keys`, else
+    /// `default` (100,000 outside smoke runs).
+    pub(crate) fn fleet_keys(&self, default: usize) -> usize {
+        self.max_keys.unwrap_or(default)
+    }
+
     pub(crate) fn violation(&self, what: String) {
         println!("\n**SAFETY VIOLATION**: {what}\n");
         self.violated.store(true, Ordering::SeqCst);

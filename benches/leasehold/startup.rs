@@ -16,7 +16,7 @@ const POOL: u32 = 2;
 
 pub(crate) async fn startup(b: &Bench) {
     progress("8. startup");
-    let n = if b.smoke { 1_000 } else { 100_000 };
+    let n = if b.smoke { 1_000 } else { b.fleet_keys(100_000) };
     let (db, stats) = fresh_db(&b.server).await;
     println!("## 8. Startup: `start()` of a runtime with {n} keys\n");
     println!(

@@ -1,69 +1,73 @@
 //! Throughput (section 6 of the output): short runs per second on one
-//! PostgreSQL, 4 runtimes.
+//! PostgreSQL, 4 runtimes: at demands the machine keeps up with, at a demand
+//! far above what it can do (the ceiling), and at half the ceiling with the
+//! trigger → start latency of a probe key.
 
 use std::time::Duration;
 
-use crate::fleet::{SLOT_CHECKS, fleet, per_run};
-use crate::report::{ms, progress, table};
+use crate::fleet::{Fleet, FleetOutcome, SLOT_CHECKS, fleet, per_run};
+use crate::report::{loadavg, ms, p50_p99, progress, table};
 use crate::setup::{Bench, drop_db, fresh_db};
+
+/// Runtimes in every fleet of this scenario.
+const RUNTIMES: usize = 4;
 
 pub(crate) async fn throughput(b: &Bench) {
     progress("6. throughput");
     let (db, stats) = fresh_db(&b.server).await;
-    let (sizes, warmup, window): (&[usize], Duration, Duration) = if b.smoke {
-        (&[50], Duration::from_millis(1500), Duration::from_secs(2))
+    let (sizes, ceiling, warmup, window): (&[usize], usize, Duration, Duration) = if b.smoke {
+        (&[50], 400, Duration::from_millis(1500), Duration::from_secs(2))
     } else {
-        (&[100, 1_000, 2_000], Duration::from_secs(3), Duration::from_secs(10))
+        (&[1_000, 2_000], 16_000, Duration::from_secs(3), Duration::from_secs(10))
     };
     let period = Duration::from_millis(100);
-    let r = 4;
+    let per_s = |keys: usize| keys as f64 / period.as_secs_f64();
     let mut rows = Vec::new();
-    for &keys in sizes {
-        progress(&format!("   {keys} keys"));
-        let o = fleet(
-            &db,
-            stats,
-            &format!("tp{keys}"),
-            r,
+    let mut measure = async |what: &str, tag: &str, keys: usize, probe: bool| -> FleetOutcome {
+        progress(&format!("   {what}: {RUNTIMES} × {keys} keys"));
+        let load = loadavg();
+        let spec = Fleet {
+            tag,
+            runtimes: RUNTIMES,
             keys,
             period,
-            None,
-            4,
+            body_sleep: None,
+            conns: 4,
             warmup,
             window,
-        )
-        .await;
+            probe,
+        };
+        let o = fleet(&db, stats, &spec).await;
         o.check_doubles(b, &format!("throughput {keys} keys"));
-        let secs = o.window.as_secs_f64();
-        rows.push(vec![
-            format!("{r} × {keys}"),
-            format!("{:.0}", keys as f64 / period.as_secs_f64()),
-            format!("{:.0}", o.runs_in_window as f64 / secs),
-            format!(
-                "{:.1}%",
-                100.0 * o.slots_covered as f64 / o.slots_expected.max(1) as f64
-            ),
-            per_run(o.claims, o.runs_in_window),
-            per_run(o.releases, o.runs_in_window),
-            per_run(o.renewals, o.runs_in_window),
-            o.statements.map_or("n/a".into(), |s| format!("{:.0}", s as f64 / secs)),
-            o.max_per_slot.to_string(),
-            o.certain_doubles.to_string(),
-            ms(o.min_gap),
-            o.cpu,
-        ]);
+        rows.push(row(what, keys, per_s(keys), &o, load));
+        o
+    };
+    for &keys in sizes {
+        measure("under capacity", &format!("tp{keys}"), keys, false).await;
     }
-    println!("## 6. Throughput: short runs per second on one PostgreSQL, 4 runtimes\n");
+    let top = measure("ceiling", "tpmax", ceiling, false).await;
+    let achieved = top.runs_in_window as f64 / top.window.as_secs_f64();
+    // Half the ceiling: keys × 10 runs/s ≈ achieved ÷ 2, in hundreds of keys.
+    let half = ((achieved / 2.0 / per_s(1) / 100.0).round() as usize * 100).max(100);
+    let at_half = measure("half the ceiling, with a probe", "tphalf", half, true).await;
+    println!("## 6. Throughput: short runs per second on one PostgreSQL, {RUNTIMES} runtimes\n");
     println!(
-        "4 runtimes (own pool of 4 each) all register the same keys, `Schedule::every(100ms)`, lease 10 s, \
-         trivial body. Demand = keys × 10 runs/s; measured over {} s after a {} s warm-up, with client and server \
-         sharing this machine's CPUs. Claims, releases and renewals per run are `pg_stat_statements` calls ÷ runs. \
-         {SLOT_CHECKS}\n",
+        "{RUNTIMES} runtimes (default settings, own pool of 4 each) all register the same keys, \
+         `Schedule::every(100ms)`, lease 10 s, trivial body. Demand = keys × 10 runs/s; measured over {} s after \
+         a {} s warm-up, with client and server sharing this machine's CPUs. The \"ceiling\" row demands far more \
+         than the machine can do: its runs/s is the ceiling. The last row demands about half of it, and during its \
+         window a `Schedule::Manual` probe key registered by every runtime is triggered (`Runtime::trigger`, \
+         through each runtime in turn, the next trigger 20–80 ms after the run started): trigger → start is that \
+         call until the probe's body starts. Due → start: each run's start (wall clock) minus the start of the \
+         slot its claim consumed — every key falls due at the same instant, so this is the time to get through a \
+         whole slot's keys. Claims, releases and renewals per run are `pg_stat_statements` calls ÷ runs; server \
+         ms per run is the statements' total execution time ÷ runs. {SLOT_CHECKS}\n",
         window.as_secs(),
         warmup.as_secs_f64()
     );
     table(
         &[
+            "load",
             "runtimes × keys",
             "demand runs/s",
             "runs/s",
@@ -72,12 +76,75 @@ pub(crate) async fn throughput(b: &Bench) {
             "releases per run",
             "renewals per run",
             "statements/s",
+            "server ms per run: claim / release / all",
+            "due → start p50 / p99",
             "max runs in one (key, slot)",
             "certain double runs",
             "shortest gap between two runs of a key",
             "CPU: bench process / machine",
+            "load average before",
         ],
         &rows,
     );
+    let (p50, p99) = p50_p99(&at_half.triggers);
+    table(
+        &[
+            "trigger → start, at half the ceiling",
+            "demand runs/s",
+            "runs/s meanwhile",
+            "triggers",
+            &format!("no run within {} s", 5),
+            "p50",
+            "p99",
+            "max",
+        ],
+        &[vec![
+            format!("{RUNTIMES} × {half} keys"),
+            format!("{:.0}", per_s(half)),
+            format!("{:.0}", at_half.runs_in_window as f64 / at_half.window.as_secs_f64()),
+            at_half.triggers.len().to_string(),
+            at_half.probe_missed.to_string(),
+            ms(p50),
+            ms(p99),
+            ms(at_half.triggers.iter().copied().max().unwrap_or_default()),
+        ]],
+    );
+    println!(
+        "**Ceiling: {achieved:.0} short fenced runs/s** ({RUNTIMES} × {ceiling} keys demanding {:.0}/s; certain \
+         double runs {}); trigger → start at half of it: p50 {}, p99 {}.\n",
+        per_s(ceiling),
+        top.certain_doubles,
+        ms(p50),
+        ms(p99)
+    );
     drop_db(db).await;
+}
+
+/// One row of the table.
+fn row(what: &str, keys: usize, demand: f64, o: &FleetOutcome, load: String) -> Vec<String> {
+    let secs = o.window.as_secs_f64();
+    let runs = o.runs_in_window.max(1) as f64;
+    let per = |t: Option<f64>| t.map_or("n/a".into(), |t| format!("{:.3}", t / runs));
+    let (late50, late99) = p50_p99(&o.late);
+    vec![
+        what.to_owned(),
+        format!("{RUNTIMES} × {keys}"),
+        format!("{demand:.0}"),
+        format!("{:.0}", o.runs_in_window as f64 / secs),
+        format!(
+            "{:.1}%",
+            100.0 * o.slots_covered as f64 / o.slots_expected.max(1) as f64
+        ),
+        per_run(o.claims, o.runs_in_window),
+        per_run(o.releases, o.runs_in_window),
+        per_run(o.renewals, o.runs_in_window),
+        o.statements.map_or("n/a".into(), |s| format!("{:.0}", s as f64 / secs)),
+        format!("{} / {} / {}", per(o.claim_ms), per(o.release_ms), per(o.statement_ms)),
+        format!("{} / {}", ms(late50), ms(late99)),
+        o.max_per_slot.to_string(),
+        o.certain_doubles.to_string(),
+        ms(o.min_gap),
+        o.cpu.clone(),
+        load,
+    ]
 }

@@ -14,6 +14,7 @@
 //!   `NOTIFY leasehold, '<key>'` in the same transaction, so listeners hear
 //!   of it exactly when it commits.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -185,16 +186,26 @@ impl LeaseStore {
         // - The new row expires 1 µs after it was "acquired", from one clock
         //   reading: free, valid for the CHECK, and marked never run
         //   (`never_claimed`). Its fence still comes from the sequence.
-        // - ON CONFLICT DO NOTHING: an existing row keeps its schedule.
+        // - `existing` reads the rows already there once (a hash join, the
+        //   same cost per key at a million keys as at ten), and only the
+        //   other keys are inserted: on a restart nothing is, and no key
+        //   pays for a conflict check. An anti-join, not `NOT IN`: a large
+        //   `NOT IN` list that outgrows work_mem is searched row by row.
+        // - ON CONFLICT DO NOTHING: a row another replica inserted after
+        //   this statement's snapshot keeps its schedule too (it is in
+        //   neither half of the answer: the caller looks at it at once).
         // - A new row due already wakes the listeners (the notify half).
         const REGISTER_MANY: &str = "
             WITH t AS (
                 SELECT * FROM unnest($2::text[], $3::timestamptz[], $5::text[]) AS t(key, first_due, job)
+            ), existing AS (
+                SELECT l.key, l.expires_at, l.next_due_at FROM leasehold_lease AS l JOIN t ON t.key = l.key
             ), inserted AS (
                 INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)
                 SELECT t.key, $1, leasehold_next_fence(), c.now, c.now + interval '1 microsecond',
                        t.first_due, t.first_due, t.job
                   FROM t, (SELECT clock_timestamp() AS now) AS c
+                 WHERE NOT EXISTS (SELECT 1 FROM existing AS e WHERE e.key = t.key)
                 ON CONFLICT (key) DO NOTHING
                 RETURNING key, expires_at, next_due_at
             ), woken AS (
@@ -205,9 +216,7 @@ impl LeaseStore {
             SELECT i.key, i.expires_at, i.next_due_at, clock_timestamp() AS server_now
               FROM inserted AS i, woken
             UNION ALL
-            SELECT l.key, l.expires_at, l.next_due_at, clock_timestamp()
-              FROM leasehold_lease AS l JOIN t ON t.key = l.key
-             WHERE l.key NOT IN (SELECT key FROM inserted)";
+            SELECT e.key, e.expires_at, e.next_due_at, clock_timestamp() FROM existing AS e";
         if names.is_empty() {
             return Ok(Vec::new());
         }
@@ -506,16 +515,20 @@ impl LeaseStore {
             .bind(&h.errors)
             .bind(&h.rings)
             .fetch_all(conn))?;
+        // Looked up by (key, fence), not searched: a batch can hold a
+        // thousand releases.
+        let done: HashMap<(&str, i64), (bool, bool)> = done
+            .iter()
+            .map(|(key, fence, busy, due)| ((key.as_str(), *fence), (*busy, *due)))
+            .collect();
         Ok(items
             .iter()
-            .map(
-                |item| match done.iter().find(|(k, f, ..)| *k == item.key && *f == item.fence) {
-                    Some((_, _, false, false)) => Released::Yes,
-                    Some((_, _, false, true)) => Released::StillDue,
-                    Some((_, _, true, _)) => Released::Busy,
-                    None => Released::NotCurrent,
-                },
-            )
+            .map(|item| match done.get(&(item.key.as_str(), item.fence)) {
+                Some((false, false)) => Released::Yes,
+                Some((false, true)) => Released::StillDue,
+                Some((true, _)) => Released::Busy,
+                None => Released::NotCurrent,
+            })
             .collect())
     }
 

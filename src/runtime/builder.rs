@@ -287,7 +287,7 @@ impl RuntimeBuilder {
     /// Nothing is started if anything is wrong: duplicate keys, a lease out
     /// of range, a heartbeat at or above half the lease, a margin that
     /// leaves no time to run, a bad schedule, a zero concurrency limit.
-    pub async fn start(self) -> Result<Runtime> {
+    pub async fn start(mut self) -> Result<Runtime> {
         let holder = match self.holder {
             Some(holder) => holder,
             None => default_holder(),
@@ -372,12 +372,19 @@ impl RuntimeBuilder {
             .collect();
         let rows = store.register_many(&holder, &keys).await?;
         drop(keys);
-        let mut names = HashSet::new();
-        for job in &self.jobs {
-            if names.insert(job.name.clone()) {
-                metrics::prime(&job.name);
+        // One allocation per job name, shared by all its keys: a fleet
+        // registers many keys of a few jobs.
+        let mut names: HashSet<Arc<str>> = HashSet::new();
+        for job in &mut self.jobs {
+            match names.get(&job.name) {
+                Some(name) => job.name = name.clone(),
+                None => {
+                    metrics::prime(&job.name);
+                    names.insert(job.name.clone());
+                }
             }
         }
+        drop(names);
         let tick = self
             .jobs
             .iter()
