@@ -31,9 +31,9 @@ pub(crate) struct Args {
     #[arg(long)]
     allow_remote: bool,
 
-    /// Also answer requests with this `Host` (host[:port]), e.g. the name
+    /// Also answer requests with this `Host` (`host` or `host:port`), e.g. the name
     /// a proxy in front serves it under; repeatable. By default only the
-    /// listen address, localhost, 127.0.0.1 and [::1] with its port.
+    /// listen address, `localhost`, `127.0.0.1` and `[::1]` with its port.
     #[arg(long = "allow-host", value_name = "HOST")]
     allow_host: Vec<String>,
 
