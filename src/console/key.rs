@@ -44,12 +44,18 @@ pub(super) async fn page(
         let runs = store.history(key, SHOWN).await?;
         let actions = store.actions(key, SHOWN).await?;
         let pauses = store.pauses().await?;
-        crate::Result::Ok((status, runs, actions, pauses))
+        // Times are shown against the server's clock; a key with no row
+        // brings none, so it is asked for.
+        let now = match &status {
+            Some(status) => status.lease.server_now,
+            None => store.server_now().await?,
+        };
+        crate::Result::Ok((status, runs, actions, pauses, now))
     };
     let during = During::Page {
         refresh: console.options.refresh.as_secs(),
     };
-    let (status, runs, actions, pauses) = match console.reads.run(read).await {
+    let (status, runs, actions, pauses, now) = match console.reads.run(read).await {
         Ok(read) => read,
         Err(ReadError::Failed(err @ crate::Error::InvalidInput { .. })) => {
             return layout::error(
@@ -63,9 +69,8 @@ pub(super) async fn page(
     };
     let done = query.done.as_deref().and_then(Done::parse);
     let Some(status) = status else {
-        return no_row(&base, &viewer, key, done, &pauses);
+        return no_row(&base, &viewer, key, done, &pauses, now);
     };
-    let now = status.lease.server_now;
     let covering: Vec<&Pause> = pauses
         .iter()
         .filter(|p| p.target.covers(key, status.lease.job_name.as_deref()))
@@ -98,7 +103,14 @@ pub(super) async fn page(
 /// A key with no lease row: a 404, unless an action was just taken on it
 /// or a pause names it, which the page shows (with the pause's Resume) so
 /// neither is lost.
-fn no_row(base: &Base, viewer: &Viewer, key: &str, done: Option<Done>, pauses: &[Pause]) -> Response {
+fn no_row(
+    base: &Base,
+    viewer: &Viewer,
+    key: &str,
+    done: Option<Done>,
+    pauses: &[Pause],
+    now: DateTime<Utc>,
+) -> Response {
     let own = PauseTarget::key(key);
     let paused = pauses.iter().find(|p| p.target == own);
     if done.is_none() && paused.is_none() {
@@ -116,7 +128,7 @@ fn no_row(base: &Base, viewer: &Viewer, key: &str, done: Option<Done>, pauses: &
         @if let Some(p) = paused {
             dl #tenure {
                 dt { "Paused" }
-                dd #paused-by { "by its own name, by " bdi { (p.paused_by) } " " (when(p.paused_at, chrono::Utc::now()))
+                dd #paused-by { "by its own name, by " bdi { (p.paused_by) } " " (when(p.paused_at, now))
                      ": a runtime that registers it will not run it until it is resumed" }
             }
             @if let Viewer::Actor { .. } = viewer {

@@ -61,13 +61,18 @@ pub(super) async fn page(
     let read = async {
         let page = store.list_page(&filter).await?;
         let pauses = store.pauses().await?;
-        crate::Result::Ok((page, pauses))
+        // Times are shown against the server's clock: a row brings it, an
+        // empty page asks for it.
+        let now = match page.keys.first() {
+            Some(k) => k.lease.server_now,
+            None => store.server_now().await?,
+        };
+        crate::Result::Ok((page, pauses, now))
     };
-    let (page, pauses) = match console.reads.run(read).await {
+    let (page, pauses, now) = match console.reads.run(read).await {
         Ok(read) => read,
         Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
-    let now = page.keys.first().map_or_else(Utc::now, |k| k.lease.server_now);
     let next = page.next.as_ref().map(|after| {
         format!(
             "./?prefix={}&state={}&job={}&after={}",
@@ -236,13 +241,18 @@ pub(super) async fn job(
     let read = async {
         let page = store.list_page(&filter).await?;
         let pauses = store.pauses().await?;
-        crate::Result::Ok((page, pauses))
+        // Times are shown against the server's clock: a row brings it, an
+        // empty page asks for it.
+        let now = match page.keys.first() {
+            Some(k) => k.lease.server_now,
+            None => store.server_now().await?,
+        };
+        crate::Result::Ok((page, pauses, now))
     };
-    let (page, pauses) = match console.reads.run(read).await {
+    let (page, pauses, now) = match console.reads.run(read).await {
         Ok(read) => read,
         Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
-    let now = page.keys.first().map_or_else(Utc::now, |k| k.lease.server_now);
     let own = PauseTarget::job(name);
     let paused = pauses.iter().find(|p| p.target == own);
     let subject = Subject::Job(name.to_owned());
