@@ -27,6 +27,14 @@ ROOT = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=Tr
 
 # (name, pattern, replacement[, tests]) in src/lease/mod.rs.
 mutations = [
+ ("release: holder clause removed",
+  "             WHERE l.key = $1 AND l.holder = $2 AND l.fence = $3\n               FOR UPDATE SKIP LOCKED",
+  "             WHERE l.key = $1 AND l.fence = $3\n               FOR UPDATE SKIP LOCKED",
+  "lease::late_release_after_takeover_leaves_the_new_holder"),
+ ("release: fence clause removed",
+  "             WHERE l.key = $1 AND l.holder = $2 AND l.fence = $3\n               FOR UPDATE SKIP LOCKED",
+  "             WHERE l.key = $1 AND l.holder = $2\n               FOR UPDATE SKIP LOCKED",
+  "lease::late_release_of_an_old_run_leaves_the_new_run"),
  ("claim: re-entrant clause `l.holder = EXCLUDED.holder OR` removed",
   """                 WHERE (l.holder = EXCLUDED.holder
                         OR l.expires_at <= clock_timestamp())""",

@@ -309,6 +309,11 @@ async fn late_release_after_takeover_leaves_the_new_holder() {
     assert!(!store.release("k", "a", old.fence).await.unwrap());
     // The impostor variant: the old holder presenting the new fence.
     assert!(!store.release("k", "a", new.fence).await.unwrap());
+    // The runtime's batched release statement obeys the same rule.
+    assert!(!store.release_batched(&old).await.unwrap());
+    let mut impostor = new.clone();
+    impostor.holder = "a".into();
+    assert!(!store.release_batched(&impostor).await.unwrap());
     let row = store.get("k").await.unwrap().unwrap();
     assert!(row.is_held());
     assert_eq!((row.holder.as_str(), row.fence), ("b", new.fence));
@@ -328,6 +333,8 @@ async fn late_release_of_an_old_run_leaves_the_new_run() {
     support::expire_now(&db.pool, "k").await;
     let run2 = acquired(store.claim_run("k", "a", LONG, Due::Now).await.unwrap());
     assert!(!store.release("k", "a", run1.fence).await.unwrap());
+    // The runtime's batched release statement obeys the same rule.
+    assert!(!store.release_batched(&run1).await.unwrap());
     let row = store.get("k").await.unwrap().unwrap();
     assert!(row.is_held());
     assert_eq!(row.fence, run2.fence);
