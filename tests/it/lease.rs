@@ -372,6 +372,13 @@ async fn a_plain_release_keeps_a_due_time_not_reached_yet() {
 
     let row = store.get("k").await.unwrap().unwrap();
     assert_eq!(row.next_due_at, Some(tomorrow), "{row:?}");
+
+    // The runtime's batched release of a run that names no due time (a
+    // cancelled run) keeps it too.
+    let again = acquired(store.claim_run("k", "c", LONG, Due::Now).await.unwrap());
+    assert!(store.release_batched(&again).await.unwrap());
+    let row = store.get("k").await.unwrap().unwrap();
+    assert_eq!(row.next_due_at, Some(tomorrow), "{row:?}");
 }
 
 /// `renew_many` renews 1,000 leases in one statement and names exactly the
