@@ -14,7 +14,7 @@ use super::Shared;
 use super::actions::{Action, Done, Subject};
 use super::layout::{self, Base, During, Tab, enc, when};
 use super::viewer::Viewer;
-use crate::lease::{KeyFilter, KeyState, KeyStatus, Pause, PauseTarget};
+use crate::lease::{KeyFilter, KeyPage, KeyState, KeyStatus, LeaseStore, Pause, PauseTarget};
 
 /// Keys on one page of the list.
 const PAGE: usize = 200;
@@ -57,19 +57,7 @@ pub(super) async fn page(
     let during = During::Page {
         refresh: console.options.refresh.as_secs(),
     };
-    let store = &console.store;
-    let read = async {
-        let page = store.list_page(&filter).await?;
-        let pauses = store.pauses().await?;
-        // Times are shown against the server's clock: a row brings it, an
-        // empty page asks for it.
-        let now = match page.keys.first() {
-            Some(k) => k.lease.server_now,
-            None => store.server_now().await?,
-        };
-        crate::Result::Ok((page, pauses, now))
-    };
-    let (page, pauses, now) = match console.reads.run(read).await {
+    let (page, pauses, now) = match console.reads.run(keys_and_pauses(&console.store, &filter)).await {
         Ok(read) => read,
         Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
@@ -237,19 +225,7 @@ pub(super) async fn job(
     let during = During::Page {
         refresh: console.options.refresh.as_secs(),
     };
-    let store = &console.store;
-    let read = async {
-        let page = store.list_page(&filter).await?;
-        let pauses = store.pauses().await?;
-        // Times are shown against the server's clock: a row brings it, an
-        // empty page asks for it.
-        let now = match page.keys.first() {
-            Some(k) => k.lease.server_now,
-            None => store.server_now().await?,
-        };
-        crate::Result::Ok((page, pauses, now))
-    };
-    let (page, pauses, now) = match console.reads.run(read).await {
+    let (page, pauses, now) = match console.reads.run(keys_and_pauses(&console.store, &filter)).await {
         Ok(read) => read,
         Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
@@ -304,4 +280,19 @@ pub(super) async fn job(
         console.options.refresh.as_secs(),
         body,
     )
+}
+
+/// One page of keys, the pauses in force, and the server's clock to show
+/// their times against: a row brings it, an empty page asks for it.
+async fn keys_and_pauses(
+    store: &LeaseStore,
+    filter: &KeyFilter,
+) -> crate::Result<(KeyPage, Vec<Pause>, DateTime<Utc>)> {
+    let page = store.list_page(filter).await?;
+    let pauses = store.pauses().await?;
+    let now = match page.keys.first() {
+        Some(k) => k.lease.server_now,
+        None => store.server_now().await?,
+    };
+    Ok((page, pauses, now))
 }
