@@ -709,6 +709,22 @@ async fn a_lost_lease_logs_one_error_line() {
     );
 }
 
+/// The log counts above see a line even when another thread, with no
+/// subscriber of its own, reached that line's callsite first — as a
+/// concurrent test's replica does. Without the global baseline in
+/// `support::scoped_subscriber`, `tracing` would cache "never" for the
+/// callsite and the capture would count nothing.
+#[test]
+fn a_capture_counts_a_line_another_thread_reached_first() {
+    fn lease_lost_line() {
+        tracing::error!(target: "leasehold::tenure", "lease lost; cancelling the run");
+    }
+    let (logs, _capture) = support::LogCounts::capture(support::PRODUCTION_LOG_FILTER);
+    std::thread::spawn(lease_lost_line).join().expect("the other thread logs");
+    lease_lost_line();
+    assert_eq!(logs.at(tracing::Level::ERROR), 1);
+}
+
 /// Health reasons count in the singular and the plural.
 #[test]
 fn degraded_reasons_say_one_in_the_singular() {

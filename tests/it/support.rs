@@ -428,6 +428,27 @@ pub async fn lock_pause_table(pool: &PgPool) -> sqlx::Transaction<'static, sqlx:
 /// The `EnvFilter` the README gives a production service.
 pub const PRODUCTION_LOG_FILTER: &str = "info,sqlx=warn";
 
+/// Makes `subscriber` this thread's default until the guard is dropped, and
+/// makes sure it sees every event of leasehold's callsites.
+///
+/// `tracing` caches one interest per callsite for the whole process, decided
+/// by the first thread to reach it. With a single dispatcher registered, that
+/// thread's own default decides: a test thread with no subscriber would
+/// cache "never" and silence the callsite for the test capturing it (tokio-rs/
+/// tracing#3611). A do-nothing global subscriber, set before any scoped one,
+/// gives every thread a subscriber that wants every callsite, so no cached
+/// interest is ever "never".
+pub fn scoped_subscriber(
+    subscriber: impl tracing::Subscriber + Send + Sync + 'static,
+) -> tracing::subscriber::DefaultGuard {
+    static BASELINE: std::sync::Once = std::sync::Once::new();
+    BASELINE.call_once(|| {
+        // Fails only if a global subscriber is already set, which serves too.
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+    });
+    tracing::subscriber::set_default(subscriber)
+}
+
 /// leasehold's log lines that pass a filter, counted by level.
 #[derive(Clone, Default)]
 pub struct LogCounts(std::sync::Arc<std::sync::Mutex<Vec<(tracing::Level, String)>>>);
@@ -442,7 +463,7 @@ impl LogCounts {
 
         let counts = LogCounts::default();
         let layer = counts.clone().with_filter(EnvFilter::new(filter));
-        let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+        let guard = scoped_subscriber(tracing_subscriber::registry().with(layer));
         (counts, guard)
     }
 

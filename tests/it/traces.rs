@@ -31,7 +31,7 @@ impl Exported {
             .with_simple_exporter(exporter.clone())
             .build();
         let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("leasehold-test"));
-        let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+        let guard = support::scoped_subscriber(tracing_subscriber::registry().with(layer));
         let exported = Exported {
             exporter,
             _provider: provider,
