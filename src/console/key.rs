@@ -10,13 +10,16 @@ use maud::{Markup, html};
 
 use super::Shared;
 use super::actions::{Action, Done, Subject};
-use super::layout::{self, Base, During, Tab, span, when};
+use super::layout::{self, Base, During, Tab, enc, span, when};
 use super::reads::ReadError;
+use super::timeline::{self, Timeline};
 use super::viewer::Viewer;
 use crate::lease::{ActionRecord, KeyStatus, Pause, PauseTarget, RunRecord};
 
 /// Runs and actions shown on the page.
 const SHOWN: usize = 50;
+/// Runs the timeline reads: its window shows those that fall in it.
+const TIMELINE_RUNS: usize = 1000;
 
 #[derive(serde::Deserialize)]
 pub(super) struct KeyQuery {
@@ -24,6 +27,9 @@ pub(super) struct KeyQuery {
     key: String,
     /// What the last action did: a code the action's redirect sets.
     done: Option<String>,
+    /// The timeline's window (`30m`, `6h`, `2d`); an hour by default.
+    #[serde(default)]
+    window: String,
 }
 
 /// GET `key?key=…`.
@@ -38,10 +44,17 @@ pub(super) async fn page(
     if let Err(refusal) = layout::check_params(&base, &viewer, &[("key", key)]) {
         return *refusal;
     }
+    let window = match timeline::parse_window(&query.window) {
+        Ok(window) => window,
+        Err(err) => {
+            let message = format!("Not a timeline window (`window`): {err}.");
+            return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &message);
+        }
+    };
     let store = &console.store;
     let read = async {
         let status = store.status(key).await?;
-        let runs = store.history(key, SHOWN).await?;
+        let runs = store.history(key, TIMELINE_RUNS).await?;
         let actions = store.actions(key, SHOWN).await?;
         let pauses = store.pauses().await?;
         // Times are shown against the server's clock; a key with no row
@@ -75,15 +88,21 @@ pub(super) async fn page(
         .iter()
         .filter(|p| p.target.covers(key, status.lease.job_name.as_deref()))
         .collect();
+    // The tables show the latest runs; the timeline all in its window.
+    let shown = &runs[..runs.len().min(SHOWN)];
     let body = html! {
         h1 #key { bdi { (key) } }
         @if let Some(done) = done { p #flash { (done.text()) } }
         (tenure(&status, &covering, &actions))
         (actions_bar(&viewer, key, &covering))
+        h2 #tenures { "Tenures" }
+        (Timeline::new(now, window, false).runs(&runs).live(&status.lease).actions(&actions, &covering)
+            .render(&format!("key?key={}&", enc(key))))
         h2 { "Runs" }
-        @if runs.is_empty() { p.empty { "No run recorded yet." } } @else { (runs_table(&runs, now)) }
+        @if runs.is_empty() { p.empty { "No run recorded yet." } }
+        @else { (runs_table(shown, now)) }
         h2 { "Fences" }
-        (fences(&status, &runs, &actions, now))
+        (fences(&status, shown, &actions, now))
         h2 { "Operators' actions" }
         @if actions.is_empty() { p.empty { "No operator has acted on this key or its job." } }
         @else { (actions_table(&actions, now)) }

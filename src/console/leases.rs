@@ -3,6 +3,9 @@
 //! (`job?name=…`, the target of Grafana's per-job links): its keys and the
 //! job-level actions.
 
+use std::collections::HashMap;
+use std::time::Duration;
+
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -13,11 +16,17 @@ use maud::{Markup, html};
 use super::Shared;
 use super::actions::{Action, Done, Subject};
 use super::layout::{self, Base, During, Tab, enc, when};
+use super::timeline::{self, Timeline};
 use super::viewer::Viewer;
-use crate::lease::{KeyFilter, KeyPage, KeyState, KeyStatus, LeaseStore, Pause, PauseTarget};
+use crate::lease::{KeyFilter, KeyPage, KeyState, KeyStatus, LeaseStore, Pause, PauseTarget, RunRecord};
 
 /// Keys on one page of the list.
 const PAGE: usize = 200;
+/// Runs in each key's strip of recent outcomes.
+const STRIP: usize = 10;
+/// Runs of each key a job's timeline reads, at most: its window shows
+/// those that fall in it.
+const JOB_TIMELINE_RUNS: usize = 200;
 
 #[derive(serde::Deserialize, Default)]
 pub(super) struct LeasesQuery {
@@ -57,7 +66,13 @@ pub(super) async fn page(
     let during = During::Page {
         refresh: console.options.refresh.as_secs(),
     };
-    let (page, pauses, now) = match console.reads.run(keys_and_pauses(&console.store, &filter)).await {
+    let Listing {
+        page,
+        pauses,
+        now,
+        recent,
+        ..
+    } = match console.reads.run(listing(&console.store, &filter, None)).await {
         Ok(read) => read,
         Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
@@ -87,7 +102,7 @@ pub(super) async fn page(
         @if page.keys.is_empty() {
             p.empty { "No key matches. Keys appear when a runtime registers its jobs." }
         } @else {
-            (table(&page.keys))
+            (table(&page.keys, &recent))
         }
         @if let Some(next) = next {
             p { a #next href=(next) { "Next " (PAGE) " keys →" } }
@@ -119,12 +134,17 @@ pub(super) async fn root_or_not_found(
     layout::error(&base, &viewer, StatusCode::NOT_FOUND, "No such page in the console.")
 }
 
-fn table(keys: &[KeyStatus]) -> Markup {
+/// The keys, each with the strip of its `recent` runs (newest first).
+fn table(keys: &[KeyStatus], recent: &[RunRecord]) -> Markup {
+    let mut strips: HashMap<&str, Vec<&RunRecord>> = HashMap::new();
+    for run in recent {
+        strips.entry(run.key.as_str()).or_default().push(run);
+    }
     html! {
         table #leases {
             thead { tr {
                 th { "Key" } th { "State" } th { "Holder" } th { "Fence" } th { "Time left" }
-                th { "Next due" } th { "Last run" } th { "Job" }
+                th { "Next due" } th { "Last run" } th { "Recent runs" } th { "Job" }
             } }
             tbody {
                 @for k in keys {
@@ -150,6 +170,7 @@ fn table(keys: &[KeyStatus]) -> Markup {
                                 span class={ "outcome " (run.outcome) } { (run.outcome) } " " (when(run.ended_at, now))
                             } @else { span.muted { "none" } }
                         }
+                        td.recent { (timeline::strip(strips.get(lease.key.as_str()).map_or(&[][..], Vec::as_slice))) }
                         td.job { bdi { (lease.job_name.as_deref().unwrap_or("")) } }
                     }
                 }
@@ -197,6 +218,9 @@ pub(super) struct JobQuery {
     name: String,
     /// What the last action did: a code the action's redirect sets.
     done: Option<String>,
+    /// The timeline's window (`30m`, `6h`, `2d`); an hour by default.
+    #[serde(default)]
+    window: String,
 }
 
 /// GET `job?name=…`: the job's keys, its pause and the job-level actions
@@ -221,11 +245,24 @@ pub(super) async fn job(
             &format!("Not a job name (`name`): {err}."),
         );
     }
+    let window = match timeline::parse_window(&query.window) {
+        Ok(window) => window,
+        Err(err) => {
+            let message = format!("Not a timeline window (`window`): {err}.");
+            return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &message);
+        }
+    };
     let filter = KeyFilter::new().job(name).limit(PAGE);
     let during = During::Page {
         refresh: console.options.refresh.as_secs(),
     };
-    let (page, pauses, now) = match console.reads.run(keys_and_pauses(&console.store, &filter)).await {
+    let Listing {
+        page,
+        pauses,
+        now,
+        recent,
+        windowed,
+    } = match console.reads.run(listing(&console.store, &filter, Some(window))).await {
         Ok(read) => read,
         Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
@@ -261,11 +298,14 @@ pub(super) async fn job(
                 }
             }
         }
+        h2 #tenures { "Tenures of its keys" }
+        (Timeline::new(now, window, true).runs(&windowed).actions(&[], &paused.into_iter().collect::<Vec<_>>())
+            .render(&format!("job?name={}&", enc(name))))
         h2 { "Keys" }
         @if page.keys.is_empty() {
             p.empty { "No key of this job has a lease row: no runtime registered it yet." }
         } @else {
-            (table(&page.keys))
+            (table(&page.keys, &recent))
         }
         @if let Some(after) = &page.next {
             p { a #next href={ "./?job=" (enc(name)) "&after=" (enc(after)) } { "Next " (PAGE) " keys →" } }
@@ -282,17 +322,44 @@ pub(super) async fn job(
     )
 }
 
-/// One page of keys, the pauses in force, and the server's clock to show
-/// their times against: a row brings it, an empty page asks for it.
-async fn keys_and_pauses(
-    store: &LeaseStore,
-    filter: &KeyFilter,
-) -> crate::Result<(KeyPage, Vec<Pause>, DateTime<Utc>)> {
+/// What a list of keys shows.
+struct Listing {
+    page: KeyPage,
+    /// The pauses in force.
+    pauses: Vec<Pause>,
+    /// The server's clock, to show times against.
+    now: DateTime<Utc>,
+    /// The latest runs of each key, for its strip.
+    recent: Vec<RunRecord>,
+    /// The runs of the keys that ended within the window (when one is
+    /// asked for), for the timeline.
+    windowed: Vec<RunRecord>,
+}
+
+/// One page of keys, the pauses in force, the server's clock (a row
+/// brings it, an empty page asks for it), the keys' latest runs (one
+/// statement for the whole page) and, with a `window`, their runs in it.
+async fn listing(store: &LeaseStore, filter: &KeyFilter, window: Option<Duration>) -> crate::Result<Listing> {
     let page = store.list_page(filter).await?;
     let pauses = store.pauses().await?;
     let now = match page.keys.first() {
         Some(k) => k.lease.server_now,
         None => store.server_now().await?,
     };
-    Ok((page, pauses, now))
+    let keys: Vec<&str> = page.keys.iter().map(|k| k.lease.key.as_str()).collect();
+    let recent = store.recent_runs(&keys, None, STRIP).await?;
+    let windowed = match window {
+        Some(window) => {
+            let since = now - chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX);
+            store.recent_runs(&keys, Some(since), JOB_TIMELINE_RUNS).await?
+        }
+        None => Vec::new(),
+    };
+    Ok(Listing {
+        page,
+        pauses,
+        now,
+        recent,
+        windowed,
+    })
 }

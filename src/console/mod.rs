@@ -72,6 +72,7 @@ mod layout;
 mod leases;
 mod options;
 mod reads;
+mod timeline;
 mod viewer;
 
 use std::sync::Arc;

@@ -6,3 +6,4 @@ mod jobs;
 mod pages;
 mod security;
 mod starvation;
+mod timeline;
