@@ -96,7 +96,7 @@ pub(super) async fn page(
         (tenure(&status, &covering, &actions))
         (actions_bar(&viewer, key, &covering))
         h2 #tenures { "Tenures" }
-        (Timeline::new(now, window, false).runs(&runs).live(&status.lease).actions(&actions, &covering)
+        (Timeline::new(key, now, window, false).runs(&runs).live(&status.lease).actions(&actions, &covering)
             .render(&format!("key?key={}&", enc(key))))
         h2 { "Runs" }
         @if runs.is_empty() { p.empty { "No run recorded yet." } }

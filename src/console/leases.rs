@@ -299,7 +299,7 @@ pub(super) async fn job(
             }
         }
         h2 #tenures { "Tenures of its keys" }
-        (Timeline::new(now, window, true).runs(&windowed).actions(&[], &paused.into_iter().collect::<Vec<_>>())
+        (Timeline::new(name, now, window, true).runs(&windowed).actions(&[], &paused.into_iter().collect::<Vec<_>>())
             .render(&format!("job?name={}&", enc(name))))
         h2 { "Keys" }
         @if page.keys.is_empty() {

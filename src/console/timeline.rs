@@ -117,6 +117,8 @@ struct Shade<'a> {
 /// A timeline under construction: add runs, the tenure in progress,
 /// actions and pauses, then [`render`](Timeline::render) it.
 pub(super) struct Timeline<'a> {
+    /// The key or job it shows, named in its title.
+    about: &'a str,
     now: DateTime<Utc>,
     window: Duration,
     /// Whether bars name their key (a job's timeline spans several).
@@ -127,9 +129,11 @@ pub(super) struct Timeline<'a> {
 }
 
 impl<'a> Timeline<'a> {
-    /// An empty timeline of the `window` up to the server's `now`.
-    pub(super) fn new(now: DateTime<Utc>, window: Duration, with_keys: bool) -> Self {
+    /// An empty timeline of the key or job `about`, over the `window` up
+    /// to the server's `now`.
+    pub(super) fn new(about: &'a str, now: DateTime<Utc>, window: Duration, with_keys: bool) -> Self {
         Timeline {
+            about,
             now,
             window,
             with_keys,
@@ -254,7 +258,7 @@ impl<'a> Timeline<'a> {
             } @else {
                 svg.timeline #timeline xmlns="http://www.w3.org/2000/svg" role="img"
                     viewBox={ "0 0 " (WIDTH) " " (height) } data-runs=(runs) {
-                    title { "Tenures over the last " (span(self.window.as_millis().try_into().unwrap_or(u64::MAX))) }
+                    title { (isolated(self.about)) ": tenures over the last " (span(self.window.as_millis().try_into().unwrap_or(u64::MAX))) }
                     (self.axis(bottom))
                     @for (i, holder) in lanes.iter().enumerate() {
                         @let y = AXIS + i as f64 * LANE;
@@ -461,7 +465,7 @@ mod tests {
             run("k", "replica-a", 2, 1400, 1380),
             run("k", "replica-a", 1, 7200, 7100),
         ];
-        let timeline = Timeline::new(now(), DEFAULT_WINDOW, false).runs(&runs);
+        let timeline = Timeline::new("k", now(), DEFAULT_WINDOW, false).runs(&runs);
         assert_eq!(timeline.run_count(), 2, "the run two hours ago is outside the hour");
         let svg = timeline.render("key?key=k&").into_string();
         assert_eq!(svg.matches("<g class=\"run ").count(), 2);
@@ -481,7 +485,7 @@ mod tests {
         let runs: Vec<RunRecord> = (0..200)
             .map(|i| run("k", "replica-a", 200 - i, 18 * i + 2, 18 * i))
             .collect();
-        let svg = Timeline::new(now(), DEFAULT_WINDOW, false)
+        let svg = Timeline::new("k", now(), DEFAULT_WINDOW, false)
             .runs(&runs)
             .render("?")
             .into_string();
@@ -498,7 +502,7 @@ mod tests {
         let hostile = "<script>alert(1)</script>";
         let holder = "\"><img src=x onerror=alert(1)>";
         let runs = vec![run(hostile, holder, 1, 100, 50)];
-        let svg = Timeline::new(now(), DEFAULT_WINDOW, true)
+        let svg = Timeline::new(hostile, now(), DEFAULT_WINDOW, true)
             .runs(&runs)
             .render("?")
             .into_string();
@@ -508,6 +512,7 @@ mod tests {
             svg.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
             "the key is text: {svg}"
         );
+        assert!(svg.contains("<title>\u{2068}&lt;script&gt;"), "in the title too: {svg}");
         assert!(
             svg.contains("\u{2068}&quot;&gt;&lt;img"),
             "the holder is isolated text: {svg}"
@@ -538,7 +543,7 @@ mod tests {
             action("pause", 900, "paused: 1 key, 0 running", None),
             action("release", 9000, "ended", Some(12)),
         ];
-        let svg = Timeline::new(now, DEFAULT_WINDOW, false)
+        let svg = Timeline::new("k", now, DEFAULT_WINDOW, false)
             .actions(&actions, &[])
             .render("?")
             .into_string();

@@ -3,19 +3,21 @@
 //! console nested under a path prefix, as a service would mount it.
 //!
 //! One scenario, driven the way an operator clicks: the leases page lists
-//! every key; pausing a scheduled key from its page stops its runs and
-//! resuming restarts them; triggering a manual key runs it and its page
+//! every key; pausing a scheduled key from its page stops its runs (its
+//! timeline then draws one bar per recorded run, fence for fence, and the
+//! pause) and resuming restarts them; triggering a manual key runs it and its page
 //! records who did it; a job paused and resumed from its page holds its
-//! key back meanwhile; keys that are HTML stay text, and nothing they
-//! carry runs. A third shows an action's message once and follows a
+//! key back meanwhile (its timeline draws its key's runs and the pause);
+//! keys that are HTML stay text, in their timelines' SVG too, and nothing
+//! they carry runs. A third shows an action's message once and follows a
 //! change of who is acting without a reload.
 //!
 //! A second scenario plays the other web service on the same host: the
 //! browser hands it the console's cookie, which it cannot use, and a name
 //! re-pointed at the console's address gets nothing.
 //!
-//! With `LEASEHOLD_SCREENSHOTS=DIR` set, it also saves the leases, key and
-//! fleet pages as PNGs there (`scripts/console-screenshots.sh`, for
+//! With `LEASEHOLD_SCREENSHOTS=DIR` set, it also saves the leases, key, job
+//! and fleet pages as PNGs there (`scripts/console-screenshots.sh`, for
 //! `docs/console/`).
 
 mod driver;
@@ -26,8 +28,8 @@ use std::time::Duration;
 use axum::Router;
 use fantoccini::elements::Element;
 use fantoccini::{Client, Locator};
-use leasehold::Schedule;
 use leasehold::console::{self, ConsoleOptions};
+use leasehold::{LeaseStore, Operator, Schedule};
 use tokio::time::Instant;
 
 use crate::support::{self, Runs, eventually, eventually_async, job, quick, replica};
@@ -56,6 +58,7 @@ const WITHIN: Duration = Duration::from_secs(10);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_stay_text() {
     let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
     let scheduled = Runs::default();
     let manual = Runs::default();
     let work = Duration::from_millis(100);
@@ -149,6 +152,16 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
         "paused",
         "the key page says paused"
     );
+    // Its runs are over: the timeline draws each of them, and the pause.
+    reload_key(c).await;
+    assert_eq!(
+        timeline_fences(c).await,
+        history_fences(&store, SCHEDULED).await,
+        "one bar per recorded run, with its fence"
+    );
+    c.find(Locator::Css("svg#timeline g.pause"))
+        .await
+        .expect("the pause in force is shaded on the timeline");
     c.goto(&home).await.expect("back to the leases page");
     assert_eq!(cell(&lease_row(c, SCHEDULED).await, "state").await, "paused");
 
@@ -203,8 +216,16 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
         .await
         .expect("open a job link");
     assert_eq!(lease_keys(c).await, [MANUAL]);
+    assert_eq!(
+        timeline_fences(c).await,
+        history_fences(&store, MANUAL).await,
+        "the job's timeline draws its key's runs"
+    );
     act(c, "pause").await;
     assert_eq!(text(c, Locator::Id("job-state")).await, "paused");
+    c.find(Locator::Css("svg#timeline g.pause"))
+        .await
+        .expect("the job's pause is shaded on its timeline");
     open_key(c, MANUAL).await;
     assert_eq!(text(c, Locator::Id("state")).await, "paused");
     assert!(
@@ -226,11 +247,34 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
     open_key(c, MANUAL).await;
     assert_ne!(text(c, Locator::Id("state")).await, "paused");
 
-    // The hostile keys' own pages and a confirmation page: text again.
+    // The hostile keys' own pages and a confirmation page: text again,
+    // in their timelines too (each has run once).
+    let op = Operator::new(store.clone(), ACTOR).expect("an operator");
+    for key in [SCRIPT_KEY, IMG_KEY] {
+        op.trigger(key).await.expect("trigger a hostile key");
+    }
+    for key in [SCRIPT_KEY, IMG_KEY] {
+        eventually_async(WITHIN, || async {
+            (!history_fences(&store, key).await.is_empty()).then_some(())
+        })
+        .await;
+    }
     for key in [SCRIPT_KEY, IMG_KEY] {
         c.goto(&home).await.expect("back to the leases page");
         open_key(c, key).await;
         assert_eq!(text(c, Locator::Id("key")).await, key);
+        assert_eq!(timeline_fences(c).await, history_fences(&store, key).await);
+        let title = c
+            .execute(
+                "return document.querySelector('svg#timeline > title').textContent",
+                vec![],
+            )
+            .await
+            .expect("read the timeline's title");
+        assert!(
+            title.as_str().is_some_and(|t| t.contains(key)),
+            "the key is text in the SVG: {title:?}"
+        );
         assert_nothing_ran(c, "a hostile key's page").await;
         c.find(Locator::Id("action-trigger"))
             .await
@@ -329,6 +373,37 @@ async fn text(c: &Client, at: Locator<'_>) -> String {
 /// header's viewer): for checks that wait for the page to change.
 async fn text_now(c: &Client, at: Locator<'_>) -> Option<String> {
     c.find(at).await.ok()?.text().await.ok()
+}
+
+/// Reloads the key page and waits for it.
+async fn reload_key(c: &Client) {
+    c.refresh().await.expect("reload the key page");
+    c.wait()
+        .at_most(WITHIN)
+        .for_element(Locator::Id("key"))
+        .await
+        .expect("the key page");
+}
+
+/// The fence of each bar of the timeline on the current page that stands
+/// for a recorded run, in the page's order (the history's, newest first).
+async fn timeline_fences(c: &Client) -> Vec<i64> {
+    let bars = c
+        .find_all(Locator::Css("svg#timeline g.run"))
+        .await
+        .expect("timeline bars");
+    let mut fences = Vec::new();
+    for bar in bars {
+        let fence = bar.attr("data-fence").await.expect("data-fence");
+        fences.push(fence.and_then(|f| f.parse().ok()).expect("a bar's fence"));
+    }
+    fences
+}
+
+/// The fences of `key`'s recorded runs, newest first.
+async fn history_fences(store: &LeaseStore, key: &str) -> Vec<i64> {
+    let runs = store.history(key, 1000).await.expect("the key's history");
+    runs.iter().map(|r| r.fence).collect()
 }
 
 /// From the leases page, follows the link of `key` to its page.
@@ -561,13 +636,14 @@ async fn assert_nothing_ran(c: &Client, page: &str) {
     assert_eq!(xss, "undefined", "{page}: a key's onerror handler ran");
 }
 
-/// Saves the leases, key and fleet pages as PNGs in `dir`: the whole page
+/// Saves the leases, key, job and fleet pages as PNGs in `dir`: the whole page
 /// (600 to 2,000 px high), 1280 px wide.
 async fn screenshots(c: &Client, home: &str, dir: PathBuf) {
     std::fs::create_dir_all(&dir).expect("create the screenshot directory");
     let pages = [
         ("leases.png", home.to_owned()),
-        ("key.png", format!("{home}job?name=digest")),
+        ("key.png", format!("{home}key?key=digest%3Aeu&window=1m")),
+        ("job.png", format!("{home}job?name=digest&window=1m")),
         ("fleet.png", format!("{home}fleet")),
     ];
     for (file, url) in pages {
