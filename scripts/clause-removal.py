@@ -347,6 +347,14 @@ read_mutations = [
   "                   AND ($3::text IS NULL OR l.key > $3)\n",
   "\n",
   "console::pages"),
+ ("recent_runs: the key clause removed (a key's strip shows other keys' runs)",
+  "                    WHERE run.key = k.key\n",
+  "                    WHERE true\n",
+  "console::timeline"),
+ ("recent_runs: the since clause removed (a window reads runs that ended before it)",
+  "                      AND ($2::timestamptz IS NULL OR run.ended_at >= $2)\n",
+  "\n",
+  "console::timeline::recent_runs"),
 ]
 fleet_mutations = [
  ("fleet: a never-claimed registration row counts as a tenure",

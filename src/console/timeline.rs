@@ -262,7 +262,7 @@ impl<'a> Timeline<'a> {
                     (self.axis(bottom))
                     @for (i, holder) in lanes.iter().enumerate() {
                         @let y = AXIS + i as f64 * LANE;
-                        rect.lane x="0" y=(y) width=(WIDTH) height=(LANE);
+                        rect.lane x="0" y=(y) width=(WIDTH) height=(LANE) {}
                         text.holder x="4" y=(y + LANE / 2.0 + 4.0) {
                             title { (isolated(holder)) }
                             (isolated(&shorten(holder, HOLDER_CHARS)))
@@ -273,7 +273,7 @@ impl<'a> Timeline<'a> {
                         g.pause {
                             title { "paused (" (s.what) ") by " (isolated(s.by)) ", "
                                     (match s.to { Some(to) => span_ms(to - s.from), None => "still in force".to_owned() }) }
-                            rect x=(x0) y=(AXIS) width=((x1 - x0).max(2.0)) height=(bottom - AXIS);
+                            rect x=(x0) y=(AXIS) width=((x1 - x0).max(2.0)) height=(bottom - AXIS) {}
                             text x=(x0 + 3.0) y=(bottom - 3.0) { "paused" }
                         }
                     }
@@ -285,7 +285,7 @@ impl<'a> Timeline<'a> {
                         @let class = match b.run { Some(r) => format!("run {}", r.outcome), None => "live".to_owned() };
                         g class=(class) data-fence=(b.fence) {
                             title { (self.describe(b, &took)) }
-                            rect.bar x=(x0) y=(y) width=(w) height=(BAR);
+                            rect.bar x=(x0) y=(y) width=(w) height=(BAR) {}
                             @if let Some(label) = fitting(w, b.fence, &took) {
                                 text.fence x=(x0 + 3.0) y=(y + BAR - 4.0) { (label) }
                             }
@@ -296,8 +296,8 @@ impl<'a> Timeline<'a> {
                         g class={ "mark " (m.action) } {
                             title { (m.action) " by " (isolated(m.actor))
                                     @if let Some(f) = m.fence { ": fence " (f) " handed out, every earlier tenure fenced out" } }
-                            line x1=(x) x2=(x) y1=(AXIS - 6.0) y2=(bottom);
-                            path d={ "M" (x - 5.0) " " (AXIS - 10.0) " h10 l-5 6 z" };
+                            line x1=(x) x2=(x) y1=(AXIS - 6.0) y2=(bottom) {}
+                            path d={ "M" (x - 5.0) " " (AXIS - 10.0) " h10 l-5 6 z" } {}
                         }
                     }
                 }
@@ -344,7 +344,7 @@ impl<'a> Timeline<'a> {
                 @for q in 0..=4 {
                     @let at = self.from() + window * q / 4;
                     @let x = self.x(at);
-                    line x1=(x) x2=(x) y1=(AXIS - 4.0) y2=(bottom);
+                    line x1=(x) x2=(x) y1=(AXIS - 4.0) y2=(bottom) {}
                     text x=(x) y=(AXIS - 8.0) text-anchor=(if q == 0 { "start" } else if q == 4 { "end" } else { "middle" }) {
                         @if q == 4 { "now" } @else { (span_ms(self.now - at)) " ago" }
                     }
@@ -477,6 +477,16 @@ mod tests {
         );
         assert!(svg.contains("took 20 s"), "every bar's tooltip says how long it took");
         assert!(svg.contains("href=\"key?key=k&amp;window=6h\""), "{svg}");
+        // Inline SVG in an HTML page: `<rect …>` without its end tag would
+        // hold every element after it (a browser draws none of them).
+        for element in ["rect", "line", "path", "text", "g"] {
+            let open = svg.matches(&format!("<{element} ")).count();
+            assert_eq!(
+                open,
+                svg.matches(&format!("</{element}>")).count(),
+                "<{element}> closed: {svg}"
+            );
+        }
     }
 
     #[test]

@@ -637,7 +637,7 @@ async fn assert_nothing_ran(c: &Client, page: &str) {
 }
 
 /// Saves the leases, key, job and fleet pages as PNGs in `dir`: the whole page
-/// (600 to 2,000 px high), 1280 px wide.
+/// (600 to 1,400 px high: the top of a long page), 1280 px wide.
 async fn screenshots(c: &Client, home: &str, dir: PathBuf) {
     std::fs::create_dir_all(&dir).expect("create the screenshot directory");
     let pages = [
@@ -656,7 +656,7 @@ async fn screenshots(c: &Client, home: &str, dir: PathBuf) {
             .expect("read the page height")
             .as_u64()
             .map_or(driver::HEIGHT, |h| u32::try_from(h).unwrap_or(u32::MAX));
-        driver::set_viewport(c, driver::WIDTH, height.clamp(600, 2000)).await;
+        driver::set_viewport(c, driver::WIDTH, height.clamp(600, 1400)).await;
         let png = c.screenshot().await.expect("screenshot");
         std::fs::write(dir.join(file), png).expect("write a screenshot");
         driver::set_viewport(c, driver::WIDTH, driver::HEIGHT).await;
