@@ -4,7 +4,7 @@
 //! What it guarantees:
 //!
 //! - **It reads and acts through the library only.** Pages read with
-//!   [`LeaseStore`] (`list_page`, `history`, `actions`,
+//!   [`LeaseStore`] (`list_page`, `history`, `recent_runs`, `actions`,
 //!   `fleet`, `pauses`); actions go through [`Operator`](crate::Operator),
 //!   so each is recorded in the key's history with who took it.
 //! - **Read-only unless you say who may act**: pass
@@ -44,11 +44,16 @@
 //!   routes the prefix with a trailing slash (`/ops/leasehold/`) to it.
 //!
 //! Pages (relative to where it is mounted): the leases (`./`, filter by
-//! `prefix`, `state`, `job`), one key (`key?key=…`: tenure, runs, fences,
-//! actions), a job (`job?name=…`: its keys, its pause, and pause, resume
-//! and trigger-every-key), and the fleet (`fleet`: holders seen in the
-//! last 15 minutes, their runs in progress). The leases page also lists
-//! every pause in force, a key's with no lease row included.
+//! `prefix`, `state`, `job`; each key with its last 10 outcomes), one key
+//! (`key?key=…`: tenure, tenure timeline, runs, fences, actions), a job
+//! (`job?name=…`: its keys, its pause, the timeline of its keys, and
+//! pause, resume and trigger-every-key), and the fleet (`fleet`: holders
+//! seen in the last 15 minutes, their runs in progress). The leases page
+//! also lists every pause in force, a key's with no lease row included.
+//! The tenure timeline is inline SVG drawn by the server: a lane per
+//! holder over the last hour (`window=30m`, `6h`, `2d`: 1 min to 7 days),
+//! a bar per recorded run from claim to release coloured by outcome, with
+//! its fence, operators' releases and pauses marked.
 //!
 //! ```no_run
 //! # async fn demo(pool: sqlx::PgPool, your_routes: axum::Router) {
