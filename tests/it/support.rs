@@ -113,6 +113,15 @@ pub use leasehold_testkit::jobs::{
 };
 pub use leasehold_testkit::{eventually, eventually_async};
 
+/// Jobs named `keys` that run only when triggered and do nothing: keys a
+/// runtime registers (with their job, the part before `:`) for pages and
+/// operators to act on.
+pub fn idle_manual_jobs(keys: &[&str]) -> Vec<ScriptedJob> {
+    keys.iter()
+        .map(|key| job(key, quick(Schedule::Manual, LONG), |_| async { Ok(()) }))
+        .collect()
+}
+
 use leasehold::{FenceGuard, Runtime, Schedule};
 use tokio::time::Instant;
 

@@ -5,10 +5,10 @@
 use axum::Router;
 use axum::http::StatusCode;
 use leasehold::console::ConsoleOptions;
-use leasehold::{LeaseStore, Operator, PauseTarget, Schedule};
+use leasehold::{LeaseStore, Operator, PauseTarget};
 
 use super::http::{Page, console, enc, get, post};
-use crate::support::{self, LONG, job, quick, replica};
+use crate::support::{self, LONG, replica};
 
 /// The console with a hook that trusts an `x-user` header.
 fn behind_proxy(pool: &sqlx::PgPool) -> Router {
@@ -43,12 +43,7 @@ async fn act(app: &Router, subject: (&str, &str), action: &str) -> Page {
 async fn a_job_is_paused_resumed_and_triggered_from_its_page() {
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
-    let manual = || quick(Schedule::Manual, LONG);
-    let jobs = vec![
-        job("billing:acme", manual(), |_| async { Ok(()) }),
-        job("billing:zeta", manual(), |_| async { Ok(()) }),
-        job("reindex:all", manual(), |_| async { Ok(()) }),
-    ];
+    let jobs = support::idle_manual_jobs(&["billing:acme", "billing:zeta", "reindex:all"]);
     let runtime = replica(&db, "replica-1", 2, jobs).await;
     let app = behind_proxy(&db.pool);
 

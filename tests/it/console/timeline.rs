@@ -5,10 +5,10 @@
 
 use axum::http::StatusCode;
 use leasehold::console::ConsoleOptions;
-use leasehold::{LeaseStore, Operator, PauseTarget, Revoke, Revoked, RunRecord, Schedule};
+use leasehold::{LeaseStore, Operator, PauseTarget, Revoke, Revoked, RunRecord};
 
 use super::http::{console, enc, get};
-use crate::support::{self, LONG, job, quick, replica};
+use crate::support::{self, LONG, replica};
 
 /// A holder whose name is HTML: it must stay text in the timeline.
 const HOSTILE_HOLDER: &str = "<img src=x onerror=alert(1)>";
@@ -136,12 +136,7 @@ async fn a_window_that_is_not_one_is_refused_with_a_400_naming_the_parameter() {
 async fn a_jobs_page_draws_the_runs_of_all_its_keys_and_its_pause() {
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
-    let manual = || quick(Schedule::Manual, LONG);
-    let jobs = vec![
-        job("billing:acme", manual(), |_| async { Ok(()) }),
-        job("billing:zeta", manual(), |_| async { Ok(()) }),
-        job("reindex:all", manual(), |_| async { Ok(()) }),
-    ];
+    let jobs = support::idle_manual_jobs(&["billing:acme", "billing:zeta", "reindex:all"]);
     // The runtime registers the keys with their job, then leaves.
     replica(&db, "replica-1", 2, jobs).await.shutdown().await;
     runs(&store, "billing:acme", 1..=3, &["replica-a", "replica-b"]).await;
@@ -180,7 +175,13 @@ async fn the_leases_page_shows_each_keys_latest_outcomes_as_a_strip() {
     store.claim("c-never", "replica-a", LONG).await.expect("claim");
     let app = console(&db.pool, ConsoleOptions::new());
 
+    support::reset_statement_stats(&db.pool).await;
     let page = get(&app, "/", &[]).await;
+    assert_eq!(
+        support::statement_calls(&db.pool, "WITH ORDINALITY AS k(key, at)").await,
+        1,
+        "one statement reads the strips of the whole page"
+    );
     let strip = |key: &str| -> Option<String> {
         let row = page.body.split(&format!("data-key=\"{key}\"")).nth(1)?;
         let row = row.split("</tr>").next()?;
