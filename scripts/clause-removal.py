@@ -367,6 +367,18 @@ audit_mutations = [
   "                OR (scope = 'job' AND name = (SELECT job_name FROM leasehold_lease WHERE key = $1))\n",
   "\n",
   "operators::audit"),
+ ("job_actions: its keys' actions left out (their releases unmarked)",
+  "                OR (scope = 'key' AND name IN (SELECT key FROM leasehold_lease WHERE job_name = $1))\n",
+  "\n",
+  "console::timeline::a_jobs_page"),
+ ("job_actions: every key's actions taken for the job's",
+  "name IN (SELECT key FROM leasehold_lease WHERE job_name = $1))",
+  "name IN (SELECT key FROM leasehold_lease))",
+  "console::timeline::a_jobs_page"),
+ ("job_actions: every job's actions taken for the job's",
+  "             WHERE (scope = 'job' AND name = $1)\n",
+  "             WHERE (scope = 'job')\n",
+  "console::timeline::a_jobs_page"),
 ]
 
 # The pause rule itself (src/lease/pause_rule.rs), which every statement

@@ -18,7 +18,7 @@ use super::actions::{Action, Done, Subject};
 use super::layout::{self, Base, During, Tab, enc, when};
 use super::timeline::{self, Timeline};
 use super::viewer::Viewer;
-use crate::lease::{KeyFilter, KeyPage, KeyState, KeyStatus, LeaseStore, Pause, PauseTarget, RunRecord};
+use crate::lease::{ActionRecord, KeyFilter, KeyPage, KeyState, KeyStatus, LeaseStore, Pause, PauseTarget, RunRecord};
 
 /// Keys on one page of the list.
 const PAGE: usize = 200;
@@ -27,6 +27,8 @@ const STRIP: usize = 10;
 /// Runs of each key a job's timeline reads, at most: its window shows
 /// those that fall in it.
 const JOB_TIMELINE_RUNS: usize = 200;
+/// Operators' actions a job's timeline reads (releases and pauses).
+const JOB_ACTIONS: usize = 200;
 
 #[derive(serde::Deserialize, Default)]
 pub(super) struct LeasesQuery {
@@ -262,7 +264,12 @@ pub(super) async fn job(
         now,
         recent,
         windowed,
-    } = match console.reads.run(listing(&console.store, &filter, Some(window))).await {
+        actions,
+    } = match console
+        .reads
+        .run(listing(&console.store, &filter, Some((name, window))))
+        .await
+    {
         Ok(read) => read,
         Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
@@ -277,6 +284,12 @@ pub(super) async fn job(
         },
         Action::Trigger,
     ];
+    // The job's pauses and its keys' releases: a key's own pause would
+    // shade the whole job.
+    let marked: Vec<ActionRecord> = actions
+        .into_iter()
+        .filter(|a| a.fence.is_some() || matches!(a.target, PauseTarget::Job(_)))
+        .collect();
     let body = html! {
         h1 { "Job " bdi #job { (name) } }
         @if let Some(done) = query.done.as_deref().and_then(Done::parse) { p #flash { (done.text()) } }
@@ -299,7 +312,7 @@ pub(super) async fn job(
             }
         }
         h2 #tenures { "Tenures of its keys" }
-        (Timeline::new(name, now, window, true).runs(&windowed).actions(&[], &paused.into_iter().collect::<Vec<_>>())
+        (Timeline::new(name, now, window, true).runs(&windowed).actions(&marked, &paused.into_iter().collect::<Vec<_>>())
             .render(&format!("job?name={}&", enc(name))))
         h2 { "Keys" }
         @if page.keys.is_empty() {
@@ -334,12 +347,15 @@ struct Listing {
     /// The runs of the keys that ended within the window (when one is
     /// asked for), for the timeline.
     windowed: Vec<RunRecord>,
+    /// The operators' actions on the job and its keys (with a window).
+    actions: Vec<ActionRecord>,
 }
 
 /// One page of keys, the pauses in force, the server's clock (a row
 /// brings it, an empty page asks for it), the keys' latest runs (one
-/// statement for the whole page) and, with a `window`, their runs in it.
-async fn listing(store: &LeaseStore, filter: &KeyFilter, window: Option<Duration>) -> crate::Result<Listing> {
+/// statement for the whole page) and, for a job's timeline over a window,
+/// their runs in it and the operators' actions on the job and its keys.
+async fn listing(store: &LeaseStore, filter: &KeyFilter, timeline: Option<(&str, Duration)>) -> crate::Result<Listing> {
     let page = store.list_page(filter).await?;
     let pauses = store.pauses().await?;
     let now = match page.keys.first() {
@@ -348,12 +364,15 @@ async fn listing(store: &LeaseStore, filter: &KeyFilter, window: Option<Duration
     };
     let keys: Vec<&str> = page.keys.iter().map(|k| k.lease.key.as_str()).collect();
     let recent = store.recent_runs(&keys, None, STRIP).await?;
-    let windowed = match window {
-        Some(window) => {
+    let (windowed, actions) = match timeline {
+        Some((job, window)) => {
             let since = now - chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX);
-            store.recent_runs(&keys, Some(since), JOB_TIMELINE_RUNS).await?
+            (
+                store.recent_runs(&keys, Some(since), JOB_TIMELINE_RUNS).await?,
+                store.job_actions(job, JOB_ACTIONS).await?,
+            )
         }
-        None => Vec::new(),
+        None => (Vec::new(), Vec::new()),
     };
     Ok(Listing {
         page,
@@ -361,5 +380,6 @@ async fn listing(store: &LeaseStore, filter: &KeyFilter, window: Option<Duration
         now,
         recent,
         windowed,
+        actions,
     })
 }

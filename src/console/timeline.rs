@@ -21,7 +21,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use maud::{Markup, html};
 
 use super::layout::span;
-use crate::lease::{ActionRecord, LeaseInfo, Pause, RunRecord};
+use crate::lease::{ActionRecord, LeaseInfo, Pause, PauseTarget, RunRecord};
 
 /// The window a page shows unless `window` says otherwise.
 pub(super) const DEFAULT_WINDOW: Duration = Duration::from_secs(3600);
@@ -100,6 +100,8 @@ struct Bar<'a> {
 
 /// A release by an operator: a line across the lanes at its time.
 struct Mark<'a> {
+    /// The key released.
+    target: &'a PauseTarget,
     at: DateTime<Utc>,
     action: &'a str,
     actor: &'a str,
@@ -190,6 +192,7 @@ impl<'a> Timeline<'a> {
             let target = a.target.to_string();
             match a.action.as_str() {
                 "release" | "force-release" if a.fence.is_some() && a.at >= from => self.marks.push(Mark {
+                    target: &a.target,
                     at: a.at,
                     action: &a.action,
                     actor: &a.actor,
@@ -294,7 +297,7 @@ impl<'a> Timeline<'a> {
                     @for m in &self.marks {
                         @let x = self.x(m.at);
                         g class={ "mark " (m.action) } {
-                            title { (m.action) " by " (isolated(m.actor))
+                            title { (m.action) @if self.with_keys { " of " (isolated(m.target.name())) } " by " (isolated(m.actor))
                                     @if let Some(f) = m.fence { ": fence " (f) " handed out, every earlier tenure fenced out" } }
                             line x1=(x) x2=(x) y1=(AXIS - 6.0) y2=(bottom) {}
                             path d={ "M" (x - 5.0) " " (AXIS - 10.0) " h10 l-5 6 z" } {}

@@ -109,17 +109,54 @@ impl LeaseStore {
             .bind(key)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(conn))?;
-        Ok(rows
-            .into_iter()
-            .map(|row| ActionRecord {
-                target: PauseTarget::from_row(&row.scope, row.name),
-                action: row.action,
-                actor: row.actor,
-                at: row.at,
-                outcome: row.outcome,
-                fence: row.fence,
-            })
-            .collect())
+        Ok(rows.into_iter().map(ActionRow::into_record).collect())
+    }
+
+    /// The operators' actions on the job named `job` and on each key it
+    /// has now, newest first, at most `limit` (1 to 1,000): what a job's
+    /// page shows of its history. Cancel-safe: one statement.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// for action in store.job_actions("billing", 20).await? {
+    ///     println!("{} {} {} by {}", action.at, action.action, action.target, action.actor);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn job_actions(&self, job: &str, limit: usize) -> Result<Vec<ActionRecord>> {
+        validate::job_name(job)?;
+        if limit == 0 || limit > MAX_ACTIONS {
+            return Err(Error::invalid(
+                "actions limit",
+                limit,
+                format!("ask for 1 to {MAX_ACTIONS} actions"),
+            ));
+        }
+        // $1 job, $2 limit. Its keys are the rows that name it now, as a
+        // job pause reads them; another job's keys stay out.
+        const JOB_ACTIONS: &str = "
+            SELECT scope, name, action, actor, at, outcome, fence FROM leasehold_action
+             WHERE (scope = 'job' AND name = $1)
+                OR (scope = 'key' AND name IN (SELECT key FROM leasehold_lease WHERE job_name = $1))
+             ORDER BY id DESC LIMIT $2";
+        let rows: Vec<ActionRow> = connection::run!(&self.conns, |conn| sqlx::query_as(JOB_ACTIONS)
+            .bind(job)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(conn))?;
+        Ok(rows.into_iter().map(ActionRow::into_record).collect())
+    }
+}
+
+impl ActionRow {
+    fn into_record(self) -> ActionRecord {
+        ActionRecord {
+            target: PauseTarget::from_row(&self.scope, self.name),
+            action: self.action,
+            actor: self.actor,
+            at: self.at,
+            outcome: self.outcome,
+            fence: self.fence,
+        }
     }
 }
 

@@ -133,7 +133,7 @@ async fn a_window_that_is_not_one_is_refused_with_a_400_naming_the_parameter() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_jobs_page_draws_the_runs_of_all_its_keys_and_its_pause() {
+async fn a_jobs_page_draws_the_runs_of_all_its_keys_their_releases_and_its_pauses() {
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
     let jobs = support::idle_manual_jobs(&["billing:acme", "billing:zeta", "reindex:all"]);
@@ -143,7 +143,24 @@ async fn a_jobs_page_draws_the_runs_of_all_its_keys_and_its_pause() {
     runs(&store, "billing:zeta", 1..=2, &["replica-b"]).await;
     runs(&store, "reindex:all", 1..=4, &["replica-a"]).await;
     let op = Operator::new(store.clone(), "alice").expect("operator");
-    op.pause(&PauseTarget::job("billing"), false).await.expect("pause");
+    let (billing, reindex) = (PauseTarget::job("billing"), PauseTarget::job("reindex"));
+    // The job paused and resumed, a key of it force-released, and paused
+    // again; meanwhile another job paused and resumed, its key
+    // force-released, and one key of the job paused by its own name.
+    op.pause(&billing, false).await.expect("pause");
+    op.resume(&billing).await.expect("resume");
+    op.pause(&reindex, false).await.expect("pause");
+    op.resume(&reindex).await.expect("resume");
+    let mut forced = Vec::new();
+    for key in ["billing:acme", "reindex:all"] {
+        store.claim(key, "replica-a", LONG).await.expect("claim");
+        match op.revoke(key, Revoke::Force, &[]).await.expect("revoke") {
+            Revoked::Ended { fence, .. } => forced.push(fence),
+            other => panic!("the forced release ends the tenure: {other:?}"),
+        }
+    }
+    op.pause(&PauseTarget::key("billing:zeta"), false).await.expect("pause");
+    op.pause(&billing, false).await.expect("pause");
     let app = console(&db.pool, ConsoleOptions::new());
 
     let page = get(&app, "/job?name=billing", &[]).await;
@@ -162,8 +179,20 @@ async fn a_jobs_page_draws_the_runs_of_all_its_keys_and_its_pause() {
     assert_eq!(svg.matches("<rect class=\"lane\"").count(), 2, "one lane per holder");
     assert_eq!(
         svg.matches("<g class=\"pause\">").count(),
+        2,
+        "the job's pauses, to its resume and in force; no other job's, no key's own: {svg}"
+    );
+    assert_eq!(
+        svg.matches("class=\"mark ").count(),
         1,
-        "the job's pause in force"
+        "its key's release, no other job's: {svg}"
+    );
+    assert!(
+        svg.contains(&format!(
+            "force-release of \u{2068}billing:acme\u{2069} by \u{2068}alice\u{2069}: fence {} handed out",
+            forced[0]
+        )),
+        "{svg}"
     );
 }
 
