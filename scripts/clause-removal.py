@@ -5,8 +5,8 @@ the fence SQL in src/lease/fence.rs, the operator's revoke in
 src/lease/revoke.rs; pause, resume and trigger in control.rs, the pause
 rule enforced by mod.rs's and batch.rs's claims, written once in
 pause_rule.rs and expanded at each call site;
-what operators read and the record of their actions in history.rs, fleet.rs
-and audit.rs; the commit check on fenced transactions in
+what operators read and the record of their actions in history.rs,
+recent.rs, fleet.rs and audit.rs; the commit check on fenced transactions in
 migrations/0005_fence_tenure.sql; the fence jump on a new timeline in
 migrations/0006_fence_timeline.sql),
 remove it (or, for a rule that forbids something, add the forbidden clause)
@@ -335,7 +335,7 @@ control_mutations = [
 ]
 
 # What operators read and the record of what they did (src/lease/history.rs,
-# fleet.rs, audit.rs): the console and the CLI act on what these say, so a
+# recent.rs, fleet.rs, audit.rs): the console and the CLI act on what these say, so a
 # paused key reported as held, or a registration reported as a live replica,
 # misleads an operator into the wrong action.
 read_mutations = [
@@ -347,6 +347,8 @@ read_mutations = [
   "                   AND ($3::text IS NULL OR l.key > $3)\n",
   "\n",
   "console::pages"),
+]
+recent_mutations = [
  ("recent_runs: the key clause removed (a key's strip shows other keys' runs)",
   "                    WHERE run.key = k.key\n",
   "                    WHERE true\n",
@@ -395,7 +397,8 @@ pause_rule_mutations = [
 
 FILES = [("src/lease/mod.rs", mutations), ("src/lease/control.rs", control_mutations), ("src/lease/batch.rs", batch_mutations),
          ("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations),
-         ("src/lease/history.rs", read_mutations), ("src/lease/fleet.rs", fleet_mutations),
+         ("src/lease/history.rs", read_mutations),
+         ("src/lease/recent.rs", recent_mutations), ("src/lease/fleet.rs", fleet_mutations),
          ("src/lease/audit.rs", audit_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations),
          ("migrations/0005_fence_tenure.sql", commit_check_mutations),
          ("migrations/0006_fence_timeline.sql", timeline_mutations)]

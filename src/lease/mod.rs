@@ -53,6 +53,7 @@ mod faults;
 pub(crate) mod fence;
 mod fleet;
 mod history;
+mod recent;
 mod revoke;
 
 pub(crate) use crate::outcome::RunOutcome;
