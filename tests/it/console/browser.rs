@@ -358,14 +358,13 @@ async fn cell(row: &Element, class: &str) -> String {
         .expect("cell text")
 }
 
-/// The text of the element `at` on the current page.
+/// The text of the element `at` on the current page, read again if the
+/// auto-refresh replaced it while it was being read.
 async fn text(c: &Client, at: Locator<'_>) -> String {
     c.find(at)
         .await
-        .unwrap_or_else(|e| panic!("no {at:?} on the page: {e}"))
-        .text()
-        .await
-        .expect("element text")
+        .unwrap_or_else(|e| panic!("no {at:?} on the page: {e}"));
+    eventually_async(WITHIN, || text_now(c, at)).await
 }
 
 /// The text of the element `at`, or `None` if it is not there or was
@@ -580,12 +579,13 @@ async fn an_actions_message_shows_once_and_the_header_follows_who_acts() {
 
 /// Returns once the key page shows the action's flash message.
 async fn act(c: &Client, action: &str) {
-    c.find(Locator::Id(&format!("action-{action}")))
+    let link = Locator::Id(&format!("action-{action}"));
+    c.find(link)
         .await
-        .unwrap_or_else(|e| panic!("no {action} link on the key page: {e}"))
-        .click()
-        .await
-        .expect("open the confirmation page");
+        .unwrap_or_else(|e| panic!("no {action} link on the key page: {e}"));
+    // The auto-refresh may replace <main> between finding the link and
+    // clicking it (a stale element): find it again in the fresh one.
+    eventually_async(WITHIN, || async { c.find(link).await.ok()?.click().await.ok() }).await;
     c.wait()
         .at_most(WITHIN)
         .for_element(Locator::Id("confirm"))
