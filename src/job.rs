@@ -208,6 +208,24 @@ impl JobSettings {
         self.lease
     }
 
+    /// Whether `other` is the same settings, so that keys may share one
+    /// copy. Conservative: a cron schedule is never the same as another.
+    pub(crate) fn same_as(&self, other: &JobSettings) -> bool {
+        let schedule = match (&self.schedule, &other.schedule) {
+            (Schedule::Every(a), Schedule::Every(b)) => a == b,
+            (Schedule::Manual, Schedule::Manual) => true,
+            _ => false,
+        };
+        schedule
+            && self.lease == other.lease
+            && self.heartbeat == other.heartbeat
+            && self.margin == other.margin
+            && self.grace == other.grace
+            && self.retry_initial == other.retry_initial
+            && self.retry_max == other.retry_max
+            && self.catch_up == other.catch_up
+    }
+
     /// The heartbeat interval in effect (lease/3 unless set).
     pub fn get_heartbeat(&self) -> Duration {
         self.timing().heartbeat()

@@ -13,11 +13,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::handle::{Runtime, Tasks};
-use super::state::{JobEntry, Registry, ServerClock, Shared, StopCounts, duplicate_key};
+use super::state::{JobEntry, Reading, RegistryBuild, ServerClock, Shared, StopCounts, duplicate_key};
 use super::{finish, heartbeat, listen, scheduler};
 use crate::error::{Error, Result};
 use crate::health::Tracker;
-use crate::job::FencedJob;
+use crate::job::{FencedJob, JobSettings};
 use crate::lease::{DEFAULT_OWNED_CONNECTIONS, LeaseStore};
 use crate::metrics;
 use crate::schedule::first_due;
@@ -334,14 +334,21 @@ impl RuntimeBuilder {
                 ),
             ));
         }
-        let mut seen = HashSet::with_capacity(self.jobs.len());
-        for job in &self.jobs {
+        // Checked, deduplicated and added in one pass, before anything
+        // starts: one hash per key.
+        let now = Instant::now();
+        let mut registry = RegistryBuild::with_capacity(self.jobs.len());
+        let mut shared_parts = SharedParts::default();
+        let mut jobs = Vec::with_capacity(self.jobs.len());
+        for mut job in std::mem::take(&mut self.jobs) {
             job.check()?;
-            if !seen.insert(&*job.key) {
+            shared_parts.share(&mut job);
+            let job = Arc::new(job);
+            if !registry.add(job.clone(), now) {
                 return Err(duplicate_key(&job.key));
             }
+            jobs.push(job);
         }
-        drop(seen);
         #[cfg(feature = "prometheus")]
         if let Some(addr) = &self.prometheus {
             crate::exporter::install(addr)?;
@@ -365,42 +372,38 @@ impl RuntimeBuilder {
                  same id (give each process its own, or leave the default), or this process restarted \
                  before its old leases expired; they are not taken over, they are claimed once they expire");
         }
-        let keys: Vec<(&str, &str, DateTime<Utc>)> = self
-            .jobs
+        let keys: Vec<(&str, &str, DateTime<Utc>)> = jobs
             .iter()
             .map(|j| (&*j.key, &*j.name, first_due(&j.settings.schedule, server_now)))
             .collect();
         let rows = store.register_many(&holder, &keys).await?;
         drop(keys);
-        // One allocation per job name, shared by all its keys: a fleet
-        // registers many keys of a few jobs.
-        let mut names: HashSet<Arc<str>> = HashSet::new();
-        for job in &mut self.jobs {
-            match names.get(&job.name) {
-                Some(name) => job.name = name.clone(),
-                None => {
-                    metrics::prime(&job.name);
-                    names.insert(job.name.clone());
-                }
-            }
+        for name in &shared_parts.names {
+            metrics::prime(name);
         }
-        drop(names);
-        let tick = self
-            .jobs
+        let tick = jobs
             .iter()
             .map(|j| j.settings.get_heartbeat())
             .min()
             .unwrap_or(Duration::from_secs(20));
+        drop(jobs);
         let health = Tracker::new(
             3 * tick.max(self.poll_interval),
             self.degraded_after,
             store.poisoned().clone(),
         );
-        let now = Instant::now();
-        let mut registry = Registry::default();
-        for job in self.jobs {
-            registry.insert(Arc::new(job), now);
-        }
+        let clock = ServerClock::default();
+        clock.observed(rows.last().map_or(server_now, |row| row.server_now));
+        registry.file(
+            &rows,
+            &Reading {
+                now: Instant::now(),
+                listening: false,
+                poll_interval: self.poll_interval,
+                clock: &clock,
+            },
+        );
+        drop(rows);
         let (finishes, requests) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             holder,
@@ -408,7 +411,7 @@ impl RuntimeBuilder {
             #[cfg(feature = "test-util")]
             faults: Default::default(),
             health,
-            registry: Mutex::new(registry),
+            registry: Mutex::new(registry.finish()),
             held: Mutex::new(HashMap::new()),
             in_progress: Default::default(),
             removing: Default::default(),
@@ -422,15 +425,11 @@ impl RuntimeBuilder {
             retick: Notify::new(),
             listening: AtomicBool::new(false),
             poll_now: AtomicBool::new(false),
-            clock: ServerClock::default(),
+            clock,
             finishes,
             runs: TaskTracker::new(),
             stop_counts: StopCounts::default(),
         });
-        shared.clock.observed(server_now);
-        // No wake-up can have come yet: nothing listens before this.
-        let sent = shared.registry().mark();
-        shared.file(&rows, sent);
         metrics::concurrency_limit(shared.max_concurrent_runs);
         let stop_finisher = CancellationToken::new();
         let stop_heartbeat = CancellationToken::new();
@@ -448,6 +447,48 @@ impl RuntimeBuilder {
         };
         tracing::info!(holder = %shared.holder, jobs = shared.registry().len(), "leasehold runtime started");
         Ok(Runtime::started(shared, tasks))
+    }
+}
+
+/// What the keys of a fleet share: a few jobs register many keys each,
+/// so each job name is allocated once, and each job's settings once as
+/// long as its keys bring the same ones.
+#[derive(Default)]
+struct SharedParts {
+    names: HashSet<Arc<str>>,
+    /// The settings of the last key of each job name.
+    settings: HashMap<Arc<str>, Arc<JobSettings>>,
+    /// The last key's name, for the common case of keys of one job in a
+    /// row: no lookup.
+    last: Option<(Arc<str>, Arc<JobSettings>)>,
+}
+
+impl SharedParts {
+    /// Points `job`'s name and settings at the shared copies, or makes its
+    /// own the shared ones.
+    fn share(&mut self, job: &mut JobEntry) {
+        let known = match &self.last {
+            Some((name, settings)) if **name == *job.name => Some((name.clone(), settings.clone())),
+            _ => self.names.get(&job.name).map(|name| {
+                let settings = self.settings.get(name).cloned().unwrap_or_else(|| job.settings.clone());
+                (name.clone(), settings)
+            }),
+        };
+        match known {
+            Some((name, settings)) => {
+                job.name = name;
+                if settings.same_as(&job.settings) {
+                    job.settings = settings;
+                } else {
+                    self.settings.insert(job.name.clone(), job.settings.clone());
+                }
+            }
+            None => {
+                self.names.insert(job.name.clone());
+                self.settings.insert(job.name.clone(), job.settings.clone());
+            }
+        }
+        self.last = Some((job.name.clone(), job.settings.clone()));
     }
 }
 

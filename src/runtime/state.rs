@@ -56,31 +56,39 @@ const RACE_RETRY: Duration = Duration::from_millis(25);
 /// next poll's window.
 const PAUSED_RECHECK: Duration = Duration::from_secs(30);
 
-/// A registered job's body, type-erased.
-pub(crate) type RunFn = Arc<dyn Fn(FenceGuard) -> BoxFuture<'static, Result<(), JobError>> + Send + Sync>;
+/// A registered job's body, type-erased: the job itself is the only
+/// allocation, shared by its runs.
+pub(crate) trait Body: Send + Sync {
+    /// A run of the job with `guard`, holding the job for as long as it
+    /// lasts.
+    fn run_owned(self: Arc<Self>, guard: FenceGuard) -> BoxFuture<'static, Result<(), JobError>>;
+}
+
+impl<J: FencedJob> Body for J {
+    fn run_owned(self: Arc<Self>, guard: FenceGuard) -> BoxFuture<'static, Result<(), JobError>> {
+        Box::pin(async move { FencedJob::run(&*self, guard).await })
+    }
+}
 
 /// One registered key.
 pub(crate) struct JobEntry {
     pub(crate) name: Arc<str>,
     pub(crate) key: Arc<str>,
-    pub(crate) settings: JobSettings,
-    pub(crate) run: RunFn,
+    /// Shared by keys of one job registered with the same settings: a
+    /// fleet registers many keys of a few jobs.
+    pub(crate) settings: Arc<JobSettings>,
+    pub(crate) body: Arc<dyn Body>,
 }
 
 impl JobEntry {
     /// Erases a job's type; reads its name, key and settings once.
     pub(crate) fn new<J: FencedJob>(job: J) -> Self {
-        let job = Arc::new(job);
-        let (name, key, settings) = (Arc::from(job.name()), Arc::from(job.key()), job.settings());
-        let run: RunFn = Arc::new(move |guard| {
-            let job = job.clone();
-            Box::pin(async move { job.run(guard).await })
-        });
+        let (name, key, settings) = (Arc::from(job.name()), Arc::from(job.key()), Arc::new(job.settings()));
         JobEntry {
             name,
             key,
             settings,
-            run,
+            body: Arc::new(job),
         }
     }
 
@@ -157,6 +165,65 @@ impl Reading<'_> {
             None if sighting.paused && sighting.due_in().is_zero() => now + PAUSED_RECHECK,
             None if sighting.due_in().is_zero() => now + RACE_RETRY,
             None => self.clock.local(sighting.next_due_at.unwrap_or(sighting.server_now)),
+        }
+    }
+}
+
+/// The registry of a runtime being started: every key added, then filed
+/// at the time its row says, then queued in one pass — the due queue is
+/// built sorted once, not entry by entry, and no key is moved.
+pub(crate) struct RegistryBuild {
+    slots: HashMap<Arc<str>, Slot>,
+}
+
+impl RegistryBuild {
+    pub(crate) fn with_capacity(keys: usize) -> Self {
+        RegistryBuild {
+            slots: HashMap::with_capacity(keys),
+        }
+    }
+
+    /// Adds a key, worth a claim at `now` unless filed later. False if the
+    /// key is added already.
+    pub(crate) fn add(&mut self, job: Arc<JobEntry>, now: Instant) -> bool {
+        match self.slots.entry(job.key.clone()) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(Slot {
+                    job,
+                    at: Some(now),
+                    woken: 0,
+                    failures: 0,
+                    losses: 0,
+                });
+                true
+            }
+        }
+    }
+
+    /// Each key the registration answered about is next worth a claim at
+    /// the time `reading` says; a key without an answer stays at `now`
+    /// (its row was inserted by another replica meanwhile: look at once).
+    /// Nothing listens yet, so no wake-up can have come in between.
+    pub(crate) fn file(&mut self, seen: &[Sighting], reading: &Reading<'_>) {
+        for sighting in seen {
+            if let Some(slot) = self.slots.get_mut(sighting.key.as_str()) {
+                slot.at = Some(reading.look_again(sighting));
+            }
+        }
+    }
+
+    /// The registry, its due queue built in one sorted pass.
+    pub(crate) fn finish(self) -> Registry {
+        let queue = self
+            .slots
+            .values()
+            .filter_map(|slot| Some((slot.at?, slot.job.key.clone())))
+            .collect();
+        Registry {
+            slots: self.slots,
+            queue,
+            ..Registry::default()
         }
     }
 }
@@ -544,19 +611,33 @@ mod tests {
     use tokio::time::Instant;
 
     use super::{JobEntry, Reading, Registry, ServerClock};
-    use crate::job::JobSettings;
+    use crate::guard::FenceGuard;
+    use crate::job::{FencedJob, JobError, JobSettings};
     use crate::lease::Sighting;
     use crate::schedule::Schedule;
 
     const LEASE: Duration = Duration::from_secs(30);
 
+    /// A manual job that does nothing, under `key`.
+    struct Handover(String);
+
+    impl FencedJob for Handover {
+        fn name(&self) -> &str {
+            "handover"
+        }
+        fn key(&self) -> String {
+            self.0.clone()
+        }
+        fn settings(&self) -> JobSettings {
+            JobSettings::new(Schedule::Manual)
+        }
+        async fn run(&self, _guard: FenceGuard) -> Result<(), JobError> {
+            Ok(())
+        }
+    }
+
     fn entry(key: &str) -> Arc<JobEntry> {
-        Arc::new(JobEntry {
-            name: Arc::from("handover"),
-            key: Arc::from(key),
-            settings: JobSettings::new(Schedule::Manual),
-            run: Arc::new(|_| Box::pin(async { Ok(()) })),
-        })
+        Arc::new(JobEntry::new(Handover(key.to_owned())))
     }
 
     /// What a claim answers about a due key another replica holds for

@@ -165,7 +165,12 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (RunOutco
     tracing::debug!(job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence, "lease acquired; run starting");
     let span = run_span(job, tenure);
     let started = Instant::now();
-    let mut handle = tokio::spawn((job.run)(FenceGuard::new(tenure.clone())).instrument(span.clone()));
+    let mut handle = tokio::spawn(
+        job.body
+            .clone()
+            .run_owned(FenceGuard::new(tenure.clone()))
+            .instrument(span.clone()),
+    );
 
     let finished = loop {
         tokio::select! {
