@@ -424,6 +424,15 @@ async fn bad_settings_are_refused_at_start() {
             )],
             "deadline margin",
         ),
+        // A margin that cannot cover ρ = 1 % at a one-minute lease.
+        (
+            vec![job(
+                "a",
+                JobSettings::new(Schedule::Manual).margin(Duration::from_secs(1)),
+                noop,
+            )],
+            "deadline margin 1s: must be at least 2ρ × lease = 1s200ms",
+        ),
         (
             vec![job("a", JobSettings::new(Schedule::every(Duration::ZERO)), noop)],
             "schedule period",
@@ -720,7 +729,9 @@ fn a_capture_counts_a_line_another_thread_reached_first() {
         tracing::error!(target: "leasehold::tenure", "lease lost; cancelling the run");
     }
     let (logs, _capture) = support::LogCounts::capture(support::PRODUCTION_LOG_FILTER);
-    std::thread::spawn(lease_lost_line).join().expect("the other thread logs");
+    std::thread::spawn(lease_lost_line)
+        .join()
+        .expect("the other thread logs");
     lease_lost_line();
     assert_eq!(logs.at(tracing::Level::ERROR), 1);
 }
