@@ -118,6 +118,9 @@ pub struct Window {
     pub kind: FaultKind,
     /// The replica a replica fault aimed at (`None` for the others).
     pub replica: Option<usize>,
+    /// Whether the fault also expired leases early on the server
+    /// (`expire`, and a `begin-drop` marked `+expired`).
+    pub expires_leases: bool,
     pub start: i64,
     pub end: i64,
 }

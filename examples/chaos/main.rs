@@ -448,6 +448,7 @@ async fn gather(
         .map(|r| check::Window {
             kind: r.kind,
             replica: check::Window::replica_of(&r.target),
+            expires_leases: r.kind == FaultKind::Expire || r.target.contains("+expired"),
             start: r.start_us + offset,
             end: r.end_us + offset,
         })

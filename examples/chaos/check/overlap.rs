@@ -6,7 +6,9 @@
 //!
 //! G1 holds only under its assumptions (§1): overlaps that begin while a
 //! replica is frozen (`stop`, `stop-in-fence`) or after a lease was expired
-//! early on the server (`expire`), up to a lease after such a fault ends,
+//! early on the server (`expire`, and the half of the `begin-drop` faults
+//! that also expire the replica's leases), up to a lease after such a
+//! fault ends,
 //! are excused and counted apart; the fence (checks 1–5) is what holds
 //! there. Everything else — a clock rate within what the margin covers
 //! included — must not overlap. A run with no end (its replica was killed)
@@ -26,12 +28,15 @@ pub struct Overlaps {
     pub runs: usize,
 }
 
-/// One run by its replica's log: `(start, end, holder fence)`.
+/// One run by its replica's log: `(start, end, fence)`.
 type Span = (i64, i64, i64);
+
+/// A run's start and end in its replica's log, as far as logged.
+type Ends = (Option<i64>, Option<i64>);
 
 pub fn runs_never_overlap(input: &Input, found: &mut Overlaps) -> Check {
     let mut check = Check::new("no two runs of a key overlap in real time");
-    let mut spans: BTreeMap<&str, BTreeMap<i64, (Option<i64>, Option<i64>)>> = BTreeMap::new();
+    let mut spans: BTreeMap<&str, BTreeMap<i64, Ends>> = BTreeMap::new();
     for e in &input.events {
         let run = spans.entry(e.key.as_str()).or_default().entry(e.fence).or_default();
         match e.kind.as_str() {
@@ -44,7 +49,7 @@ pub fn runs_never_overlap(input: &Input, found: &mut Overlaps) -> Check {
     }
     let excused = |from: i64, to: i64| {
         input.windows.iter().any(|w| {
-            matches!(w.kind, FaultKind::Stop | FaultKind::StopInFence | FaultKind::Expire)
+            (matches!(w.kind, FaultKind::Stop | FaultKind::StopInFence) || w.expires_leases)
                 && w.start <= to
                 && from <= w.end + input.lease_us
         })

@@ -119,7 +119,7 @@ pub fn verdict(
     );
     let _ = writeln!(
         s,
-        "| runs with a start and an end / overlaps excused (stop, stop-in-fence, expire) | {} / {} |",
+        "| runs with a start and an end / overlaps excused (freezes, early expiries) | {} / {} |",
         overlaps.runs, overlaps.excused
     );
     let _ = writeln!(

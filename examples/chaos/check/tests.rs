@@ -52,6 +52,7 @@ fn healthy() -> Input {
         windows: vec![Window {
             kind: FaultKind::Stop,
             replica: Some(1),
+            expires_leases: false,
             start: 16 * S,
             end: 16 * S + 500 * MS,
         }],
@@ -612,11 +613,22 @@ fn a_wait_during_a_postgresql_restart_is_not_counted() {
     input.windows.push(Window {
         kind: FaultKind::PgFast,
         replica: None,
+        expires_leases: false,
         start: 15 * S + 800 * MS,
         end: 16 * S + 800 * MS,
     });
     let verdict = check(&input);
     assert_eq!(verdict.violations, 0, "{}", verdict.text);
+}
+
+/// Moves the `done` of the run with `fence` to `at`.
+fn end_run_at(input: &mut Input, fence: i64, at: i64) {
+    let done = input
+        .events
+        .iter_mut()
+        .find(|e| e.fence == fence && e.kind == "done")
+        .unwrap();
+    done.at = at;
 }
 
 /// A run that starts while the previous run of its key still runs (a
@@ -628,12 +640,7 @@ fn runs_that_overlap_in_real_time_are_caught_unless_a_freeze_excuses_them() {
     let mut input = healthy();
     // Slot 12's run (fence 112) ends 100 ms into slot 13's, which started at
     // 13.06 s.
-    let done = input
-        .events
-        .iter_mut()
-        .find(|e| e.fence == 112 && e.kind == "done")
-        .unwrap();
-    done.at = 13 * S + 160 * MS;
+    end_run_at(&mut input, 112, 13 * S + 160 * MS);
     assert_violates(
         &input,
         &[OVERLAP],
@@ -642,21 +649,29 @@ fn runs_that_overlap_in_real_time_are_caught_unless_a_freeze_excuses_them() {
 
     // Around the stop of replica 1 at 16 s, the same overlap is excused.
     let mut input = healthy();
-    let done = input
-        .events
-        .iter_mut()
-        .find(|e| e.fence == 116 && e.kind == "done")
-        .unwrap();
-    done.at = 17 * S + 160 * MS;
+    end_run_at(&mut input, 116, 17 * S + 160 * MS);
     let verdict = check(&input);
     assert_eq!(verdict.violations, 0, "{}", verdict.text);
     assert!(
         verdict
             .text
-            .contains("| runs with a start and an end / overlaps excused (stop, stop-in-fence, expire) | 14 / 1 |"),
+            .contains("| runs with a start and an end / overlaps excused (freezes, early expiries) | 14 / 1 |"),
         "{}",
         verdict.text
     );
+
+    // After a begin-drop that also expired the replica's leases on the
+    // server (outside G1), the same overlap is excused too.
+    let mut input = healthy();
+    input.windows.push(Window {
+        kind: FaultKind::BeginDrop,
+        replica: Some(0),
+        expires_leases: true,
+        start: 12 * S + 500 * MS,
+        end: 12 * S + 600 * MS,
+    });
+    end_run_at(&mut input, 112, 13 * S + 160 * MS);
+    assert!(!violated(&check(&input)).contains(&OVERLAP));
 
     // A killed run has no end: nothing to compare.
     let mut input = healthy();
