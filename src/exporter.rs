@@ -353,6 +353,7 @@ mod tests {
             m::concurrency_limit(100);
             m::runs_in_progress(1.0);
             m::jobs_paused("nightly", 0);
+            m::server_timeline(1);
         });
         let text = handle.render();
         for name in names::ALL {
@@ -369,6 +370,7 @@ mod tests {
             (names::RUNS_IN_PROGRESS, "gauge"),
             (names::MAX_CONCURRENT_RUNS, "gauge"),
             (names::JOBS_PAUSED, "gauge"),
+            (names::SERVER_TIMELINE, "gauge"),
             (names::REMAINING, "gauge"),
             (names::FENCE_REJECTIONS, "counter"),
             (names::FENCE_WAIT, "histogram"),

@@ -20,6 +20,7 @@
 //! | `leasehold_runs_in_progress` | gauge | | runs in progress on this replica |
 //! | `leasehold_max_concurrent_runs` | gauge | | this replica's limit on runs at once (`RuntimeBuilder::max_concurrent_runs`) |
 //! | `leasehold_jobs_paused` | gauge | job_name | keys of the job paused fleet-wide (by key or by job), as this replica last saw them |
+//! | `leasehold_server_timeline` | gauge | | the server's WAL timeline as this replica's latest poll read it: it rises on every promotion of a standby, and a runtime that sees it change logs a warning |
 //! | `leasehold_poisoned_connections_total` | counter | state | pooled connections found inside someone else's transaction and closed: `in_transaction`, `in_failed_transaction` |
 //!
 //! # Getting them out
@@ -132,6 +133,10 @@ pub mod names {
     /// key or by job), as of its latest poll. Take `max by (job_name)`
     /// across replicas.
     pub const JOBS_PAUSED: &str = "leasehold_jobs_paused";
+    /// Gauge: the server's WAL timeline as this replica's latest poll read
+    /// it; it rises on every promotion of a standby (`changes()` > 0 is a
+    /// failover).
+    pub const SERVER_TIMELINE: &str = "leasehold_server_timeline";
 
     /// All of the above.
     pub const ALL: &[&str] = &[
@@ -150,6 +155,7 @@ pub mod names {
         RUNS_IN_PROGRESS,
         MAX_CONCURRENT_RUNS,
         JOBS_PAUSED,
+        SERVER_TIMELINE,
     ];
 }
 
@@ -261,6 +267,12 @@ pub fn describe() {
         Unit::Count,
         "Keys of this job registered on this replica that are paused (leasehold pause), as of the latest poll."
     );
+    describe_gauge!(
+        names::SERVER_TIMELINE,
+        Unit::Count,
+        "The server's WAL timeline as this replica's latest poll read it; it rises on every promotion of a \
+         standby (a failover)."
+    );
 }
 
 /// Creates a job's counters (and the heartbeat counters) at zero when the
@@ -346,6 +358,11 @@ pub(crate) fn concurrency_limit(limit: usize) {
 /// How many of this replica's keys of `job` are paused.
 pub(crate) fn jobs_paused(job: &str, keys: usize) {
     gauge!(names::JOBS_PAUSED, "job_name" => job.to_owned()).set(keys as f64);
+}
+
+/// The server's WAL timeline, as a poll read it.
+pub(crate) fn server_timeline(timeline: i64) {
+    gauge!(names::SERVER_TIMELINE).set(timeline as f64);
 }
 
 /// One more (`1.0`) or one fewer (`-1.0`) run in progress.

@@ -5,7 +5,8 @@
 //! - the schema version (`leasehold::schema_version`);
 //! - the server clock against this machine's. leasehold never compares the
 //!   two (every expiry is computed on the server), so skew is reported, not
-//!   failed: it matters for reading logs and dashboards side by side;
+//!   failed: it matters for reading logs and dashboards side by side; and
+//!   the clock-rate error ρ every job's deadline margin covers;
 //! - a claim / claim-by-another / renew / release / reclaim round trip on a
 //!   scratch key through `leasehold::LeaseStore`, whose row is deleted after;
 //! - failover: the server's WAL timeline, the fence sequence's position and
@@ -142,6 +143,13 @@ async fn clock(db: &Db) -> Result<String, String> {
         rtt_ms / 2.0,
         best.server.format("%Y-%m-%d %H:%M:%S%.3fZ"),
     );
+    // Skew is harmless; a *rate* error is what the deadline margin must
+    // cover (docs/design.md §5), and no single reading can measure it.
+    line.push_str(&format!(
+        "\n               rate: every job's deadline margin covers clocks (this machine's and the server's) whose \
+         rates are off by up to ρ = {} % (NTP slews by at most 0.05 %; the default margin, lease/10, covers 5 %)",
+        leasehold_rules::CLOCK_RATE_BOUND_PERCENT
+    ));
     if skew.abs() > SKEW_WARNING_SECS {
         line.push_str(
             "\n               warning: leasehold itself only uses the server clock, but logs and dashboards \

@@ -505,6 +505,7 @@ async fn check_reports_skew_and_a_clean_round_trip() {
     let version = leasehold::SCHEMA_VERSION;
     assert!(text.contains(&format!("schema   ok    version {version} ")), "{text}");
     assert!(text.contains("clock    ok") && text.contains("skew "), "{text}");
+    assert!(text.contains("rates are off by up to ρ = 1 %"), "{text}");
     assert!(text.contains("lease    ok    round trip ok"), "{text}");
     assert!(text.contains("all checks passed"), "{text}");
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_lease")

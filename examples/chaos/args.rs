@@ -22,6 +22,8 @@ pub struct Args {
     pub unsafe_unfenced: bool,
     pub async_commit: bool,
     pub faults: Vec<FaultKind>,
+    /// The rates a `clock-rate` fault runs a replica's clock at.
+    pub clock_rates: Vec<f64>,
     pub out: Option<PathBuf>,
     // Replica mode (set by the orchestrator when it re-executes itself).
     pub replica: Option<usize>,
@@ -49,6 +51,7 @@ impl Default for Args {
             unsafe_unfenced: false,
             async_commit: false,
             faults: FaultKind::ALL.to_vec(),
+            clock_rates: vec![0.95, 1.05],
             out: None,
             replica: None,
             generation: 0,
@@ -62,8 +65,8 @@ impl Default for Args {
 
 pub const USAGE: &str = "usage: cargo run --release --example chaos -- [--replicas 5] [--jobs 20] [--duration 120s] \
 [--seed 42] [--period 2s] [--lease 2s] [--steps 5] [--step-pause 250ms] [--gap 1s..14s] [--tail 20s] \
-[--faults stop,kill,terminate,pg-fast,pg-immediate,proxy-delay,proxy-blackhole,proxy-reset,expire,begin-drop,raw-begin,stop-in-fence] \
-[--unsafe-unfenced] [--async-commit] [--out DIR]   (see docs/operations.md)";
+[--faults stop,kill,terminate,pg-fast,pg-immediate,proxy-delay,proxy-blackhole,proxy-reset,expire,begin-drop,raw-begin,stop-in-fence,clock-rate,clock-step] \
+[--clock-rates 0.95,1.05] [--unsafe-unfenced] [--async-commit] [--out DIR]   (see docs/operations.md)";
 
 impl Args {
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
@@ -105,6 +108,15 @@ impl Args {
                     } else {
                         v.split(',').map(FaultKind::parse).collect::<Result<_, _>>()?
                     };
+                }
+                "--clock-rates" => {
+                    out.clock_rates = value()?
+                        .split(',')
+                        .map(|r| match r.trim().parse::<f64>() {
+                            Ok(rate) if (0.1..=10.0).contains(&rate) => Ok(rate),
+                            _ => Err(format!("--clock-rates: {r:?} is not a rate from 0.1 to 10 (e.g. 0.95)")),
+                        })
+                        .collect::<Result<_, _>>()?;
                 }
                 "--unsafe-unfenced" => out.unsafe_unfenced = true,
                 "--async-commit" => out.async_commit = true,

@@ -3,7 +3,7 @@
 //! clock in µs since the epoch (fault windows are converted to it).
 //!
 //! [`check`] derives what the ledger says about runs once ([`History`],
-//! [`Schedule`]), runs the sixteen checks (numbered as in
+//! [`Schedule`]), runs the seventeen checks (numbered as in
 //! docs/operations.md, "Running the chaos harness"), and reports:
 //!
 //! | checks | where |
@@ -14,6 +14,7 @@
 //! | 11–12: no connection left in a transaction | `check/connections.rs` |
 //! | 13–14: lease writes committed on their own | `commits.rs` |
 //! | 15–16: fenced commits within their tenure, no key stalled | `check/tenures.rs` |
+//! | 17: no two runs of a key overlap in real time | `check/overlap.rs` |
 //!
 //! and the verdict table is `check/report.rs`.
 
@@ -21,6 +22,7 @@ mod connections;
 mod durability;
 mod fences;
 mod history;
+mod overlap;
 mod report;
 mod slots;
 mod tenures;
@@ -81,6 +83,8 @@ pub struct CounterRow {
 /// A line of a replica's event log.
 #[derive(Debug, Clone)]
 pub struct Event {
+    /// When the replica logged it (its real clock, put on the server's).
+    pub at: i64,
     pub kind: String,
     pub key: String,
     pub fence: i64,
@@ -91,7 +95,7 @@ impl Event {
     /// `unix_us kind key fence holder slot detail`
     pub fn parse(line: &str) -> Option<Event> {
         let mut f = line.splitn(7, '\t');
-        let _at: i64 = f.next()?.parse().ok()?;
+        let at: i64 = f.next()?.parse().ok()?;
         let kind = f.next()?.to_owned();
         let key = f.next()?.to_owned();
         let fence = f.next()?.parse().ok()?;
@@ -99,6 +103,7 @@ impl Event {
         let _slot = f.next()?;
         let detail = f.next().unwrap_or("").to_owned();
         Some(Event {
+            at,
             kind,
             key,
             fence,
@@ -113,6 +118,9 @@ pub struct Window {
     pub kind: FaultKind,
     /// The replica a replica fault aimed at (`None` for the others).
     pub replica: Option<usize>,
+    /// Whether the fault also expired leases early on the server
+    /// (`expire`, and a `begin-drop` marked `+expired`).
+    pub expires_leases: bool,
     pub start: i64,
     pub end: i64,
 }
@@ -209,6 +217,7 @@ pub fn check(input: &Input) -> Verdict {
     let schedule = Schedule::new(input);
     let (calm_slots, near_faults) = slots::calm_slots_ran_once(&history, &schedule);
     let (quiet_tail, tail) = slots::quiet_tail_ran_once(&history, &schedule);
+    let mut overlaps = overlap::Overlaps::default();
     let checks = [
         fences::commit_order(&history),
         fences::no_write_after_higher_fence(&history),
@@ -226,6 +235,7 @@ pub fn check(input: &Input) -> Verdict {
         crate::commits::runs_claims_committed(input),
         tenures::fenced_commits_within_tenure(&tenures, &mut measured),
         tenures::no_due_key_stalled(&history, &tenures, &mut measured),
+        overlap::runs_never_overlap(input, &mut overlaps),
     ];
-    report::verdict(&history, &checks, &near_faults, &tail, (&tenures, &measured))
+    report::verdict(&history, &checks, &near_faults, &tail, (&tenures, &measured), &overlaps)
 }

@@ -87,10 +87,17 @@ pub enum FaultKind {
     /// less than, about, or several times the lease, then SIGCONT
     /// (`stop_in_fence.rs`).
     StopInFence,
+    /// Restart a replica gracefully with its clock running at a rate off
+    /// real time (libfaketime, monotonic clock included), for a few leases,
+    /// then at the true rate again (`clock.rs`).
+    ClockRate,
+    /// Restart a replica gracefully under libfaketime and step its wall
+    /// clock (only) forward or back mid-run, then back (`clock.rs`).
+    ClockStep,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::Stop,
         FaultKind::Kill,
         FaultKind::Terminate,
@@ -103,6 +110,8 @@ impl FaultKind {
         FaultKind::BeginDrop,
         FaultKind::RawBegin,
         FaultKind::StopInFence,
+        FaultKind::ClockRate,
+        FaultKind::ClockStep,
     ];
 
     pub fn name(self) -> &'static str {
@@ -119,6 +128,8 @@ impl FaultKind {
             FaultKind::BeginDrop => "begin-drop",
             FaultKind::RawBegin => "raw-begin",
             FaultKind::StopInFence => "stop-in-fence",
+            FaultKind::ClockRate => "clock-rate",
+            FaultKind::ClockStep => "clock-step",
         }
     }
 
@@ -130,6 +141,11 @@ impl FaultKind {
                 let names: Vec<_> = FaultKind::ALL.iter().map(|k| k.name()).collect();
                 format!("unknown fault {s:?}; known: {}", names.join(","))
             })
+    }
+
+    /// Needs libfaketime (`clock.rs`).
+    pub fn is_clock(self) -> bool {
+        matches!(self, FaultKind::ClockRate | FaultKind::ClockStep)
     }
 
     pub fn restarts_postgres(self) -> bool {
@@ -174,6 +190,12 @@ impl Fleet {
 
     /// Starts replica `n` (a new generation: a new holder id).
     pub fn spawn(&mut self, n: usize) -> std::io::Result<()> {
+        self.spawn_with(n, &[])
+    }
+
+    /// Starts replica `n` with `env` added to its environment (a clock
+    /// fault's libfaketime settings, `clock.rs`).
+    pub fn spawn_with(&mut self, n: usize, env: &[(&str, String)]) -> std::io::Result<()> {
         let generation = self.replicas[n].1 + 1;
         let stderr = std::fs::File::create(self.dir.join(format!("r{n}-g{generation}.stderr")))?;
         let mut cmd = Command::new(&self.exe);
@@ -189,6 +211,7 @@ impl Fleet {
             .stdout(stderr.try_clone()?)
             .stderr(stderr)
             .kill_on_drop(true);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         if let Some(port) = self.proxy_ports.get(n) {
             cmd.args(["--via-port", &port.to_string()]);
         }
@@ -198,6 +221,24 @@ impl Fleet {
 
     pub fn pid(&self, n: usize) -> Option<u32> {
         self.replicas[n].0.as_ref().and_then(|c| c.id())
+    }
+
+    /// The directory of the run's logs.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// Graceful: SIGTERM replica `n`, wait up to `grace`, then SIGKILL.
+    pub async fn stop(&mut self, n: usize, grace: Duration) {
+        if let Some(mut child) = self.replicas[n].0.take() {
+            if let Some(pid) = child.id() {
+                signal(pid, "-TERM");
+            }
+            if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+            }
+        }
     }
 
     pub async fn kill(&mut self, n: usize) {
@@ -250,8 +291,12 @@ pub struct Chaos {
     pub admin: PgPool,
     pub lease: Duration,
     pub period: Duration,
+    /// The rates a `clock-rate` fault picks from (`--clock-rates`).
+    pub clock_rates: Vec<f64>,
     busy_replicas: Mutex<HashSet<usize>>,
     busy_pg: Mutex<bool>,
+    /// Replicas under a clock fault (`clock.rs`).
+    pub(crate) clocked: Mutex<HashSet<usize>>,
     pub records: Mutex<Vec<FaultRecord>>,
     pub skipped: Mutex<Vec<FaultKind>>,
 }
@@ -271,8 +316,10 @@ impl Chaos {
             admin,
             lease,
             period,
+            clock_rates: Vec::new(),
             busy_replicas: Mutex::new(HashSet::new()),
             busy_pg: Mutex::new(false),
+            clocked: Mutex::new(HashSet::new()),
             records: Mutex::new(Vec::new()),
             skipped: Mutex::new(Vec::new()),
         }
@@ -496,6 +543,8 @@ impl Chaos {
             FaultKind::BeginDrop => self.begin_drop(pick, frac).await,
             FaultKind::RawBegin => self.raw_begin(pick, frac).await,
             FaultKind::StopInFence => self.stop_in_fence(pick, frac).await,
+            FaultKind::ClockRate => self.clock_rate(pick, frac).await,
+            FaultKind::ClockStep => self.clock_step(pick, frac).await,
             FaultKind::PgFast | FaultKind::PgImmediate => {
                 let Some(cluster) = self.cluster.clone() else {
                     return self.skip(kind);

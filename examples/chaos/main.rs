@@ -35,7 +35,11 @@
 //!    nobody owns (`poison.rs`: runs dropped inside `begin_fenced` behind a
 //!    slow proxy, and a plain `BEGIN` on the shared pool), and a SIGSTOP
 //!    of a replica while one of its runs holds a fenced transaction open
-//!    (`stop_in_fence.rs`: less than, about, or several times the lease).
+//!    (`stop_in_fence.rs`: less than, about, or several times the lease),
+//!    and clock faults (`clock.rs`, libfaketime): a replica restarted with
+//!    its clock running at `--clock-rates` (×0.95 or ×1.05 by default) for
+//!    a few leases, or with its wall clock stepped an hour or five leases
+//!    forward or back mid-run.
 //!    Replica faults aim at a replica that is running a job when there is
 //!    one; while they run, the replicas' backends are sampled
 //!    (`backends.rs`);
@@ -52,7 +56,8 @@
 //! `--tail` [2 × (lease + period) + 6 periods, at least 10s; shorter is
 //! refused], `--faults` [all: stop, kill, terminate, pg-fast, pg-immediate,
 //! proxy-delay, proxy-blackhole, proxy-reset, expire, begin-drop,
-//! raw-begin, stop-in-fence; or `none`], `--out DIR` [a temp dir; the
+//! raw-begin, stop-in-fence, clock-rate, clock-step; or `none`],
+//! `--clock-rates` [0.95,1.05], `--out DIR` [a temp dir; the
 //! verdict, `ledger.tsv`, `leases.tsv`, `faults.tsv`, replica logs and
 //! stderr stay there], and two switches that remove a protection and must
 //! make the checker fail:
@@ -65,6 +70,7 @@
 mod args;
 mod backends;
 mod check;
+mod clock;
 mod commits;
 mod faults;
 mod poison;
@@ -274,13 +280,15 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
     for n in 0..args.replicas {
         fleet.spawn(n)?;
     }
-    let chaos = Arc::new(Chaos::new(
+    let mut chaos = Chaos::new(
         fleet,
         proxies,
         cluster.clone(),
         admin.clone(),
         (args.lease, args.period),
-    ));
+    );
+    chaos.clock_rates = args.clock_rates.clone();
+    let chaos = Arc::new(chaos);
 
     // Warm up: every replica has started and every job has run once.
     let warm = wait_for_every_key(&admin, args.jobs, Duration::from_secs(60)).await;
@@ -291,11 +299,18 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
     let watcher = backends::watch(admin.clone(), Duration::from_millis(250));
     println!("fleet up; injecting faults for {:?}", args.duration);
 
+    let faketime = clock::libfaketime();
+    if faketime.is_none() && args.faults.iter().any(|k| k.is_clock()) {
+        println!(
+            "libfaketime not found (apt-get install faketime libfaketime, or set CHAOS_LIBFAKETIME): clock faults skipped"
+        );
+    }
     let kinds: Vec<FaultKind> = args
         .faults
         .iter()
         .copied()
         .filter(|k| cluster.is_some() || !k.restarts_postgres())
+        .filter(|k| faketime.is_some() || !k.is_clock())
         .collect();
     let until = Instant::now() + args.duration;
     chaos.run(args.seed, until, (args.gap_min, args.gap_max), &kinds).await;
@@ -419,7 +434,11 @@ async fn gather(
     for n in 0..args.replicas {
         let path = out.join(format!("r{n}.events"));
         let text = std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-        events.extend(text.lines().filter_map(check::Event::parse));
+        // Replica logs read this machine's real clock: onto the server's.
+        events.extend(text.lines().filter_map(check::Event::parse).map(|mut e| {
+            e.at += offset;
+            e
+        }));
     }
     let windows = chaos
         .records
@@ -429,6 +448,7 @@ async fn gather(
         .map(|r| check::Window {
             kind: r.kind,
             replica: check::Window::replica_of(&r.target),
+            expires_leases: r.kind == FaultKind::Expire || r.target.contains("+expired"),
             start: r.start_us + offset,
             end: r.end_us + offset,
         })

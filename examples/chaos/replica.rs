@@ -14,8 +14,24 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::args::Args;
 
-/// Microseconds since the Unix epoch on this machine's clock.
+/// Microseconds since the Unix epoch on this machine's real clock, even in
+/// a replica whose clock libfaketime fakes (`clock.rs`): the system call
+/// itself, not libc's `clock_gettime`, which libfaketime replaces. The
+/// checker compares these times across processes.
 pub fn now_us() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `clock_gettime(CLOCK_REALTIME, &mut ts)` writes one timespec
+    // into `ts`, which lives for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clock_gettime,
+            libc::CLOCK_REALTIME,
+            &mut ts as *mut libc::timespec,
+        )
+    };
+    if rc == 0 {
+        return ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000;
+    }
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)

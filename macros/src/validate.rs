@@ -192,7 +192,11 @@ pub(crate) fn validate(input: &DeriveInput, raw: &RawJob, errors: &mut Errors) -
         };
         if let (Some(setting), Err(e)) = (&raw.heartbeat, timing.check_heartbeat()) {
             errors.push(value_error(setting, e.problem));
-        } else if let (Some(setting), Ok(Some(_)), Err(e)) = (&raw.margin, given(margin), timing.check_margin()) {
+        } else if let (Some(setting), Ok(Some(_)), Err(e)) = (
+            &raw.margin,
+            given(margin),
+            timing.check_margin().and_then(|()| timing.check_clock_rate()),
+        ) {
             errors.push(value_error(setting, e.problem));
         }
     }

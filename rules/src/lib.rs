@@ -48,7 +48,7 @@ pub use crate::cron::{CRON_FIELDS, cron, cron_fires};
 pub use crate::duration::{DurationError, UNITS_HELP, format_duration, parse_duration};
 pub use crate::error::RuleError;
 pub use crate::identifier::{IdentifierError, actor, check_identifier, deceptive_char, identifier};
-pub use crate::timing::{Timing, catch_up_bound, lease, period};
+pub use crate::timing::{Timing, catch_up_bound, covered_clock_rate, lease, min_margin, period};
 pub use crate::zone::{edit_distance, suggest_zone, zone};
 
 /// Longest lease key, holder id or job name, in bytes (also a CHECK in the
@@ -86,6 +86,14 @@ pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(300);
 pub const fn default_heartbeat(lease: Duration) -> Duration {
     lease.checked_div(3).expect("3 is not zero")
 }
+
+/// ρ, in percent: the largest error of a clock's *rate* against real time
+/// that every job's deadline margin must cover (docs/design.md §5: the
+/// margin must exceed `2ρ × lease` plus the time a run takes to stop).
+/// NTP slews a clock by at most 500 ppm (0.05 %); 1 % leaves twenty times
+/// that for a clock NTP does not discipline. The default margin, lease/10,
+/// covers 5 %.
+pub const CLOCK_RATE_BOUND_PERCENT: u32 = 1;
 
 /// The default local deadline margin for a lease: a tenth of it.
 pub const fn default_margin(lease: Duration) -> Duration {

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::{
-    DEFAULT_GRACE, DEFAULT_LEASE, DEFAULT_RETRY, DEFAULT_RETRY_MAX, MAX_CATCH_UP, MAX_LEASE, MIN_LEASE, MIN_PERIOD,
-    RuleError, default_heartbeat, default_margin, format_duration,
+    CLOCK_RATE_BOUND_PERCENT, DEFAULT_GRACE, DEFAULT_LEASE, DEFAULT_RETRY, DEFAULT_RETRY_MAX, MAX_CATCH_UP, MAX_LEASE,
+    MIN_LEASE, MIN_PERIOD, RuleError, default_heartbeat, default_margin, format_duration,
 };
 
 /// Checks a lease length (`what`: `"lease duration"`): [`MIN_LEASE`] to
@@ -32,6 +32,25 @@ pub fn lease(what: &'static str, lease: Duration) -> Result<Duration, RuleError>
         ));
     }
     Ok(lease)
+}
+
+/// The smallest deadline margin that covers clocks whose rates are off by
+/// up to ρ ([`CLOCK_RATE_BOUND_PERCENT`]) at this lease: `2ρ × lease`, the
+/// server's clock fast and the holder's slow (docs/design.md §5).
+pub const fn min_margin(lease: Duration) -> Duration {
+    match lease.saturating_mul(2 * CLOCK_RATE_BOUND_PERCENT).checked_div(100) {
+        Some(margin) => margin,
+        None => Duration::MAX,
+    }
+}
+
+/// The clock-rate error (a fraction: `0.05` is 5 %) a margin covers at a
+/// lease, before the time a run takes to stop: `margin / (2 × lease)`.
+pub fn covered_clock_rate(lease: Duration, margin: Duration) -> f64 {
+    if lease.is_zero() {
+        return 0.0;
+    }
+    margin.as_secs_f64() / (2.0 * lease.as_secs_f64())
 }
 
 /// Checks the period of an interval schedule: at least [`MIN_PERIOD`].
@@ -119,13 +138,40 @@ impl Timing {
 
     /// Every check, in order: [`lease`], then
     /// [`check_heartbeat`](Timing::check_heartbeat),
-    /// [`check_margin`](Timing::check_margin) and
+    /// [`check_margin`](Timing::check_margin),
+    /// [`check_clock_rate`](Timing::check_clock_rate) and
     /// [`check_retry`](Timing::check_retry). The first failure is returned.
     pub fn check(&self) -> Result<(), RuleError> {
         lease("lease duration", self.lease())?;
         self.check_heartbeat()?;
         self.check_margin()?;
+        self.check_clock_rate()?;
         self.check_retry()
+    }
+
+    /// The margin must cover clocks whose rates are off by up to ρ
+    /// ([`CLOCK_RATE_BOUND_PERCENT`]): at least [`min_margin`] of the lease,
+    /// or a holder whose clock runs slow could still be running when the
+    /// server's clock, running fast, lets another replica claim the key.
+    /// Fails with `what` = `"deadline margin"`.
+    pub fn check_clock_rate(&self) -> Result<(), RuleError> {
+        let (margin, min) = (self.margin(), min_margin(self.lease()));
+        if margin < min {
+            return Err(RuleError::shown(
+                "deadline margin",
+                format_duration(margin),
+                format!(
+                    "must be at least 2ρ × lease = {} (ρ = {CLOCK_RATE_BOUND_PERCENT} %, the clock-rate error the \
+                     deadline allows; lease {}), or a holder whose clock runs slow may still run when another \
+                     replica claims the key; raise it to {} or more, or leave it out for lease/10 ({})",
+                    format_duration(min),
+                    self.shown_lease(),
+                    format_duration(min),
+                    format_duration(default_margin(self.lease()))
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The heartbeat must be above zero and below half the lease, so that
@@ -353,6 +399,39 @@ mod tests {
             ..Timing::default()
         };
         t.check().unwrap();
+    }
+
+    #[test]
+    fn a_margin_below_two_rho_of_the_lease_is_refused_naming_the_minimum() {
+        let t = Timing {
+            lease: Some(s(60)),
+            margin: Some(Duration::from_millis(1_199)),
+            ..Timing::default()
+        };
+        let e = t.check().unwrap_err();
+        assert_eq!((e.what, e.value.as_str()), ("deadline margin", "1s199ms"));
+        assert_eq!(
+            e.problem,
+            "must be at least 2ρ × lease = 1s200ms (ρ = 1 %, the clock-rate error the deadline allows; \
+             lease 1m), or a holder whose clock runs slow may still run when another replica claims the key; \
+             raise it to 1s200ms or more, or leave it out for lease/10 (6s)"
+        );
+        let t = Timing {
+            margin: Some(Duration::from_millis(1_200)),
+            ..t
+        };
+        t.check().unwrap();
+        // The default margin, lease/10, covers 5 % whatever the lease.
+        for lease in [MIN_LEASE, s(1), s(60), MAX_LEASE] {
+            let t = Timing {
+                lease: Some(lease),
+                ..Timing::default()
+            };
+            t.check_clock_rate().unwrap();
+            let covered = covered_clock_rate(t.lease(), t.margin());
+            assert!((covered - 0.05).abs() < 1e-9, "{lease:?}: {covered}");
+        }
+        assert_eq!(min_margin(MAX_LEASE), MAX_LEASE / 50);
     }
 
     #[test]

@@ -85,6 +85,9 @@ pub(crate) struct Polled {
     pub(crate) seen: Vec<Sighting>,
     /// Every pause in force.
     pub(crate) paused: Vec<PauseTarget>,
+    /// The server's WAL timeline (`leasehold_timeline_id()`): it rises on
+    /// every promotion of a standby.
+    pub(crate) timeline: Option<i64>,
 }
 
 /// The answer to a batch claim.
@@ -544,10 +547,11 @@ impl LeaseStore {
         // follows the keys that became due, not the size of the table. A
         // LEFT JOIN on one clock row, so an empty answer still reads the
         // server clock the next window starts from. The pauses (a small
-        // table) ride along for the runtime's gauge.
+        // table) and the server's WAL timeline (a read of the WAL insert
+        // position) ride along for the runtime's gauges.
         const DUE_SINCE: &str = "
-            SELECT c.now AS server_now, c.scopes, c.names, d.key, d.expires_at, d.next_due_at
-              FROM (SELECT clock_timestamp() AS now,
+            SELECT c.now AS server_now, c.scopes, c.names, c.timeline, d.key, d.expires_at, d.next_due_at
+              FROM (SELECT clock_timestamp() AS now, leasehold_timeline_id() AS timeline,
                            ARRAY(SELECT scope FROM leasehold_pause ORDER BY scope, name) AS scopes,
                            ARRAY(SELECT name FROM leasehold_pause ORDER BY scope, name) AS names) AS c
               LEFT JOIN LATERAL (
@@ -561,6 +565,7 @@ impl LeaseStore {
             DateTime<Utc>,
             Vec<String>,
             Vec<String>,
+            i64,
             Option<String>,
             Option<DateTime<Utc>>,
             Option<DateTime<Utc>>,
@@ -570,6 +575,7 @@ impl LeaseStore {
             .bind(limit)
             .fetch_all(conn))?;
         let server_now = rows.first().map(|r| r.0).unwrap_or(since);
+        let timeline = rows.first().map(|r| r.3);
         let paused = match rows.first_mut() {
             Some((_, scopes, names, ..)) => std::mem::take(scopes)
                 .into_iter()
@@ -583,7 +589,7 @@ impl LeaseStore {
         };
         let seen = rows
             .into_iter()
-            .filter_map(|(server_now, _, _, key, expires_at, next_due_at)| {
+            .filter_map(|(server_now, _, _, _, key, expires_at, next_due_at)| {
                 Some(Sighting {
                     key: key?,
                     expires_at: expires_at?,
@@ -597,6 +603,7 @@ impl LeaseStore {
             server_now,
             seen,
             paused,
+            timeline,
         })
     }
 

@@ -1,7 +1,7 @@
 //! [`RuntimeBuilder`]: settings, the checks run at `start`, and start-up.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use crate::lease::{DEFAULT_OWNED_CONNECTIONS, LeaseStore};
 use crate::metrics;
 use crate::schedule::first_due;
 use crate::validate;
+use leasehold_rules as rules;
 
 /// Default of [`RuntimeBuilder::max_concurrent_runs`].
 pub const DEFAULT_MAX_CONCURRENT_RUNS: usize = 100;
@@ -372,6 +373,13 @@ impl RuntimeBuilder {
                  same id (give each process its own, or leave the default), or this process restarted \
                  before its old leases expired; they are not taken over, they are claimed once they expire");
         }
+        // The clock-rate error the deadline margins cover (docs/design.md
+        // §5): every job's covers at least ρ, or `validate` refused it; the
+        // smallest is what this replica can tolerate.
+        let covered = jobs
+            .iter()
+            .map(|j| rules::covered_clock_rate(j.settings.get_lease(), j.settings.get_margin()))
+            .reduce(f64::min);
         let keys: Vec<(&str, &str, DateTime<Utc>)> = jobs
             .iter()
             .map(|j| (&*j.key, &*j.name, first_due(&j.settings.schedule, server_now)))
@@ -420,6 +428,7 @@ impl RuntimeBuilder {
             max_concurrent_runs: self.max_concurrent_runs,
             history: self.history,
             paused: Mutex::new(Vec::new()),
+            timeline: AtomicI64::new(0),
             wake: Notify::new(),
             tick: AtomicU64::new(u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX)),
             retick: Notify::new(),
@@ -445,7 +454,14 @@ impl RuntimeBuilder {
             stop_heartbeat,
             scheduler: tokio::spawn(scheduler::run(shared.clone(), server_now)),
         };
-        tracing::info!(holder = %shared.holder, jobs = shared.registry().len(), "leasehold runtime started");
+        tracing::info!(
+            holder = %shared.holder,
+            jobs = shared.registry().len(),
+            clock_rate_bound = format!("{} %", rules::CLOCK_RATE_BOUND_PERCENT),
+            clock_rate_covered = covered.map(|c| format!("{:.1} %", c * 100.0)).unwrap_or_default(),
+            "leasehold runtime started: the deadline margins cover clocks whose rates are off by up to \
+             clock_rate_covered (every job's covers at least clock_rate_bound)"
+        );
         Ok(Runtime::started(shared, tasks))
     }
 }

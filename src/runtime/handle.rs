@@ -166,6 +166,14 @@ impl Runtime {
         &self.shared().holder
     }
 
+    /// The server's WAL timeline as this runtime's latest poll read it (the
+    /// `leasehold_server_timeline` gauge of this runtime alone), 0 before
+    /// its first poll; for tests (feature `test-util`).
+    #[cfg(feature = "test-util")]
+    pub fn server_timeline(&self) -> i64 {
+        self.shared().timeline.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Fault injection for tests and chaos runs (feature `test-util`).
     #[cfg(feature = "test-util")]
     pub fn faults(&self) -> &super::faults::Faults {

@@ -139,9 +139,13 @@ impl Scheduler {
             server_now,
             seen,
             paused,
+            timeline,
         } = self.answered(shared, answer)?;
         shared.clock.observed(server_now);
         shared.pauses_seen(paused);
+        if let Some(timeline) = timeline {
+            shared.timeline_seen(timeline);
+        }
         // A full page means more may wait: the next window starts after it.
         self.since = match seen.last() {
             Some(last) if seen.len() >= MAX_DISCOVERED => last.next_due_at.unwrap_or(server_now),

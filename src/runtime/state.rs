@@ -27,7 +27,7 @@
 //!   for that same end.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -484,6 +484,9 @@ pub(crate) struct Shared {
     pub(crate) history: u32,
     /// The pauses in force, as the latest poll read them (for the gauge).
     pub(crate) paused: Mutex<Vec<PauseTarget>>,
+    /// The server's WAL timeline as the latest poll read it; 0 before the
+    /// first (timelines start at 1).
+    pub(crate) timeline: AtomicI64,
     /// Wakes the scheduler: a key became worth a claim, or room freed up.
     pub(crate) wake: Notify,
     /// Heartbeat period in nanoseconds: the shortest of the jobs' heartbeat
@@ -571,6 +574,26 @@ impl Shared {
             crate::metrics::jobs_paused(&job, keys);
         }
         *known = pauses;
+    }
+
+    /// Records the server's WAL timeline a poll read: the gauge follows it,
+    /// and a timeline other than the one seen before — a standby was
+    /// promoted, this runtime now talks to it — is logged once, as a
+    /// warning (the first fence drawn on it moved the fence sequence ahead,
+    /// docs/design.md §4).
+    pub(crate) fn timeline_seen(&self, timeline: i64) {
+        let before = self.timeline.swap(timeline, Ordering::Relaxed);
+        if before == timeline {
+            return;
+        }
+        crate::metrics::server_timeline(timeline);
+        if before == 0 {
+            tracing::info!(holder = %self.holder, timeline, "the server's WAL timeline");
+        } else {
+            tracing::warn!(holder = %self.holder, from = before, to = timeline,
+                "the server is on a new WAL timeline: a standby was promoted (a failover); fences drawn on it \
+                 are above every fence of the old timeline, but commits the old primary had not shipped are lost");
+        }
     }
 
     /// Whether fault injection cut this runtime off from the database.

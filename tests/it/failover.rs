@@ -98,6 +98,9 @@ struct Outcome {
     newest_before_crash: i64,
     /// The longest wait from the switch to a key's first accepted run.
     slowest_rerun: Duration,
+    /// The server timeline each replica's polls read before the crash and
+    /// after the switch.
+    timelines: [(i64, i64); 2],
 }
 
 async fn fail_over(synchronous: bool) -> Outcome {
@@ -131,6 +134,7 @@ async fn fail_over(synchronous: bool) -> Outcome {
     let a = replica_on(pair.pool(4), "replica-a", POLL, jobs.clone()).await;
     let b = replica_on(pair.pool(4), "replica-b", POLL, jobs).await;
     runs.wait_started(4 * KEYS, Duration::from_secs(30)).await;
+    let timelines_before = [a.server_timeline(), b.server_timeline()];
 
     // The standby stops receiving WAL; the primary goes on acknowledging
     // (asynchronous) or stops acknowledging leasehold's commits (synchronous).
@@ -170,6 +174,13 @@ async fn fail_over(synchronous: bool) -> Outcome {
     .await;
     // A little longer, so late runs of the old tenures show up too.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every replica's polls see the promoted server's new timeline (the
+    // gauge, and a warning in its log).
+    let timelines_after = eventually_async(Duration::from_secs(5), || async {
+        let seen = [a.server_timeline(), b.server_timeline()];
+        (seen != timelines_before).then_some(seen)
+    })
+    .await;
     a.shutdown().await;
     b.shutdown().await;
 
@@ -226,6 +237,7 @@ async fn fail_over(synchronous: bool) -> Outcome {
         promoted_sequence,
         newest_before_crash: before_crash.iter().map(|r| r.fence).max().unwrap_or(0),
         slowest_rerun,
+        timelines: [0, 1].map(|i| (timelines_before[i], timelines_after[i])),
     }
 }
 
@@ -280,6 +292,11 @@ async fn an_asynchronous_failover_loses_the_lag_window_but_never_repeats_a_fence
         outcome.slowest_rerun <= RERUN_BOUND,
         "re-run after {:?}",
         outcome.slowest_rerun
+    );
+    assert_eq!(
+        outcome.timelines,
+        [(1, 2), (1, 2)],
+        "each replica saw timeline 1, then the promoted server's 2"
     );
 }
 

@@ -424,6 +424,15 @@ async fn bad_settings_are_refused_at_start() {
             )],
             "deadline margin",
         ),
+        // A margin that cannot cover ρ = 1 % at a one-minute lease.
+        (
+            vec![job(
+                "a",
+                JobSettings::new(Schedule::Manual).margin(Duration::from_secs(1)),
+                noop,
+            )],
+            "deadline margin 1s: must be at least 2ρ × lease = 1s200ms",
+        ),
         (
             vec![job("a", JobSettings::new(Schedule::every(Duration::ZERO)), noop)],
             "schedule period",

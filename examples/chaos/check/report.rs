@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::history::History;
+use super::overlap::Overlaps;
 use super::slots::{NearFaults, QuietTail};
 use super::tenures::{Measured, Tenures};
 use super::{Check, Verdict};
@@ -18,6 +19,7 @@ pub fn verdict(
     near: &NearFaults,
     tail: &QuietTail,
     (tenures, measured): (&Tenures, &Measured),
+    overlaps: &Overlaps,
 ) -> Verdict {
     let input = h.input;
     let count = |kind: &str| input.events.iter().filter(|e| e.kind == kind).count();
@@ -114,6 +116,11 @@ pub fn verdict(
             .longest_wait
             .as_ref()
             .map_or("-".to_owned(), |(w, key)| format!("{} ({key})", ms(Some(*w))))
+    );
+    let _ = writeln!(
+        s,
+        "| runs with a start and an end / overlaps excused (freezes, early expiries) | {} / {} |",
+        overlaps.runs, overlaps.excused
     );
     let _ = writeln!(
         s,

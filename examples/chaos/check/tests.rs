@@ -26,6 +26,7 @@ const ALONE: &str = "leasehold's lease writes commit on their own";
 const CLAIMED: &str = "every run's claim committed";
 const WITHIN_TENURE: &str = "no fenced transaction committed after its tenure ended";
 const STALLED: &str = "no due key waited more than two leases for its next fenced commit";
+const OVERLAP: &str = "no two runs of a key overlap in real time";
 
 /// One job `a`, two replicas, period, lease and poll interval 1 s, two
 /// steps per run, observed from 10 s to 26 s, one fault (replica 1 stopped)
@@ -51,6 +52,7 @@ fn healthy() -> Input {
         windows: vec![Window {
             kind: FaultKind::Stop,
             replica: Some(1),
+            expires_leases: false,
             start: 16 * S,
             end: 16 * S + 500 * MS,
         }],
@@ -91,8 +93,10 @@ fn healthy() -> Input {
         }
         let released = k * S + 400 * MS;
         input.lease_writes.push(lease("release", 4000 + k, released, released));
-        input.events.push(event("start", fence, &format!("run{k}")));
-        input.events.push(event("done", fence, ""));
+        input
+            .events
+            .push(event_at(claimed + 10 * MS, "start", fence, &format!("run{k}")));
+        input.events.push(event_at(released - 10 * MS, "done", fence, ""));
     }
     input
 }
@@ -115,7 +119,13 @@ fn row(id: i64, fence: i64, slot: i64, step: i32, at: i64) -> LedgerRow {
 }
 
 fn event(kind: &str, fence: i64, detail: &str) -> Event {
+    event_at(0, kind, fence, detail)
+}
+
+/// A replica's log line for job `a`, logged at `at`.
+fn event_at(at: i64, kind: &str, fence: i64, detail: &str) -> Event {
     Event {
+        at,
         kind: kind.to_owned(),
         key: "a".to_owned(),
         fence,
@@ -163,7 +173,7 @@ fn assert_violates(input: &Input, names: &[&str], example: &str) -> Verdict {
 fn the_healthy_history_passes_every_check() {
     let verdict = check(&healthy());
     assert_eq!(verdict.violations, 0, "{}", verdict.text);
-    assert_eq!(verdict.text.matches("| check: ").count(), 16, "{}", verdict.text);
+    assert_eq!(verdict.text.matches("| check: ").count(), 17, "{}", verdict.text);
     for name in [
         ORDER,
         STALE,
@@ -181,6 +191,7 @@ fn the_healthy_history_passes_every_check() {
         CLAIMED,
         WITHIN_TENURE,
         STALLED,
+        OVERLAP,
     ] {
         assert!(
             verdict.text.contains(&format!("| check: {name} | ok (")),
@@ -602,9 +613,69 @@ fn a_wait_during_a_postgresql_restart_is_not_counted() {
     input.windows.push(Window {
         kind: FaultKind::PgFast,
         replica: None,
+        expires_leases: false,
         start: 15 * S + 800 * MS,
         end: 16 * S + 800 * MS,
     });
     let verdict = check(&input);
     assert_eq!(verdict.violations, 0, "{}", verdict.text);
+}
+
+/// Moves the `done` of the run with `fence` to `at`.
+fn end_run_at(input: &mut Input, fence: i64, at: i64) {
+    let done = input
+        .events
+        .iter_mut()
+        .find(|e| e.fence == fence && e.kind == "done")
+        .unwrap();
+    done.at = at;
+}
+
+/// A run that starts while the previous run of its key still runs (a
+/// holder whose clock ran slow past its lease) is an overlap; the same
+/// overlap during a fault outside G1's assumptions (a frozen replica) is
+/// excused and counted, and a run with no end is left out.
+#[test]
+fn runs_that_overlap_in_real_time_are_caught_unless_a_freeze_excuses_them() {
+    let mut input = healthy();
+    // Slot 12's run (fence 112) ends 100 ms into slot 13's, which started at
+    // 13.06 s.
+    end_run_at(&mut input, 112, 13 * S + 160 * MS);
+    assert_violates(
+        &input,
+        &[OVERLAP],
+        "a: fence 113 started at 3.060s while fence 112 ran until 3.160s (100.0 ms together)",
+    );
+
+    // Around the stop of replica 1 at 16 s, the same overlap is excused.
+    let mut input = healthy();
+    end_run_at(&mut input, 116, 17 * S + 160 * MS);
+    let verdict = check(&input);
+    assert_eq!(verdict.violations, 0, "{}", verdict.text);
+    assert!(
+        verdict
+            .text
+            .contains("| runs with a start and an end / overlaps excused (freezes, early expiries) | 14 / 1 |"),
+        "{}",
+        verdict.text
+    );
+
+    // After a begin-drop that also expired the replica's leases on the
+    // server (outside G1), the same overlap is excused too.
+    let mut input = healthy();
+    input.windows.push(Window {
+        kind: FaultKind::BeginDrop,
+        replica: Some(0),
+        expires_leases: true,
+        start: 12 * S + 500 * MS,
+        end: 12 * S + 600 * MS,
+    });
+    end_run_at(&mut input, 112, 13 * S + 160 * MS);
+    assert!(!violated(&check(&input)).contains(&OVERLAP));
+
+    // A killed run has no end: nothing to compare.
+    let mut input = healthy();
+    input.events.retain(|e| !(e.fence == 112 && e.kind == "done"));
+    let verdict = check(&input);
+    assert!(!violated(&verdict).contains(&OVERLAP), "{}", verdict.text);
 }
