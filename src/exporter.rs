@@ -353,6 +353,8 @@ mod tests {
             m::concurrency_limit(100);
             m::runs_in_progress(1.0);
             m::jobs_paused("nightly", 0);
+            m::keys_bad_args("nightly", 0);
+            m::keys_unknown_kind(0);
         });
         let text = handle.render();
         for name in names::ALL {
@@ -368,6 +370,8 @@ mod tests {
             (names::HELD, "gauge"),
             (names::RUNS_IN_PROGRESS, "gauge"),
             (names::MAX_CONCURRENT_RUNS, "gauge"),
+            (names::KEYS_BAD_ARGS, "gauge"),
+            (names::KEYS_UNKNOWN_KIND, "gauge"),
             (names::JOBS_PAUSED, "gauge"),
             (names::REMAINING, "gauge"),
             (names::FENCE_REJECTIONS, "counter"),

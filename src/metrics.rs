@@ -20,6 +20,8 @@
 //! | `leasehold_runs_in_progress` | gauge | | runs in progress on this replica |
 //! | `leasehold_max_concurrent_runs` | gauge | | this replica's limit on runs at once (`RuntimeBuilder::max_concurrent_runs`) |
 //! | `leasehold_jobs_paused` | gauge | job_name | keys of the job paused fleet-wide (by key or by job), as this replica last saw them |
+//! | `leasehold_keys_bad_args` | gauge | job_name | stored keys of this job kind whose arguments (or schedule) this replica cannot read: not run until updated |
+//! | `leasehold_keys_unknown_kind` | gauge | | stored keys of kinds no live replica registers: they run nowhere (as this replica last saw them) |
 //! | `leasehold_poisoned_connections_total` | counter | state | pooled connections found inside someone else's transaction and closed: `in_transaction`, `in_failed_transaction` |
 //!
 //! # Getting them out
@@ -132,6 +134,12 @@ pub mod names {
     /// key or by job), as of its latest poll. Take `max by (job_name)`
     /// across replicas.
     pub const JOBS_PAUSED: &str = "leasehold_jobs_paused";
+    /// Gauge: stored keys of a job kind whose arguments or schedule this
+    /// replica cannot read (not run until updated).
+    pub const KEYS_BAD_ARGS: &str = "leasehold_keys_bad_args";
+    /// Gauge: stored keys of job kinds no live replica registers. Take
+    /// `max` across replicas.
+    pub const KEYS_UNKNOWN_KIND: &str = "leasehold_keys_unknown_kind";
 
     /// All of the above.
     pub const ALL: &[&str] = &[
@@ -150,6 +158,8 @@ pub mod names {
         RUNS_IN_PROGRESS,
         MAX_CONCURRENT_RUNS,
         JOBS_PAUSED,
+        KEYS_BAD_ARGS,
+        KEYS_UNKNOWN_KIND,
     ];
 }
 
@@ -261,6 +271,17 @@ pub fn describe() {
         Unit::Count,
         "Keys of this job registered on this replica that are paused (leasehold pause), as of the latest poll."
     );
+    describe_gauge!(
+        names::KEYS_BAD_ARGS,
+        Unit::Count,
+        "Stored keys of this job kind whose arguments or schedule this replica cannot read; they are not run \
+         until updated."
+    );
+    describe_gauge!(
+        names::KEYS_UNKNOWN_KIND,
+        Unit::Count,
+        "Stored keys of job kinds that no live replica registers: they run nowhere."
+    );
 }
 
 /// Creates a job's counters (and the heartbeat counters) at zero when the
@@ -351,6 +372,16 @@ pub(crate) fn jobs_paused(job: &str, keys: usize) {
 /// One more (`1.0`) or one fewer (`-1.0`) run in progress.
 pub(crate) fn runs_in_progress(delta: f64) {
     gauge!(names::RUNS_IN_PROGRESS).increment(delta);
+}
+
+/// How many stored keys of the kind `job` this replica cannot run.
+pub(crate) fn keys_bad_args(job: &str, keys: usize) {
+    gauge!(names::KEYS_BAD_ARGS, "job_name" => job.to_owned()).set(keys as f64);
+}
+
+/// How many stored keys belong to kinds no live replica registers.
+pub(crate) fn keys_unknown_kind(keys: i64) {
+    gauge!(names::KEYS_UNKNOWN_KIND).set(keys as f64);
 }
 
 pub(crate) fn poisoned_connection(state: &'static str) {
