@@ -468,4 +468,15 @@ impl LeaseStore {
     pub async fn report_args_error_for_test(&self, key: &str, version: i64, problem: &str) -> Result<bool> {
         self.report_args_error(key, version, problem).await
     }
+
+    /// Every statement a replica's sync and a kind's run send, in turn, for
+    /// the cancel-safety sweep (they are not public on their own).
+    #[cfg(feature = "test-util")]
+    pub async fn kind_statements_for_test(&self, kind: &str, key: &str) -> Result<()> {
+        self.kind_generations(&[kind], Duration::from_secs(60)).await?;
+        self.keys_of_kind(kind).await?;
+        self.key_args(kind, key).await?;
+        self.reschedule(key, Utc::now() + chrono::TimeDelta::hours(1)).await?;
+        self.report_args_error(key, 1, "swept").await.map(drop)
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use leasehold::{LeaseStore, NewKey, Schedule};
+use leasehold::{LeaseStore, NewKey, PauseTarget, Schedule};
 
 use super::{TenantKind, replica, runs_of, tenant};
 use crate::support;
@@ -17,6 +17,12 @@ async fn an_update_or_removal_of_another_kind_changes_nothing() {
         .add_keys(&[tenant("k:1", "basic", "manual"), tenant("k:2", "basic", "manual")])
         .await
         .unwrap();
+    // A later add: one new key, one that exists (kept as it is).
+    let added = store
+        .add_keys(&[tenant("k:3", "basic", "manual"), tenant("k:1", "pro", "manual")])
+        .await
+        .unwrap();
+    assert_eq!(added, 1);
     let other = NewKey::new("report", "k:1", &"x", Schedule::Manual).unwrap();
     assert_eq!(store.update_key(&other).await.unwrap(), None);
     let row = store.stored_key("k:1").await.unwrap().unwrap();
@@ -30,7 +36,7 @@ async fn an_update_or_removal_of_another_kind_changes_nothing() {
     assert!(store.remove_key("tenant", "k:1").await.unwrap());
     assert!(store.stored_key("k:1").await.unwrap().is_none());
     let kinds = store.kinds().await.unwrap();
-    assert_eq!((kinds[0].kind.as_str(), kinds[0].keys), ("tenant", 1));
+    assert_eq!((kinds[0].kind.as_str(), kinds[0].keys), ("tenant", 2));
 }
 
 /// A replica's report about version 1 arrives after an update to version
@@ -92,5 +98,34 @@ async fn keys_of_a_kind_nobody_runs_are_visible() {
     .await;
     let ghost = live.iter().find(|k| k.kind == "ghost").unwrap();
     assert_eq!((ghost.keys, ghost.live), (1, false));
+    a.shutdown().await;
+}
+
+/// A paused key of a running replica is triggered (due now, held back by
+/// the pause), then its schedule changes to hourly: the trigger is not
+/// postponed to the next hour; the key runs once resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_schedule_never_postpones_a_due_run() {
+    let db = support::db().await;
+    let kind = TenantKind {
+        log: Default::default(),
+        work: Duration::from_millis(10),
+    };
+    let store = LeaseStore::new(db.pool.clone());
+    store.add_keys(&[tenant("k", "basic", "manual")]).await.unwrap();
+    let a = replica(&db, "a", &kind, Duration::from_millis(100), true).await;
+    support::eventually(Duration::from_secs(5), || (a.health().registered == 1).then_some(())).await;
+    let key = PauseTarget::key("k");
+    store.pause(&key, false, "test").await.unwrap();
+    store.trigger("k").await.unwrap();
+    store.update_key(&tenant("k", "basic", "every 1h")).await.unwrap();
+    // A has synced the new schedule (its next poll at the latest).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(runs_of(&kind.log, "k").is_empty(), "paused");
+    store.resume(&key).await.unwrap();
+    support::eventually(Duration::from_secs(5), || {
+        (!runs_of(&kind.log, "k").is_empty()).then_some(())
+    })
+    .await;
     a.shutdown().await;
 }
