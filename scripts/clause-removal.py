@@ -6,7 +6,8 @@ src/lease/revoke.rs; pause, resume and trigger in control.rs, the pause
 rule enforced by mod.rs's and batch.rs's claims, written once in
 pause_rule.rs and expanded at each call site;
 what operators read and the record of their actions in history.rs,
-recent.rs, fleet.rs and audit.rs; the commit check on fenced transactions in
+recent.rs, fleet.rs and audit.rs; the stored keys of job kinds in keys.rs;
+the commit check on fenced transactions in
 migrations/0005_fence_tenure.sql; the fence jump on a new timeline in
 migrations/0006_fence_timeline.sql),
 remove it (or, for a rule that forbids something, add the forbidden clause)
@@ -383,6 +384,50 @@ audit_mutations = [
   "console::timeline::a_jobs_page"),
 ]
 
+# The stored keys of job kinds (src/lease/keys.rs).
+keys_mutations = [
+ ("keys: update_key rewrites a key of another kind",
+  "                 WHERE key = $1 AND kind = $2\n                RETURNING kind, version",
+  "                 WHERE key = $1\n                RETURNING kind, version",
+  "fleet::clauses::an_update_or_removal_of_another_kind_changes_nothing"),
+ ("keys: remove_key deletes a key of another kind",
+  "DELETE FROM leasehold_key WHERE key = $1 AND kind = $2 RETURNING kind",
+  "DELETE FROM leasehold_key WHERE key = $1 RETURNING kind",
+  "fleet::clauses::an_update_or_removal_of_another_kind_changes_nothing"),
+ ("keys: update_key keeps the old version's reported problem",
+  "                       args_error = NULL, updated_at = clock_timestamp()",
+  "                       updated_at = clock_timestamp()",
+  "fleet::arguments::an_undeserializable_key_is_reported_and_never_run"),
+ ("keys: add_keys does not move the kind's generation (running replicas never see the key)",
+  "ON CONFLICT (kind) DO UPDATE SET generation = k.generation + 1, keys = k.keys + excluded.keys",
+  "ON CONFLICT (kind) DO UPDATE SET keys = k.keys + excluded.keys",
+  "fleet::handover::a_key_added_through_a_runs_on_b_when_a_is_gone"),
+ ("keys: add_keys does not count the keys of an existing kind",
+  "ON CONFLICT (kind) DO UPDATE SET generation = k.generation + 1, keys = k.keys + excluded.keys",
+  "ON CONFLICT (kind) DO UPDATE SET generation = k.generation + 1",
+  "fleet::clauses::an_update_or_removal_of_another_kind_changes_nothing"),
+ ("keys: update_key does not move the kind's generation",
+  "                UPDATE leasehold_kind AS k SET generation = k.generation + 1\n                  FROM updated",
+  "                UPDATE leasehold_kind AS k SET generation = k.generation\n                  FROM updated",
+  "fleet::clauses::a_new_schedule_reaches_a_running_replica"),
+ ("keys: remove_key does not move the kind's generation (running replicas go on running it)",
+  "SET generation = k.generation + 1, keys = k.keys - 1",
+  "SET keys = k.keys - 1",
+  "fleet::handover::a_key_removed_through_b_stops_on_a_within_one_poll"),
+ ("keys: remove_key does not count the key removed",
+  "SET generation = k.generation + 1, keys = k.keys - 1",
+  "SET generation = k.generation + 1",
+  "fleet::clauses::an_update_or_removal_of_another_kind_changes_nothing"),
+ ("keys: a report about an old version marks the new one",
+  "             WHERE key = $1 AND version = $2 AND args_error IS DISTINCT FROM $3",
+  "             WHERE key = $1 AND args_error IS DISTINCT FROM $3",
+  "fleet::clauses::a_report_about_an_old_version_leaves_the_new_one_clear"),
+ ("keys: a new schedule postpones a due run",
+  "             WHERE key = $1 AND (next_due_at IS NULL OR next_due_at > $2)",
+  "             WHERE key = $1",
+  "fleet::clauses::a_new_schedule_never_postpones_a_due_run"),
+]
+
 # The pause rule itself (src/lease/pause_rule.rs), which every statement
 # above expands: each half of it removed for all of them at once. The
 # mutations above remove it from one statement at a time, at its call site.
@@ -399,7 +444,8 @@ FILES = [("src/lease/mod.rs", mutations), ("src/lease/control.rs", control_mutat
          ("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations),
          ("src/lease/history.rs", read_mutations),
          ("src/lease/recent.rs", recent_mutations), ("src/lease/fleet.rs", fleet_mutations),
-         ("src/lease/audit.rs", audit_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations),
+         ("src/lease/audit.rs", audit_mutations),
+         ("src/lease/keys.rs", keys_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations),
          ("migrations/0005_fence_tenure.sql", commit_check_mutations),
          ("migrations/0006_fence_timeline.sql", timeline_mutations)]
 

@@ -354,6 +354,8 @@ mod tests {
             m::runs_in_progress(1.0);
             m::jobs_paused("nightly", 0);
             m::server_timeline(1);
+            m::keys_bad_args("nightly", 0);
+            m::keys_unknown_kind(0);
         });
         let text = handle.render();
         for name in names::ALL {
@@ -369,6 +371,8 @@ mod tests {
             (names::HELD, "gauge"),
             (names::RUNS_IN_PROGRESS, "gauge"),
             (names::MAX_CONCURRENT_RUNS, "gauge"),
+            (names::KEYS_BAD_ARGS, "gauge"),
+            (names::KEYS_UNKNOWN_KIND, "gauge"),
             (names::JOBS_PAUSED, "gauge"),
             (names::SERVER_TIMELINE, "gauge"),
             (names::REMAINING, "gauge"),

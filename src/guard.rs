@@ -64,6 +64,26 @@ impl FenceGuard {
         &self.tenure.key
     }
 
+    /// For a key of a [`JobKind`](crate::JobKind): the version of the
+    /// stored arguments this run was started with (1 when added, one more
+    /// per [`update_key`](crate::LeaseStore::update_key)). An update while
+    /// the run goes on does not change it: the run keeps its arguments, and
+    /// the next run starts with the new ones. `None` for other jobs.
+    ///
+    /// ```no_run
+    /// # fn demo(guard: leasehold::FenceGuard) {
+    /// tracing::info!(key = guard.key(), args_version = ?guard.args_version(), "run started");
+    /// # }
+    /// ```
+    pub fn args_version(&self) -> Option<i64> {
+        self.tenure.args_version.get().copied()
+    }
+
+    /// Notes the arguments' version a kind's run starts with.
+    pub(crate) fn set_args_version(&self, version: i64) {
+        let _ = self.tenure.args_version.set(version);
+    }
+
     /// This replica's holder id.
     pub fn holder(&self) -> &str {
         &self.tenure.holder

@@ -37,6 +37,9 @@
 //! - [`FencedJob`] (usually derived) declares a job: name, key, schedule,
 //!   lease; [`Runtime`] runs the registered jobs on this replica — once per
 //!   slot across the fleet, heartbeating, cancelling on loss;
+//! - [`JobKind`] declares a kind of job whose keys live in the database
+//!   ([`NewKey`], [`LeaseStore::add_keys`]): every replica that registers
+//!   the kind runs them;
 //! - [`FenceGuard`] is a run's tenure: its fence, its cancellation, and the
 //!   fenced writes ([`FenceGuard::begin_fenced`], [`FenceGuard::update`]);
 //! - [`LeaseStore`] claims, renews and releases leases, one statement each,
@@ -62,6 +65,7 @@ mod exporter;
 mod guard;
 mod health;
 mod job;
+mod kind;
 mod lease;
 pub mod metrics;
 mod migrate;
@@ -77,14 +81,15 @@ pub use error::{Error, Result};
 pub use guard::{FenceGuard, FencedUpdate};
 pub use health::Degraded;
 pub use job::{FencedJob, JobError, JobSettings};
+pub use kind::JobKind;
 #[cfg(feature = "test-util")]
 pub use lease::LockedRow;
 #[doc(hidden)]
 pub use lease::never_claimed;
 pub use lease::{
     ActionRecord, Claim, DEFAULT_OWNED_CONNECTIONS, Due, Fleet, Forgotten, HolderSeen, KeyFilter, KeyPage, KeyState,
-    KeyStatus, Lease, LeaseInfo, LeaseStore, Pause, PauseTarget, Renewal, RenewedMany, Resumed, Revoke, Revoked,
-    RunRecord, Triggered,
+    KeyStatus, KindStatus, Lease, LeaseInfo, LeaseStore, MAX_ARGS_BYTES, NewKey, Pause, PauseTarget, Renewal,
+    RenewedMany, Resumed, Revoke, Revoked, RunRecord, StoredKey, Triggered,
 };
 pub use leasehold_macros::FencedJob;
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, schema_version};

@@ -21,6 +21,8 @@
 //! | `leasehold_max_concurrent_runs` | gauge | | this replica's limit on runs at once (`RuntimeBuilder::max_concurrent_runs`) |
 //! | `leasehold_jobs_paused` | gauge | job_name | keys of the job paused fleet-wide (by key or by job), as this replica last saw them |
 //! | `leasehold_server_timeline` | gauge | | the server's WAL timeline as this replica's latest poll read it: it rises on every promotion of a standby, and a runtime that sees it change logs a warning |
+//! | `leasehold_keys_bad_args` | gauge | job_name | stored keys of this job kind whose arguments (or schedule) this replica cannot read: not run until updated |
+//! | `leasehold_keys_unknown_kind` | gauge | | stored keys of kinds no live replica registers: they run nowhere (as this replica last saw them) |
 //! | `leasehold_poisoned_connections_total` | counter | state | pooled connections found inside someone else's transaction and closed: `in_transaction`, `in_failed_transaction` |
 //!
 //! # Getting them out
@@ -137,6 +139,12 @@ pub mod names {
     /// it; it rises on every promotion of a standby (`changes()` > 0 is a
     /// failover).
     pub const SERVER_TIMELINE: &str = "leasehold_server_timeline";
+    /// Gauge: stored keys of a job kind whose arguments or schedule this
+    /// replica cannot read (not run until updated).
+    pub const KEYS_BAD_ARGS: &str = "leasehold_keys_bad_args";
+    /// Gauge: stored keys of job kinds no live replica registers. Take
+    /// `max` across replicas.
+    pub const KEYS_UNKNOWN_KIND: &str = "leasehold_keys_unknown_kind";
 
     /// All of the above.
     pub const ALL: &[&str] = &[
@@ -156,6 +164,8 @@ pub mod names {
         MAX_CONCURRENT_RUNS,
         JOBS_PAUSED,
         SERVER_TIMELINE,
+        KEYS_BAD_ARGS,
+        KEYS_UNKNOWN_KIND,
     ];
 }
 
@@ -273,6 +283,17 @@ pub fn describe() {
         "The server's WAL timeline as this replica's latest poll read it; it rises on every promotion of a \
          standby (a failover)."
     );
+    describe_gauge!(
+        names::KEYS_BAD_ARGS,
+        Unit::Count,
+        "Stored keys of this job kind whose arguments or schedule this replica cannot read; they are not run \
+         until updated."
+    );
+    describe_gauge!(
+        names::KEYS_UNKNOWN_KIND,
+        Unit::Count,
+        "Stored keys of job kinds that no live replica registers: they run nowhere."
+    );
 }
 
 /// Creates a job's counters (and the heartbeat counters) at zero when the
@@ -368,6 +389,16 @@ pub(crate) fn server_timeline(timeline: i64) {
 /// One more (`1.0`) or one fewer (`-1.0`) run in progress.
 pub(crate) fn runs_in_progress(delta: f64) {
     gauge!(names::RUNS_IN_PROGRESS).increment(delta);
+}
+
+/// How many stored keys of the kind `job` this replica cannot run.
+pub(crate) fn keys_bad_args(job: &str, keys: usize) {
+    gauge!(names::KEYS_BAD_ARGS, "job_name" => job.to_owned()).set(keys as f64);
+}
+
+/// How many stored keys belong to kinds no live replica registers.
+pub(crate) fn keys_unknown_kind(keys: i64) {
+    gauge!(names::KEYS_UNKNOWN_KIND).set(keys as f64);
 }
 
 pub(crate) fn poisoned_connection(state: &'static str) {

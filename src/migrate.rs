@@ -17,6 +17,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (4, include_str!("../migrations/0004_actions.sql")),
     (5, include_str!("../migrations/0005_fence_tenure.sql")),
     (6, include_str!("../migrations/0006_fence_timeline.sql")),
+    (7, include_str!("../migrations/0007_fleet_keys.sql")),
 ];
 
 /// The schema version this library needs and knows.

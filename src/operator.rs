@@ -1,4 +1,5 @@
-//! `Operator`: the operators' actions (trigger, pause, resume, release),
+//! `Operator`: the operators' actions (trigger, pause, resume, release,
+//! and adding, updating and removing the keys of job kinds),
 //! each recorded in the key's history with who took it.
 //!
 //! The CLI and the console act through this type, so an action looks the
@@ -8,7 +9,9 @@
 //! missing from the history (docs/design.md §7).
 
 use crate::error::Result;
-use crate::lease::{KeyFilter, LeaseStore, Pause, PauseTarget, Resumed, Revoke, Revoked, Triggered, validate_actor};
+use crate::lease::{
+    KeyFilter, LeaseStore, NewKey, Pause, PauseTarget, Resumed, Revoke, Revoked, Triggered, validate_actor,
+};
 
 /// Keys read at a time by [`Operator::trigger_job`].
 const TRIGGER_PAGE: usize = 500;
@@ -131,6 +134,62 @@ impl Operator {
                 _ => ("not found: no lease row".to_owned(), None),
             },
         )
+        .await
+    }
+
+    /// [`LeaseStore::add_keys`], recorded on each key (as `add`, with its
+    /// kind and version 1). The keys are added in one statement, after
+    /// every record is written. Cancel-safe as [`trigger`](Self::trigger).
+    pub async fn add_keys(&self, keys: &[NewKey]) -> Result<u64> {
+        let mut ids = Vec::with_capacity(keys.len());
+        for key in keys {
+            let target = PauseTarget::key(key.key());
+            ids.push((key, self.store.record_action(&target, "add", &self.actor).await?));
+        }
+        let result = self.store.add_keys(keys).await;
+        for (key, id) in ids {
+            let outcome = match &result {
+                Ok(n) => format!(
+                    "kind {}, args {}: {n} of {} keys added (an existing key is kept)",
+                    key.kind(),
+                    key.args_json(),
+                    keys.len()
+                ),
+                Err(err) => format!("error: {err}"),
+            };
+            if let Err(err) = self.store.record_outcome(id, &outcome, None).await {
+                tracing::warn!(key = key.key(), error = %err, "the action's outcome was not recorded");
+            }
+        }
+        result
+    }
+
+    /// [`LeaseStore::update_key`], recorded (as `update`, with the new
+    /// version). Cancel-safe as [`trigger`](Self::trigger).
+    pub async fn update_key(&self, key: &NewKey) -> Result<Option<i64>> {
+        let target = PauseTarget::key(key.key());
+        self.recorded(&target, "update", self.store.update_key(key), |v| {
+            let outcome = match v {
+                Some(version) => format!("updated to version {version}: args {}", key.args_json()),
+                None => format!("not found: no key of kind {}", key.kind()),
+            };
+            (outcome, None)
+        })
+        .await
+    }
+
+    /// [`LeaseStore::remove_key`], recorded (as `remove`). Cancel-safe as
+    /// [`trigger`](Self::trigger).
+    pub async fn remove_key(&self, kind: &str, key: &str) -> Result<bool> {
+        let target = PauseTarget::key(key);
+        self.recorded(&target, "remove", self.store.remove_key(kind, key), |removed| {
+            let outcome = if *removed {
+                "removed: every replica stops it".to_owned()
+            } else {
+                format!("not found: no key of kind {kind}")
+            };
+            (outcome, None)
+        })
         .await
     }
 

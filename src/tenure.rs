@@ -47,6 +47,9 @@ pub(crate) struct Tenure {
     pub(crate) ended: CancellationToken,
     reason: OnceLock<CancelReason>,
     slot: OnceLock<Option<DateTime<Utc>>>,
+    /// The version of the stored key's arguments this run started with
+    /// (keys of job kinds only), set once before the kind's code runs.
+    pub(crate) args_version: OnceLock<i64>,
     times: Mutex<Times>,
     /// When each fence advance now in flight was sent (`begin_fenced` may
     /// run from several clones of the guard at once), for `Runtime::health`.
@@ -106,6 +109,7 @@ impl Tenure {
             ended: CancellationToken::new(),
             reason: OnceLock::new(),
             slot: OnceLock::new(),
+            args_version: OnceLock::new(),
             fence_waits: Mutex::new(Vec::new()),
         }
     }

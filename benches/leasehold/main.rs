@@ -26,6 +26,7 @@ mod contention;
 mod fleet;
 mod handover;
 mod idle;
+mod kinds;
 mod memory;
 mod pool_pressure;
 mod renewal;
@@ -45,7 +46,7 @@ use sqlx::ConnectOptions;
 use crate::report::{loadavg, progress, started_at};
 use crate::setup::Bench;
 
-const SCENARIOS: [&str; 10] = [
+const SCENARIOS: [&str; 11] = [
     "round-trip",
     "renewal",
     "pool-pressure",
@@ -56,6 +57,7 @@ const SCENARIOS: [&str; 10] = [
     "startup",
     "memory",
     "wakeup",
+    "kinds",
 ];
 
 #[tokio::main]
@@ -131,6 +133,9 @@ async fn main() {
     }
     if selected("wakeup") {
         wakeup::wakeup(&bench).await;
+    }
+    if selected("kinds") {
+        kinds::kinds(&bench).await;
     }
     println!(
         "_Finished in {:.0} s; load average at the end: {}._",

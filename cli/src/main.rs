@@ -5,7 +5,8 @@
 //! key or a job for the whole fleet (`pause`, `resume`), make a key due now
 //! (`trigger`), end a tenure so another replica takes over with a higher
 //! fence (`release`), delete the row of a key no replica registers any more
-//! (`forget`), create the schema (`migrate`), check a database and this
+//! (`forget`), add, update and remove the keys of job kinds for the whole
+//! fleet (`add`, `update`, `remove`), create the schema (`migrate`), check a database and this
 //! machine's clock (`check`), and serve the operator web console on a local
 //! address (`console`). `cli/README.md` has example sessions.
 //!
@@ -16,8 +17,8 @@
 //! | 0 | success |
 //! | 1 | error: database unreachable, schema missing, a failed check, … |
 //! | 2 | usage: bad arguments, no database URL, an invalid URL |
-//! | 3 | refused: `release` of a lease that is held, without `--force`; `forget` of a held lease |
-//! | 4 | not found: `release`, `forget` or `trigger` of a key that has no lease row; `resume` of a key or job that is not paused; `history` of a key with neither a lease row nor runs |
+//! | 3 | refused: `release` of a lease that is held, without `--force`; `forget` of a held lease; `add` of a key that exists |
+//! | 4 | not found: `release`, `forget` or `trigger` of a key that has no lease row; `resume` of a key or job that is not paused; `history` of a key with neither a lease row nor runs; `update` or `remove` of a key that is not a key of the kind |
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -28,6 +29,7 @@ mod db;
 mod failure;
 mod forget;
 mod history;
+mod keys;
 mod pause;
 mod release;
 mod runs;
@@ -107,6 +109,16 @@ enum Command {
     /// refused (exit 3): stop its run, or `leasehold release --force KEY`,
     /// then forget it. A key with no row exits 4.
     Forget(forget::Args),
+    /// Add a key of a job kind for the whole fleet: every replica that
+    /// registers the kind runs it. Exits 3 if the key exists.
+    Add(keys::DefineArgs),
+    /// Replace a key's arguments and schedule; its next run, wherever it is
+    /// claimed, uses them (a run in progress keeps its own). Exits 4 if there
+    /// is no such key of the kind.
+    Update(keys::DefineArgs),
+    /// Remove a key of a job kind: every replica stops it (a run in progress
+    /// is cancelled). Exits 4 if there is no such key of the kind.
+    Remove(keys::KeyArgs),
     /// Create or upgrade leasehold's tables (safe while replicas run).
     Migrate,
     /// Check the schema, the server clock against this machine's, and a
@@ -154,6 +166,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Resume(args) => args.validate()?,
         Command::Trigger(args) => args.validate()?,
         Command::Console(args) => args.validate()?,
+        Command::Add(args) | Command::Update(args) => args.validate()?,
+        Command::Remove(args) => args.validate()?,
         Command::Status(_) | Command::Migrate | Command::Check => {}
     }
     let target = db::Target::parse(url)?;
@@ -166,6 +180,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Pause(args) => pause::pause(&db, &args).await,
         Command::Resume(args) => pause::resume(&db, &args).await,
         Command::Trigger(args) => trigger::run(&db, &args).await,
+        Command::Add(args) => keys::add(&db, &args).await,
+        Command::Update(args) => keys::update(&db, &args).await,
+        Command::Remove(args) => keys::remove(&db, &args).await,
         Command::Migrate => db.migrate().await,
         Command::Check => check::run(&db).await,
         Command::Console(args) => console::run(&db, &args).await,

@@ -10,7 +10,7 @@
 //! look the same: both are free, shown with how long ago they ended.
 
 use chrono::{DateTime, Utc};
-use leasehold::{KeyStatus, LeaseStore, Pause, PauseTarget, RunRecord};
+use leasehold::{KeyStatus, KindStatus, LeaseStore, Pause, PauseTarget, RunRecord};
 use serde::Serialize;
 
 use crate::db::Db;
@@ -242,6 +242,20 @@ struct StatusJson<'a> {
     /// The pauses in force (with `--prefix`, those that cover a listed key
     /// or a key with the prefix).
     pauses: Vec<PauseJson<'a>>,
+    /// The job kinds that stored keys or replicas named.
+    kinds: Vec<KindJson<'a>>,
+}
+
+/// A job kind in `status --json`.
+#[derive(Serialize)]
+struct KindJson<'a> {
+    kind: &'a str,
+    /// Its stored keys.
+    keys: i64,
+    /// Whether a live replica registers it (`false`: its keys run nowhere).
+    live: bool,
+    /// Keys whose arguments a replica cannot read: not run until updated.
+    bad_args: i64,
 }
 
 /// One key in `status --json`: the lease's fields, then the operators'.
@@ -315,6 +329,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
         .collect();
     let pauses = store.pauses().await.map_err(|e| db.failure(e))?;
     let pauses = relevant_pauses(pauses, &entries, args.prefix.as_deref());
+    let kinds = store.kinds().await.map_err(|e| db.failure(e))?;
     let server_now = match entries.first() {
         Some(entry) => entry.row.server_now,
         None => db.server_now().await?,
@@ -324,6 +339,15 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
             server_now,
             leases: entries.iter().map(Entry::json).collect(),
             pauses: pauses.iter().map(PauseJson::from).collect(),
+            kinds: kinds
+                .iter()
+                .map(|k| KindJson {
+                    kind: &k.kind,
+                    keys: k.keys,
+                    live: k.live,
+                    bad_args: k.bad_args,
+                })
+                .collect(),
         };
         let json = serde_json::to_string_pretty(&doc).map_err(|e| Failure::error(format!("writing JSON: {e}")))?;
         println!("{json}");
@@ -339,7 +363,55 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
             text::terminal_width()
         )
     );
+    print!("{}", render_kinds(&kinds));
     Ok(())
+}
+
+/// The `job kinds` table, and what is wrong with them; nothing without
+/// kinds.
+fn render_kinds(kinds: &[KindStatus]) -> String {
+    if kinds.is_empty() {
+        return String::new();
+    }
+    let header = [
+        ("KIND", Align::Left),
+        ("KEYS", Align::Right),
+        ("RUN BY", Align::Left),
+        ("BAD ARGS", Align::Right),
+    ];
+    let cells: Vec<Vec<String>> = kinds
+        .iter()
+        .map(|k| {
+            vec![
+                text::cell(&k.kind),
+                k.keys.to_string(),
+                if k.live {
+                    "live replicas"
+                } else {
+                    "UNKNOWN: no live replica"
+                }
+                .to_owned(),
+                k.bad_args.to_string(),
+            ]
+        })
+        .collect();
+    let mut out = format!("\n{}:\n", text::plural(kinds.len() as u64, "job kind"));
+    out.push_str(&text::table(&header, &cells));
+    let unknown: i64 = kinds.iter().filter(|k| !k.live).map(|k| k.keys).sum();
+    if unknown > 0 {
+        out.push_str(&format!(
+            "{} of a kind no live replica registers: they run nowhere (deploy the kind, or `leasehold remove`)\n",
+            text::plural(unknown as u64, "key")
+        ));
+    }
+    let bad: i64 = kinds.iter().map(|k| k.bad_args).sum();
+    if bad > 0 {
+        out.push_str(&format!(
+            "{} whose arguments a replica cannot read: not run until `leasehold update` (see the replica's ERROR log)\n",
+            text::plural(bad as u64, "key")
+        ));
+    }
+    out
 }
 
 /// All pauses; with a prefix, those of keys with the prefix and those of

@@ -4,6 +4,8 @@
 // Under cli/ so that cargo does not take it for a test binary of its own.
 #[path = "cli/console.rs"]
 mod console;
+#[path = "cli/keys.rs"]
+mod keys;
 
 use std::process::Output;
 use std::time::Duration;

@@ -41,12 +41,7 @@ pub(crate) enum Schedule {
 }
 
 /// `catch_up = "..."`: `leasehold::CatchUp`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CatchUp {
-    Once,
-    Skip,
-    All(u32),
-}
+pub(crate) use rules::CatchUpText as CatchUp;
 
 /// A lease key: literal text and fields of `self`, from `key = "..."`.
 pub(crate) struct Key {
@@ -440,53 +435,10 @@ fn zone(name: &str) -> Result<(), String> {
     rules::zone(name).map(drop).map_err(|e| e.problem)
 }
 
-/// The forms of `catch_up`.
-fn catch_up_forms() -> String {
-    format!(
-        "expected \"once\" (the default: one run for a missed stretch), \"skip\" (no run for missed slots) or \
-         \"all(N)\" (a run for each of the latest N missed slots, 1 to {}, e.g. \"all(24)\")",
-        rules::MAX_CATCH_UP
-    )
-}
-
-/// Parses `once`, `skip` or `all(N)` as `leasehold::CatchUp`; `N` is
-/// checked by the library's rule (1 to `MAX_CATCH_UP`).
+/// Parses `once`, `skip` or `all(N)` as `leasehold::CatchUp`, by the
+/// library's own rule.
 fn catch_up(text: &str) -> Result<CatchUp, String> {
-    const MAX_CATCH_UP: u32 = rules::MAX_CATCH_UP;
-    match text {
-        "once" => return Ok(CatchUp::Once),
-        "skip" => return Ok(CatchUp::Skip),
-        _ => {}
-    }
-    let bare = text.trim().to_ascii_lowercase();
-    let bare: String = bare.chars().filter(|c| !c.is_whitespace()).collect();
-    if bare == "all" || bare == "all()" {
-        return Err(format!(
-            "`all` needs a bound: how many of the latest missed slots may run (1 to {MAX_CATCH_UP}), \
-             e.g. `catch_up = \"all(24)\"`"
-        ));
-    }
-    if let Some(inner) = text.trim().strip_prefix("all(").and_then(|rest| rest.strip_suffix(')')) {
-        let inner = inner.trim();
-        if !inner.is_empty() && inner.chars().all(|c| c.is_ascii_digit()) {
-            return match inner.parse::<u32>().map(rules::catch_up_bound) {
-                Ok(Ok(n)) => Ok(CatchUp::All(n)),
-                Ok(Err(_)) if inner.trim_start_matches('0').is_empty() => Err(format!(
-                    "the bound of `all` must be 1 to {MAX_CATCH_UP}; for no runs for missed slots, write \"skip\""
-                )),
-                _ => Err(format!(
-                    "the bound of `all` must be 1 to {MAX_CATCH_UP}, the most missed slots a key catches up on"
-                )),
-            };
-        }
-        return Err(format!(
-            "the bound of `all` is a whole number from 1 to {MAX_CATCH_UP}, e.g. \"all(24)\""
-        ));
-    }
-    if matches!(bare.as_str(), "once" | "skip") || bare.starts_with("all(") {
-        return Err(format!("write it as {bare:?}"));
-    }
-    Err(format!("unknown catch-up policy; {}", catch_up_forms()))
+    rules::parse_catch_up(text)
 }
 
 /// The struct name as a snake_case job name: `NightlyReconcile` →

@@ -22,7 +22,8 @@
 //! - cron validity ([`cron`], [`cron_fires`]), parsed by the one `croner`
 //!   both sides use;
 //! - time-zone lookup with a "did you mean" ([`zone`], [`suggest_zone`]);
-//! - the bound of a catch-up of every missed slot ([`catch_up_bound`]).
+//! - the bound of a catch-up of every missed slot ([`catch_up_bound`]) and
+//!   the text form of a catch-up policy ([`parse_catch_up`]).
 //!
 //! Every check fails with a [`RuleError`] that names the value, the rule and
 //! the fix; the library turns it into `leasehold::Error::InvalidInput`, the
@@ -30,6 +31,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod catch_up;
 mod cron;
 mod duration;
 mod error;
@@ -44,6 +46,7 @@ pub use chrono_tz;
 /// The `croner` both sides parse cron expressions with.
 pub use croner;
 
+pub use crate::catch_up::{CatchUpText, parse_catch_up};
 pub use crate::cron::{CRON_FIELDS, cron, cron_fires};
 pub use crate::duration::{DurationError, UNITS_HELP, format_duration, parse_duration};
 pub use crate::error::RuleError;

@@ -23,7 +23,7 @@ pub struct ActionRecord {
     /// What was acted on: the key itself, or its job (a pause or resume).
     pub target: PauseTarget,
     /// `trigger`, `pause`, `pause-cancel` (a pause that cancels the run in
-    /// progress), `resume`, `release` or `force-release`.
+    /// progress), `resume`, `release`, `force-release`, or for a key of a job kind `add`, `update` or `remove`.
     pub action: String,
     /// Who: the console's authorised user, or the CLI's `user@host`.
     pub actor: String,

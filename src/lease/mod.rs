@@ -53,6 +53,7 @@ mod faults;
 pub(crate) mod fence;
 mod fleet;
 mod history;
+mod keys;
 mod recent;
 mod revoke;
 
@@ -67,6 +68,8 @@ pub use faults::LockedRow;
 pub use fleet::{Fleet, HolderSeen};
 pub use history::{KeyFilter, KeyPage, KeyState, KeyStatus, RunRecord};
 pub(crate) use history::{RunReport, truncate_error};
+pub(crate) use keys::{KIND_CHANNEL, KeyRow};
+pub use keys::{KindStatus, MAX_ARGS_BYTES, NewKey, StoredKey};
 pub use revoke::{Revoke, Revoked};
 
 /// A lease this caller holds: the tenure identified by `(key, holder, fence)`.

@@ -12,12 +12,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::fleet::KindEntry;
 use super::handle::{Runtime, Tasks};
 use super::state::{JobEntry, Reading, RegistryBuild, ServerClock, Shared, StopCounts, duplicate_key};
 use super::{finish, heartbeat, listen, scheduler};
 use crate::error::{Error, Result};
 use crate::health::Tracker;
 use crate::job::{FencedJob, JobSettings};
+use crate::kind::JobKind;
 use crate::lease::{DEFAULT_OWNED_CONNECTIONS, LeaseStore};
 use crate::metrics;
 use crate::schedule::first_due;
@@ -102,6 +104,7 @@ pub struct RuntimeBuilder {
     listen: bool,
     connections: Connections,
     jobs: Vec<JobEntry>,
+    kinds: Vec<KindEntry>,
     #[cfg(feature = "prometheus")]
     prometheus: Option<String>,
 }
@@ -112,6 +115,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("holder", &self.holder)
             .field("connections", &self.connections)
             .field("jobs", &self.jobs.len())
+            .field("kinds", &self.kinds.len())
             .finish()
     }
 }
@@ -139,6 +143,7 @@ impl RuntimeBuilder {
             listen: true,
             connections: Connections::default(),
             jobs: Vec::new(),
+            kinds: Vec::new(),
             #[cfg(feature = "prometheus")]
             prometheus: None,
         }
@@ -152,6 +157,30 @@ impl RuntimeBuilder {
     /// start, see [`Runtime::add`] and [`Runtime::remove`].
     pub fn register<J: FencedJob>(mut self, job: J) -> Self {
         self.jobs.push(JobEntry::new(job));
+        self
+    }
+
+    /// Registers a job kind: this replica runs every stored key of the
+    /// kind ([`LeaseStore::add_keys`](crate::LeaseStore::add_keys)) — the
+    /// keys there at start, and those added, updated or removed while it
+    /// runs (seen at once by notification, or at the next poll). Its name
+    /// must be unique among this runtime's kinds; its settings are checked
+    /// at [`start`](RuntimeBuilder::start).
+    ///
+    /// ```no_run
+    /// # use leasehold::{FenceGuard, JobError, JobKind};
+    /// # struct Invoice;
+    /// # impl JobKind for Invoice {
+    /// #     type Args = i64;
+    /// #     fn name(&self) -> &str { "invoice" }
+    /// #     async fn run(&self, _tenant: i64, _guard: FenceGuard) -> Result<(), JobError> { Ok(()) }
+    /// # }
+    /// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
+    /// let runtime = leasehold::Runtime::builder(pool).register_kind(Invoice).start().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn register_kind<K: JobKind>(mut self, kind: K) -> Self {
+        self.kinds.push(KindEntry::new(kind));
         self
     }
 
@@ -350,6 +379,18 @@ impl RuntimeBuilder {
             }
             jobs.push(job);
         }
+        let mut kind_names = HashSet::with_capacity(self.kinds.len());
+        for kind in &self.kinds {
+            kind.check()?;
+            if !kind_names.insert(kind.name.clone()) {
+                return Err(Error::invalid(
+                    "job kind",
+                    &*kind.name,
+                    "it is registered twice in this runtime; register each kind once",
+                ));
+            }
+        }
+        drop(kind_names);
         #[cfg(feature = "prometheus")]
         if let Some(addr) = &self.prometheus {
             crate::exporter::install(addr)?;
@@ -392,6 +433,7 @@ impl RuntimeBuilder {
         let tick = jobs
             .iter()
             .map(|j| j.settings.get_heartbeat())
+            .chain(self.kinds.iter().map(|k| k.settings.get_heartbeat()))
             .min()
             .unwrap_or(Duration::from_secs(20));
         drop(jobs);
@@ -412,6 +454,7 @@ impl RuntimeBuilder {
             },
         );
         drop(rows);
+        let kinds: Vec<Arc<KindEntry>> = self.kinds.into_iter().map(Arc::new).collect();
         let (finishes, requests) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             holder,
@@ -452,7 +495,7 @@ impl RuntimeBuilder {
             stop_finisher,
             heartbeat: tokio::spawn(heartbeat::run(shared.clone(), stop_heartbeat.clone())),
             stop_heartbeat,
-            scheduler: tokio::spawn(scheduler::run(shared.clone(), server_now)),
+            scheduler: tokio::spawn(scheduler::run(shared.clone(), server_now, kinds)),
         };
         tracing::info!(
             holder = %shared.holder,

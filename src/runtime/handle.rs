@@ -12,14 +12,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::state::{JobEntry, Shared, duplicate_key};
+use super::unregister;
 use crate::cancel::CancelReason;
 use crate::error::{Error, Result};
 use crate::health::Degraded;
 use crate::job::FencedJob;
-use crate::lease::{Pause, PauseTarget, Resumed, Triggered};
+use crate::lease::{LeaseStore, Pause, PauseTarget, Resumed, Triggered};
 use crate::metrics;
 use crate::schedule::first_due;
-use crate::tenure::Tenure;
 
 /// Runs registered jobs on this replica. Build with [`Runtime::builder`];
 /// stop with [`Runtime::shutdown`], or by dropping every handle.
@@ -327,35 +327,20 @@ impl Runtime {
     /// Cancel-safe: dropping the future does not stop the cancellation and
     /// release it started, and other removes of the key still wait for them.
     pub async fn remove(&self, key: &str) -> Result<bool> {
-        let shared = &self.handle.shared;
-        let ended = {
-            // Under this lock, another remove finds the key either still
-            // registered or in `removing`, never between the two.
-            let mut removing = shared.removing();
-            let job = shared.registry().remove(key);
-            match job {
-                Some(job) => {
-                    let running = shared.held.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned();
-                    let Some(tenure) = running else {
-                        tracing::info!(holder = %shared.holder, key, "job removed from this runtime");
-                        return Ok(true);
-                    };
-                    tenure.cancel(CancelReason::Shutdown);
-                    let ended = Arc::new(CancellationToken::new());
-                    removing.insert(job.key.clone(), ended.clone());
-                    // In a task of its own, so the wait goes on for the
-                    // other removes if this one is dropped.
-                    tokio::spawn(removed_run_ended(shared.clone(), job, tenure, ended.clone()));
-                    ended
-                }
-                None => match removing.get(key) {
-                    Some(ended) => ended.clone(),
-                    None => return Ok(false),
-                },
+        match unregister::begin(&self.handle.shared, key) {
+            Some(ended) => {
+                ended.cancelled().await;
+                Ok(true)
             }
-        };
-        ended.cancelled().await;
-        Ok(true)
+            None => Ok(false),
+        }
+    }
+
+    /// The lease store this runtime's statements run on: for the keys of
+    /// job kinds ([`LeaseStore::add_keys`], [`LeaseStore::update_key`],
+    /// [`LeaseStore::remove_key`]) and everything else a store does.
+    pub fn store(&self) -> &LeaseStore {
+        &self.shared().store
     }
 
     /// Health for probes, without a database round trip: see [`Health`].
@@ -403,31 +388,6 @@ impl Runtime {
     /// call it when you want to wait for the handover to finish.
     pub async fn shutdown(&self) -> ShutdownReport {
         self.handle.start_shutdown().await
-    }
-}
-
-/// Waits (bounded) for the run of a removed key to end and be released,
-/// then lets every `Runtime::remove` of the key that waits for it return.
-async fn removed_run_ended(
-    shared: Arc<Shared>,
-    job: Arc<JobEntry>,
-    tenure: Arc<Tenure>,
-    ended: Arc<CancellationToken>,
-) {
-    let limit = job.settings.grace + job.settings.lease.min(Duration::from_secs(5)) + Duration::from_secs(1);
-    if tokio::time::timeout(limit, tenure.ended.cancelled()).await.is_err() {
-        tracing::warn!(
-            key = %job.key,
-            "removed key's run did not end in time; its lease will expire on its own"
-        );
-    }
-    tracing::info!(holder = %shared.holder, key = %job.key, "job removed from this runtime");
-    let mut removing = shared.removing();
-    ended.cancel();
-    // Only this removal's entry: the key may have been added and removed
-    // again meanwhile.
-    if removing.get(&job.key).is_some_and(|e| Arc::ptr_eq(e, &ended)) {
-        removing.remove(&job.key);
     }
 }
 

@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::state::Shared;
-use crate::lease::WAKE_CHANNEL;
+use crate::lease::{KIND_CHANNEL, WAKE_CHANNEL};
 
 /// How long the probe notification may take to come back.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -118,7 +118,7 @@ async fn listen(shared: &Shared, own: &sqlx::PgPool) -> Stopped {
         Ok(false) => return Stopped::Pooled,
         Err(error) => return Stopped::Failed(sqlx::Error::Protocol(format!("session check failed: {error}"))),
     }
-    if let Err(error) = listener.listen(WAKE_CHANNEL).await {
+    if let Err(error) = listener.listen_all([WAKE_CHANNEL, KIND_CHANNEL]).await {
         return Stopped::Failed(error);
     }
     let probe = format!("probe:{}:{:016x}", shared.holder, rand::random::<u64>());
@@ -134,7 +134,7 @@ async fn listen(shared: &Shared, own: &sqlx::PgPool) -> Stopped {
             Ok(Err(error)) => return Stopped::Failed(error),
             Ok(Ok(None)) => return Stopped::ProbeLost,
             Ok(Ok(Some(n))) if n.payload() == probe => break,
-            Ok(Ok(Some(n))) => wake(shared, n.payload()),
+            Ok(Ok(Some(n))) => heard(shared, &n),
         }
     }
     shared.listening.store(true, Ordering::SeqCst);
@@ -146,7 +146,7 @@ async fn listen(shared: &Shared, own: &sqlx::PgPool) -> Stopped {
     tracing::debug!(holder = %shared.holder, "listening for wake-ups");
     loop {
         match listener.try_recv().await {
-            Ok(Some(notification)) => wake(shared, notification.payload()),
+            Ok(Some(notification)) => heard(shared, &notification),
             // The connection dropped (notifications may be lost): the
             // scheduler's next poll covers the gap; start over.
             Ok(None) => {
@@ -155,6 +155,17 @@ async fn listen(shared: &Shared, own: &sqlx::PgPool) -> Stopped {
             }
             Err(error) => return Stopped::Failed(error),
         }
+    }
+}
+
+/// A notification: a key's wake-up, or a change of a kind's keys (the
+/// scheduler syncs at once: a removed key stops within milliseconds).
+fn heard(shared: &Shared, notification: &sqlx::postgres::PgNotification) {
+    if notification.channel() == KIND_CHANNEL {
+        shared.poll_now.store(true, Ordering::SeqCst);
+        shared.wake.notify_one();
+    } else {
+        wake(shared, notification.payload());
     }
 }
 

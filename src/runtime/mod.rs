@@ -17,6 +17,10 @@
 //! - `state.rs`: what the services share — registered keys, due queue,
 //!   runs in progress, removals in progress, wake-ups;
 //! - `scheduler.rs`: poll, claim due keys in batches, start runs;
+//! - `fleet.rs`: the registered job kinds, and the sync of their stored
+//!   keys into registered keys (at every poll and on notification);
+//! - `unregister.rs`: stopping a key here (`Runtime::remove`, and a stored
+//!   key removed fleet-wide);
 //! - `supervise.rs`: one run — start, stop on loss/deadline/shutdown,
 //!   outcome, release, back in the queue;
 //! - `finish.rs`: releases in batches;
@@ -40,12 +44,14 @@ mod builder;
 #[cfg(feature = "test-util")]
 mod faults;
 mod finish;
+mod fleet;
 mod handle;
 mod heartbeat;
 mod listen;
 mod scheduler;
 mod state;
 mod supervise;
+mod unregister;
 
 pub use builder::{Connections, DEFAULT_DEGRADED_AFTER, DEFAULT_HISTORY, DEFAULT_MAX_CONCURRENT_RUNS, RuntimeBuilder};
 #[cfg(feature = "test-util")]

@@ -37,6 +37,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
+use super::fleet::{FleetSync, KindEntry};
 use super::state::{JobEntry, Shared};
 use super::supervise;
 use crate::connection::bounded;
@@ -49,6 +50,9 @@ use crate::tenure::Tenure;
 const MAX_CANDIDATES: usize = 1024;
 /// Most keys one poll reads as newly due.
 const MAX_DISCOVERED: usize = 1000;
+/// How long a sync of the kinds' keys may take (a reload of a kind reads
+/// all its keys).
+const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a claim may wait for a connection and an answer.
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(10);
 /// How far back each poll's window reaches before the previous one ended,
@@ -56,8 +60,9 @@ const CLAIM_TIMEOUT: Duration = Duration::from_secs(10);
 const WINDOW_OVERLAP: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
 
 /// Runs until shutdown begins; claims nothing after that.
-pub(crate) async fn run(shared: Arc<Shared>, since: DateTime<Utc>) {
+pub(crate) async fn run(shared: Arc<Shared>, since: DateTime<Utc>, kinds: Vec<Arc<KindEntry>>) {
     let mut scheduler = Scheduler {
+        fleet: FleetSync::new(&kinds),
         since,
         next_poll: Instant::now(),
         errors: 0,
@@ -82,6 +87,8 @@ pub(crate) async fn run(shared: Arc<Shared>, since: DateTime<Utc>) {
 }
 
 struct Scheduler {
+    /// The stored keys of the kinds this replica registers.
+    fleet: FleetSync,
     /// Server time the next poll's window starts from.
     since: DateTime<Utc>,
     next_poll: Instant,
@@ -131,8 +138,8 @@ impl Scheduler {
     }
 
     /// Reads the keys that became due since the last poll and moves the ones
-    /// registered here to the front of the queue.
-    async fn poll(&mut self, shared: &Shared) -> Result<(), Duration> {
+    /// registered here to the front of the queue; syncs the kinds' keys.
+    async fn poll(&mut self, shared: &Arc<Shared>) -> Result<(), Duration> {
         let since = self.since - WINDOW_OVERLAP;
         let answer = bounded(CLAIM_TIMEOUT, "poll", shared.store.due_since(since, MAX_DISCOVERED)).await;
         let Polled {
@@ -152,11 +159,15 @@ impl Scheduler {
             _ => server_now,
         };
         let now = Instant::now();
-        let mut registry = shared.registry();
-        for sighting in &seen {
-            registry.wake(&sighting.key, now);
+        {
+            let mut registry = shared.registry();
+            for sighting in &seen {
+                registry.wake(&sighting.key, now);
+            }
         }
-        Ok(())
+        // The keys of this replica's kinds: added, updated, removed.
+        let synced = bounded(SYNC_TIMEOUT, "sync", self.fleet.sync(shared)).await;
+        self.answered(shared, synced)
     }
 
     /// Creates again the rows of registered keys that vanished.

@@ -267,6 +267,19 @@ impl Registry {
         self.removed.get(key).map(Instant::elapsed)
     }
 
+    /// Gives a registered key a new job (a stored key's new schedule),
+    /// keeping its place in the queue and its streaks. A run in progress
+    /// keeps the job it started with. False if the key is not registered.
+    pub(crate) fn replace(&mut self, job: Arc<JobEntry>) -> bool {
+        match self.slots.get_mut(&job.key) {
+            Some(slot) => {
+                slot.job = job;
+                true
+            }
+            None => false,
+        }
+    }
+
     pub(crate) fn job(&self, key: &str) -> Option<Arc<JobEntry>> {
         self.slots.get(key).map(|s| s.job.clone())
     }

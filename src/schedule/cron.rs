@@ -73,6 +73,11 @@ impl CronSchedule {
         self.tz.map_or("UTC", Tz::name)
     }
 
+    /// Whether the expression is read in UTC ([`Schedule::cron`](crate::Schedule::cron)).
+    pub(super) fn is_utc(&self) -> bool {
+        self.tz.is_none()
+    }
+
     /// The first slot strictly after `after`.
     pub(super) fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match self.tz {

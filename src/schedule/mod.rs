@@ -10,11 +10,14 @@
 //!   ([`Schedule::upcoming`]);
 //! - `cron.rs`: [`CronSchedule`], cron in a time zone and its
 //!   daylight-saving rule;
+//! - `text.rs`: the text forms of both (`every 5m`, `cron 0 3 * * * in
+//!   Europe/Paris`, `all(24)`), stored with the keys of job kinds;
 //! - `catch_up.rs`: [`CatchUp`] and the slot planning the runtime does when
 //!   it claims a key ([`plan`], [`next_after_success`]).
 
 mod catch_up;
 mod cron;
+mod text;
 
 use std::collections::VecDeque;
 use std::time::Duration;

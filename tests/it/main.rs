@@ -8,6 +8,7 @@ mod console;
 mod derive;
 mod failover;
 mod fenced;
+mod fleet;
 mod frozen_holder;
 mod isolation;
 mod lease;

@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use leasehold::{Connections, KeyFilter, LeaseStore, Operator, PauseTarget, Revoke, Runtime, Schedule};
+use leasehold::{Connections, KeyFilter, LeaseStore, NewKey, Operator, PauseTarget, Revoke, Runtime, Schedule};
 use leasehold_testkit::proxy::{Mode, Proxy};
 use sqlx::PgPool;
 
@@ -300,6 +300,49 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
         "measured: dropped pause+resume at {pause}, trigger at {trigger}, revoke at {revoke}, schema_version at \
          {version}, list at {read}, operator actions at {recorded}, console reads at {pages}, runtime \
          pause+resume (owned, shared) at {runtime:?} cut points"
+    );
+    proxy.set(Mode::Normal);
+}
+
+/// The stored keys of job kinds, swept the same way: add, update, remove
+/// and the reads (on the store, and recorded by an `Operator`), and every
+/// statement of a replica's sync and of a kind's run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_key_calls_dropped_at_every_await_leave_no_open_transaction() {
+    let db = support::db().await;
+    let (proxy, pool) = delaying_proxy(&db).await;
+    let step = SWEEP_STEP;
+    let store = LeaseStore::new(pool.clone());
+    let key = |n: u32| NewKey::new("swept", &format!("swept:{n}"), &n, Schedule::Manual).expect("key");
+    let writes = sweep(&db, &pool, step, "add+update+remove", |n| {
+        let store = store.clone();
+        async move {
+            store.add_keys(&[key(n)]).await?;
+            store.update_key(&key(n)).await?;
+            store.stored_key(&format!("swept:{n}")).await?;
+            store.kinds().await?;
+            store.remove_key("swept", &format!("swept:{n}")).await.map(drop)
+        }
+    })
+    .await;
+    let operator = Operator::new(store.clone(), "sweeper").expect("operator");
+    let recorded = sweep(&db, &pool, step, "operator add+update+remove", |n| {
+        let op = operator.clone();
+        async move {
+            op.add_keys(&[key(n + 1000)]).await?;
+            op.update_key(&key(n + 1000)).await?;
+            op.remove_key("swept", &format!("swept:{}", n + 1000)).await.map(drop)
+        }
+    })
+    .await;
+    store.add_keys(&[key(0)]).await.expect("a key to read");
+    let replica = sweep(&db, &pool, step, "sync and run statements", |_| {
+        let store = store.clone();
+        async move { store.kind_statements_for_test("swept", "swept:0").await }
+    })
+    .await;
+    println!(
+        "measured: dropped add+update+remove at {writes}, operator at {recorded}, sync and run at {replica} cut points"
     );
     proxy.set(Mode::Normal);
 }

@@ -1,0 +1,151 @@
+//! `leasehold add|update|remove KIND KEY`: the keys of job kinds, stored
+//! once and run by every replica that registers the kind, through
+//! `leasehold::Operator` (recorded in the key's history; no SQL of its own).
+
+use leasehold::{CatchUp, LeaseStore, NewKey, Operator, Schedule};
+
+use crate::db::Db;
+use crate::failure::{Failure, check_name};
+use crate::text;
+
+/// A key's kind and name.
+#[derive(Debug, clap::Args)]
+pub(crate) struct KeyArgs {
+    /// The job kind (the name its `JobKind` gives).
+    kind: String,
+    /// The lease key.
+    key: String,
+}
+
+/// The arguments and schedule of `add` and `update`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct DefineArgs {
+    #[command(flatten)]
+    key: KeyArgs,
+    /// The key's arguments, as JSON (the kind's `Args`), e.g. '{"tenant": 42}'.
+    #[arg(long, value_name = "JSON")]
+    args: String,
+    /// Run every DURATION (e.g. 30s, 5m, 1h30m).
+    #[arg(long, value_name = "DURATION", conflicts_with_all = ["cron", "manual"])]
+    every: Option<String>,
+    /// Run at the times a cron expression matches (5 fields, or 6 with seconds).
+    #[arg(long, value_name = "EXPR", conflicts_with = "manual")]
+    cron: Option<String>,
+    /// The IANA time zone the cron expression is read in (default UTC).
+    #[arg(long, value_name = "ZONE", requires = "cron")]
+    tz: Option<String>,
+    /// Run only when triggered (`leasehold trigger KEY`).
+    #[arg(long)]
+    manual: bool,
+    /// Slots missed while no replica ran the key: once, skip or all(N).
+    #[arg(long, value_name = "POLICY", default_value = "once")]
+    catch_up: String,
+}
+
+impl KeyArgs {
+    pub(crate) fn validate(&self) -> Result<(), Failure> {
+        check_name("job kind", &self.kind)?;
+        check_name("lease key", &self.key)
+    }
+}
+
+impl DefineArgs {
+    /// Checks everything before anything is sent (or even connected).
+    pub(crate) fn validate(&self) -> Result<(), Failure> {
+        self.key.validate()?;
+        self.new_key().map(drop)
+    }
+
+    /// The schedule in its text form (`leasehold::Schedule`'s), so it is
+    /// read by the library's one parser.
+    fn schedule(&self) -> Result<Schedule, Failure> {
+        let text = match (&self.every, &self.cron, &self.tz, self.manual) {
+            (Some(every), None, None, false) => format!("every {every}"),
+            (None, Some(cron), None, false) => format!("cron {cron}"),
+            (None, Some(cron), Some(tz), false) => format!("cron {cron} in {tz}"),
+            (None, None, None, true) => "manual".to_owned(),
+            _ => {
+                return Err(Failure::usage(
+                    "give the schedule: --every DURATION, --cron EXPR [--tz ZONE] or --manual",
+                ));
+            }
+        };
+        text.parse()
+            .map_err(|e: leasehold::Error| Failure::usage(e.to_string()))
+    }
+
+    fn new_key(&self) -> Result<NewKey, Failure> {
+        let args: serde_json::Value = serde_json::from_str(&self.args)
+            .map_err(|e| Failure::usage(format!("--args {}: not JSON: {e}", text::cell(&self.args))))?;
+        let catch_up: CatchUp = self
+            .catch_up
+            .parse()
+            .map_err(|e: leasehold::Error| Failure::usage(e.to_string()))?;
+        let key = NewKey::new(&self.key.kind, &self.key.key, &args, self.schedule()?)
+            .map_err(|e| Failure::usage(e.to_string()))?;
+        Ok(key.catch_up(catch_up))
+    }
+}
+
+fn operator(db: &Db) -> Result<Operator, Failure> {
+    Operator::new(LeaseStore::new(db.pool.clone()), crate::pause::default_by()).map_err(|e| db.failure(e))
+}
+
+/// `leasehold add`: exits 3 if the key exists (use `update`).
+pub(crate) async fn add(db: &Db, args: &DefineArgs) -> Result<(), Failure> {
+    let key = args.new_key()?;
+    db.require_schema().await?;
+    let added = operator(db)?
+        .add_keys(std::slice::from_ref(&key))
+        .await
+        .map_err(|e| db.failure(e))?;
+    let name = text::cell(&format!("{:?}", key.key()));
+    if added == 0 {
+        return Err(Failure::refused(format!(
+            "{name} exists already: it keeps its arguments and schedule (change them with `leasehold update`)"
+        )));
+    }
+    println!(
+        "added {name} (kind {}): every replica that registers the kind runs it",
+        text::cell(key.kind())
+    );
+    Ok(())
+}
+
+/// `leasehold update`: exits 4 if there is no such key of the kind.
+pub(crate) async fn update(db: &Db, args: &DefineArgs) -> Result<(), Failure> {
+    let key = args.new_key()?;
+    db.require_schema().await?;
+    let version = operator(db)?.update_key(&key).await.map_err(|e| db.failure(e))?;
+    let name = text::cell(&format!("{:?}", key.key()));
+    match version {
+        Some(version) => {
+            println!("updated {name} to version {version}: its next run, wherever it is claimed, uses it");
+            Ok(())
+        }
+        None => Err(Failure::not_found(format!(
+            "no key {name} of kind {} in {} (see `leasehold status`)",
+            text::cell(key.kind()),
+            db.name
+        ))),
+    }
+}
+
+/// `leasehold remove`: exits 4 if there is no such key of the kind.
+pub(crate) async fn remove(db: &Db, args: &KeyArgs) -> Result<(), Failure> {
+    db.require_schema().await?;
+    let removed = operator(db)?
+        .remove_key(&args.kind, &args.key)
+        .await
+        .map_err(|e| db.failure(e))?;
+    let name = text::cell(&format!("{:?}", args.key));
+    if !removed {
+        return Err(Failure::not_found(format!(
+            "no key {name} of kind {} in {} (see `leasehold status`)",
+            text::cell(&args.kind),
+            db.name
+        )));
+    }
+    println!("removed {name}: every replica stops it (a run in progress is cancelled)");
+    Ok(())
+}

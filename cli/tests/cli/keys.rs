@@ -1,0 +1,141 @@
+//! `leasehold add|update|remove KIND KEY`: the keys of job kinds, stored
+//! for the whole fleet, recorded in the key's history, shown by `status`.
+
+use leasehold::LeaseStore;
+
+use super::{assert_exit, leasehold, migrated_db, stderr, stdout, url};
+
+/// A key is added (its arguments and schedule stored), added again
+/// (refused, exit 3), updated (version 2), shown by `status` under a kind
+/// no live replica registers, removed, removed again (exit 4); each action
+/// is in the key's history with who took it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_update_and_remove_a_key_of_a_kind() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let store = LeaseStore::new(db.pool.clone());
+
+    let add = [
+        "add",
+        "invoice",
+        "invoice:acme",
+        "--args",
+        r#"{"tenant": 7}"#,
+        "--cron",
+        "0 3 * * *",
+        "--tz",
+        "Europe/Paris",
+    ];
+    let out = leasehold(Some(&url), &add).await;
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("added \"invoice:acme\" (kind invoice)"),
+        "{}",
+        stdout(&out)
+    );
+    let row = store.stored_key("invoice:acme").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            row.kind.as_str(),
+            row.args.as_str(),
+            row.schedule.as_str(),
+            row.catch_up.as_str(),
+            row.version
+        ),
+        (
+            "invoice",
+            r#"{"tenant": 7}"#,
+            "cron 0 3 * * * in Europe/Paris",
+            "once",
+            1
+        )
+    );
+    let out = leasehold(Some(&url), &add).await;
+    assert_exit(&out, 3);
+    assert!(stderr(&out).contains("leasehold update"), "{}", stderr(&out));
+
+    let update = [
+        "update",
+        "invoice",
+        "invoice:acme",
+        "--args",
+        r#"{"tenant": 8}"#,
+        "--every",
+        "5m",
+        "--catch-up",
+        "skip",
+    ];
+    let out = leasehold(Some(&url), &update).await;
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("version 2"), "{}", stdout(&out));
+    let row = store.stored_key("invoice:acme").await.unwrap().unwrap();
+    assert_eq!(
+        (row.args.as_str(), row.schedule.as_str(), row.catch_up.as_str()),
+        (r#"{"tenant": 8}"#, "every 5m", "skip")
+    );
+
+    let out = leasehold(Some(&url), &["status"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(
+        text.contains("UNKNOWN: no live replica") && text.contains("1 key of a kind no live replica"),
+        "{text}"
+    );
+
+    let out = leasehold(Some(&url), &["remove", "invoice", "invoice:acme"]).await;
+    assert_exit(&out, 0);
+    assert!(store.stored_key("invoice:acme").await.unwrap().is_none());
+    let out = leasehold(Some(&url), &["remove", "invoice", "invoice:acme"]).await;
+    assert_exit(&out, 4);
+
+    let actions: Vec<String> = store
+        .actions("invoice:acme", 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| format!("{} {}", a.action, a.outcome.unwrap_or_default()))
+        .collect();
+    assert_eq!(actions.len(), 5, "{actions:?}");
+    assert!(
+        actions.iter().any(|a| a.starts_with("update updated to version 2")),
+        "{actions:?}"
+    );
+    assert!(actions.iter().any(|a| a.starts_with("remove removed")), "{actions:?}");
+}
+
+/// Bad input is a usage error (exit 2) naming the value, before connecting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_or_schedules_exit_2() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    for (args, says) in [
+        (vec!["add", "k", "x", "--args", "{nope", "--every", "5m"], "not JSON"),
+        (vec!["add", "k", "x", "--args", "1"], "--every DURATION"),
+        (
+            vec!["add", "k", "x", "--args", "1", "--every", "5 parsecs"],
+            "5 parsecs",
+        ),
+        (
+            vec![
+                "add",
+                "k",
+                "x",
+                "--args",
+                "1",
+                "--cron",
+                "0 3 * * *",
+                "--tz",
+                "Europe/Pariss",
+            ],
+            "Europe/Paris",
+        ),
+        (
+            vec!["add", "k", "x", "--args", "1", "--manual", "--catch-up", "all(0)"],
+            "all(0)",
+        ),
+    ] {
+        let out = leasehold(Some(&url), &args).await;
+        assert_exit(&out, 2);
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+}

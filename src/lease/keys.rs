@@ -1,0 +1,482 @@
+//! The keys of job kinds (`leasehold_key`, `leasehold_kind`): stored once
+//! with their arguments and schedule, run by every replica that registers
+//! their kind (docs/design.md §10).
+//!
+//! Invariants, and the clause of each statement that keeps it:
+//!
+//! - *A replica never misses a change*: every statement that adds, updates
+//!   or removes a key moves its kind's `generation` in the same statement,
+//!   and a replica reloads a kind whose generation differs from the one it
+//!   loaded at (a change after the reload's read moves it again).
+//! - *An update never changes a key of another kind*: update and removal
+//!   name the kind and match it (`kind = $2`), so a typo cannot rewrite or
+//!   delete another kind's key.
+//! - *A report is about the version it read*: a replica's "these arguments
+//!   do not deserialize" is written only on the version it read
+//!   (`version = $2`); an update clears it.
+//! - *Key counts stay true*: `leasehold_kind.keys` moves by exactly the
+//!   rows inserted or deleted (the `RETURNING` of the same statement).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::LeaseStore;
+use crate::connection;
+use crate::error::{Error, Result};
+use crate::schedule::{CatchUp, Schedule};
+use crate::validate;
+
+/// The channel a change of a kind's keys is announced on (the kind's name
+/// as payload): a listening replica syncs at once instead of at its next
+/// poll.
+pub(crate) const KIND_CHANNEL: &str = "leasehold_kinds";
+
+/// Largest JSON text of a key's arguments, in bytes. Arguments are the
+/// data a run needs to find its work (a tenant id, a region, options), read
+/// at every run: large payloads belong in the service's own tables.
+pub const MAX_ARGS_BYTES: usize = 64 * 1024;
+
+/// A key of a job kind, to add or update: its kind, its lease key, its
+/// arguments (the kind's `Args`, as JSON), its schedule and catch-up.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::{CatchUp, NewKey, Schedule};
+///
+/// #[derive(serde::Serialize)]
+/// struct Tenant { id: u64, plan: String }
+///
+/// let key = NewKey::new("invoice", "invoice:acme", &Tenant { id: 7, plan: "pro".into() },
+///     Schedule::every(Duration::from_secs(3600)))?
+///     .catch_up(CatchUp::Skip);
+/// assert_eq!(key.args_json(), r#"{"id":7,"plan":"pro"}"#);
+/// # Ok::<(), leasehold::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct NewKey {
+    kind: String,
+    key: String,
+    args: String,
+    schedule: Schedule,
+    catch_up: CatchUp,
+}
+
+impl NewKey {
+    /// A key of `kind` named `key`, run with `args` on `schedule`
+    /// (catch-up [`CatchUp::Once`] unless set). Checks the names, the
+    /// schedule and the arguments' size
+    /// ([`MAX_ARGS_BYTES`](crate::MAX_ARGS_BYTES) of JSON).
+    pub fn new(kind: &str, key: &str, args: &impl Serialize, schedule: Schedule) -> Result<NewKey> {
+        validate::job_name(kind)?;
+        validate::key(key)?;
+        schedule.validate()?;
+        let args = serde_json::to_string(args)
+            .map_err(|e| Error::invalid("job arguments", key, format!("they do not serialize as JSON: {e}")))?;
+        if args.len() > MAX_ARGS_BYTES {
+            return Err(Error::invalid(
+                "job arguments",
+                format!("{} bytes of JSON for key {key:?}", args.len()),
+                format!(
+                    "keep them under {MAX_ARGS_BYTES} bytes: store ids to find the data with, and keep the data \
+                     in the service's own tables"
+                ),
+            ));
+        }
+        Ok(NewKey {
+            kind: kind.to_owned(),
+            key: key.to_owned(),
+            args,
+            schedule,
+            catch_up: CatchUp::Once,
+        })
+    }
+
+    /// What happens to slots missed while no replica ran the key.
+    pub fn catch_up(mut self, policy: CatchUp) -> Self {
+        self.catch_up = policy;
+        self
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The lease key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The arguments, as the JSON text stored.
+    pub fn args_json(&self) -> &str {
+        &self.args
+    }
+}
+
+/// A stored key of a job kind, as [`LeaseStore::stored_key`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct StoredKey {
+    /// The lease key.
+    pub key: String,
+    /// The kind whose replicas run it.
+    pub kind: String,
+    /// The arguments, as JSON text.
+    pub args: String,
+    /// The schedule's text form (`every 5m`, `cron 0 3 * * * in Europe/Paris`, `manual`).
+    pub schedule: String,
+    /// The catch-up policy's text form (`once`, `skip`, `all(N)`).
+    pub catch_up: String,
+    /// 1 when added, one more at every update.
+    pub version: i64,
+    /// What a replica running the kind found wrong with this version (its
+    /// arguments do not deserialize): such a key is not run.
+    pub args_error: Option<String>,
+    /// Server time of the last add or update.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One kind that keys or replicas named, as [`LeaseStore::kinds`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KindStatus {
+    /// The kind's name.
+    pub kind: String,
+    /// Its stored keys.
+    pub keys: i64,
+    /// Whether a live replica registers it: `false` means its keys run
+    /// nowhere (a kind removed from the code, a typo, a replica not deployed).
+    pub live: bool,
+    /// Keys whose arguments a replica found it cannot read.
+    pub bad_args: i64,
+}
+
+/// A key of a kind, as a replica reloads it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct KeyRow {
+    pub(crate) key: String,
+    pub(crate) args: String,
+    pub(crate) schedule: String,
+    pub(crate) catch_up: String,
+    pub(crate) version: i64,
+}
+
+/// The kinds' generations and the count of keys no live replica runs.
+#[derive(Debug, Default)]
+pub(crate) struct KindGenerations {
+    pub(crate) generations: Vec<(String, i64)>,
+    pub(crate) unknown_keys: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct KeyStatusRow {
+    key: String,
+    kind: String,
+    args: String,
+    schedule: String,
+    catch_up: String,
+    version: i64,
+    args_error: Option<String>,
+    updated_at: DateTime<Utc>,
+}
+
+impl LeaseStore {
+    /// Adds the keys that do not exist yet, in **one** statement whatever
+    /// their number; returns how many it added. An existing key keeps its
+    /// arguments and schedule (use [`update_key`](Self::update_key)). Every
+    /// replica that registers a kind of the added keys syncs at once (by
+    /// notification) or at its next poll, and runs them.
+    ///
+    /// A key must not repeat within `keys`. Cancel-safe as described on
+    /// [`LeaseStore`]: the statement committed or did not.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// use leasehold::{NewKey, Schedule};
+    /// let schedule: Schedule = "every 1h".parse()?;
+    /// let keys = (0..10_000)
+    ///     .map(|t| NewKey::new("invoice", &format!("invoice:{t}"), &t, schedule.clone()))
+    ///     .collect::<leasehold::Result<Vec<_>>>()?;
+    /// let added = store.add_keys(&keys).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn add_keys(&self, keys: &[NewKey]) -> Result<u64> {
+        let mut sorted: Vec<&NewKey> = keys.iter().collect();
+        // One order for every writer: concurrent batches of overlapping
+        // keys wait for each other instead of deadlocking.
+        sorted.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        let mut seen = HashSet::with_capacity(sorted.len());
+        for key in &sorted {
+            if !seen.insert(&*key.key) {
+                return Err(Error::invalid(
+                    "job key",
+                    &*key.key,
+                    "it appears twice in one add_keys call; add each key once",
+                ));
+            }
+        }
+        if sorted.is_empty() {
+            return Ok(0);
+        }
+        let names: Vec<&str> = sorted.iter().map(|k| &*k.key).collect();
+        let kinds: Vec<&str> = sorted.iter().map(|k| &*k.kind).collect();
+        let args: Vec<&str> = sorted.iter().map(|k| &*k.args).collect();
+        let schedules: Vec<String> = sorted.iter().map(|k| k.schedule.to_string()).collect();
+        let catch_ups: Vec<String> = sorted.iter().map(|k| k.catch_up.to_string()).collect();
+        // $1..$5 the keys' columns, $6 the kinds' channel.
+        // - ON CONFLICT DO NOTHING: an existing key keeps its arguments.
+        // - The kinds' rows move by what was inserted, in kind order (one
+        //   lock order for concurrent batches); the generation moves so
+        //   every replica reloads the kind (invariant "never misses").
+        const ADD_KEYS: &str = "
+            WITH t AS (
+                SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+                    AS t(key, kind, args, schedule, catch_up)
+            ), inserted AS (
+                INSERT INTO leasehold_key (key, kind, args, schedule, catch_up)
+                SELECT key, kind, args::jsonb, schedule, catch_up FROM t
+                ON CONFLICT (key) DO NOTHING
+                RETURNING kind
+            ), counted AS (
+                SELECT kind, count(*) AS n FROM inserted GROUP BY kind ORDER BY kind
+            ), bumped AS (
+                INSERT INTO leasehold_kind AS k (kind, generation, keys)
+                SELECT kind, 1, n FROM counted
+                ON CONFLICT (kind) DO UPDATE SET generation = k.generation + 1, keys = k.keys + excluded.keys
+                RETURNING kind
+            ), notified AS (
+                SELECT count(*) AS n FROM (SELECT pg_notify($6, kind) FROM bumped) AS s
+            )
+            SELECT coalesce((SELECT sum(n) FROM counted), 0)::bigint + 0 * (SELECT n FROM notified)";
+        let added: i64 = connection::run!(&self.conns, |conn| sqlx::query_scalar(ADD_KEYS)
+            .bind(&names)
+            .bind(&kinds)
+            .bind(&args)
+            .bind(&schedules)
+            .bind(&catch_ups)
+            .bind(KIND_CHANNEL)
+            .fetch_one(conn))?;
+        Ok(u64::try_from(added).unwrap_or_default())
+    }
+
+    /// Replaces the arguments, schedule and catch-up of `key.key()`, a key
+    /// of `key.kind()`; returns its new version, or `None` if there is no
+    /// such key of that kind. Takes effect at the key's next claim on
+    /// whichever replica claims it; a run in progress keeps the arguments it
+    /// started with ([`FenceGuard::args_version`](crate::FenceGuard::args_version)
+    /// tells which). Cancel-safe as described on [`LeaseStore`].
+    pub async fn update_key(&self, key: &NewKey) -> Result<Option<i64>> {
+        // $1 key, $2 kind, $3 args, $4 schedule, $5 catch-up, $6 channel.
+        // - `kind = $2`: never rewrites a key of another kind.
+        // - `args_error = NULL`: a report was about the old version.
+        // - the generation moves: every replica reloads the kind.
+        const UPDATE_KEY: &str = "
+            WITH updated AS (
+                UPDATE leasehold_key
+                   SET args = $3::jsonb, schedule = $4, catch_up = $5, version = version + 1,
+                       args_error = NULL, updated_at = clock_timestamp()
+                 WHERE key = $1 AND kind = $2
+                RETURNING kind, version
+            ), bumped AS (
+                UPDATE leasehold_kind AS k SET generation = k.generation + 1
+                  FROM updated AS u WHERE k.kind = u.kind
+                RETURNING k.kind
+            ), notified AS (
+                SELECT count(*) AS n FROM (SELECT pg_notify($6, kind) FROM bumped) AS s
+            )
+            SELECT u.version FROM updated AS u, notified";
+        connection::run!(&self.conns, |conn| sqlx::query_scalar(UPDATE_KEY)
+            .bind(&key.key)
+            .bind(&key.kind)
+            .bind(&key.args)
+            .bind(key.schedule.to_string())
+            .bind(key.catch_up.to_string())
+            .bind(KIND_CHANNEL)
+            .fetch_optional(conn))
+    }
+
+    /// Removes `key`, a key of `kind`, fleet-wide; returns whether it
+    /// existed. Every replica running the kind stops it at once (by
+    /// notification) or within one poll interval: a run in progress is
+    /// cancelled (reason *shutdown*), given its grace, and released. Its
+    /// lease row and history stay until [`forget`](Self::forget).
+    /// Cancel-safe as described on [`LeaseStore`].
+    pub async fn remove_key(&self, kind: &str, key: &str) -> Result<bool> {
+        validate::job_name(kind)?;
+        validate::key(key)?;
+        // $1 key, $2 kind, $3 channel. `kind = $2`: never deletes a key of
+        // another kind; the kind's count moves by the row deleted.
+        const REMOVE_KEY: &str = "
+            WITH gone AS (
+                DELETE FROM leasehold_key WHERE key = $1 AND kind = $2 RETURNING kind
+            ), bumped AS (
+                UPDATE leasehold_kind AS k SET generation = k.generation + 1, keys = k.keys - 1
+                  FROM gone AS g WHERE k.kind = g.kind
+                RETURNING k.kind
+            ), notified AS (
+                SELECT count(*) AS n FROM (SELECT pg_notify($3, kind) FROM bumped) AS s
+            )
+            SELECT g.kind FROM gone AS g, notified";
+        let gone: Option<String> = connection::run!(&self.conns, |conn| sqlx::query_scalar(REMOVE_KEY)
+            .bind(key)
+            .bind(kind)
+            .bind(KIND_CHANNEL)
+            .fetch_optional(conn))?;
+        Ok(gone.is_some())
+    }
+
+    /// The stored key `key`, if it is a key of a job kind.
+    /// Cancel-safe as described on [`LeaseStore`].
+    pub async fn stored_key(&self, key: &str) -> Result<Option<StoredKey>> {
+        validate::key(key)?;
+        const STORED_KEY: &str = "
+            SELECT key, kind, args::text AS args, schedule, catch_up, version, args_error, updated_at
+              FROM leasehold_key WHERE key = $1";
+        let row: Option<KeyStatusRow> = connection::run!(&self.conns, |conn| sqlx::query_as(STORED_KEY)
+            .bind(key)
+            .fetch_optional(conn))?;
+        Ok(row.map(|r| StoredKey {
+            key: r.key,
+            kind: r.kind,
+            args: r.args,
+            schedule: r.schedule,
+            catch_up: r.catch_up,
+            version: r.version,
+            args_error: r.args_error,
+            updated_at: r.updated_at,
+        }))
+    }
+
+    /// Every kind that keys or replicas named, by name: its keys, whether a
+    /// live replica registers it, and its keys with unreadable arguments.
+    /// Cancel-safe as described on [`LeaseStore`].
+    pub async fn kinds(&self) -> Result<Vec<KindStatus>> {
+        // A kind is live while the vouch of its latest replica lasts.
+        const KINDS: &str = "
+            SELECT c.kind, c.keys, coalesce(c.seen_until > clock_timestamp(), false) AS live,
+                   (SELECT count(*) FROM leasehold_key AS k
+                     WHERE k.kind = c.kind AND k.args_error IS NOT NULL) AS bad_args
+              FROM leasehold_kind AS c ORDER BY c.kind";
+        let rows: Vec<(String, i64, bool, i64)> =
+            connection::run!(&self.conns, |conn| sqlx::query_as(KINDS).fetch_all(conn))?;
+        Ok(rows
+            .into_iter()
+            .map(|(kind, keys, live, bad_args)| KindStatus {
+                kind,
+                keys,
+                live,
+                bad_args,
+            })
+            .collect())
+    }
+
+    /// Vouches for `kinds` (this replica runs them) for `vouch`, and reads
+    /// their generations and the number of keys of kinds no live replica
+    /// vouches for: what a replica reads at every poll, one statement.
+    pub(crate) async fn kind_generations(&self, kinds: &[&str], vouch: Duration) -> Result<KindGenerations> {
+        // $1 kinds, $2 seconds. The vouch is written by the CTE (which runs
+        // whether or not it is read); the SELECTs read the statement's
+        // snapshot, so a kind this statement inserts has no generation yet
+        // (the caller loads it anyway: it never loaded it). The kinds of
+        // $1 are live by this very statement, so never counted unknown.
+        const KIND_GENERATIONS: &str = "
+            WITH vouched AS (
+                INSERT INTO leasehold_kind AS k (kind, seen_until)
+                SELECT kind, clock_timestamp() + make_interval(secs => $2)
+                  FROM unnest($1::text[]) AS kind ORDER BY kind
+                ON CONFLICT (kind) DO UPDATE SET seen_until = excluded.seen_until
+                RETURNING kind
+            )
+            SELECT k.kind, k.generation FROM leasehold_kind AS k WHERE k.kind = ANY($1)
+            UNION ALL
+            SELECT NULL, coalesce(sum(k.keys), 0)::bigint FROM leasehold_kind AS k
+             WHERE k.kind <> ALL($1) AND (k.seen_until IS NULL OR k.seen_until <= clock_timestamp())
+               AND (SELECT count(*) FROM vouched) >= 0";
+        let rows: Vec<(Option<String>, i64)> = connection::run!(&self.conns, |conn| sqlx::query_as(KIND_GENERATIONS)
+            .bind(kinds)
+            .bind(vouch.as_secs_f64())
+            .fetch_all(conn))?;
+        let mut out = KindGenerations::default();
+        for (kind, value) in rows {
+            match kind {
+                Some(kind) => out.generations.push((kind, value)),
+                None => out.unknown_keys = value,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every key of `kind`, as a replica reloads them.
+    pub(crate) async fn keys_of_kind(&self, kind: &str) -> Result<Vec<KeyRow>> {
+        const KEYS_OF_KIND: &str = "
+            SELECT key, args::text AS args, schedule, catch_up, version FROM leasehold_key WHERE kind = $1";
+        connection::run!(&self.conns, |conn| sqlx::query_as(KEYS_OF_KIND)
+            .bind(kind)
+            .fetch_all(conn))
+    }
+
+    /// The arguments and version of `key`, a key of `kind`, now: what a run
+    /// starts with. `None` if the key was removed.
+    pub(crate) async fn key_args(&self, kind: &str, key: &str) -> Result<Option<(String, i64)>> {
+        const KEY_ARGS: &str = "SELECT args::text, version FROM leasehold_key WHERE key = $1 AND kind = $2";
+        connection::run!(&self.conns, |conn| sqlx::query_as(KEY_ARGS)
+            .bind(key)
+            .bind(kind)
+            .fetch_optional(conn))
+    }
+
+    /// A stored key got a new schedule whose next slot is `first`: its
+    /// lease row is due then, if that is sooner than the due time it has.
+    /// Whether it moved.
+    pub(crate) async fn reschedule(&self, key: &str, first: DateTime<Utc>) -> Result<bool> {
+        // `next_due_at > $2`: only ever sooner. A later due time would
+        // postpone a slot the key owes (a missed slot its catch-up policy
+        // runs, a trigger), and a due time already sooner is the old
+        // schedule's last slot, run once more.
+        const RESCHEDULE: &str = "
+            UPDATE leasehold_lease SET next_due_at = $2, slot_at = $2
+             WHERE key = $1 AND (next_due_at IS NULL OR next_due_at > $2)";
+        let done = connection::run!(&self.conns, |conn| sqlx::query(RESCHEDULE)
+            .bind(key)
+            .bind(first)
+            .execute(conn))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Records that version `version` of `key` cannot be run (`problem`);
+    /// a newer version is left alone. Whether it wrote.
+    pub(crate) async fn report_args_error(&self, key: &str, version: i64, problem: &str) -> Result<bool> {
+        // `version = $2`: a report is about the version read (an update
+        // meanwhile cleared the error and must stay clear).
+        const REPORT: &str = "
+            UPDATE leasehold_key SET args_error = $3
+             WHERE key = $1 AND version = $2 AND args_error IS DISTINCT FROM $3";
+        let done = connection::run!(&self.conns, |conn| sqlx::query(REPORT)
+            .bind(key)
+            .bind(version)
+            .bind(problem)
+            .execute(conn))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// [`report_args_error`](Self::report_args_error), for the scenario
+    /// test of its version clause: a report about an old version.
+    #[cfg(feature = "test-util")]
+    pub async fn report_args_error_for_test(&self, key: &str, version: i64, problem: &str) -> Result<bool> {
+        self.report_args_error(key, version, problem).await
+    }
+
+    /// Every statement a replica's sync and a kind's run send, in turn, for
+    /// the cancel-safety sweep (they are not public on their own).
+    #[cfg(feature = "test-util")]
+    pub async fn kind_statements_for_test(&self, kind: &str, key: &str) -> Result<()> {
+        self.kind_generations(&[kind], Duration::from_secs(60)).await?;
+        self.keys_of_kind(kind).await?;
+        self.key_args(kind, key).await?;
+        self.reschedule(key, Utc::now() + chrono::TimeDelta::hours(1)).await?;
+        self.report_args_error(key, 1, "swept").await.map(drop)
+    }
+}

@@ -1,0 +1,339 @@
+//! The keys of job kinds on this replica: the kinds it registers, and the
+//! sync that turns the stored keys of those kinds into registered keys
+//! (docs/design.md §10).
+//!
+//! The scheduler syncs at every poll, and at once when a change is
+//! announced on the kinds' channel (`listen.rs`): one statement vouches for
+//! this replica's kinds and reads their generations; only a kind whose
+//! generation moved is reloaded, and the difference applied —
+//!
+//! - a new key is registered (its lease row created, first due at its
+//!   next slot), like `Runtime::add`;
+//! - a removed key is unregistered, a run in progress cancelled, like
+//!   `Runtime::remove`;
+//! - a key with a new schedule gets a new job entry at its next claim, and
+//!   its lease row is due at the new schedule's next slot if that is
+//!   sooner (a run in progress then writes the due time its old schedule
+//!   gives when it is released: the new one applies from the run after);
+//!   new arguments need nothing here: each run reads its key's arguments
+//!   when it starts;
+//! - a key whose arguments do not deserialize, or whose schedule does not
+//!   parse, is not registered (unregistered if it was), logged at ERROR
+//!   once per version, counted in `leasehold_keys_bad_args` and reported
+//!   on its row for `leasehold status`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use tokio::time::Instant;
+
+use super::state::{Body, JobEntry, Shared};
+use super::unregister;
+use crate::error::Result;
+use crate::guard::FenceGuard;
+use crate::job::{JobError, JobSettings};
+use crate::kind::JobKind;
+use crate::lease::{KeyRow, LeaseStore};
+use crate::metrics;
+use crate::schedule::{CatchUp, Schedule, first_due};
+use crate::validate;
+
+/// A kind's body, type-erased: deserializes the arguments, then runs.
+type KindRunFn = Arc<dyn Fn(String, FenceGuard) -> BoxFuture<'static, Result<(), JobError>> + Send + Sync>;
+
+/// Whether a JSON text deserializes as the kind's arguments.
+type CheckFn = Arc<dyn Fn(&str) -> std::result::Result<(), String> + Send + Sync>;
+
+/// One registered kind.
+pub(crate) struct KindEntry {
+    pub(crate) name: Arc<str>,
+    pub(crate) settings: JobSettings,
+    check: CheckFn,
+    run: KindRunFn,
+}
+
+impl KindEntry {
+    /// Erases a kind's type; reads its name and settings once.
+    pub(crate) fn new<K: JobKind>(kind: K) -> Self {
+        let kind = Arc::new(kind);
+        let name: Arc<str> = Arc::from(kind.name());
+        let settings = kind.settings();
+        let check: CheckFn = Arc::new(|json: &str| {
+            serde_json::from_str::<K::Args>(json)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        });
+        let kind_name = name.clone();
+        let run: KindRunFn = Arc::new(move |json, guard| {
+            let kind = kind.clone();
+            let kind_name = kind_name.clone();
+            Box::pin(async move {
+                // Checked when the key was registered; the key may have been
+                // updated to arguments that no longer read since: not run.
+                let args = serde_json::from_str::<K::Args>(&json).map_err(|e| -> JobError {
+                    format!(
+                        "the arguments of version {:?} of key {:?} do not deserialize as the Args of kind \
+                         {kind_name:?}: {e}; update the key (leasehold update) — not run",
+                        guard.args_version(),
+                        guard.key()
+                    )
+                    .into()
+                })?;
+                kind.run(args, guard).await
+            })
+        });
+        KindEntry {
+            name,
+            settings,
+            check,
+            run,
+        }
+    }
+
+    /// Checks the kind's name and settings.
+    pub(crate) fn check(&self) -> Result<()> {
+        validate::job_name(&self.name)?;
+        self.settings.validate(&self.name)
+    }
+
+    /// The job entry of one stored key of this kind. Its run reads the
+    /// key's arguments when it starts: an update reaches the next run
+    /// wherever it is claimed, and a key removed meanwhile is not run.
+    fn entry(self: &Arc<Self>, store: &LeaseStore, key: &Arc<str>, schedule: Schedule, catch_up: CatchUp) -> JobEntry {
+        JobEntry {
+            name: self.name.clone(),
+            key: key.clone(),
+            settings: Arc::new(self.settings.clone().schedule(schedule).catch_up(catch_up)),
+            body: Arc::new(StoredKey {
+                kind: self.clone(),
+                store: store.clone(),
+                key: key.clone(),
+            }),
+        }
+    }
+}
+
+/// The body of one stored key: its kind, and where to read its arguments.
+struct StoredKey {
+    kind: Arc<KindEntry>,
+    store: LeaseStore,
+    key: Arc<str>,
+}
+
+impl Body for StoredKey {
+    fn run_owned(self: Arc<Self>, guard: FenceGuard) -> BoxFuture<'static, Result<(), JobError>> {
+        Box::pin(async move {
+            let Some((args, version)) = self.store.key_args(&self.kind.name, &self.key).await? else {
+                tracing::info!(key = %self.key, kind = %self.kind.name, "key removed before its run started: not run");
+                return Ok(());
+            };
+            guard.set_args_version(version);
+            (self.kind.run)(args, guard).await
+        })
+    }
+}
+
+/// What this replica registered of one kind's stored keys.
+struct Loaded {
+    kind: Arc<KindEntry>,
+    /// The generation the keys were loaded at; `None`: never loaded.
+    generation: Option<i64>,
+    /// Registered keys: their version and schedule text.
+    keys: HashMap<Arc<str>, (i64, String, String)>,
+    /// Keys not run for a bad version, and that version (reported once).
+    bad: HashMap<Arc<str>, i64>,
+}
+
+/// The scheduler's view of the kinds it syncs.
+pub(crate) struct FleetSync {
+    kinds: Vec<Loaded>,
+}
+
+impl FleetSync {
+    pub(crate) fn new(kinds: &[Arc<KindEntry>]) -> Self {
+        FleetSync {
+            kinds: kinds
+                .iter()
+                .map(|kind| Loaded {
+                    kind: kind.clone(),
+                    generation: None,
+                    keys: HashMap::new(),
+                    bad: HashMap::new(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Vouches for this replica's kinds, reloads the kinds that changed and
+    /// applies the difference. Each statement is the caller's to bound.
+    pub(crate) async fn sync(&mut self, shared: &Arc<Shared>) -> Result<()> {
+        if self.kinds.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<&str> = self.kinds.iter().map(|k| &*k.kind.name).collect();
+        let read = shared
+            .store
+            .kind_generations(&names, vouch(shared.poll_interval))
+            .await?;
+        metrics::keys_unknown_kind(read.unknown_keys);
+        let generations: HashMap<String, i64> = read.generations.into_iter().collect();
+        for loaded in &mut self.kinds {
+            let generation = generations.get(&*loaded.kind.name).copied().unwrap_or(0);
+            if loaded.generation == Some(generation) {
+                continue;
+            }
+            let rows = shared.store.keys_of_kind(&loaded.kind.name).await?;
+            loaded.apply(shared, rows).await?;
+            loaded.generation = Some(generation);
+        }
+        Ok(())
+    }
+}
+
+/// How long a replica vouches for its kinds: three poll intervals (at
+/// least a minute), so a replica that missed a poll or two still counts
+/// as live, and one that is gone stops counting soon after.
+fn vouch(poll_interval: Duration) -> Duration {
+    (poll_interval * 3).max(Duration::from_secs(60))
+}
+
+impl Loaded {
+    /// Applies one reload of the kind's keys.
+    async fn apply(&mut self, shared: &Arc<Shared>, rows: Vec<KeyRow>) -> Result<()> {
+        let mut stored: HashMap<&str, &KeyRow> = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            stored.insert(&row.key, row);
+        }
+        // Removed fleet-wide: stop here.
+        let gone: Vec<Arc<str>> = self
+            .keys
+            .keys()
+            .filter(|key| !stored.contains_key(&***key))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.keys.remove(&key);
+            drop(unregister::begin(shared, &key));
+        }
+        self.bad.retain(|key, _| stored.contains_key(&**key));
+        let mut new: Vec<JobEntry> = Vec::new();
+        let mut pending: Vec<(Arc<str>, (i64, String, String))> = Vec::new();
+        for row in &rows {
+            let known = self.keys.get(row.key.as_str());
+            if known.is_some_and(|(version, _, _)| *version == row.version) {
+                continue;
+            }
+            if self.bad.get(row.key.as_str()) == Some(&row.version) {
+                continue;
+            }
+            let key: Arc<str> = Arc::from(row.key.as_str());
+            let parsed = parse(&self.kind, row);
+            let (schedule, catch_up) = match parsed {
+                Ok(parsed) => parsed,
+                Err(problem) => {
+                    self.report(shared, &key, row.version, &problem).await;
+                    if self.keys.remove(&key).is_some() {
+                        drop(unregister::begin(shared, &key));
+                    }
+                    continue;
+                }
+            };
+            match known {
+                // Same schedule: the next run reads the new arguments.
+                Some((_, text, catch)) if *text == row.schedule && *catch == row.catch_up => {}
+                Some(_) => {
+                    let first = first_due(&schedule, server_now(shared).await?);
+                    let job = self.kind.entry(&shared.store, &key, schedule, catch_up);
+                    shared.registry().replace(Arc::new(job));
+                    if shared.store.reschedule(&key, first).await? {
+                        shared.registry().wake(&key, Instant::now());
+                        shared.wake.notify_one();
+                    }
+                }
+                None => {
+                    if shared.registry().job(&key).is_some() {
+                        // A static job of this replica has the key already.
+                        self.report(
+                            shared,
+                            &key,
+                            row.version,
+                            "the key is registered as another job on this replica",
+                        )
+                        .await;
+                        continue;
+                    }
+                    new.push(self.kind.entry(&shared.store, &key, schedule, catch_up));
+                    self.bad.remove(&key);
+                    pending.push((key, (row.version, row.schedule.clone(), row.catch_up.clone())));
+                    continue;
+                }
+            }
+            self.bad.remove(&key);
+            self.keys
+                .insert(key, (row.version, row.schedule.clone(), row.catch_up.clone()));
+        }
+        metrics::keys_bad_args(&self.kind.name, self.bad.len());
+        if !new.is_empty() {
+            // Known only once registered: a failed registration is tried
+            // again at the next sync (the generation is not noted either).
+            register(shared, &self.kind, new).await?;
+            self.keys.extend(pending);
+        }
+        Ok(())
+    }
+
+    /// Reports a key this replica cannot run, once per version.
+    async fn report(&mut self, shared: &Shared, key: &Arc<str>, version: i64, problem: &str) {
+        tracing::error!(key = %key, kind = %self.kind.name, version, problem,
+            "stored key not run: fix it with `leasehold update` (or LeaseStore::update_key)");
+        self.bad.insert(key.clone(), version);
+        if let Err(error) = shared.store.report_args_error(key, version, problem).await {
+            tracing::warn!(key = %key, %error, "could not record the key's problem on its row");
+        }
+    }
+}
+
+/// The schedule and catch-up of a stored key, and whether its arguments
+/// read as the kind's.
+fn parse(kind: &KindEntry, row: &KeyRow) -> std::result::Result<(Schedule, CatchUp), String> {
+    (kind.check)(&row.args).map_err(|e| format!("its arguments do not deserialize as the kind's Args: {e}"))?;
+    let schedule: Schedule = row.schedule.parse().map_err(|e| format!("{e}"))?;
+    let catch_up: CatchUp = row.catch_up.parse().map_err(|e| format!("{e}"))?;
+    Ok((schedule, catch_up))
+}
+
+/// The server's time: as last observed, or asked.
+async fn server_now(shared: &Shared) -> Result<DateTime<Utc>> {
+    match shared.clock.server_now() {
+        Some(now) => Ok(now),
+        None => shared.store.server_now().await,
+    }
+}
+
+/// Registers new keys of `kind`: their lease rows in one statement, then
+/// the registry, as `RuntimeBuilder::start` does.
+async fn register(shared: &Arc<Shared>, kind: &KindEntry, jobs: Vec<JobEntry>) -> Result<()> {
+    let server_now = server_now(shared).await?;
+    let sent = shared.registry().mark();
+    let keys: Vec<(&str, &str, DateTime<Utc>)> = jobs
+        .iter()
+        .map(|j| (&*j.key, &*j.name, first_due(&j.settings.schedule, server_now)))
+        .collect();
+    let seen = shared.store.register_many(&shared.holder, &keys).await?;
+    drop(keys);
+    metrics::prime(&kind.name);
+    shared.lower_tick(kind.settings.get_heartbeat());
+    let now = Instant::now();
+    {
+        let mut registry = shared.registry();
+        for job in jobs {
+            registry.insert(Arc::new(job), now);
+        }
+    }
+    shared.file(&seen, sent);
+    shared.wake.notify_one();
+    Ok(())
+}
