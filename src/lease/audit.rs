@@ -103,7 +103,7 @@ impl LeaseStore {
         const ACTIONS: &str = "
             SELECT scope, name, action, actor, at, outcome, fence FROM leasehold_action
              WHERE (scope = 'key' AND name = $1)
-                OR (scope = 'job' AND name = (SELECT job_name FROM leasehold_lease WHERE key = $1))
+                /* guard:actions.job_scope */ OR (scope = 'job' AND name = (SELECT job_name FROM leasehold_lease WHERE key = $1))
              ORDER BY id DESC LIMIT $2";
         let rows: Vec<ActionRow> = connection::run!(&self.conns, |conn| sqlx::query_as(ACTIONS)
             .bind(key)

@@ -425,12 +425,12 @@ impl LeaseStore {
                   FROM leasehold_lease AS l
                  WHERE starts_with(l.key, $1)
                    AND ($2::text IS NULL OR l.job_name = $2)
-                   AND ($3::text IS NULL OR l.key > $3)
+                   AND /* guard:list_page.cursor */ ($3::text IS NULL OR l.key > $3)
                    AND ($6::text IS NULL OR l.key = $6)
             ) AS s
              WHERE $4 = 'all'
                 OR ($4 = 'paused' AND s.paused)
-                OR ($4 = 'held' AND NOT s.paused AND s.expires_at > s.server_now)
+                OR ($4 = 'held' AND /* guard:list_page.held_not_paused */ NOT s.paused AND s.expires_at > s.server_now)
                 OR ($4 = 'free' AND NOT s.paused AND s.expires_at <= s.server_now)
              ORDER BY s.key
              LIMIT $5"
