@@ -720,7 +720,9 @@ fn a_capture_counts_a_line_another_thread_reached_first() {
         tracing::error!(target: "leasehold::tenure", "lease lost; cancelling the run");
     }
     let (logs, _capture) = support::LogCounts::capture(support::PRODUCTION_LOG_FILTER);
-    std::thread::spawn(lease_lost_line).join().expect("the other thread logs");
+    std::thread::spawn(lease_lost_line)
+        .join()
+        .expect("the other thread logs");
     lease_lost_line();
     assert_eq!(logs.at(tracing::Level::ERROR), 1);
 }
