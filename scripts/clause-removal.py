@@ -247,6 +247,12 @@ read_mutations = [
   "console::pages"),
  ("list_page.cursor", "list_page: the page cursor ignored (every page is the first)",
   "($3::text IS NULL OR l.key > $3)", "true", "console::pages"),
+ ("list_page.free_was_claimed", "list_page: a key never run reads as free too",
+  "s.expires_at - s.acquired_at > interval '1 microsecond'", "true",
+  "operators::key_state"),
+ ("list_page.never_claimed", "list_page: a free key that ran reads as never-run too",
+  "s.expires_at - s.acquired_at <= interval '1 microsecond'", "true",
+  "operators::key_state"),
 ]
 fleet_mutations = [
  ("fleet.claimed_only", "fleet: a never-claimed registration row counts as a tenure",

@@ -79,8 +79,6 @@ pub use health::Degraded;
 pub use job::{FencedJob, JobError, JobSettings};
 #[cfg(feature = "test-util")]
 pub use lease::LockedRow;
-#[doc(hidden)]
-pub use lease::never_claimed;
 pub use lease::{
     ActionRecord, Claim, DEFAULT_OWNED_CONNECTIONS, Due, Fleet, Forgotten, HolderSeen, KeyFilter, KeyPage, KeyState,
     KeyStatus, Lease, LeaseInfo, LeaseStore, Pause, PauseTarget, Renewal, RenewedMany, Resumed, Revoke, Revoked,

@@ -141,15 +141,35 @@ impl LeaseInfo {
     pub fn never_run(&self) -> bool {
         never_claimed(self.acquired_at, self.expires_at)
     }
+
+    /// The lease's own state by the server clock: [`KeyState::Held`],
+    /// [`KeyState::NeverRun`] or [`KeyState::Free`] (never
+    /// [`KeyState::Paused`]: a pause is a row of its own, which
+    /// [`KeyStatus::state`] reads too).
+    ///
+    /// ```no_run
+    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// if let Some(lease) = store.get("billing:acme").await? {
+    ///     println!("{}: {}", lease.key, lease.state()); // held, free or never-run
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn state(&self) -> KeyState {
+        if self.is_held() {
+            KeyState::Held
+        } else if self.never_run() {
+            KeyState::NeverRun
+        } else {
+            KeyState::Free
+        }
+    }
 }
 
 /// The registration marker written by `LeaseStore::register`: a row that
 /// expires exactly 1 µs after it was "acquired" was never claimed (every
 /// claim gives at least [`crate::MIN_LEASE`]; a release of a run is never
-/// within 1 µs of its claim). Public, hidden, only so the CLI reads the rule
-/// from here rather than restating it.
-#[doc(hidden)]
-pub fn never_claimed(acquired_at: DateTime<Utc>, expires_at: DateTime<Utc>) -> bool {
+/// within 1 µs of its claim).
+pub(crate) fn never_claimed(acquired_at: DateTime<Utc>, expires_at: DateTime<Utc>) -> bool {
     expires_at - acquired_at <= chrono::TimeDelta::microseconds(1)
 }
 
