@@ -30,9 +30,9 @@ BEGIN
        FROM leasehold_lease AS l
       WHERE l.key = NEW.lease_key
         -- the same tenure: a newer claim or a revoke changed the fence
-        AND l.fence = NEW.last_fence
+        AND /* guard:commit_check.fence */ l.fence = NEW.last_fence
         -- still live on the server clock, read at COMMIT
-        AND l.expires_at > clock_timestamp();
+        AND /* guard:commit_check.live */ l.expires_at > clock_timestamp();
     IF NOT FOUND THEN
         RAISE EXCEPTION 'leasehold: the tenure of key % with fence % ended before this fenced transaction committed; nothing it wrote was committed', NEW.lease_key, NEW.last_fence
             USING ERRCODE = 'LH001',
@@ -45,7 +45,7 @@ $$;
 DROP TRIGGER IF EXISTS leasehold_fence_tenure_live ON leasehold_fence;
 CREATE CONSTRAINT TRIGGER leasehold_fence_tenure_live
     AFTER INSERT OR UPDATE ON leasehold_fence
-    DEFERRABLE INITIALLY DEFERRED
+    /* guard:commit_check.deferred */ DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW EXECUTE FUNCTION leasehold_fence_tenure_live();
 
 INSERT INTO leasehold_schema_version (version, description)

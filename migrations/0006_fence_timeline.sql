@@ -57,13 +57,13 @@ BEGIN
     END IF;
     INSERT INTO leasehold_timeline AS t (one, timeline) VALUES (true, tl)
     ON CONFLICT (one) DO UPDATE SET timeline = tl, changed_at = clock_timestamp()
-     WHERE t.timeline <> tl;
+     /* guard:timeline.recorded_once */ WHERE t.timeline <> tl;
     IF NOT FOUND THEN
         RETURN; -- a concurrent caller recorded it (and jumped) first
     END IF;
     from_value := nextval('leasehold_fence_seq');
     to_value := from_value + 4294967296;
-    PERFORM setval('leasehold_fence_seq', to_value);
+    /* guard:timeline.jump */ PERFORM setval('leasehold_fence_seq', to_value);
     UPDATE leasehold_timeline SET jumped_from = from_value, jumped_to = to_value;
     RAISE WARNING 'leasehold: fences drawn on a new timeline %: the fence sequence moved from % to %', tl, from_value, to_value
         USING DETAIL = 'a promoted standby may lack fences the old primary handed out; every fence from now on is above them';
@@ -95,7 +95,7 @@ $$;
 -- and the row lookup run only in `leasehold_first_fence_of_session`.
 CREATE OR REPLACE FUNCTION leasehold_next_fence() RETURNS BIGINT
 LANGUAGE sql VOLATILE AS $$
-    SELECT CASE WHEN current_setting('leasehold.fence_timeline', true) <> ''
+    SELECT CASE WHEN /* guard:timeline.checked */ current_setting('leasehold.fence_timeline', true) <> ''
                 THEN nextval('leasehold_fence_seq')
                 ELSE leasehold_first_fence_of_session() END
 $$;

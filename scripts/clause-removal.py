@@ -15,323 +15,227 @@ in a scratch worktree of HEAD and run the scenario tests named with it
 (`lease::` unless a mutation names others); every mutation must make at
 least one named test fail.
 
-    python3 scripts/clause-removal.py            # all mutations (~1 min each)
+    python3 scripts/clause-removal.py            # all mutations (~20 s each)
     python3 scripts/clause-removal.py finish_many claim_due   # only mutations whose name contains one of these
-    python3 scripts/clause-removal.py --check    # only check every pattern still matches its file
+    python3 scripts/clause-removal.py --check    # only check markers and mutations name each other
+
+Guard markers. Each guard clause carries a marker comment where it starts,
+`/* guard:<statement>.<clause> */` (lower case, digits, `_` and `.`): inside
+the SQL text, or as a Rust comment just before a macro that expands to the
+clause (`/* guard:claim.pause */ paused!(...)`). A mutation names its
+marker(s) and gives the clause text `old` that starts at the marker and the
+text `new` to put in its place. `old` is matched from the marker on,
+whitespace-insensitively (any run of spaces and line breaks matches any
+other) and with every other marker removed, so re-indenting, re-wrapping
+or moving a statement does not break a mutation; only a change of the
+clause's own words does. Several mutations may name one marker (removing a
+clause, weakening it, adding a forbidden alternative); a mutation naming
+several markers ("a b") is applied at each, for a clause written twice.
+
+A new guard clause: put `/* guard:<statement>.<clause> */` where it starts,
+add an entry `("<statement>.<clause>", "<statement>: what breaks", old, new,
+"<scenario filters>")` to the list of its file below (a new file goes into
+FILES), run `--check`, then `python3 scripts/clause-removal.py <statement>`:
+the named scenarios must fail under the mutation. `--check` fails when a
+mutation names a marker that is missing (a guard whose marker was lost), a
+marker is in the code but no mutation names it (a guard without a
+mutation), a marker appears twice, or `old` no longer follows its marker.
 
 Builds in target/clause-removal (its own target dir), never touches the
-working tree. Exits 1 if a mutation is not caught or a pattern is stale.
+working tree. Exits 1 if a mutation is not caught or a check fails.
 """
 import os, re, subprocess, sys, tempfile
 
 ROOT = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True).stdout.strip()
 
-# (name, pattern, replacement[, tests]) in src/lease/mod.rs.
+# (marker(s), name, old, new[, tests]) in src/lease/mod.rs.
 mutations = [
- ("release: holder clause removed",
-  "             WHERE l.key = $1 AND l.holder = $2 AND l.fence = $3\n               FOR UPDATE SKIP LOCKED",
-  "             WHERE l.key = $1 AND l.fence = $3\n               FOR UPDATE SKIP LOCKED",
+ ("release.holder", "release: holder clause removed", "l.holder = $2 AND", "",
   "lease::late_release_after_takeover_leaves_the_new_holder"),
- ("release: fence clause removed",
-  "             WHERE l.key = $1 AND l.holder = $2 AND l.fence = $3\n               FOR UPDATE SKIP LOCKED",
-  "             WHERE l.key = $1 AND l.holder = $2\n               FOR UPDATE SKIP LOCKED",
+ ("release.fence", "release: fence clause removed", "l.fence = $3", "true",
   "lease::late_release_of_an_old_run_leaves_the_new_run"),
- ("claim: re-entrant clause `l.holder = EXCLUDED.holder OR` removed",
-  """                 WHERE (l.holder = EXCLUDED.holder
-                        OR l.expires_at <= clock_timestamp())""",
-  """                 WHERE (l.expires_at <= clock_timestamp())"""),
- ("claim: expiry clause `OR l.expires_at <= clock_timestamp()` removed",
-  """                 WHERE (l.holder = EXCLUDED.holder
-                        OR l.expires_at <= clock_timestamp())""",
-  """                 WHERE (l.holder = EXCLUDED.holder)"""),
- ("claim: whole WHERE of DO UPDATE removed",
-  """                 WHERE (l.holder = EXCLUDED.holder
-                        OR l.expires_at <= clock_timestamp())
-                   AND NOT""",
-  """                 WHERE NOT"""),
- ("claim: CASE keeping the fence of a live re-entrant claim removed (always fresh fence)",
-  """                       fence       = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp()
-                                          THEN l.fence ELSE EXCLUDED.fence END""",
-  """                       fence       = EXCLUDED.fence"""),
- ("claim: CASE condition without the expiry test (same holder keeps fence after expiry)",
-  """                       fence       = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp()
-                                          THEN l.fence ELSE EXCLUDED.fence END""",
-  """                       fence       = CASE WHEN l.holder = EXCLUDED.holder
-                                          THEN l.fence ELSE EXCLUDED.fence END"""),
- ("claim/claim_run: fence from `fence + 1` instead of the sequence",
-  "SELECT $1, $2, leasehold_next_fence(), clock_timestamp(),",
-  "SELECT $1, $2, 1, clock_timestamp(),"),
- ("claim_run: same-holder re-entrance added (a duplicate holder id takes a live lease)",
-  """                 WHERE l.expires_at <= clock_timestamp()
-                   AND ($4""",
-  """                 WHERE (l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp())
-                   AND ($4""", "lease::"),
- ("claim_run: expiry clause removed",
-  """                 WHERE l.expires_at <= clock_timestamp()
-                   AND ($4""",
-  """                 WHERE true
-                   AND ($4"""),
- ("claim_run: due clause removed",
-  """                   AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())""",
-  ""),
- ("claim_run: fresh fence replaced by keeping the old fence",
-  """                       fence       = EXCLUDED.fence,
-                       acquired_at = clock_timestamp(),""",
-  """                       fence       = CASE WHEN l.holder = EXCLUDED.holder THEN l.fence ELSE EXCLUDED.fence END,
-                       acquired_at = clock_timestamp(),"""),
- ("renew: holder clause removed", "         WHERE l.holder = $1\n           AND l.fence = t.fence\n", "         WHERE l.fence = t.fence\n"),
- ("renew: fence clause removed", "           AND l.fence = t.fence\n           AND l.expires_at", "           AND l.expires_at"),
- ("renew: non-expiry clauses removed", "           AND l.expires_at > clock_timestamp()\n", ""),
- ("renew: SKIP LOCKED removed (a locked row stalls the heartbeat)", "FOR UPDATE OF l SKIP LOCKED", "FOR UPDATE OF l",
+ ("claim.reentrant", "claim: re-entrant clause `l.holder = EXCLUDED.holder OR` removed",
+  "l.holder = EXCLUDED.holder OR", ""),
+ ("claim.expiry", "claim: expiry clause `OR l.expires_at <= clock_timestamp()` removed",
+  "OR l.expires_at <= clock_timestamp()", ""),
+ ("claim.takeover", "claim: whole WHERE of DO UPDATE removed",
+  "WHERE (l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp()) AND NOT", "WHERE NOT"),
+ ("claim.fence_kept", "claim: CASE keeping the fence of a live re-entrant claim removed (always fresh fence)",
+  "CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp() THEN l.fence ELSE EXCLUDED.fence END",
+  "EXCLUDED.fence"),
+ ("claim.fence_kept", "claim: CASE condition without the expiry test (same holder keeps fence after expiry)",
+  "CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp() THEN l.fence ELSE EXCLUDED.fence END",
+  "CASE WHEN l.holder = EXCLUDED.holder THEN l.fence ELSE EXCLUDED.fence END"),
+ ("claim.insert_fence claim_run.insert_fence", "claim/claim_run: fence from `fence + 1` instead of the sequence",
+  "leasehold_next_fence()", "1"),
+ ("claim_run.expiry", "claim_run: same-holder re-entrance added (a duplicate holder id takes a live lease)",
+  "l.expires_at <= clock_timestamp()", "(l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp())", "lease::"),
+ ("claim_run.expiry", "claim_run: expiry clause removed", "l.expires_at <= clock_timestamp()", "true"),
+ ("claim_run.due", "claim_run: due clause removed",
+  "($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())", "true"),
+ ("claim_run.fresh_fence", "claim_run: fresh fence replaced by keeping the old fence",
+  "EXCLUDED.fence,", "CASE WHEN l.holder = EXCLUDED.holder THEN l.fence ELSE EXCLUDED.fence END,"),
+ ("renew.holder", "renew: holder clause removed", "l.holder = $1 AND", ""),
+ ("renew.fence", "renew: fence clause removed", "l.fence = t.fence AND", ""),
+ ("renew.live renew.still_live", "renew: non-expiry clauses removed", "l.expires_at > clock_timestamp()", "true"),
+ ("renew.skip_locked", "renew: SKIP LOCKED removed (a locked row stalls the heartbeat)", "SKIP LOCKED", "",
   "isolation::wedged_heartbeat"),
- ("claim_run: times taken from VALUES, before the row-lock wait (the slot bug)",
-  """                       acquired_at = clock_timestamp(),
-                       expires_at  = clock_timestamp() + make_interval(secs => $3),
-                       runs        = l.runs + 1,""",
-  """                       acquired_at = EXCLUDED.acquired_at,
-                       expires_at  = EXCLUDED.expires_at,
-                       runs        = l.runs + 1,"""),
- ("claim: snapshot pre-check removed",
-  """                 WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease c
-                                    WHERE c.key = $1 AND c.holder <> $2 AND c.expires_at > clock_timestamp())
-""", """                 WHERE true
-"""),
- ("claim: pause clause removed (a paused job's key is taken over)",
-  """                        OR l.expires_at <= clock_timestamp())
-                   AND NOT ",
-            paused!(key = "l.key", jobs = "l.job_name"),""",
-  """                        OR l.expires_at <= clock_timestamp())
-                   AND NOT ",
-            "false",""",
-  "operators::pause"),
- ("claim/claim_run: key-pause clause of the insert path removed (a paused key without a row is created)",
-  'paused!(key = "$1", jobs = "NULL")',
-  '"false"', "operators::pause"),
- ("claim_run: pause clause removed (a paused job's key is claimed for a run)",
-  """                   AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
-                   AND NOT ",
-            paused!(key = "l.key", jobs = "l.job_name"),""",
-  """                   AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
-                   AND NOT ",
-            "false",""",
-  "operators::pause"),
- ("renew: pause-with-cancel never reported (a cancelling pause lets the run go on)",
-  'paused!(cancelling, key = "r.key", jobs = "r.job_name")',
-  '"false"',
+ ("claim_run.server_times", "claim_run: times taken from VALUES, before the row-lock wait (the slot bug)",
+  "acquired_at = clock_timestamp(), expires_at = clock_timestamp() + make_interval(secs => $3),",
+  "acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at,"),
+ ("claim.precheck", "claim: snapshot pre-check removed",
+  "NOT EXISTS (SELECT 1 FROM leasehold_lease c WHERE c.key = $1 AND c.holder <> $2 AND c.expires_at > clock_timestamp())",
+  "true"),
+ ("claim.pause", "claim: pause clause removed (a paused job's key is taken over)",
+  'paused!(key = "l.key", jobs = "l.job_name")', '"false"', "operators::pause"),
+ ("claim.insert_pause claim_run.insert_pause",
+  "claim/claim_run: key-pause clause of the insert path removed (a paused key without a row is created)",
+  'paused!(key = "$1", jobs = "NULL")', '"false"', "operators::pause"),
+ ("claim_run.pause", "claim_run: pause clause removed (a paused job's key is claimed for a run)",
+  'paused!(key = "l.key", jobs = "l.job_name")', '"false"', "operators::pause"),
+ ("renew.cancelling_pause", "renew: pause-with-cancel never reported (a cancelling pause lets the run go on)",
+  'paused!(cancelling, key = "r.key", jobs = "r.job_name")', '"false"',
   "operators::pause::a_pause_lets_the_run_finish_unless_it_cancels_it"),
- ("renew: cancel flag ignored (every pause cancels the run in progress)",
-  'paused!(cancelling, key = "r.key", jobs = "r.job_name")',
-  'paused!(key = "r.key", jobs = "r.job_name")',
+ ("renew.cancelling_pause", "renew: cancel flag ignored (every pause cancels the run in progress)",
+  'paused!(cancelling, key = "r.key", jobs = "r.job_name")', 'paused!(key = "r.key", jobs = "r.job_name")',
   "operators::pause::a_pause_lets_the_run_finish_unless_it_cancels_it"),
 ]
 
 # The same, in src/lease/batch.rs (the scheduler's statements).
 batch_mutations = [
- ("claim_due: expiry clause removed (a batch takes a live lease)",
-  "                 WHERE l.expires_at <= clock_timestamp()\n                   AND (l.next_due_at IS NULL",
-  "                 WHERE true\n                   AND (l.next_due_at IS NULL",
+ ("claim_due.expiry", "claim_due: expiry clause removed (a batch takes a live lease)",
+  "l.expires_at <= clock_timestamp()", "true",
   "scheduler::batch_claim::a_batch_claim_never_takes_a_live_lease"),
- ("claim_due: due clause removed (a key runs again in its slot)",
-  "                   AND (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())\n                   AND NOT \",",
-  "\n                   AND NOT \",",
+ ("claim_due.due", "claim_due: due clause removed (a key runs again in its slot)",
+  "(l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())", "true",
   "scheduler::batch_claim runtime::three_replicas_run_a_job_once_per_slot"),
- ("claim_due: SKIP LOCKED removed (a locked row holds up the batch)",
-  "                 LIMIT $4\n                   FOR UPDATE OF l SKIP LOCKED",
-  "                 LIMIT $4\n                   FOR UPDATE OF l",
+ ("claim_due.skip_locked", "claim_due: SKIP LOCKED removed (a locked row holds up the batch)", "SKIP LOCKED", "",
   "scheduler::batch_claim::a_locked_row_does_not_hold_up_the_other_keys_of_a_batch"),
- ("claim_due: fence drawn straight from the sequence (no timeline check)",
-  "                       fence       = leasehold_next_fence(),",
-  "                       fence       = nextval('leasehold_fence_seq'),",
-  "failover::an_asynchronous_failover"),
- ("claim_due: fresh fence replaced by the row's old fence",
-  "                       fence       = leasehold_next_fence(),",
-  "                       fence       = l.fence,",
+ ("claim_due.fresh_fence", "claim_due: fence drawn straight from the sequence (no timeline check)",
+  "leasehold_next_fence()", "nextval('leasehold_fence_seq')", "failover::an_asynchronous_failover"),
+ ("claim_due.fresh_fence", "claim_due: fresh fence replaced by the row's old fence", "leasehold_next_fence()", "l.fence",
   "scheduler::batch_claim runtime::three_replicas_run_a_job_once_per_slot"),
- ("claim_due: same-holder re-entrance added (a duplicate holder id takes a live lease)",
-  "                 WHERE l.expires_at <= clock_timestamp()\n                   AND (l.next_due_at IS NULL",
-  "                 WHERE (l.holder = $1 OR l.expires_at <= clock_timestamp())\n                   AND (l.next_due_at IS NULL",
+ ("claim_due.expiry", "claim_due: same-holder re-entrance added (a duplicate holder id takes a live lease)",
+  "l.expires_at <= clock_timestamp()", "(l.holder = $1 OR l.expires_at <= clock_timestamp())",
   "isolation::duplicate_holder"),
- ("claim_due: LIMIT removed (a full replica claims beyond its room)",
-  "                 LIMIT $4\n", "                 LIMIT $4 + 100\n",
+ ("claim_due.limit", "claim_due: LIMIT removed (a full replica claims beyond its room)", "$4", "$4 + 100",
   "scheduler::concurrency_limit"),
- ("finish_many: holder clause removed",
-  "                 WHERE l.holder = t.holder\n                   AND l.fence = t.fence\n                   FOR UPDATE",
-  "                 WHERE l.fence = t.fence\n                   FOR UPDATE",
-  "lease:: scheduler::"),
- ("finish_many: fence clause removed",
-  "                 WHERE l.holder = t.holder\n                   AND l.fence = t.fence\n                   FOR UPDATE",
-  "                 WHERE l.holder = t.holder\n                   FOR UPDATE",
-  "lease::"),
- ("finish_many: SKIP LOCKED removed (a locked row holds up every release of the batch)",
-  "                   AND l.fence = t.fence\n                   FOR UPDATE OF l SKIP LOCKED",
-  "                   AND l.fence = t.fence\n                   FOR UPDATE OF l",
+ ("finish_many.holder", "finish_many: holder clause removed", "l.holder = t.holder AND", "", "lease:: scheduler::"),
+ ("finish_many.fence", "finish_many: fence clause removed", "l.fence = t.fence", "true", "lease::"),
+ ("finish_many.skip_locked", "finish_many: SKIP LOCKED removed (a locked row holds up every release of the batch)",
+  "SKIP LOCKED", "",
   "scheduler::batch_claim::a_release_meeting_a_locked_row_does_not_hold_up_the_others"),
- ("register_many: an existing row's schedule reset at every start",
-  "                 WHERE NOT EXISTS (SELECT 1 FROM existing AS e WHERE e.key = t.key)\n                ON CONFLICT (key) DO NOTHING\n                RETURNING key, expires_at, next_due_at",
-  "                ON CONFLICT (key) DO UPDATE SET next_due_at = EXCLUDED.next_due_at\n                RETURNING key, expires_at, next_due_at",
-  "runtime:: scheduler::"),
- ("forget: expiry clause removed (a live lease is deleted)",
-  "DELETE FROM leasehold_lease WHERE key = $1 AND expires_at <= clock_timestamp() RETURNING key",
-  "DELETE FROM leasehold_lease WHERE key = $1 RETURNING key",
+ ("register_many.existing_kept", "register_many: an existing row's schedule reset at every start",
+  "WHERE NOT EXISTS (SELECT 1 FROM existing AS e WHERE e.key = t.key) ON CONFLICT (key) DO NOTHING",
+  "ON CONFLICT (key) DO UPDATE SET next_due_at = EXCLUDED.next_due_at", "runtime:: scheduler::"),
+ ("forget.expiry", "forget: expiry clause removed (a live lease is deleted)", "expires_at <= clock_timestamp()", "true",
   "scheduler::forget"),
- ("claim_due: pause clause removed (a paused key runs)",
-  '                   AND NOT ",\n            paused!(key = "l.key", jobs = "l.job_name, t.job"),',
-  '                   AND NOT ",\n            "false",',
-  "operators::pause"),
- ("claim_due: job clause of the pause removed (a paused job's keys run)",
-  '                   AND NOT ",\n            paused!(key = "l.key", jobs = "l.job_name, t.job"),',
-  '                   AND NOT ",\n            paused!(key = "l.key", jobs = "NULL"),',
+ ("claim_due.pause", "claim_due: pause clause removed (a paused key runs)",
+  'paused!(key = "l.key", jobs = "l.job_name, t.job")', '"false"', "operators::pause"),
+ ("claim_due.pause", "claim_due: job clause of the pause removed (a paused job's keys run)",
+  'paused!(key = "l.key", jobs = "l.job_name, t.job")', 'paused!(key = "l.key", jobs = "NULL")',
   "operators::pause::a_paused_job_pauses_all_its_keys_and_nothing_else"),
- ("finish_many: history ring overwrites a newer run with a late older one",
-  "                 WHERE r.run_no < EXCLUDED.run_no\n",
-  "\n",
-  "operators::history"),
- ("finish_many: retry forgets the slot owed (catch-up loses a failed slot)",
-  "                       slot_at     = COALESCE(t.at, l.slot_at, l.next_due_at)\n",
-  "                       slot_at     = COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after), l.slot_at)\n",
-  "operators::catch_up"),
- ("finish_many: a trigger during the run overwritten by the release (the operator's trigger is lost)",
-  "                                          WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()\n",
-  "",
-  "operators::trigger"),
- ("finish_many: a plain release takes a due time not reached yet for a trigger (a key claimed early is due at once)",
-  "                       next_due_at = CASE WHEN t.at IS NULL AND t.after IS NULL THEN l.next_due_at\n",
-  "                       next_due_at = CASE\n",
+ ("finish_many.ring_order", "finish_many: history ring overwrites a newer run with a late older one",
+  "WHERE r.run_no < EXCLUDED.run_no", "", "operators::history"),
+ ("finish_many.slot_owed", "finish_many: retry forgets the slot owed (catch-up loses a failed slot)",
+  "COALESCE(t.at, l.slot_at, l.next_due_at)",
+  "COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after), l.slot_at)", "operators::catch_up"),
+ ("finish_many.trigger_kept",
+  "finish_many: a trigger during the run overwritten by the release (the operator's trigger is lost)",
+  "WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()", "", "operators::trigger"),
+ ("finish_many.plain_release",
+  "finish_many: a plain release takes a due time not reached yet for a trigger (a key claimed early is due at once)",
+  "WHEN t.at IS NULL AND t.after IS NULL THEN l.next_due_at", "",
   "lease::a_plain_release_keeps_a_due_time_not_reached_yet"),
- ("readd: a key a replica claimed since its removal is reset (the slots it owes are lost)",
-  "               AND l.acquired_at <= clock_timestamp() - make_interval(secs => $4)\n",
-  "\n",
-  "scheduler::membership"),
- ("readd: a key running elsewhere is reset (its release takes the reset for a trigger: one run too many)",
-  "               AND l.expires_at <= clock_timestamp()\n               AND NOT \",",
-  "               AND NOT \",",
-  "scheduler::membership"),
- ("readd: a paused key is reset (the slots owed to its resume are lost)",
-  'paused!(key = "l.key", jobs = "l.job_name, $3")',
-  '"false"',
-  "scheduler::membership"),
- ("forget: history kept after the row is deleted (a re-added key's ring refuses its runs)",
-  "                DELETE FROM leasehold_run WHERE key IN (SELECT key FROM gone)\n",
-  "                SELECT 1\n",
+ ("readd.unclaimed_since", "readd: a key a replica claimed since its removal is reset (the slots it owes are lost)",
+  "l.acquired_at <= clock_timestamp() - make_interval(secs => $4)", "true", "scheduler::membership"),
+ ("readd.not_running",
+  "readd: a key running elsewhere is reset (its release takes the reset for a trigger: one run too many)",
+  "l.expires_at <= clock_timestamp()", "true", "scheduler::membership"),
+ ("readd.pause", "readd: a paused key is reset (the slots owed to its resume are lost)",
+  'paused!(key = "l.key", jobs = "l.job_name, $3")', '"false"', "scheduler::membership"),
+ ("forget.history", "forget: history kept after the row is deleted (a re-added key's ring refuses its runs)",
+  "DELETE FROM leasehold_run WHERE key IN (SELECT key FROM gone)", "SELECT 1",
   "operators::history scheduler::forget"),
 ]
 
 # The fence SQL (src/lease/fence.rs): the downstream half of the lease.
 fence_mutations = [
- ("fence advance: guard clause removed (a stale run's transaction goes through)",
-  "updated_at = clock_timestamp()\n         WHERE f.last_fence <= EXCLUDED.last_fence\n",
-  "updated_at = clock_timestamp()\n",
-  "fenced:: operators::revoke"),
- ("fence advance: tenure-live check removed (a run resumed after its lease begins a fenced transaction)",
-  "               AND l.expires_at > clock_timestamp()\n        )\n        INSERT INTO leasehold_fence",
-  "\n        )\n        INSERT INTO leasehold_fence",
-  "frozen_holder::commit_check"),
- ("fence advance: idle bound not set (a frozen holder keeps the fence row locked while it is stopped)",
-  "            SELECT set_config('idle_in_transaction_session_timeout',",
-  "            SELECT 1, ('idle_in_transaction_session_timeout',",
-  "frozen_holder::idle_bound"),
- ("fence advance: the service's shorter idle timeout overridden by the lease",
-  "                              LEAST(NULLIF(extract(epoch FROM",
-  "                              GREATEST(NULLIF(extract(epoch FROM",
-  "frozen_holder::idle_bound::a_shorter_idle_timeout_of_the_service_is_kept"),
- ("fence advance: `<=` made `<` (a run's second fenced transaction is refused)",
-  "         WHERE f.last_fence <= EXCLUDED.last_fence\n",
-  "         WHERE f.last_fence < EXCLUDED.last_fence\n",
-  "fenced::"),
- ("fenced update: fence clause removed (a stale run overwrites a newer run's row)",
-  "WHERE {filter_sql}last_fence <= ${fence}",
-  "WHERE {filter_sql}true",
-  "fenced::"),
- ("fenced update: tenure check removed (a run resumed after its lease updates a row no newer run wrote)",
-  "             AND l.expires_at > clock_timestamp())\",",
-  ")\",",
-  "frozen_holder::commit_check"),
- ("fenced update: `<=` made `<` (a run cannot write its own row twice)",
-  "WHERE {filter_sql}last_fence <= ${fence}",
-  "WHERE {filter_sql}last_fence < ${fence}",
-  "fenced::"),
+ ("fence_advance.never_lower", "fence advance: guard clause removed (a stale run's transaction goes through)",
+  "WHERE f.last_fence <= EXCLUDED.last_fence", "", "fenced:: operators::revoke"),
+ ("fence_advance.tenure_live",
+  "fence advance: tenure-live check removed (a run resumed after its lease begins a fenced transaction)",
+  "l.expires_at > clock_timestamp()", "true", "frozen_holder::commit_check"),
+ ("fence_advance.idle_bound",
+  "fence advance: idle bound not set (a frozen holder keeps the fence row locked while it is stopped)",
+  "set_config(", "1, (", "frozen_holder::idle_bound"),
+ ("fence_advance.shorter_idle_kept", "fence advance: the service's shorter idle timeout overridden by the lease",
+  "LEAST(", "GREATEST(", "frozen_holder::idle_bound::a_shorter_idle_timeout_of_the_service_is_kept"),
+ ("fence_advance.never_lower", "fence advance: `<=` made `<` (a run's second fenced transaction is refused)",
+  "WHERE f.last_fence <= EXCLUDED.last_fence", "WHERE f.last_fence < EXCLUDED.last_fence", "fenced::"),
+ ("fenced_update.fence", "fenced update: fence clause removed (a stale run overwrites a newer run's row)",
+  "last_fence <= ${fence}", "true", "fenced::"),
+ ("fenced_update.tenure_live",
+  "fenced update: tenure check removed (a run resumed after its lease updates a row no newer run wrote)",
+  "l.expires_at > clock_timestamp())\"", "true)\"", "frozen_holder::commit_check"),
+ ("fenced_update.fence", "fenced update: `<=` made `<` (a run cannot write its own row twice)",
+  "last_fence <= ${fence}", "last_fence < ${fence}", "fenced::"),
 ]
 
 # An operator's revoke (src/lease/revoke.rs): `leasehold release [--force]`.
 revoke_mutations = [
- ("revoke: force clause removed (a held lease is revoked without --force)",
-  "                   AND ($2 OR old.expires_at <= clock_timestamp())\n", "\n",
+ ("revoke.force", "revoke: force clause removed (a held lease is revoked without --force)",
+  "($2 OR old.expires_at <= clock_timestamp())", "true", "operators::revoke"),
+ ("revoke.new_fence", "revoke: the old fence kept (the revoked run still writes through the fence)",
+  "leasehold_next_fence()", "l.fence", "operators::revoke"),
+ ("revoke.expire", "revoke: a held lease not expired (no other replica can claim it)", "LEAST(", "GREATEST(",
   "operators::revoke"),
- ("revoke: the old fence kept (the revoked run still writes through the fence)",
-  "                   SET fence = leasehold_next_fence(),\n",
-  "                   SET fence = l.fence,\n",
-  "operators::revoke"),
- ("revoke: a held lease not expired (no other replica can claim it)",
-  "                       expires_at = LEAST(l.expires_at,\n",
-  "                       expires_at = GREATEST(l.expires_at,\n",
-  "operators::revoke"),
- ("revoke: fence rows not raised (the revoked run writes until a newer run does)",
-  "                SELECT r, ended.fence FROM ended CROSS JOIN unnest($3::text[]) AS r\n",
-  "                SELECT r, ended.fence FROM ended CROSS JOIN unnest($3::text[]) AS r WHERE false\n",
-  "operators::revoke"),
- ("revoke: a fence row lowered (GREATEST removed)",
-  "                   SET last_fence = GREATEST(f.last_fence, EXCLUDED.last_fence), updated_at = clock_timestamp(),\n",
-  "                   SET last_fence = EXCLUDED.last_fence, updated_at = clock_timestamp(),\n",
-  "operators::revoke"),
- ("revoke: the tenure's key kept on raised rows (the commit check refuses the operator's revoke)",
-  "updated_at = clock_timestamp(),\n                       lease_key = NULL\n",
-  "updated_at = clock_timestamp()\n",
-  "operators::revoke"),
+ ("revoke.raise_fences", "revoke: fence rows not raised (the revoked run writes until a newer run does)",
+  "SELECT r, ended.fence FROM ended CROSS JOIN unnest($3::text[]) AS r",
+  "SELECT r, ended.fence FROM ended CROSS JOIN unnest($3::text[]) AS r WHERE false", "operators::revoke"),
+ ("revoke.never_lower", "revoke: a fence row lowered (GREATEST removed)",
+  "GREATEST(f.last_fence, EXCLUDED.last_fence)", "EXCLUDED.last_fence", "operators::revoke"),
+ ("revoke.tenure_cleared",
+  "revoke: the tenure's key kept on raised rows (the commit check refuses the operator's revoke)",
+  "lease_key = NULL", "lease_key = f.lease_key", "operators::revoke"),
 ]
 
 # The commit check on fenced transactions (migrations/0005_fence_tenure.sql,
 # F5): a deferred trigger, applied by migrate() to every test database.
 commit_check_mutations = [
- ("commit check: expiry clause removed (a commit after the lease expired lands)",
-  "        AND l.fence = NEW.last_fence\n        -- still live on the server clock, read at COMMIT\n        AND l.expires_at > clock_timestamp();",
-  "        AND l.fence = NEW.last_fence;",
-  "frozen_holder::commit_check"),
- ("commit check: fence clause removed (a commit after another replica took the key lands)",
-  "        AND l.fence = NEW.last_fence\n",
-  "\n",
-  "frozen_holder::commit_check"),
- ("commit check: run at the advance instead of at COMMIT",
-  "    DEFERRABLE INITIALLY DEFERRED\n",
-  "    NOT DEFERRABLE\n",
-  "frozen_holder::commit_check"),
+ ("commit_check.live", "commit check: expiry clause removed (a commit after the lease expired lands)",
+  "l.expires_at > clock_timestamp()", "true", "frozen_holder::commit_check"),
+ ("commit_check.fence", "commit check: fence clause removed (a commit after another replica took the key lands)",
+  "l.fence = NEW.last_fence", "true", "frozen_holder::commit_check"),
+ ("commit_check.deferred", "commit check: run at the advance instead of at COMMIT",
+  "DEFERRABLE INITIALLY DEFERRED", "NOT DEFERRABLE", "frozen_holder::commit_check"),
 ]
 
 # Fences across a promotion (migrations/0006_fence_timeline.sql, invariant
 # 4): the sequence jumps on the first fence drawn on a new timeline.
 timeline_mutations = [
- ("fence timeline: the jump removed (a promoted standby repeats the lost window's fences)",
-  "    PERFORM setval('leasehold_fence_seq', to_value);\n",
-  "\n",
-  "failover::an_asynchronous_failover"),
- ("fence timeline: the session never checks the timeline",
-  "    SELECT CASE WHEN current_setting('leasehold.fence_timeline', true) <> ''\n",
-  "    SELECT CASE WHEN true\n",
+ ("timeline.jump", "fence timeline: the jump removed (a promoted standby repeats the lost window's fences)",
+  "PERFORM setval('leasehold_fence_seq', to_value);", "", "failover::an_asynchronous_failover"),
+ ("timeline.checked", "fence timeline: the session never checks the timeline",
+  "current_setting('leasehold.fence_timeline', true) <> ''", "true",
   "failover::an_asynchronous_failover failover::a_database_on_another_timeline"),
- ("fence timeline: the recorded-timeline guard removed (every racing session jumps)",
-  "    ON CONFLICT (one) DO UPDATE SET timeline = tl, changed_at = clock_timestamp()\n     WHERE t.timeline <> tl;\n",
-  "    ON CONFLICT (one) DO UPDATE SET timeline = tl, changed_at = clock_timestamp();\n",
-  "failover::a_database_on_another_timeline"),
+ ("timeline.recorded_once", "fence timeline: the recorded-timeline guard removed (every racing session jumps)",
+  "WHERE t.timeline <> tl", "", "failover::a_database_on_another_timeline"),
 ]
 
 # The operators' controls (src/lease/control.rs): pause, resume, trigger.
 # (The pause rule itself is enforced by the claims: see the pause
 # mutations above.)
 control_mutations = [
- ("pause: a second pause without cancel downgrades a pause with cancel",
-  "ON CONFLICT (scope, name) DO UPDATE SET cancel = p.cancel OR EXCLUDED.cancel",
-  "ON CONFLICT (scope, name) DO UPDATE SET cancel = EXCLUDED.cancel",
-  "operators::resume"),
- ("resume: keys not yet due are made due too (a resume runs every key at once)",
-  "                   AND COALESCE(l.next_due_at, '-infinity') <= clock_timestamp()\n",
-  "\n",
-  "operators::resume operators::pause"),
- ("resume: a running key is woken (its release takes the resume for a trigger: one run too many)",
-  "                   AND l.expires_at <= clock_timestamp()\n                RETURNING l.key",
-  "                RETURNING l.key",
-  "operators::resume"),
- ("resume: the target clause removed (resuming one key wakes every key)",
-  'pause_covers!(pause = "gone", key = "l.key", jobs = "l.job_name")',
-  '"true"',
+ ("pause.cancel_kept", "pause: a second pause without cancel downgrades a pause with cancel",
+  "p.cancel OR EXCLUDED.cancel", "EXCLUDED.cancel", "operators::resume"),
+ ("resume.due_only", "resume: keys not yet due are made due too (a resume runs every key at once)",
+  "COALESCE(l.next_due_at, '-infinity') <= clock_timestamp()", "true", "operators::resume operators::pause"),
+ ("resume.not_running",
+  "resume: a running key is woken (its release takes the resume for a trigger: one run too many)",
+  "l.expires_at <= clock_timestamp()", "true", "operators::resume"),
+ ("resume.target", "resume: the target clause removed (resuming one key wakes every key)",
+  'pause_covers!(pause = "gone", key = "l.key", jobs = "l.job_name")', '"true"',
   "operators::resume operators::pause"),
 ]
 
@@ -340,91 +244,68 @@ control_mutations = [
 # paused key reported as held, or a registration reported as a live replica,
 # misleads an operator into the wrong action.
 read_mutations = [
- ("list_page: a paused key that is held reads as held too",
-  "                OR ($4 = 'held' AND NOT s.paused AND s.expires_at > s.server_now)\n",
-  "                OR ($4 = 'held' AND s.expires_at > s.server_now)\n",
+ ("list_page.held_not_paused", "list_page: a paused key that is held reads as held too", "NOT s.paused AND", "",
   "console::pages"),
- ("list_page: the page cursor ignored (every page is the first)",
-  "                   AND ($3::text IS NULL OR l.key > $3)\n",
-  "\n",
-  "console::pages"),
+ ("list_page.cursor", "list_page: the page cursor ignored (every page is the first)",
+  "($3::text IS NULL OR l.key > $3)", "true", "console::pages"),
+ ("list_page.free_was_claimed", "list_page: a key never run reads as free too",
+  "s.expires_at - s.acquired_at > interval '1 microsecond'", "true",
+  "operators::key_state"),
+ ("list_page.never_claimed", "list_page: a free key that ran reads as never-run too",
+  "s.expires_at - s.acquired_at <= interval '1 microsecond'", "true",
+  "operators::key_state"),
 ]
 recent_mutations = [
- ("recent_runs: the key clause removed (a key's strip shows other keys' runs)",
-  "                    WHERE run.key = k.key\n",
-  "                    WHERE true\n",
-  "console::timeline"),
- ("recent_runs: the since clause removed (a window reads runs that ended before it)",
-  "                      AND ($2::timestamptz IS NULL OR run.ended_at >= $2)\n",
-  "\n",
-  "console::timeline::recent_runs"),
+ ("recent_runs.key", "recent_runs: the key clause removed (a key's strip shows other keys' runs)",
+  "run.key = k.key", "true", "console::timeline"),
+ ("recent_runs.since", "recent_runs: the since clause removed (a window reads runs that ended before it)",
+  "($2::timestamptz IS NULL OR run.ended_at >= $2)", "true", "console::timeline::recent_runs"),
 ]
 fleet_mutations = [
- ("fleet: a never-claimed registration row counts as a tenure",
-  "               AND l.expires_at - l.acquired_at > interval '1 microsecond'",
-  "",
-  "console::pages"),
+ ("fleet.claimed_only", "fleet: a never-claimed registration row counts as a tenure",
+  "l.expires_at - l.acquired_at > interval '1 microsecond'", "true", "console::pages"),
 ]
 audit_mutations = [
- ("actions: a job's actions left out of its keys' history",
-  "                OR (scope = 'job' AND name = (SELECT job_name FROM leasehold_lease WHERE key = $1))\n",
-  "\n",
-  "operators::audit"),
- ("job_actions: its keys' actions left out (their releases unmarked)",
-  "                OR (scope = 'key' AND name IN (SELECT key FROM leasehold_lease WHERE job_name = $1))\n",
-  "\n",
+ ("actions.job_scope", "actions: a job's actions left out of its keys' history",
+  "OR (scope = 'job' AND name = (SELECT job_name FROM leasehold_lease WHERE key = $1))", "", "operators::audit"),
+ ("job_actions.key_scope", "job_actions: its keys' actions left out (their releases unmarked)",
+  "OR (scope = 'key' AND name IN (SELECT key FROM leasehold_lease WHERE job_name = $1))", "",
   "console::timeline::a_jobs_page"),
- ("job_actions: every key's actions taken for the job's",
-  "name IN (SELECT key FROM leasehold_lease WHERE job_name = $1))",
-  "name IN (SELECT key FROM leasehold_lease))",
-  "console::timeline::a_jobs_page"),
- ("job_actions: every job's actions taken for the job's",
-  "             WHERE (scope = 'job' AND name = $1)\n",
-  "             WHERE (scope = 'job')\n",
-  "console::timeline::a_jobs_page"),
+ ("job_actions.key_job", "job_actions: every key's actions taken for the job's",
+  "WHERE job_name = $1", "", "console::timeline::a_jobs_page"),
+ ("job_actions.job_name", "job_actions: every job's actions taken for the job's",
+  "name = $1", "true", "console::timeline::a_jobs_page"),
 ]
 
 # The stored keys of job kinds (src/lease/keys.rs).
 keys_mutations = [
- ("keys: update_key rewrites a key of another kind",
-  "                 WHERE key = $1 AND kind = $2\n                RETURNING kind, version",
-  "                 WHERE key = $1\n                RETURNING kind, version",
+ ("update_key.kind", "keys: update_key rewrites a key of another kind", "AND kind = $2", "",
   "fleet::clauses::an_update_or_removal_of_another_kind_changes_nothing"),
- ("keys: remove_key deletes a key of another kind",
-  "DELETE FROM leasehold_key WHERE key = $1 AND kind = $2 RETURNING kind",
-  "DELETE FROM leasehold_key WHERE key = $1 RETURNING kind",
+ ("remove_key.kind", "keys: remove_key deletes a key of another kind", "AND kind = $2", "",
   "fleet::clauses::an_update_or_removal_of_another_kind_changes_nothing"),
- ("keys: update_key keeps the old version's reported problem",
-  "                       args_error = NULL, updated_at = clock_timestamp()",
-  "                       updated_at = clock_timestamp()",
+ ("update_key.clear_error", "keys: update_key keeps the old version's reported problem",
+  "args_error = NULL,", "",
   "fleet::arguments::an_undeserializable_key_is_reported_and_never_run"),
- ("keys: add_keys does not move the kind's generation (running replicas never see the key)",
-  "ON CONFLICT (kind) DO UPDATE SET generation = k.generation + 1, keys = k.keys + excluded.keys",
-  "ON CONFLICT (kind) DO UPDATE SET keys = k.keys + excluded.keys",
+ ("add_keys.generation", "keys: add_keys does not move the kind's generation (running replicas never see the key)",
+  "generation = k.generation + 1,", "",
   "fleet::handover::a_key_added_through_a_runs_on_b_when_a_is_gone"),
- ("keys: add_keys does not count the keys of an existing kind",
-  "ON CONFLICT (kind) DO UPDATE SET generation = k.generation + 1, keys = k.keys + excluded.keys",
-  "ON CONFLICT (kind) DO UPDATE SET generation = k.generation + 1",
+ ("add_keys.count", "keys: add_keys does not count the keys of an existing kind",
+  "keys = k.keys + excluded.keys", "keys = k.keys",
   "fleet::clauses::an_update_or_removal_of_another_kind_changes_nothing"),
- ("keys: update_key does not move the kind's generation",
-  "                UPDATE leasehold_kind AS k SET generation = k.generation + 1\n                  FROM updated",
-  "                UPDATE leasehold_kind AS k SET generation = k.generation\n                  FROM updated",
+ ("update_key.generation", "keys: update_key does not move the kind's generation",
+  "generation = k.generation + 1", "generation = k.generation",
   "fleet::clauses::a_new_schedule_reaches_a_running_replica"),
- ("keys: remove_key does not move the kind's generation (running replicas go on running it)",
-  "SET generation = k.generation + 1, keys = k.keys - 1",
-  "SET keys = k.keys - 1",
+ ("remove_key.generation", "keys: remove_key does not move the kind's generation (running replicas go on running it)",
+  "generation = k.generation + 1,", "",
   "fleet::handover::a_key_removed_through_b_stops_on_a_within_one_poll"),
- ("keys: remove_key does not count the key removed",
-  "SET generation = k.generation + 1, keys = k.keys - 1",
-  "SET generation = k.generation + 1",
+ ("remove_key.count", "keys: remove_key does not count the key removed",
+  "keys = k.keys - 1", "keys = k.keys",
   "fleet::clauses::an_update_or_removal_of_another_kind_changes_nothing"),
- ("keys: a report about an old version marks the new one",
-  "             WHERE key = $1 AND version = $2 AND args_error IS DISTINCT FROM $3",
-  "             WHERE key = $1 AND args_error IS DISTINCT FROM $3",
+ ("report_args.version", "keys: a report about an old version marks the new one",
+  "AND version = $2", "",
   "fleet::clauses::a_report_about_an_old_version_leaves_the_new_one_clear"),
- ("keys: a new schedule postpones a due run",
-  "             WHERE key = $1 AND (next_due_at IS NULL OR next_due_at > $2)",
-  "             WHERE key = $1",
+ ("reschedule.due", "keys: a new schedule postpones a due run",
+  "AND (next_due_at IS NULL OR next_due_at > $2)", "",
   "fleet::clauses::a_new_schedule_never_postpones_a_due_run"),
 ]
 
@@ -432,12 +313,11 @@ keys_mutations = [
 # above expands: each half of it removed for all of them at once. The
 # mutations above remove it from one statement at a time, at its call site.
 pause_rule_mutations = [
- ("pause rule: the job half removed (a job pause covers none of its keys)",
+ ("pause_rule.job", "pause rule: the job half removed (a job pause covers none of its keys)",
   '".scope = \'job\' AND "', '".scope = \'job\' AND false AND "',
   "operators::pause::a_paused_job_pauses_all_its_keys_and_nothing_else"),
- ("pause rule: the key half removed (a key pause covers nothing)",
-  '".scope = \'key\' AND "', '".scope = \'key\' AND false AND "',
-  "operators::pause"),
+ ("pause_rule.key", "pause rule: the key half removed (a key pause covers nothing)",
+  '".scope = \'key\' AND "', '".scope = \'key\' AND false AND "', "operators::pause"),
 ]
 
 FILES = [("src/lease/mod.rs", mutations), ("src/lease/control.rs", control_mutations), ("src/lease/batch.rs", batch_mutations),
@@ -450,19 +330,84 @@ FILES = [("src/lease/mod.rs", mutations), ("src/lease/control.rs", control_mutat
          ("migrations/0006_fence_timeline.sql", timeline_mutations)]
 
 
-def main():
-    check_only = "--check" in sys.argv
-    stale = []
+MARKER = re.compile(r"/\* guard:([a-z0-9_.]+) \*/[ \t]*")
+
+
+TESTS = "\n#[cfg(test)]\nmod tests"
+
+
+def split_tests(src):
+    """A Rust file's code and its unit-test module, whose expected SQL text
+    quotes the markers: those quotes are not guards."""
+    at = src.find(TESTS)
+    return (src, "") if at < 0 else (src[:at], src[at:])
+
+
+def markers_in(src):
+    return [m.group(1) for m in MARKER.finditer(split_tests(src)[0])]
+
+
+def apply(src, markers, old, new):
+    """`src` with the clause `old` that starts at each of `markers` replaced
+    by `new`, every marker comment removed; None when a marker is not there
+    exactly once or `old` does not start at it."""
+    names = markers.split()
+    if any(markers_in(src).count(m) != 1 for m in names):
+        return None
+    src, tests = split_tests(src)
+    # Each named marker becomes a NUL-numbered placeholder; the others go,
+    # with the spaces after them, so `(/* guard:x */ a` reads `(a`.
+    plain = MARKER.sub(lambda m: f"\0{names.index(m.group(1))}\0" if m.group(1) in names else "", src)
+    clause = re.compile(r"\s*" + r"\s+".join(re.escape(t) for t in old.split()))
+    for i in range(len(names)):
+        here = f"\0{i}\0"
+        at = plain.index(here)
+        found = clause.match(plain, at + len(here))
+        if found is None:
+            return None
+        plain = plain[:at] + new + plain[found.end():]
+    return plain + tests
+
+
+def check():
+    """Every mutation's markers are in its file once, each followed by its
+    clause; every marker in the checked files is named by a mutation."""
+    problems = []
+    named = {}
     for path, muts in FILES:
         src = open(os.path.join(ROOT, path)).read()
-        for name, old, *_ in muts:
-            if old not in src:
-                stale.append(name)
-                print(f"!! pattern no longer in {path}: {name}")
+        for markers, name, old, new, *_ in muts:
+            for marker in markers.split():
+                named.setdefault(marker, path)
+                n = markers_in(src).count(marker)
+                if n != 1:
+                    problems.append(f"{path}: marker guard:{marker} found {n} times, 1 expected (mutation {name!r})")
+                elif apply(src, marker, old, new) is None:
+                    problems.append(f"{path}: the clause after guard:{marker} no longer reads {old!r} (mutation {name!r})")
+    for path in sorted({p for p, _ in FILES} | set(scanned())):
+        for marker in markers_in(open(os.path.join(ROOT, path)).read()):
+            if named.get(marker) != path:
+                problems.append(f"{path}: guard:{marker} is named by no mutation of this file")
+    for p in problems:
+        print(f"!! {p}")
+    return problems
+
+
+def scanned():
+    """Every file that may hold SQL: a marker anywhere else is checked too."""
+    out = subprocess.run(["git", "ls-files", "*.rs", "*.sql"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.split()
+    return out
+
+
+def main():
+    check_only = "--check" in sys.argv
+    problems = check()
     total = sum(len(m) for _, m in FILES)
-    if check_only or stale:
-        print(f"{total - len(stale)} of {total} patterns match")
-        return 1 if stale else 0
+    markers = {m for _, muts in FILES for ms, *_ in muts for m in ms.split()}
+    if check_only or problems:
+        print(f"{total} mutations on {len(markers)} guard markers: {len(problems)} problem(s)")
+        return 1 if problems else 0
     only = [a for a in sys.argv[1:] if not a.startswith("-")]
     uncaught = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -472,7 +417,7 @@ def main():
             env = {**os.environ, "CARGO_TARGET_DIR": os.path.join(ROOT, "target/clause-removal"), "RUST_BACKTRACE": "0"}
             # Unmutated, every scenario named below must pass: otherwise a
             # failing scenario would count every mutation as caught.
-            baseline = sorted({n for _, muts in FILES for name, _, _, *f in muts
+            baseline = sorted({n for _, muts in FILES for _, name, _, _, *f in muts
                                if not only or any(o in name for o in only)
                                for n in (f[0] if f else "lease::").split()})
             r = subprocess.run(["cargo", "test", "-q", "--test", "it", "--", *baseline], cwd=wt,
@@ -488,10 +433,10 @@ def main():
             print(f"baseline: the {len(baseline)} scenario filters pass unmutated", flush=True)
             for path, muts in FILES:
                 base = open(os.path.join(wt, path)).read()
-                for name, old, new, *filters in muts:
+                for markers, name, old, new, *filters in muts:
                     if only and not any(o in name for o in only):
                         continue
-                    open(os.path.join(wt, path), "w").write(base.replace(old, new))
+                    open(os.path.join(wt, path), "w").write(apply(base, markers, old, new))
                     names = (filters[0] if filters else "lease::").split()
                     r = subprocess.run(["cargo", "test", "-q", "--test", "it", "--", *names], cwd=wt,
                                        capture_output=True, text=True, env=env)
@@ -509,7 +454,7 @@ def main():
                 open(os.path.join(wt, path), "w").write(base)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", wt], cwd=ROOT)
-    ran = sum(1 for _, muts in FILES for name, *_ in muts if not only or any(o in name for o in only))
+    ran = sum(1 for _, muts in FILES for _, name, *_ in muts if not only or any(o in name for o in only))
     print(f"{ran - uncaught} of {ran} mutations caught")
     return 1 if uncaught else 0
 

@@ -84,8 +84,6 @@ pub use job::{FencedJob, JobError, JobSettings};
 pub use kind::JobKind;
 #[cfg(feature = "test-util")]
 pub use lease::LockedRow;
-#[doc(hidden)]
-pub use lease::never_claimed;
 pub use lease::{
     ActionRecord, Claim, DEFAULT_OWNED_CONNECTIONS, Due, Fleet, Forgotten, HolderSeen, KeyFilter, KeyPage, KeyState,
     KeyStatus, KindStatus, Lease, LeaseInfo, LeaseStore, MAX_ARGS_BYTES, NewKey, Pause, PauseTarget, Renewal,

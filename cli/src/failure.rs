@@ -79,14 +79,20 @@ impl From<sqlx::Error> for Failure {
     }
 }
 
-/// Same limits as the schema's CHECK constraints and the library's checks.
-pub(crate) fn check_name(what: &str, value: &str) -> Result<(), Failure> {
-    if value.is_empty() || value.len() > leasehold::MAX_KEY_BYTES {
-        return Err(Failure::usage(format!(
-            "invalid {what} {}: it must be 1 to {} bytes long",
-            text::cell(&format!("{value:?}")),
-            leasehold::MAX_KEY_BYTES
-        )));
-    }
-    Ok(())
+/// A broken rule as a usage failure, in the library's words, the value
+/// shown safely on a terminal.
+fn broken(e: leasehold_rules::RuleError) -> Failure {
+    Failure::usage(format!("invalid {} {}: {}", e.what, text::cell(&e.value), e.problem))
+}
+
+/// A lease key, job name or fenced resource, checked before anything is
+/// sent by the rule the library applies (`leasehold_rules::identifier`).
+pub(crate) fn check_name(what: &'static str, value: &str) -> Result<(), Failure> {
+    leasehold_rules::identifier(what, value).map_err(broken)
+}
+
+/// Who acts (`--by`), checked by the rule the library's audit applies
+/// (`leasehold_rules::actor`), the error naming `option`.
+pub(crate) fn check_actor(option: &'static str, value: &str) -> Result<(), Failure> {
+    leasehold_rules::actor(value).map_err(|e| broken(leasehold_rules::RuleError { what: option, ..e }))
 }

@@ -150,6 +150,11 @@ mod tests {
             job_name: None,
             server_now: now,
             triggered_only: false,
+            state: if expires_in_secs > 0 {
+                leasehold::KeyState::Held
+            } else {
+                leasehold::KeyState::Free
+            },
         }
     }
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
-use crate::failure::check_name;
+use crate::failure::{check_actor, check_name};
 use crate::status::PauseJson;
 use crate::text;
 
@@ -78,17 +78,19 @@ impl PauseArgs {
     pub(crate) fn validate(&self) -> Result<(), Failure> {
         self.target.validate()?;
         if let Some(by) = &self.by {
-            check_name("--by", by)?;
+            check_actor("--by", by)?;
         }
         Ok(())
     }
 }
 
 /// `$USER@<hostname>`, or `leasehold-cli` when the user is unknown: who
-/// the CLI's actions are recorded as (`pause --by` overrides it).
+/// the CLI's actions are recorded as (`pause --by` overrides it). Always a
+/// name the actor rule accepts: characters it refuses are dropped, and it
+/// is cut to `MAX_KEY_BYTES`.
 pub(crate) fn default_by() -> String {
     let nonempty = |s: String| {
-        let s = s.trim().replace('\0', "");
+        let s: String = s.trim().chars().filter(|c| !text::unsafe_char(*c)).collect();
         (!s.is_empty()).then_some(s)
     };
     let user = std::env::var("USER")

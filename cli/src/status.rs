@@ -10,7 +10,7 @@
 //! look the same: both are free, shown with how long ago they ended.
 
 use chrono::{DateTime, Utc};
-use leasehold::{KeyStatus, KindStatus, LeaseStore, Pause, PauseTarget, RunRecord};
+use leasehold::{KeyState, KeyStatus, KindStatus, LeaseStore, Pause, PauseTarget, RunRecord};
 use serde::Serialize;
 
 use crate::db::Db;
@@ -43,27 +43,20 @@ pub(crate) struct Row {
     pub(crate) server_now: DateTime<Utc>,
     /// The library's rule: the key runs only when triggered.
     pub(crate) triggered_only: bool,
+    /// The library's reading of the row (`LeaseInfo::state`): held, free
+    /// or never-run.
+    pub(crate) state: KeyState,
 }
 
 impl Row {
     pub(crate) fn held(&self) -> bool {
-        self.expires_at > self.server_now
+        self.state == KeyState::Held
     }
 
-    /// A key registered by a runtime but never claimed (the library's rule:
-    /// its holder and fence are placeholders).
+    /// A key registered by a runtime but never claimed: its holder and
+    /// fence are placeholders.
     pub(crate) fn never_run(&self) -> bool {
-        !self.held() && leasehold::never_claimed(self.acquired_at, self.expires_at)
-    }
-
-    pub(crate) fn state(&self) -> &'static str {
-        if self.held() {
-            "held"
-        } else if self.never_run() {
-            "never-run"
-        } else {
-            "free"
-        }
+        self.state == KeyState::NeverRun
     }
 
     /// Seconds until expiry by the server clock; negative once expired.
@@ -97,6 +90,7 @@ impl From<leasehold::LeaseInfo> for Row {
     fn from(info: leasehold::LeaseInfo) -> Row {
         Row {
             triggered_only: info.due_only_when_triggered(),
+            state: info.state(),
             key: info.key,
             holder: info.holder,
             fence: info.fence,
@@ -139,7 +133,7 @@ impl Row {
             job_name: self.job_name.as_deref(),
             holder: &self.holder,
             fence: self.fence,
-            state: self.state(),
+            state: self.state.as_str(),
             acquired_at: self.acquired_at,
             expires_at: self.expires_at,
             expires_in_seconds: self.expires_in(),
@@ -175,9 +169,9 @@ impl Entry {
     /// `held`, `free`, `never-run`, with `, paused` when it is.
     fn state_text(&self) -> String {
         if self.paused {
-            format!("{}, paused", self.row.state())
+            format!("{}, paused", self.row.state)
         } else {
-            self.row.state().to_owned()
+            self.row.state.to_string()
         }
     }
 

@@ -1,5 +1,5 @@
 //! The faults that leave one of a replica's pooled connections inside a
-//! transaction its pool does not know about (issue 11, finding 8).
+//! transaction its pool does not know about.
 //!
 //! sqlx 0.9.0's `Pool::begin` is not cancel-safe (sqlx issue #4393): its
 //! rollback guard only queues a `ROLLBACK` once the `BEGIN` has been

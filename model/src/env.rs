@@ -45,8 +45,8 @@ pub enum Via {
     /// answer to its tenures by `(key, fence)`.
     Heartbeat,
     /// `FenceGuard::ensure` (`src/guard.rs`) from the run of this key:
-    /// takes the row of its own `(key, fence)` (before commit 1aa8598:
-    /// `renewed.pop()`, whatever row it was — `Variant::RenewUncheckedAnswer`).
+    /// takes the row of its own `(key, fence)` (`Variant::RenewUncheckedAnswer`
+    /// takes `renewed.pop()`, whatever row it is).
     Ensure(u8),
 }
 

@@ -523,8 +523,8 @@ impl LeaseModel {
             // (`src/runtime/scheduler.rs` `claim`, then `supervise::spawn`),
             // with a `Tenure` whose `valid_until = sent + remaining` — unless
             // the answer came at or after that tenure's deadline (then it is
-            // handed back unrun, since 4c58746), or it is shutting down.
-            // With `Variant::LateClaimStarts` (the code before 4c58746) a
+            // handed back unrun), or it is shutting down.
+            // With `Variant::LateClaimStarts` (no deadline check) a
             // late answer starts the run, which the supervisor stops right
             // after (`past_deadline` at once); a run started so by a
             // process frozen meanwhile is §1's exception (`outlived`).
@@ -534,7 +534,7 @@ impl LeaseModel {
                     if rep.runs[c.key as usize].is_some() {
                         continue; // the lease is left to expire
                     }
-                    // Since commit 4c58746: an answer read at or after the
+                    // An answer read at or after the
                     // tenure's local deadline is handed back unrun (outcome
                     // `too_late`), as one claimed during shutdown is
                     // (`store.release`, the slot still owed).
@@ -620,9 +620,8 @@ impl LeaseModel {
                     return;
                 }
                 // `FenceGuard::ensure` takes the row of its own tenure,
-                // `(key, fence)` (before commit 1aa8598 it took
-                // `renewed.pop()`, whatever row came back: kept as
-                // `Variant::RenewUncheckedAnswer`).
+                // `(key, fence)`; `Variant::RenewUncheckedAnswer` takes
+                // `renewed.pop()`, whatever row came back.
                 let fence = run.fence;
                 let mine = match self.cfg.variant {
                     Variant::RenewUncheckedAnswer => renewed.pop(),

@@ -26,9 +26,8 @@ pub enum Variant {
     /// their own `(key, fence)`, and `Tenure::renewed` ignores any other.
     RenewWithoutHolderFence,
     /// [`Variant::RenewWithoutHolderFence`], and the answer trusted as
-    /// `FenceGuard::ensure` did before commit 1aa8598 (`renewed.pop()`,
-    /// whatever row came back, into a `Tenure::renewed` that did not
-    /// compare fences): the holder and fence check removed from renewal
+    /// an `ensure` that took `renewed.pop()`, whatever row came back, into
+    /// a `Tenure::renewed` that did not compare fences: the holder and fence check removed from renewal
     /// altogether.
     RenewUncheckedAnswer,
     /// `CLAIM_DUE`'s `pick` (and `claim_run`'s `DO UPDATE … WHERE`) with the
@@ -37,8 +36,8 @@ pub enum Variant {
     /// added"): a second process with the same holder id takes a live lease.
     ReentrantRunClaim,
     /// The scheduler starts a run from a claim's answer without checking
-    /// that the tenure's local deadline is still ahead, as before commit
-    /// 4c58746 (the gap this model found): `supervise::spawn` spawns the
+    /// that the tenure's local deadline is still ahead (the gap this model
+    /// found): `supervise::spawn` spawns the
     /// job's task, and only then does the supervisor see the deadline
     /// passed. `CLAIM_TIMEOUT` (10 s) is not bounded by the lease.
     LateClaimStarts,

@@ -162,8 +162,8 @@ fn renew_config(variant: Variant) -> Config {
 }
 
 /// The holder and fence check removed from renewal altogether — from
-/// `RENEW_MANY`'s SQL and from the reading of its answer (as `ensure` read
-/// it before commit 1aa8598): a resumed run's `ensure` extends the new
+/// `RENEW_MANY`'s SQL and from the reading of its answer (an `ensure` that
+/// takes `renewed.pop()`, whatever row): a resumed run's `ensure` extends the new
 /// tenure and takes its row as its own.
 #[test]
 #[cfg_attr(
@@ -286,10 +286,10 @@ fn late_claim_config(variant: Variant) -> Config {
     cfg
 }
 
-/// The gap this model found in the real protocol, as the code was before
-/// commit 4c58746: the scheduler started a run from a claim's answer
-/// without checking that the tenure's local deadline (`sent + remaining −
-/// margin`) was still ahead. `CLAIM_TIMEOUT` is 10 s whatever the lease, so
+/// The gap this model found in the real protocol
+/// (`Variant::LateClaimStarts`): a scheduler that starts a run from a claim's
+/// answer without checking that the tenure's local deadline (`sent +
+/// remaining − margin`) is still ahead. `CLAIM_TIMEOUT` is 10 s whatever the lease, so
 /// with a lease below ~11 s one slow answer (one delay) suffices: the job's
 /// task starts after the lease may have been taken over.
 #[test]
@@ -311,7 +311,7 @@ fn with_late_claim_answers_started_two_runs_overlap() {
     );
 }
 
-/// The fix (commit 4c58746): a claim answered at or after its local
+/// The real scheduler: a claim answered at or after its local
 /// deadline is handed back unrun. With the same long claim timeout the
 /// whole bound is clean.
 #[test]

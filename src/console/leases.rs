@@ -93,7 +93,7 @@ pub(super) async fn page(
             label { "Key prefix " input name="prefix" value=(query.prefix) placeholder="tenant-"; }
             label { "State "
                 select name="state" {
-                    @for s in [KeyState::All, KeyState::Held, KeyState::Free, KeyState::Paused] {
+                    @for s in [KeyState::All, KeyState::Held, KeyState::Free, KeyState::NeverRun, KeyState::Paused] {
                         option value=(s) selected[s == state] { (s) }
                     }
                 }

@@ -36,8 +36,9 @@
 //!   wait their turn for [`ConsoleOptions::read_wait`] (default 1 s), then
 //!   get a "busy, retry" page (HTTP 503 with `Retry-After`). So a burst of
 //!   page views on a pool the runtime shares cannot delay its heartbeats.
-//! - **Self-contained**: its CSS and ~40 lines of JavaScript (auto-refresh)
-//!   are compiled in; nothing is fetched from elsewhere.
+//! - **Self-contained**: its CSS and one small script (`assets/console.js`:
+//!   auto-refresh, and an action's result dropped from the address bar) are
+//!   compiled in; nothing is fetched from elsewhere.
 //! - **Works under any path**: pages link relatively from a `<base href>`
 //!   computed from the request, so it works under any prefix. Mount it
 //!   with `Router::nest_service`, which (unlike `nest` in axum 0.8) also

@@ -103,7 +103,7 @@ impl LeaseStore {
         const ACTIONS: &str = "
             SELECT scope, name, action, actor, at, outcome, fence FROM leasehold_action
              WHERE (scope = 'key' AND name = $1)
-                OR (scope = 'job' AND name = (SELECT job_name FROM leasehold_lease WHERE key = $1))
+                /* guard:actions.job_scope */ OR (scope = 'job' AND name = (SELECT job_name FROM leasehold_lease WHERE key = $1))
              ORDER BY id DESC LIMIT $2";
         let rows: Vec<ActionRow> = connection::run!(&self.conns, |conn| sqlx::query_as(ACTIONS)
             .bind(key)
@@ -136,8 +136,8 @@ impl LeaseStore {
         // job pause reads them; another job's keys stay out.
         const JOB_ACTIONS: &str = "
             SELECT scope, name, action, actor, at, outcome, fence FROM leasehold_action
-             WHERE (scope = 'job' AND name = $1)
-                OR (scope = 'key' AND name IN (SELECT key FROM leasehold_lease WHERE job_name = $1))
+             WHERE (scope = 'job' AND /* guard:job_actions.job_name */ name = $1)
+                /* guard:job_actions.key_scope */ OR (scope = 'key' AND name IN (SELECT key FROM leasehold_lease /* guard:job_actions.key_job */ WHERE job_name = $1))
              ORDER BY id DESC LIMIT $2";
         let rows: Vec<ActionRow> = connection::run!(&self.conns, |conn| sqlx::query_as(JOB_ACTIONS)
             .bind(job)

@@ -208,7 +208,7 @@ impl LeaseStore {
                 SELECT t.key, $1, leasehold_next_fence(), c.now, c.now + interval '1 microsecond',
                        t.first_due, t.first_due, t.job
                   FROM t, (SELECT clock_timestamp() AS now) AS c
-                 WHERE NOT EXISTS (SELECT 1 FROM existing AS e WHERE e.key = t.key)
+                 /* guard:register_many.existing_kept */ WHERE NOT EXISTS (SELECT 1 FROM existing AS e WHERE e.key = t.key)
                 ON CONFLICT (key) DO NOTHING
                 RETURNING key, expires_at, next_due_at
             ), woken AS (
@@ -257,10 +257,10 @@ impl LeaseStore {
             UPDATE leasehold_lease AS l
                SET next_due_at = $2, slot_at = $2
              WHERE l.key = $1
-               AND l.acquired_at <= clock_timestamp() - make_interval(secs => $4)
-               AND l.expires_at <= clock_timestamp()
+               AND /* guard:readd.unclaimed_since */ l.acquired_at <= clock_timestamp() - make_interval(secs => $4)
+               AND /* guard:readd.not_running */ l.expires_at <= clock_timestamp()
                AND NOT ",
-            paused!(key = "l.key", jobs = "l.job_name, $3")
+            /* guard:readd.pause */ paused!(key = "l.key", jobs = "l.job_name, $3")
         );
         let done = connection::run!(&self.conns, |conn| sqlx::query(READD)
             .bind(key)
@@ -319,18 +319,18 @@ impl LeaseStore {
                 SELECT * FROM unnest($2::text[], $3::float8[], $5::text[]) AS t(key, ttl, job)
             ), pick AS (
                 SELECT l.key FROM leasehold_lease AS l JOIN t ON t.key = l.key
-                 WHERE l.expires_at <= clock_timestamp()
-                   AND (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
+                 WHERE /* guard:claim_due.expiry */ l.expires_at <= clock_timestamp()
+                   AND /* guard:claim_due.due */ (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
                    AND NOT ",
-            paused!(key = "l.key", jobs = "l.job_name, t.job"),
+            /* guard:claim_due.pause */ paused!(key = "l.key", jobs = "l.job_name, t.job"),
             "
                  ORDER BY l.next_due_at NULLS FIRST, l.key
-                 LIMIT $4
-                   FOR UPDATE OF l SKIP LOCKED
+                 LIMIT /* guard:claim_due.limit */ $4
+                   FOR UPDATE OF l /* guard:claim_due.skip_locked */ SKIP LOCKED
             ), claimed AS (
                 UPDATE leasehold_lease AS l
                    SET holder      = $1,
-                       fence       = leasehold_next_fence(),
+                       fence       = /* guard:claim_due.fresh_fence */ leasehold_next_fence(),
                        acquired_at = clock_timestamp(),
                        expires_at  = clock_timestamp() + make_interval(secs => t.ttl),
                        job_name    = t.job,
@@ -459,16 +459,16 @@ impl LeaseStore {
                                 job, run_no, scheduled_for, started_at, outcome, reason, error, ring)
             ), mine AS (
                 SELECT l.key FROM leasehold_lease AS l JOIN t ON t.key = l.key
-                 WHERE l.holder = t.holder
-                   AND l.fence = t.fence
-                   FOR UPDATE OF l SKIP LOCKED
+                 WHERE /* guard:finish_many.holder */ l.holder = t.holder
+                   AND /* guard:finish_many.fence */ l.fence = t.fence
+                   FOR UPDATE OF l /* guard:finish_many.skip_locked */ SKIP LOCKED
             ), released AS (
                 UPDATE leasehold_lease AS l
                    SET expires_at  = GREATEST(clock_timestamp(), l.acquired_at + interval '1 microsecond'),
-                       next_due_at = CASE WHEN t.at IS NULL AND t.after IS NULL THEN l.next_due_at
-                                          WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()
+                       next_due_at = CASE /* guard:finish_many.plain_release */ WHEN t.at IS NULL AND t.after IS NULL THEN l.next_due_at
+                                          /* guard:finish_many.trigger_kept */ WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()
                                           ELSE COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after)) END,
-                       slot_at     = COALESCE(t.at, l.slot_at, l.next_due_at)
+                       slot_at     = /* guard:finish_many.slot_owed */ COALESCE(t.at, l.slot_at, l.next_due_at)
                   FROM t
                  WHERE l.key = t.key
                    AND l.key IN (SELECT key FROM mine)
@@ -496,7 +496,7 @@ impl LeaseStore {
                        holder = EXCLUDED.holder, scheduled_for = EXCLUDED.scheduled_for,
                        started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
                        outcome = EXCLUDED.outcome, reason = EXCLUDED.reason, error = EXCLUDED.error
-                 WHERE r.run_no < EXCLUDED.run_no
+                 /* guard:finish_many.ring_order */ WHERE r.run_no < EXCLUDED.run_no
             )
             SELECT r.key, r.fence, false AS busy, COALESCE(r.next_due_at <= clock_timestamp(), true) AS due
               FROM released AS r, woken
@@ -673,9 +673,9 @@ impl LeaseStore {
         // reports the row that was kept.
         const FORGET: &str = "
             WITH gone AS (
-                DELETE FROM leasehold_lease WHERE key = $1 AND expires_at <= clock_timestamp() RETURNING key
+                DELETE FROM leasehold_lease WHERE key = $1 AND /* guard:forget.expiry */ expires_at <= clock_timestamp() RETURNING key
             ), history AS (
-                DELETE FROM leasehold_run WHERE key IN (SELECT key FROM gone)
+                /* guard:forget.history */ DELETE FROM leasehold_run WHERE key IN (SELECT key FROM gone)
             )
             SELECT true AS deleted, l.*, clock_timestamp() AS server_now
               FROM leasehold_lease AS l WHERE l.key IN (SELECT key FROM gone)

@@ -191,7 +191,7 @@ impl LeaseStore {
             WITH p AS (
                 INSERT INTO leasehold_pause AS p (scope, name, cancel, paused_by)
                 VALUES ($1, $2, $3, $4)
-                ON CONFLICT (scope, name) DO UPDATE SET cancel = p.cancel OR EXCLUDED.cancel
+                ON CONFLICT (scope, name) DO UPDATE SET cancel = /* guard:pause.cancel_kept */ p.cancel OR EXCLUDED.cancel
                 RETURNING p.*
             )
             SELECT p.scope, p.name, p.cancel, p.paused_by, p.paused_at, c.keys, c.running
@@ -237,10 +237,10 @@ impl LeaseStore {
                        next_due_at = clock_timestamp()
                   FROM gone
                  WHERE ",
-            pause_covers!(pause = "gone", key = "l.key", jobs = "l.job_name"),
+            /* guard:resume.target */ pause_covers!(pause = "gone", key = "l.key", jobs = "l.job_name"),
             "
-                   AND COALESCE(l.next_due_at, '-infinity') <= clock_timestamp()
-                   AND l.expires_at <= clock_timestamp()
+                   AND /* guard:resume.due_only */ COALESCE(l.next_due_at, '-infinity') <= clock_timestamp()
+                   AND /* guard:resume.not_running */ l.expires_at <= clock_timestamp()
                 RETURNING l.key
             )
             SELECT (SELECT count(*) FROM gone) AS resumed,

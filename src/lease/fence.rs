@@ -80,21 +80,21 @@ pub(crate) async fn advance(conn: &mut PgConnection, resource: &str, tenure: Ten
     // - ON CONFLICT DO UPDATE locks the row until COMMIT: F3.
     const ADVANCE_FENCE: &str = "
         WITH live AS (
-            SELECT set_config('idle_in_transaction_session_timeout',
-                              LEAST(NULLIF(extract(epoch FROM
+            SELECT /* guard:fence_advance.idle_bound */ set_config('idle_in_transaction_session_timeout',
+                              /* guard:fence_advance.shorter_idle_kept */ LEAST(NULLIF(extract(epoch FROM
                                         current_setting('idle_in_transaction_session_timeout')::interval)
                                         * 1000, 0),
                                     $4)::bigint::text,
                               true)
               FROM leasehold_lease AS l
              WHERE l.key = $3 AND l.fence = $2
-               AND l.expires_at > clock_timestamp()
+               AND /* guard:fence_advance.tenure_live */ l.expires_at > clock_timestamp()
         )
         INSERT INTO leasehold_fence AS f (resource, last_fence, lease_key)
         SELECT $1, $2, $3 FROM live
         ON CONFLICT (resource) DO UPDATE
            SET last_fence = EXCLUDED.last_fence, lease_key = EXCLUDED.lease_key, updated_at = clock_timestamp()
-         WHERE f.last_fence <= EXCLUDED.last_fence
+         /* guard:fence_advance.never_lower */ WHERE f.last_fence <= EXCLUDED.last_fence
         RETURNING f.last_fence";
     let lease_ms = i64::try_from(tenure.lease.as_millis()).unwrap_or(i64::MAX).max(1);
     let accepted: Option<i64> = sqlx::query_scalar(ADVANCE_FENCE)
@@ -164,7 +164,7 @@ pub(crate) fn fenced_update(table: &str, sets: &[Set], filters: &[String]) -> Fe
     let live = |fence: usize| {
         format!(
             "EXISTS (SELECT 1 FROM leasehold_lease AS l WHERE l.key = ${} AND l.fence = ${fence} \
-             AND l.expires_at > clock_timestamp())",
+             AND /* guard:fenced_update.tenure_live */ l.expires_at > clock_timestamp())",
             fence + 1
         )
     };
@@ -173,7 +173,7 @@ pub(crate) fn fenced_update(table: &str, sets: &[Set], filters: &[String]) -> Fe
         // `EXISTS (… live …)`: F5, the tenure still holds its lease when
         // the statement starts.
         update: format!(
-            "UPDATE {table} SET {set_sql}last_fence = ${fence} WHERE {filter_sql}last_fence <= ${fence} AND {}",
+            "UPDATE {table} SET {set_sql}last_fence = ${fence} WHERE {filter_sql}/* guard:fenced_update.fence */ last_fence <= ${fence} AND {}",
             live(fence)
         ),
         newest: format!(
@@ -192,15 +192,16 @@ mod tests {
         let sql = fenced_update("\"accounts\"", &[Set::Assign("\"balance\"".into())], &["\"id\"".into()]);
         assert_eq!(
             sql.update,
-            "UPDATE \"accounts\" SET \"balance\" = $2, last_fence = $3 WHERE \"id\" = $1 AND last_fence <= $3 \
+            "UPDATE \"accounts\" SET \"balance\" = $2, last_fence = $3 WHERE \"id\" = $1 AND \
+             /* guard:fenced_update.fence */ last_fence <= $3 \
              AND EXISTS (SELECT 1 FROM leasehold_lease AS l WHERE l.key = $4 AND l.fence = $3 \
-             AND l.expires_at > clock_timestamp())"
+             AND /* guard:fenced_update.tenure_live */ l.expires_at > clock_timestamp())"
         );
         assert_eq!(
             sql.newest,
             "SELECT max(last_fence), EXISTS (SELECT 1 FROM leasehold_lease AS l \
-             WHERE l.key = $3 AND l.fence = $2 AND l.expires_at > clock_timestamp()) \
-             FROM \"accounts\" WHERE \"id\" = $1 AND true"
+             WHERE l.key = $3 AND l.fence = $2 AND /* guard:fenced_update.tenure_live */ \
+             l.expires_at > clock_timestamp()) FROM \"accounts\" WHERE \"id\" = $1 AND true"
         );
     }
 
@@ -211,7 +212,7 @@ mod tests {
         assert!(
             sql.update.starts_with(
                 "UPDATE \"accounts\" SET \"balance\" = \"balance\" + $2, \"note\" = $3, last_fence = $4 \
-                 WHERE \"id\" = $1 AND last_fence <= $4 AND EXISTS ("
+                 WHERE \"id\" = $1 AND /* guard:fenced_update.fence */ last_fence <= $4 AND EXISTS ("
             ),
             "{}",
             sql.update

@@ -85,7 +85,7 @@ impl LeaseStore {
                    c.now AS server_now
               FROM leasehold_lease AS l, (SELECT clock_timestamp() AS now) AS c
              WHERE l.expires_at > c.now - make_interval(secs => $1)
-               AND l.expires_at - l.acquired_at > interval '1 microsecond'
+               AND /* guard:fleet.claimed_only */ l.expires_at - l.acquired_at > interval '1 microsecond'
              GROUP BY l.holder, c.now
              ORDER BY l.holder";
         let rows: Vec<HolderRow> = connection::run!(&self.conns, |conn| sqlx::query_as(FLEET)

@@ -194,29 +194,38 @@ pub enum KeyState {
     Paused,
     /// Not paused, and held by the server clock: a run is in progress.
     Held,
-    /// Not paused and not held.
+    /// Not paused, not held, and claimed at least once.
     Free,
+    /// Not paused, and never claimed: a runtime registered the key and no
+    /// run has taken place yet (its holder and fence are placeholders).
+    NeverRun,
 }
 
 impl KeyState {
-    /// `all`, `paused`, `held` or `free`.
+    /// `all`, `paused`, `held`, `free` or `never-run`.
     pub fn as_str(self) -> &'static str {
         match self {
             KeyState::All => "all",
             KeyState::Paused => "paused",
             KeyState::Held => "held",
             KeyState::Free => "free",
+            KeyState::NeverRun => "never-run",
         }
     }
 
-    /// Reads `all`, `paused`, `held` or `free`.
+    /// Reads `all`, `paused`, `held`, `free` or `never-run`.
     pub fn parse(text: &str) -> Result<Self> {
         match text {
             "" | "all" => Ok(KeyState::All),
             "paused" => Ok(KeyState::Paused),
             "held" => Ok(KeyState::Held),
             "free" => Ok(KeyState::Free),
-            other => Err(Error::invalid("key state", other, "use all, paused, held or free")),
+            "never-run" => Ok(KeyState::NeverRun),
+            other => Err(Error::invalid(
+                "key state",
+                other,
+                "use all, paused, held or free, or never-run for keys no run has claimed yet",
+            )),
         }
     }
 }
@@ -228,14 +237,13 @@ impl std::fmt::Display for KeyState {
 }
 
 impl KeyStatus {
-    /// Paused (whether or not a run is finishing), else held or free.
+    /// Paused (whether or not a run is finishing), else the lease's own
+    /// state ([`LeaseInfo::state`]): held, free or never-run.
     pub fn state(&self) -> KeyState {
         if self.paused {
             KeyState::Paused
-        } else if self.lease.is_held() {
-            KeyState::Held
         } else {
-            KeyState::Free
+            self.lease.state()
         }
     }
 }
@@ -413,8 +421,9 @@ impl LeaseStore {
         // $1 prefix, $2 job or NULL, $3 the last key of the previous page
         // or NULL, $4 state, $5 limit or NULL (none), $6 the only key
         // wanted or NULL. `paused` is the claims' own rule (invariant 8);
-        // the state's precedence (paused, then held, then free) is
-        // `KeyStatus::state`'s.
+        // the state's precedence (paused, then held, then never-run or
+        // free) is `KeyStatus::state`'s, and never-run is `never_claimed`
+        // (in `lease/mod.rs`) in SQL: a registration row, never a tenure.
         const KEYS: &str = concat!(
             "
             SELECT * FROM (
@@ -425,13 +434,16 @@ impl LeaseStore {
                   FROM leasehold_lease AS l
                  WHERE starts_with(l.key, $1)
                    AND ($2::text IS NULL OR l.job_name = $2)
-                   AND ($3::text IS NULL OR l.key > $3)
+                   AND /* guard:list_page.cursor */ ($3::text IS NULL OR l.key > $3)
                    AND ($6::text IS NULL OR l.key = $6)
             ) AS s
              WHERE $4 = 'all'
                 OR ($4 = 'paused' AND s.paused)
-                OR ($4 = 'held' AND NOT s.paused AND s.expires_at > s.server_now)
-                OR ($4 = 'free' AND NOT s.paused AND s.expires_at <= s.server_now)
+                OR ($4 = 'held' AND /* guard:list_page.held_not_paused */ NOT s.paused AND s.expires_at > s.server_now)
+                OR ($4 = 'free' AND NOT s.paused AND s.expires_at <= s.server_now
+                    AND /* guard:list_page.free_was_claimed */ s.expires_at - s.acquired_at > interval '1 microsecond')
+                OR ($4 = 'never-run' AND NOT s.paused AND s.expires_at <= s.server_now
+                    AND /* guard:list_page.never_claimed */ s.expires_at - s.acquired_at <= interval '1 microsecond')
              ORDER BY s.key
              LIMIT $5"
         );

@@ -245,7 +245,7 @@ impl LeaseStore {
             ), bumped AS (
                 INSERT INTO leasehold_kind AS k (kind, generation, keys)
                 SELECT kind, 1, n FROM counted
-                ON CONFLICT (kind) DO UPDATE SET generation = k.generation + 1, keys = k.keys + excluded.keys
+                ON CONFLICT (kind) DO UPDATE SET /* guard:add_keys.generation */ generation = k.generation + 1, /* guard:add_keys.count */ keys = k.keys + excluded.keys
                 RETURNING kind
             ), notified AS (
                 SELECT count(*) AS n FROM (SELECT pg_notify($6, kind) FROM bumped) AS s
@@ -277,11 +277,11 @@ impl LeaseStore {
             WITH updated AS (
                 UPDATE leasehold_key
                    SET args = $3::jsonb, schedule = $4, catch_up = $5, version = version + 1,
-                       args_error = NULL, updated_at = clock_timestamp()
-                 WHERE key = $1 AND kind = $2
+                       /* guard:update_key.clear_error */ args_error = NULL, updated_at = clock_timestamp()
+                 WHERE key = $1 /* guard:update_key.kind */ AND kind = $2
                 RETURNING kind, version
             ), bumped AS (
-                UPDATE leasehold_kind AS k SET generation = k.generation + 1
+                UPDATE leasehold_kind AS k SET /* guard:update_key.generation */ generation = k.generation + 1
                   FROM updated AS u WHERE k.kind = u.kind
                 RETURNING k.kind
             ), notified AS (
@@ -311,9 +311,9 @@ impl LeaseStore {
         // another kind; the kind's count moves by the row deleted.
         const REMOVE_KEY: &str = "
             WITH gone AS (
-                DELETE FROM leasehold_key WHERE key = $1 AND kind = $2 RETURNING kind
+                DELETE FROM leasehold_key WHERE key = $1 /* guard:remove_key.kind */ AND kind = $2 RETURNING kind
             ), bumped AS (
-                UPDATE leasehold_kind AS k SET generation = k.generation + 1, keys = k.keys - 1
+                UPDATE leasehold_kind AS k SET /* guard:remove_key.generation */ generation = k.generation + 1, /* guard:remove_key.count */ keys = k.keys - 1
                   FROM gone AS g WHERE k.kind = g.kind
                 RETURNING k.kind
             ), notified AS (
@@ -438,7 +438,7 @@ impl LeaseStore {
         // schedule's last slot, run once more.
         const RESCHEDULE: &str = "
             UPDATE leasehold_lease SET next_due_at = $2, slot_at = $2
-             WHERE key = $1 AND (next_due_at IS NULL OR next_due_at > $2)";
+             WHERE key = $1 /* guard:reschedule.due */ AND (next_due_at IS NULL OR next_due_at > $2)";
         let done = connection::run!(&self.conns, |conn| sqlx::query(RESCHEDULE)
             .bind(key)
             .bind(first)
@@ -453,7 +453,7 @@ impl LeaseStore {
         // meanwhile cleared the error and must stay clear).
         const REPORT: &str = "
             UPDATE leasehold_key SET args_error = $3
-             WHERE key = $1 AND version = $2 AND args_error IS DISTINCT FROM $3";
+             WHERE key = $1 /* guard:report_args.version */ AND version = $2 AND args_error IS DISTINCT FROM $3";
         let done = connection::run!(&self.conns, |conn| sqlx::query(REPORT)
             .bind(key)
             .bind(version)

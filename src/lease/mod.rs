@@ -145,15 +145,35 @@ impl LeaseInfo {
     pub fn never_run(&self) -> bool {
         never_claimed(self.acquired_at, self.expires_at)
     }
+
+    /// The lease's own state by the server clock: [`KeyState::Held`],
+    /// [`KeyState::NeverRun`] or [`KeyState::Free`] (never
+    /// [`KeyState::Paused`]: a pause is a row of its own, which
+    /// [`KeyStatus::state`] reads too).
+    ///
+    /// ```no_run
+    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// if let Some(lease) = store.get("billing:acme").await? {
+    ///     println!("{}: {}", lease.key, lease.state()); // held, free or never-run
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn state(&self) -> KeyState {
+        if self.is_held() {
+            KeyState::Held
+        } else if self.never_run() {
+            KeyState::NeverRun
+        } else {
+            KeyState::Free
+        }
+    }
 }
 
 /// The registration marker written by `LeaseStore::register`: a row that
 /// expires exactly 1 µs after it was "acquired" was never claimed (every
 /// claim gives at least [`crate::MIN_LEASE`]; a release of a run is never
-/// within 1 µs of its claim). Public, hidden, only so the CLI reads the rule
-/// from here rather than restating it.
-#[doc(hidden)]
-pub fn never_claimed(acquired_at: DateTime<Utc>, expires_at: DateTime<Utc>) -> bool {
+/// within 1 µs of its claim).
+pub(crate) fn never_claimed(acquired_at: DateTime<Utc>, expires_at: DateTime<Utc>) -> bool {
     expires_at - acquired_at <= chrono::TimeDelta::microseconds(1)
 }
 
@@ -501,24 +521,24 @@ impl LeaseStore {
             "
             WITH claimed AS (
                 INSERT INTO leasehold_lease AS l (key, holder, fence, acquired_at, expires_at)
-                SELECT $1, $2, leasehold_next_fence(), clock_timestamp(),
+                SELECT $1, $2, /* guard:claim.insert_fence */ leasehold_next_fence(), clock_timestamp(),
                        clock_timestamp() + make_interval(secs => $3)
-                 WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease c
+                 WHERE /* guard:claim.precheck */ NOT EXISTS (SELECT 1 FROM leasehold_lease c
                                     WHERE c.key = $1 AND c.holder <> $2 AND c.expires_at > clock_timestamp())
                    AND NOT ",
-            paused!(key = "$1", jobs = "NULL"),
+            /* guard:claim.insert_pause */ paused!(key = "$1", jobs = "NULL"),
             "
                 ON CONFLICT (key) DO UPDATE
                    SET holder      = EXCLUDED.holder,
                        expires_at  = clock_timestamp() + make_interval(secs => $3),
                        acquired_at = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp()
                                           THEN l.acquired_at ELSE clock_timestamp() END,
-                       fence       = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp()
+                       fence       = /* guard:claim.fence_kept */ CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp()
                                           THEN l.fence ELSE EXCLUDED.fence END
-                 WHERE (l.holder = EXCLUDED.holder
-                        OR l.expires_at <= clock_timestamp())
+                 /* guard:claim.takeover */ WHERE (/* guard:claim.reentrant */ l.holder = EXCLUDED.holder
+                        /* guard:claim.expiry */ OR l.expires_at <= clock_timestamp())
                    AND NOT ",
-            paused!(key = "l.key", jobs = "l.job_name"),
+            /* guard:claim.pause */ paused!(key = "l.key", jobs = "l.job_name"),
             "
                 RETURNING l.*
             ), paused AS (
@@ -581,26 +601,26 @@ impl LeaseStore {
             "
             WITH claimed AS (
                 INSERT INTO leasehold_lease AS l (key, holder, fence, acquired_at, expires_at, runs)
-                SELECT $1, $2, leasehold_next_fence(), clock_timestamp(),
+                SELECT $1, $2, /* guard:claim_run.insert_fence */ leasehold_next_fence(), clock_timestamp(),
                        clock_timestamp() + make_interval(secs => $3), 1
                  WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease c
                                     WHERE c.key = $1
                                       AND (c.expires_at > clock_timestamp()
                                            OR (NOT $4 AND c.next_due_at > clock_timestamp())))
                    AND NOT ",
-            paused!(key = "$1", jobs = "NULL"),
+            /* guard:claim_run.insert_pause */ paused!(key = "$1", jobs = "NULL"),
             "
                 ON CONFLICT (key) DO UPDATE
                    SET holder      = EXCLUDED.holder,
-                       fence       = EXCLUDED.fence,
-                       acquired_at = clock_timestamp(),
+                       fence       = /* guard:claim_run.fresh_fence */ EXCLUDED.fence,
+                       /* guard:claim_run.server_times */ acquired_at = clock_timestamp(),
                        expires_at  = clock_timestamp() + make_interval(secs => $3),
                        runs        = l.runs + 1,
                        slot_at     = COALESCE(l.slot_at, l.next_due_at)
-                 WHERE l.expires_at <= clock_timestamp()
-                   AND ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
+                 WHERE /* guard:claim_run.expiry */ l.expires_at <= clock_timestamp()
+                   AND /* guard:claim_run.due */ ($4 OR l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
                    AND NOT ",
-            paused!(key = "l.key", jobs = "l.job_name"),
+            /* guard:claim_run.pause */ paused!(key = "l.key", jobs = "l.job_name"),
             "
                 RETURNING l.*
             ), paused AS (
@@ -688,22 +708,22 @@ impl LeaseStore {
         SELECT * FROM unnest($2::text[], $3::int8[], $4::float8[]) AS t(key, fence, ttl)
     ), mine AS (
         SELECT l.key FROM leasehold_lease AS l JOIN t ON t.key = l.key
-         WHERE l.holder = $1
-           AND l.fence = t.fence
-           AND l.expires_at > clock_timestamp()
-           FOR UPDATE OF l SKIP LOCKED
+         WHERE /* guard:renew.holder */ l.holder = $1
+           AND /* guard:renew.fence */ l.fence = t.fence
+           AND /* guard:renew.live */ l.expires_at > clock_timestamp()
+           FOR UPDATE OF l /* guard:renew.skip_locked */ SKIP LOCKED
     ), renewed AS (
         UPDATE leasehold_lease AS l
            SET expires_at = clock_timestamp() + make_interval(secs => t.ttl)
           FROM t
          WHERE l.key = t.key
            AND l.key IN (SELECT key FROM mine)
-           AND l.expires_at > clock_timestamp()
+           AND /* guard:renew.still_live */ l.expires_at > clock_timestamp()
         RETURNING l.*
     )
     SELECT false AS busy,
            ",
-        paused!(cancelling, key = "r.key", jobs = "r.job_name"),
+        /* guard:renew.cancelling_pause */ paused!(cancelling, key = "r.key", jobs = "r.job_name"),
         " AS stop,
            r.*, clock_timestamp() AS server_now FROM renewed AS r
     UNION ALL
@@ -835,7 +855,7 @@ impl LeaseStore {
     const RELEASE: &str = "
         WITH mine AS (
             SELECT l.key FROM leasehold_lease AS l
-             WHERE l.key = $1 AND l.holder = $2 AND l.fence = $3
+             WHERE l.key = $1 AND /* guard:release.holder */ l.holder = $2 AND /* guard:release.fence */ l.fence = $3
                FOR UPDATE SKIP LOCKED
         ), released AS (
             UPDATE leasehold_lease AS l

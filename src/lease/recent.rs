@@ -62,8 +62,8 @@ impl LeaseStore {
             SELECT r.* FROM unnest($1::text[]) WITH ORDINALITY AS k(key, at)
              CROSS JOIN LATERAL (
                    SELECT * FROM leasehold_run AS run
-                    WHERE run.key = k.key
-                      AND ($2::timestamptz IS NULL OR run.ended_at >= $2)
+                    WHERE /* guard:recent_runs.key */ run.key = k.key
+                      AND /* guard:recent_runs.since */ ($2::timestamptz IS NULL OR run.ended_at >= $2)
                     ORDER BY run.run_no DESC LIMIT $3) AS r
              ORDER BY k.at, r.run_no DESC";
         let rows: Vec<RunRow> = connection::run!(&self.conns, |conn| sqlx::query_as(RECENT)

@@ -112,19 +112,19 @@ impl LeaseStore {
                   FROM leasehold_lease AS l WHERE l.key = $1 FOR UPDATE
             ), ended AS (
                 UPDATE leasehold_lease AS l
-                   SET fence = leasehold_next_fence(),
-                       expires_at = LEAST(l.expires_at,
+                   SET fence = /* guard:revoke.new_fence */ leasehold_next_fence(),
+                       expires_at = /* guard:revoke.expire */ LEAST(l.expires_at,
                                           GREATEST(clock_timestamp(), l.acquired_at + interval '1 microsecond'))
                   FROM old
                  WHERE l.key = old.key
-                   AND ($2 OR old.expires_at <= clock_timestamp())
+                   AND /* guard:revoke.force */ ($2 OR old.expires_at <= clock_timestamp())
                 RETURNING l.fence
             ), raised AS (
                 INSERT INTO leasehold_fence AS f (resource, last_fence)
-                SELECT r, ended.fence FROM ended CROSS JOIN unnest($3::text[]) AS r
+                /* guard:revoke.raise_fences */ SELECT r, ended.fence FROM ended CROSS JOIN unnest($3::text[]) AS r
                 ON CONFLICT (resource) DO UPDATE
-                   SET last_fence = GREATEST(f.last_fence, EXCLUDED.last_fence), updated_at = clock_timestamp(),
-                       lease_key = NULL
+                   SET last_fence = /* guard:revoke.never_lower */ GREATEST(f.last_fence, EXCLUDED.last_fence), updated_at = clock_timestamp(),
+                       /* guard:revoke.tenure_cleared */ lease_key = NULL
             )
             SELECT (SELECT fence FROM ended) AS new_fence, old.* FROM old";
         let force = revoke == Revoke::Force;

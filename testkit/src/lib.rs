@@ -31,6 +31,8 @@
 //!
 //! - [`wait`]: poll a condition until it holds ([`eventually`],
 //!   [`wait_for`]).
+//! - [`child`]: a child process's stderr kept in a file, for the message
+//!   when it does not start.
 //! - [`stats`]: `pg_stat_statements` of one database (reset, calls and
 //!   totals of the statements matching a pattern).
 //! - `jobs` (feature `jobs`, which adds a dependency on `leasehold`):
@@ -39,6 +41,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod child;
 #[cfg(feature = "jobs")]
 pub mod jobs;
 pub mod proxy;

@@ -23,9 +23,12 @@
 //! The runtime test needs PgBouncer ≥ 1.21: `bash scripts/chaos-ci.sh --pgbouncer-only`
 //! builds 1.24 from Debian's source package into `target/pgbouncer/` when the
 //! installed one is older. `PGBOUNCER=/path/to/pgbouncer` picks a binary.
-//! PgBouncer is started by the test itself (as the `postgres` user when run
-//! as root) on a free loopback port, with a temporary ini; no system service
-//! is used.
+//! PgBouncer is started by the test itself on a free loopback port, with a
+//! temporary ini; no system service is used. Run as root, the test starts a
+//! copy of the binary, in a scratch directory the `postgres` user owns, as
+//! `postgres` (PgBouncer refuses root, and `postgres` may not reach the
+//! original: a clone under root's home). A PgBouncer that exits or does
+//! not listen fails the test with its stderr and its log.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -145,11 +148,26 @@ fn start(bin: &Path, server: &PgConnectOptions, pool_size: u32, extra: &str) -> 
         dir = dir.display(),
     );
     std::fs::write(dir.join("pgbouncer.ini"), ini).expect("ini");
+    let stderr = dir.join("stderr.log");
     let mut cmd = if is_root() {
-        // PgBouncer refuses to run as root.
-        let _ = Command::new("chown").args(["-R", "postgres"]).arg(&dir).status();
+        // PgBouncer refuses to run as root ("PgBouncer should not run as
+        // root"), and `postgres`, whom it runs as, may be unable to reach
+        // `bin`: target/pgbouncer/ of a clone under root's `drwx------` home.
+        // So it runs a copy in its scratch directory, which `postgres` owns.
+        let copy = dir.join("pgbouncer");
+        std::fs::copy(bin, &copy).unwrap_or_else(|e| panic!("copying {} to {}: {e}", bin.display(), copy.display()));
+        let chown = Command::new("chown").args(["-R", "postgres"]).arg(&dir).output();
+        match chown {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => panic!(
+                "chown -R postgres {}: {}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => panic!("running chown: {e}"),
+        }
         let mut c = Command::new("runuser");
-        c.args(["-u", "postgres", "--"]).arg(bin);
+        c.args(["-u", "postgres", "--"]).arg(copy).current_dir(&dir);
         c
     } else {
         Command::new(bin)
@@ -158,16 +176,33 @@ fn start(bin: &Path, server: &PgConnectOptions, pool_size: u32, extra: &str) -> 
         .arg(dir.join("pgbouncer.ini"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null()) // it logs to the logfile too
+        // What it says before its logfile is open (a binary it cannot run, a
+        // bad ini) goes to stderr only.
+        .stderr(leasehold_testkit::child::stderr_file(&stderr))
         .process_group(0)
         .spawn()
         .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-    let bouncer = Bouncer { child, dir, port };
+    let mut bouncer = Bouncer { child, dir, port };
+    let said = |bouncer: &Bouncer| {
+        format!(
+            "--- its stderr\n{}\n--- its log\n{}",
+            leasehold_testkit::child::tail(&stderr, 30),
+            leasehold_testkit::child::tail(&bouncer.dir.join("pgbouncer.log"), 30)
+        )
+    };
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(status)) = bouncer.child.try_wait() {
+            panic!(
+                "pgbouncer exited ({status}) before listening on port {port}:\n{}",
+                said(&bouncer)
+            );
+        }
         if std::time::Instant::now() > deadline {
-            let log = std::fs::read_to_string(bouncer.dir.join("pgbouncer.log")).unwrap_or_default();
-            panic!("pgbouncer did not listen on port {port} within 10 s:\n{log}");
+            panic!(
+                "pgbouncer did not listen on port {port} within 10 s:\n{}",
+                said(&bouncer)
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }

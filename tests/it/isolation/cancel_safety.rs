@@ -1,4 +1,4 @@
-//! Finding 1, in general: every leasehold future that touches the pool is
+//! Every leasehold future that touches the pool is
 //! cancel-safe in fact. Each is dropped at every await point — the sweep
 //! drops it after 0, 8, 16 … ms while a proxy delays every packet — and
 //! afterwards no backend is left inside a transaction and the pool still

@@ -1,4 +1,4 @@
-//! Finding 3: the service drops its `Runtime` without `shutdown()`.
+//! The service drops its `Runtime` without `shutdown()`.
 
 use std::time::Duration;
 
@@ -8,8 +8,8 @@ use crate::support::{self, Runs, eventually, job, quick};
 
 /// Dropping the last handle stops the runtime: the run in progress is
 /// cancelled (reason shutdown), its lease is released, and nothing runs
-/// afterwards. Before the fix: the job kept running and its lease stayed
-/// held.
+/// afterwards. The failure this guards against: the job keeps running and
+/// its lease stays held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_runtime_stops_it_and_releases_its_lease() {
     let db = support::db().await;

@@ -1,4 +1,4 @@
-//! Finding 2: two live runtimes configured with the same holder id.
+//! Two live runtimes configured with the same holder id.
 
 use std::time::Duration;
 
@@ -9,7 +9,8 @@ use crate::support::{self, Runs, job, quick};
 
 /// Two replicas with `.holder("svc-same")`, a job every second (lease 5 s,
 /// 300 ms of work) for 8 s: never two runs of the key at once, and about
-/// one run per slot. Before the fix: 47 runs in 8 s, 44 overlapping pairs.
+/// one run per slot. The failure this guards against (a claim that lets a
+/// holder re-enter its own live lease): 47 runs in 8 s, 44 overlapping pairs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_runtimes_with_one_holder_id_never_overlap() {
     let db = support::db().await;

@@ -1,7 +1,7 @@
 //! What a real service does to the library: shares its pool (and leaves
 //! connections inside transactions), copies configurations (duplicate
 //! holder ids), drops handles, exhausts its own pool, locks lease rows.
-//! One file per finding, each in both connection modes of the runtime
+//! One file per fault, each in both connection modes of the runtime
 //! where the mode matters.
 
 mod cancel_safety;

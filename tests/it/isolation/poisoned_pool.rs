@@ -1,4 +1,4 @@
-//! Finding 1: a connection left inside a transaction on the shared pool.
+//! A connection left inside a transaction on the shared pool.
 
 use std::time::Duration;
 
@@ -47,7 +47,8 @@ in_both_connection_modes!(a_claim_on_a_poisoned_connection_commits_on_a_clean_on
 /// poisoned connections it closed; on connections of its own, the runtime
 /// never meets one.
 ///
-/// Before the fix: one run in 12 slots, and shutdown hung.
+/// The failure this guards against: one run in 12 slots, and a shutdown
+/// that hangs.
 async fn two_replicas_run_once_per_slot_while_the_service_poisons_the_pool(mode: Connections) {
     let db = support::db().await;
     let runs = Runs::default();

@@ -1,4 +1,4 @@
-//! Finding 4: the service's own code exhausts its pool. On connections of
+//! The service's own code exhausts its pool. On connections of
 //! its own the runtime does not notice; sharing the service's pool, the
 //! heartbeat starves and the replica backs off.
 
@@ -54,8 +54,8 @@ in_both_connection_modes!(a_service_holding_every_connection_of_its_pool_costs_n
 /// takes both connections and never gives them back until dropped: its
 /// heartbeat cannot renew, so each run stops at its deadline. After two such losses in a row it waits
 /// before claiming again, reports degraded, and replica "good" takes the
-/// key and runs it. Before the fix: "hog" re-claimed at once, forever, and
-/// stayed healthy.
+/// key and runs it. The failure this guards against: "hog" re-claims at
+/// once, forever, and stays healthy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_job_exhausts_its_pool_backs_off_and_hands_the_key_over() {
     let db = support::db().await;

@@ -27,6 +27,9 @@ pub const CHROMIUM: &str = "/usr/bin/chromium";
 const HOW_TO_FIX: &str = "run `bash scripts/test.sh` (it installs them), or \
      `apt-get install chromium chromium-driver`";
 
+/// chromedriver's stderr, in the scratch directory.
+const STDERR: &str = "chromedriver.stderr";
+
 /// How long chromedriver may take to listen, and Chromium to start.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -101,7 +104,8 @@ impl Browser {
             .arg(format!("--log-path={}", log.display()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            // What it says before its log is open goes to stderr only.
+            .stderr(leasehold_testkit::child::stderr_file(&dir.join(STDERR)))
             // Its own process group, which the Chromium processes it starts
             // inherit: dropping the Driver kills them all by that id.
             .process_group(0)
@@ -168,11 +172,14 @@ impl Driver {
         }
     }
 
-    /// The last lines of chromedriver's log, for failure messages.
+    /// The last lines of chromedriver's log, then of its stderr, for
+    /// failure messages.
     fn log_tail(&self, log: &Path) -> String {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        format!(
+            "{}\n--- its stderr\n{}",
+            leasehold_testkit::child::tail(log, 30),
+            leasehold_testkit::child::tail(&self.dir.join(STDERR), 30)
+        )
     }
 }
 
