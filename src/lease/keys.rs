@@ -476,7 +476,8 @@ impl LeaseStore {
         self.kind_generations(&[kind], Duration::from_secs(60)).await?;
         self.keys_of_kind(kind).await?;
         self.key_args(kind, key).await?;
-        self.reschedule(key, Utc::now() + chrono::TimeDelta::hours(1)).await?;
+        let later = self.server_now().await? + chrono::TimeDelta::hours(1);
+        self.reschedule(key, later).await?;
         self.report_args_error(key, 1, "swept").await.map(drop)
     }
 }

@@ -601,7 +601,9 @@ impl Shared {
         }
         crate::metrics::server_timeline(timeline);
         if before == 0 {
-            tracing::info!(holder = %self.holder, timeline, "the server's WAL timeline");
+            // The first reading is no news: a quiet runtime logs one INFO
+            // line per run, and the gauge carries the timeline.
+            tracing::debug!(holder = %self.holder, timeline, "the server's WAL timeline");
         } else {
             tracing::warn!(holder = %self.holder, from = before, to = timeline,
                 "the server is on a new WAL timeline: a standby was promoted (a failover); fences drawn on it \
