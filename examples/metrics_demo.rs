@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::{Error, FenceGuard, FencedJob, JobError, JobSettings, LeaseStore, Runtime, Schedule};
+use leasehold::{Error, FenceGuard, FencedJob, JobError, JobKind, JobSettings, LeaseStore, NewKey, Runtime, Schedule};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -43,6 +43,29 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 type Failure = Box<dyn std::error::Error>;
 
 /// A short run every second, one ledger row per slot.
+/// A job kind: its keys are stored for the fleet (one here), so the stored
+/// keys' gauges (bad arguments, unknown kinds) have series.
+struct Tenant;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct TenantArgs {
+    id: i64,
+}
+
+impl JobKind for Tenant {
+    type Args = TenantArgs;
+    fn name(&self) -> &str {
+        "tenant"
+    }
+    fn settings(&self) -> JobSettings {
+        JobSettings::new(Schedule::Manual).lease(Duration::from_secs(3))
+    }
+    async fn run(&self, _args: TenantArgs, _guard: FenceGuard) -> Result<(), JobError> {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Ok(())
+    }
+}
+
 struct Tick {
     db: PgPool,
 }
@@ -248,6 +271,7 @@ async fn main() -> Result<(), Failure> {
             .holder(name)
             .poll_interval(Duration::from_millis(500))
             .register(Tick { db: pool.clone() })
+            .register_kind(Tenant)
             .register(Flaky {
                 attempts: attempts.clone(),
             })
@@ -260,6 +284,8 @@ async fn main() -> Result<(), Failure> {
         }
         replicas.push(builder.start().await?);
     }
+    let tenant = NewKey::new("tenant", "tenant:1", &TenantArgs { id: 1 }, "every 2s".parse()?)?;
+    replicas[0].store().add_keys(&[tenant]).await?;
     println!(
         "metrics_demo: 3 replicas started; metrics on http://{}/metrics",
         args.addr
