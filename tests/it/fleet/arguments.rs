@@ -15,10 +15,7 @@ use crate::support;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn arguments_changed_between_two_runs() {
     let db = support::db().await;
-    let kind = TenantKind {
-        log: Default::default(),
-        work: Duration::from_millis(800),
-    };
+    let kind = TenantKind::working(Duration::from_millis(800));
     let store = LeaseStore::new(db.pool.clone());
     store.add_keys(&[tenant("tenant:a", "basic", "manual")]).await.unwrap();
     let a = replica(&db, "a", &kind, Duration::from_millis(200), true).await;
@@ -63,10 +60,7 @@ async fn arguments_changed_between_two_runs() {
 async fn an_undeserializable_key_is_reported_and_never_run() {
     let (logs, _guard) = support::LogCounts::capture("leasehold=error");
     let db = support::db().await;
-    let kind = TenantKind {
-        log: Default::default(),
-        work: Duration::from_millis(10),
-    };
+    let kind = TenantKind::working(Duration::from_millis(10));
     let store = LeaseStore::new(db.pool.clone());
     let bad = NewKey::new(
         "tenant",

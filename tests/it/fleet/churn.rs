@@ -18,10 +18,7 @@ use crate::support;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_and_a_thousand_keys_added_and_removed_while_running() {
     let db = support::db().await;
-    let kind = TenantKind {
-        log: Default::default(),
-        work: Duration::ZERO,
-    };
+    let kind = TenantKind::working(Duration::ZERO);
     let poll = Duration::from_millis(500);
     let mut replicas = Vec::new();
     for r in 0..3 {

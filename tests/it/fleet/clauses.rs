@@ -57,10 +57,7 @@ async fn a_report_about_an_old_version_leaves_the_new_one_clear() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_schedule_reaches_a_running_replica() {
     let db = support::db().await;
-    let kind = TenantKind {
-        log: Default::default(),
-        work: Duration::from_millis(10),
-    };
+    let kind = TenantKind::working(Duration::from_millis(10));
     let store = LeaseStore::new(db.pool.clone());
     store.add_keys(&[tenant("k", "basic", "manual")]).await.unwrap();
     let a = replica(&db, "a", &kind, Duration::from_millis(100), true).await;
@@ -80,10 +77,7 @@ async fn a_new_schedule_reaches_a_running_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_of_a_kind_nobody_runs_are_visible() {
     let db = support::db().await;
-    let kind = TenantKind {
-        log: Default::default(),
-        work: Duration::from_millis(10),
-    };
+    let kind = TenantKind::working(Duration::from_millis(10));
     let store = LeaseStore::new(db.pool.clone());
     let ghost = NewKey::new("ghost", "g:1", &1, Schedule::Manual).unwrap();
     store.add_keys(&[ghost, tenant("k", "basic", "manual")]).await.unwrap();
@@ -107,10 +101,7 @@ async fn keys_of_a_kind_nobody_runs_are_visible() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_schedule_never_postpones_a_due_run() {
     let db = support::db().await;
-    let kind = TenantKind {
-        log: Default::default(),
-        work: Duration::from_millis(10),
-    };
+    let kind = TenantKind::working(Duration::from_millis(10));
     let store = LeaseStore::new(db.pool.clone());
     store.add_keys(&[tenant("k", "basic", "manual")]).await.unwrap();
     let a = replica(&db, "a", &kind, Duration::from_millis(100), true).await;

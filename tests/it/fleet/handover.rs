@@ -15,10 +15,7 @@ use crate::support;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_added_through_a_runs_on_b_when_a_is_gone() {
     let db = support::db().await;
-    let kind = TenantKind {
-        log: Default::default(),
-        work: Duration::from_millis(10),
-    };
+    let kind = TenantKind::working(Duration::from_millis(10));
     let a = replica(&db, "a", &kind, Duration::from_millis(200), true).await;
     let b = replica(&db, "b", &kind, Duration::from_millis(200), true).await;
     // Both are running (and have loaded the kind, empty) before the add.
@@ -70,10 +67,7 @@ async fn a_key_removed_through_b_stops_on_a_within_one_poll() {
 /// must stop A's run within `within`.
 async fn removed_through_b_stops_on_a(listen: bool, poll: Duration, within: Duration) {
     let db = support::db().await;
-    let kind = TenantKind {
-        log: Default::default(),
-        work: Duration::from_secs(60),
-    };
+    let kind = TenantKind::working(Duration::from_secs(60));
     let store = LeaseStore::new(db.pool.clone());
     store
         .add_keys(&[tenant("tenant:gone", "basic", "manual")])

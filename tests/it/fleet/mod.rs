@@ -53,6 +53,16 @@ pub struct TenantKind {
     pub work: Duration,
 }
 
+impl TenantKind {
+    /// A kind whose runs each take `work`, with an empty log.
+    pub fn working(work: Duration) -> Self {
+        TenantKind {
+            log: Default::default(),
+            work,
+        }
+    }
+}
+
 impl JobKind for TenantKind {
     type Args = Tenant;
 
