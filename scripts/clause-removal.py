@@ -41,8 +41,8 @@ mutation names a marker that is missing (a guard whose marker was lost), a
 marker is in the code but no mutation names it (a guard without a
 mutation), a marker appears twice, or `old` no longer follows its marker.
 
-Builds in target/clause-removal (its own target dir), never touches the
-working tree. Exits 1 if a mutation is not caught or a check fails.
+Builds in target/clause-removal (its own target dir; CLAUSE_REMOVAL_TARGET_DIR
+names another, e.g. a warm one of your own), never touches the working tree. Exits 1 if a mutation is not caught or a check fails.
 """
 import os, re, subprocess, sys, tempfile
 
@@ -414,7 +414,7 @@ def main():
         wt = os.path.join(tmp, "wt")
         subprocess.run(["git", "worktree", "add", "-q", "--detach", wt, "HEAD"], cwd=ROOT, check=True)
         try:
-            env = {**os.environ, "CARGO_TARGET_DIR": os.path.join(ROOT, "target/clause-removal"), "RUST_BACKTRACE": "0"}
+            env = {**os.environ, "CARGO_TARGET_DIR": os.environ.get("CLAUSE_REMOVAL_TARGET_DIR") or os.path.join(ROOT, "target/clause-removal"), "RUST_BACKTRACE": "0"}
             # Unmutated, every scenario named below must pass: otherwise a
             # failing scenario would count every mutation as caught.
             baseline = sorted({n for _, muts in FILES for _, name, _, _, *f in muts
