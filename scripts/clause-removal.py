@@ -44,7 +44,7 @@ mutation), a marker appears twice, or `old` no longer follows its marker.
 Builds in target/clause-removal (its own target dir; CLAUSE_REMOVAL_TARGET_DIR
 names another, e.g. a warm one of your own), never touches the working tree. Exits 1 if a mutation is not caught or a check fails.
 """
-import os, re, subprocess, sys, tempfile
+import os, re, subprocess, sys, tempfile, time
 
 ROOT = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True).stdout.strip()
 
@@ -438,19 +438,21 @@ def main():
                         continue
                     open(os.path.join(wt, path), "w").write(apply(base, markers, old, new))
                     names = (filters[0] if filters else "lease::").split()
+                    began = time.monotonic()
                     r = subprocess.run(["cargo", "test", "-q", "--test", "it", "--", *names], cwd=wt,
                                        capture_output=True, text=True, env=env)
+                    took = f"[{time.monotonic() - began:.0f} s]"
                     failed = re.findall(r"^    (\w+::\S+)$", r.stdout, re.M)
                     if "syntax error at or near" in r.stdout + r.stderr:
                         # Failing because the SQL no longer parses proves
                         # nothing about the clause: the mutation is wrong.
                         uncaught += 1
-                        print(f"{name} -> INVALID: the mutated SQL does not parse", flush=True)
+                        print(f"{name} -> INVALID: the mutated SQL does not parse {took}", flush=True)
                     elif failed:
-                        print(f"{name} -> FAILS: {', '.join(failed)}", flush=True)
+                        print(f"{name} -> FAILS: {', '.join(failed)} {took}", flush=True)
                     else:
                         uncaught += 1
-                        print(f"{name} -> NOT CAUGHT{' (build error)' if 'error[' in r.stderr else ''}", flush=True)
+                        print(f"{name} -> NOT CAUGHT{' (build error)' if 'error[' in r.stderr else ''} {took}", flush=True)
                 open(os.path.join(wt, path), "w").write(base)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", wt], cwd=ROOT)
