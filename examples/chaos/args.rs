@@ -78,7 +78,7 @@ impl Default for Args {
 pub const USAGE: &str = "usage: cargo run --release --example chaos -- [--replicas 5] [--jobs 20] [--duration 120s] \
 [--seed 42] [--period 2s] [--lease 2s] [--steps 5] [--step-pause 250ms] [--gap 1s..14s] [--tail 20s] \
 [--faults stop,kill,terminate,pg-fast,pg-immediate,proxy-delay,proxy-blackhole,proxy-reset,expire,begin-drop,raw-begin,stop-in-fence,clock-rate,clock-step] \
-[--clock-rates 0.95,1.05] [--standby async|sync] [--promote-at 30s] [--unsafe-unfenced] [--async-commit] \
+[--clock-rates 0.95,1.05] [--standby async|sync|none] [--promote-at 30s] [--unsafe-unfenced] [--async-commit] \
 [--unsafe-no-fence-jump] [--out DIR]   (see docs/operations.md)";
 
 impl Args {
@@ -137,7 +137,10 @@ impl Args {
                     out.standby = match value()?.as_str() {
                         "async" => Some(false),
                         "sync" => Some(true),
-                        other => return Err(format!("--standby: {other:?} is neither async nor sync\n{USAGE}")),
+                        "none" => None,
+                        other => {
+                            return Err(format!("--standby: {other:?} is not async, sync or none\n{USAGE}"));
+                        }
                     }
                 }
                 "--promote-at" => out.promote_at = Some(duration(&flag, &value()?)?),

@@ -39,7 +39,11 @@
 //!    and clock faults (`clock.rs`, libfaketime): a replica restarted with
 //!    its clock running at `--clock-rates` (×0.95 or ×1.05 by default) for
 //!    a few leases, or with its wall clock stepped an hour or five leases
-//!    forward or back mid-run.
+//!    forward or back mid-run. With `--standby async|sync` the database
+//!    runs on a primary with a streaming standby, and once per run, at
+//!    `--promote-at`, the `promote` fault cuts replication, crashes the
+//!    primary, promotes the standby and points every proxy at it
+//!    (`promote.rs`).
 //!    Replica faults aim at a replica that is running a job when there is
 //!    one; while they run, the replicas' backends are sampled
 //!    (`backends.rs`);
@@ -57,15 +61,19 @@
 //! refused], `--faults` [all: stop, kill, terminate, pg-fast, pg-immediate,
 //! proxy-delay, proxy-blackhole, proxy-reset, expire, begin-drop,
 //! raw-begin, stop-in-fence, clock-rate, clock-step; or `none`],
-//! `--clock-rates` [0.95,1.05], `--out DIR` [a temp dir; the
+//! `--clock-rates` [0.95,1.05], `--standby async|sync` [none],
+//! `--promote-at` [half of `--duration`], `--out DIR` [a temp dir; the
 //! verdict, `ledger.tsv`, `leases.tsv`, `faults.tsv`, replica logs and
-//! stderr stay there], and two switches that remove a protection and must
+//! stderr stay there], and three switches that remove a protection and must
 //! make the checker fail:
 //! - `--unsafe-unfenced`: jobs write with plain statements instead of
 //!   fenced ones (the fence is still recorded in the ledger);
 //! - `--async-commit`: leave the throwaway cluster's `synchronous_commit =
 //!   off`, so an immediate restart may lose acknowledged lease and fence
-//!   writes (the single-node analogue of an asynchronous failover).
+//!   writes (the single-node analogue of an asynchronous failover);
+//! - `--unsafe-no-fence-jump` (with `--standby async`): the fence sequence
+//!   no longer jumps on a new timeline, so the promotion hands out the lag
+//!   window's fences again.
 
 mod args;
 mod backends;

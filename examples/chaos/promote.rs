@@ -87,9 +87,9 @@ pub struct Promotion {
 }
 
 impl Chaos {
-    /// The `promote` fault (see the module docs). Waits for a PostgreSQL
-    /// restart in flight to end, and holds the others off until the proxies
-    /// point at the promoted server.
+    /// The `promote` fault (see the module docs). After the lag window,
+    /// waits for a PostgreSQL restart in flight to end, and holds the others
+    /// off until the proxies point at the promoted server.
     pub(crate) async fn promote(&self, frac: f64) {
         let kind = FaultKind::Promote;
         let Some(servers) = self.cluster.clone() else {
@@ -98,19 +98,19 @@ impl Chaos {
         if servers.unpromoted().is_none() {
             return self.skip(kind);
         }
-        while !Self::try_flag(&self.busy_pg) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
         let Some(pair) = servers.unpromoted() else {
-            Self::clear_flag(&self.busy_pg);
             return self.skip(kind);
         };
         // Long enough for more claims than the fence sequence logs ahead
-        // in WAL (32 values): without the jump, some fences repeat.
+        // in WAL (32 values): without the jump, some fences repeat. A
+        // restart of the primary may happen meanwhile, as any time.
         let lag = self.period.mul_f64(4.0 + 2.0 * frac);
         pair.replication.set(Mode::Blackhole);
         let cut = now_us();
         tokio::time::sleep(lag).await;
+        while !Self::try_flag(&self.busy_pg) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         let crash = now_us();
         let promoting = servers.clone();
         let promoted = tokio::task::spawn_blocking(move || match promoting.unpromoted() {
