@@ -14,8 +14,8 @@ use sqlx::PgPool;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use crate::promote::{Promotion, Servers};
 use crate::replica::now_us;
+use crate::servers::{Promotion, Servers};
 use leasehold_testkit::proxy::{Mode, Proxy};
 
 /// splitmix64: a tiny, good-enough PRNG, so a seed replays the same

@@ -84,6 +84,7 @@ mod faults;
 mod poison;
 mod promote;
 mod replica;
+mod servers;
 mod stop_in_fence;
 
 use leasehold_testkit::proxy;
@@ -101,8 +102,8 @@ use tokio::time::Instant;
 
 use args::Args;
 use faults::{Chaos, FaultKind, Fleet};
-use promote::Servers;
 use replica::now_us;
+use servers::Servers;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

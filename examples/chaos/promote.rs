@@ -18,73 +18,18 @@
 //! docs/operations.md, "Running the chaos harness").
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use leasehold_testkit::PgCluster;
 use leasehold_testkit::proxy::Mode;
-use leasehold_testkit::standby::Replicated;
 
 use crate::faults::{Chaos, FaultKind};
 use crate::replica::now_us;
+use crate::servers::Promotion;
 
 /// How far behind the primary the standby may be when replication is cut
 /// (WAL is sent once flushed; scheduling on a busy machine): commits this
 /// long before the cut may be lost with the lag window.
 pub const SHIPPING_LAG: Duration = Duration::from_secs(1);
-
-/// The PostgreSQL the run uses: one cluster, or a primary with a standby.
-pub enum Servers {
-    Single(PgCluster),
-    Pair { pair: Replicated, promoted: AtomicBool },
-}
-
-impl Servers {
-    pub fn pair(pair: Replicated) -> Servers {
-        Servers::Pair {
-            pair,
-            promoted: AtomicBool::new(false),
-        }
-    }
-
-    /// The server that takes writes now: the single cluster, the primary,
-    /// or, once promoted, the standby. The PostgreSQL-restart faults restart
-    /// this one.
-    pub fn current(&self) -> &PgCluster {
-        match self {
-            Servers::Single(single) => single,
-            Servers::Pair { pair, promoted } if promoted.load(Ordering::SeqCst) => &pair.standby,
-            Servers::Pair { pair, .. } => &pair.primary,
-        }
-    }
-
-    /// The primary and standby, while the standby is not promoted yet.
-    fn unpromoted(&self) -> Option<&Replicated> {
-        match self {
-            Servers::Pair { pair, promoted } if !promoted.load(Ordering::SeqCst) => Some(pair),
-            _ => None,
-        }
-    }
-
-    fn mark_promoted(&self) {
-        if let Servers::Pair { promoted, .. } = self {
-            promoted.store(true, Ordering::SeqCst);
-        }
-    }
-}
-
-/// When the promotion happened, on this machine's clock (µs since the
-/// epoch), and how.
-#[derive(Debug, Clone)]
-pub struct Promotion {
-    pub synchronous: bool,
-    /// Replication cut.
-    pub cut: i64,
-    /// The primary crashed.
-    pub crash: i64,
-    /// The standby promoted and every proxy pointed at it.
-    pub switched: i64,
-}
 
 impl Chaos {
     /// The `promote` fault (see the module docs). After the lag window,
