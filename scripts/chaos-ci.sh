@@ -16,7 +16,10 @@
 #      with a fault every 1-6 s draws each of the 14 kinds at least once,
 #      begin-drop, raw-begin, clock-rate and clock-step included, and
 #      stop-in-fence twice: a freeze of about a lease and one of several),
-#      then a 20 s quiet tail
+#      on a primary with an asynchronous streaming standby that is promoted
+#      at 30 s (`--standby async`: replication cut for 4-6 periods, the
+#      primary crashed, the proxies switched; a few seconds more than
+#      without it), then a 20 s quiet tail
 #      in which every slot must run exactly once, and a scan for replica
 #      backends left idle in transaction. It exits non-zero on any
 #      violation.
@@ -111,4 +114,4 @@ dir=debug; [ "$profile" = dev ] || dir=$profile
 echo "== chaos run"
 # shellcheck disable=SC2086 # CHAOS_ARGS is a list of flags
 "${CARGO_TARGET_DIR:-target}/$dir/examples/chaos" --replicas 4 --jobs 12 --duration 60s --seed 2759 --gap 1s..6s \
-    --out target/chaos-ci ${CHAOS_ARGS:-}
+    --standby async --out target/chaos-ci ${CHAOS_ARGS:-}

@@ -25,6 +25,15 @@ pub struct Args {
     /// The rates a `clock-rate` fault runs a replica's clock at.
     pub clock_rates: Vec<f64>,
     pub out: Option<PathBuf>,
+    /// Run on a primary with a streaming standby, and promote it once
+    /// (`promote.rs`): `Some(true)` for synchronous replication.
+    pub standby: Option<bool>,
+    /// When the promotion starts (the replication cut), from the start of
+    /// the faults; half of `--duration` by default.
+    pub promote_at: Option<Duration>,
+    /// Remove the fence jump on a new timeline (must make a promotion
+    /// repeat fences).
+    pub unsafe_no_fence_jump: bool,
     // Replica mode (set by the orchestrator when it re-executes itself).
     pub replica: Option<usize>,
     pub generation: u32,
@@ -53,6 +62,9 @@ impl Default for Args {
             faults: FaultKind::ALL.to_vec(),
             clock_rates: vec![0.95, 1.05],
             out: None,
+            standby: None,
+            promote_at: None,
+            unsafe_no_fence_jump: false,
             replica: None,
             generation: 0,
             database_url: None,
@@ -66,7 +78,8 @@ impl Default for Args {
 pub const USAGE: &str = "usage: cargo run --release --example chaos -- [--replicas 5] [--jobs 20] [--duration 120s] \
 [--seed 42] [--period 2s] [--lease 2s] [--steps 5] [--step-pause 250ms] [--gap 1s..14s] [--tail 20s] \
 [--faults stop,kill,terminate,pg-fast,pg-immediate,proxy-delay,proxy-blackhole,proxy-reset,expire,begin-drop,raw-begin,stop-in-fence,clock-rate,clock-step] \
-[--clock-rates 0.95,1.05] [--unsafe-unfenced] [--async-commit] [--out DIR]   (see docs/operations.md)";
+[--clock-rates 0.95,1.05] [--standby async|sync|none] [--promote-at 30s] [--unsafe-unfenced] [--async-commit] \
+[--unsafe-no-fence-jump] [--out DIR]   (see docs/operations.md)";
 
 impl Args {
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
@@ -120,6 +133,18 @@ impl Args {
                 }
                 "--unsafe-unfenced" => out.unsafe_unfenced = true,
                 "--async-commit" => out.async_commit = true,
+                "--standby" => {
+                    out.standby = match value()?.as_str() {
+                        "async" => Some(false),
+                        "sync" => Some(true),
+                        "none" => None,
+                        other => {
+                            return Err(format!("--standby: {other:?} is not async, sync or none\n{USAGE}"));
+                        }
+                    }
+                }
+                "--promote-at" => out.promote_at = Some(duration(&flag, &value()?)?),
+                "--unsafe-no-fence-jump" => out.unsafe_no_fence_jump = true,
                 "--out" => out.out = Some(PathBuf::from(value()?)),
                 "--replica" => out.replica = Some(number(&flag, &value()?)?),
                 "--generation" => out.generation = number(&flag, &value()?)?,
@@ -154,6 +179,15 @@ impl Args {
         }
         if self.gap_max < self.gap_min || self.gap_min.is_zero() {
             return bad("--gap", "MIN must be above zero and MAX at least MIN");
+        }
+        if self.standby.is_none() && (self.promote_at.is_some() || self.unsafe_no_fence_jump) {
+            return bad(
+                "--promote-at and --unsafe-no-fence-jump",
+                "need a standby to promote: add --standby async (or sync)",
+            );
+        }
+        if self.promote_at.is_some_and(|at| at >= self.duration) {
+            return bad("--promote-at", "before the end of --duration");
         }
         let min_tail = crate::check::min_tail(self.lease, self.period);
         if self.tail.is_some_and(|t| t < min_tail) {

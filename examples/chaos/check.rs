@@ -23,6 +23,8 @@ mod durability;
 mod fences;
 mod history;
 mod overlap;
+#[cfg(test)]
+mod promotion_tests;
 mod report;
 mod slots;
 mod tenures;
@@ -126,6 +128,12 @@ pub struct Window {
 }
 
 impl Window {
+    /// An asynchronous promotion's lag window: every commit in it may be
+    /// lost (`promote.rs`), and the leases with them (`expires_leases`).
+    pub fn loses_commits(&self) -> bool {
+        self.kind == FaultKind::Promote && self.expires_leases
+    }
+
     /// The replica a fault record's target names (`r3`, `r3 +120ms`, …).
     pub fn replica_of(target: &str) -> Option<usize> {
         let digits: String = target
@@ -161,6 +169,32 @@ pub struct Input {
     /// (times on the server clock), and how many samples were taken.
     pub orphans: Vec<Orphan>,
     pub samples: usize,
+    /// The run's promotion (`--standby`), if one happened.
+    pub promotion: Option<Promotion>,
+}
+
+impl Input {
+    /// `at` falls in an asynchronous promotion's lag window, whose commits
+    /// the promoted server may lack.
+    pub fn in_lost_window(&self, at: i64) -> bool {
+        self.windows
+            .iter()
+            .any(|w| w.loses_commits() && w.start <= at && at <= w.end)
+    }
+}
+
+/// The run's promotion (`promote.rs`), on the server clock, and what the
+/// promoted server recorded of it.
+#[derive(Debug, Clone)]
+pub struct Promotion {
+    pub synchronous: bool,
+    pub cut: i64,
+    pub crash: i64,
+    pub switched: i64,
+    /// `leasehold_timeline` at the end: the timeline fences were last drawn
+    /// on, and the fence sequence's last jump (from, to).
+    pub timeline: Option<i64>,
+    pub jump: Option<(i64, i64)>,
 }
 
 /// One check: its name, what it found, and its first examples (five,

@@ -10,12 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::{LeaseInfo, LeaseStore};
-use leasehold_testkit::PgCluster;
 use sqlx::PgPool;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use crate::replica::now_us;
+use crate::servers::{Promotion, Servers};
 use leasehold_testkit::proxy::{Mode, Proxy};
 
 /// splitmix64: a tiny, good-enough PRNG, so a seed replays the same
@@ -94,10 +94,13 @@ pub enum FaultKind {
     /// Restart a replica gracefully under libfaketime and step its wall
     /// clock (only) forward or back mid-run, then back (`clock.rs`).
     ClockStep,
+    /// With `--standby`, once per run: cut replication, crash the primary,
+    /// promote the standby, point every proxy at it (`promote.rs`).
+    Promote,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::Stop,
         FaultKind::Kill,
         FaultKind::Terminate,
@@ -112,6 +115,7 @@ impl FaultKind {
         FaultKind::StopInFence,
         FaultKind::ClockRate,
         FaultKind::ClockStep,
+        FaultKind::Promote,
     ];
 
     pub fn name(self) -> &'static str {
@@ -130,6 +134,7 @@ impl FaultKind {
             FaultKind::StopInFence => "stop-in-fence",
             FaultKind::ClockRate => "clock-rate",
             FaultKind::ClockStep => "clock-step",
+            FaultKind::Promote => "promote",
         }
     }
 
@@ -146,6 +151,11 @@ impl FaultKind {
     /// Needs libfaketime (`clock.rs`).
     pub fn is_clock(self) -> bool {
         matches!(self, FaultKind::ClockRate | FaultKind::ClockStep)
+    }
+
+    /// Scheduled once per run with `--standby`, never drawn (`promote.rs`).
+    pub fn is_promotion(self) -> bool {
+        self == FaultKind::Promote
     }
 
     pub fn restarts_postgres(self) -> bool {
@@ -287,14 +297,18 @@ pub fn signal(pid: u32, sig: &str) {
 pub struct Chaos {
     pub fleet: tokio::sync::Mutex<Fleet>,
     pub proxies: Vec<Proxy>,
-    pub cluster: Option<Arc<PgCluster>>,
+    pub cluster: Option<Arc<Servers>>,
     pub admin: PgPool,
     pub lease: Duration,
     pub period: Duration,
     /// The rates a `clock-rate` fault picks from (`--clock-rates`).
     pub clock_rates: Vec<f64>,
     busy_replicas: Mutex<HashSet<usize>>,
-    busy_pg: Mutex<bool>,
+    pub(crate) busy_pg: Mutex<bool>,
+    /// The standby replicates synchronously (`--standby sync`).
+    pub synchronous_standby: bool,
+    /// The run's promotion, once it happened (`promote.rs`).
+    pub promotion: Mutex<Option<Promotion>>,
     /// Replicas under a clock fault (`clock.rs`).
     pub(crate) clocked: Mutex<HashSet<usize>>,
     pub records: Mutex<Vec<FaultRecord>>,
@@ -305,7 +319,7 @@ impl Chaos {
     pub fn new(
         fleet: Fleet,
         proxies: Vec<Proxy>,
-        cluster: Option<Arc<PgCluster>>,
+        cluster: Option<Arc<Servers>>,
         admin: PgPool,
         (lease, period): (Duration, Duration),
     ) -> Chaos {
@@ -319,6 +333,8 @@ impl Chaos {
             clock_rates: Vec::new(),
             busy_replicas: Mutex::new(HashSet::new()),
             busy_pg: Mutex::new(false),
+            synchronous_standby: false,
+            promotion: Mutex::new(None),
             clocked: Mutex::new(HashSet::new()),
             records: Mutex::new(Vec::new()),
             skipped: Mutex::new(Vec::new()),
@@ -454,12 +470,12 @@ impl Chaos {
         }
     }
 
-    fn try_flag(flag: &Mutex<bool>) -> bool {
+    pub(crate) fn try_flag(flag: &Mutex<bool>) -> bool {
         let mut f = flag.lock().unwrap_or_else(|p| p.into_inner());
         !std::mem::replace(&mut *f, true)
     }
 
-    fn clear_flag(flag: &Mutex<bool>) {
+    pub(crate) fn clear_flag(flag: &Mutex<bool>) {
         *flag.lock().unwrap_or_else(|p| p.into_inner()) = false;
     }
 
@@ -545,6 +561,7 @@ impl Chaos {
             FaultKind::StopInFence => self.stop_in_fence(pick, frac).await,
             FaultKind::ClockRate => self.clock_rate(pick, frac).await,
             FaultKind::ClockStep => self.clock_step(pick, frac).await,
+            FaultKind::Promote => self.promote(frac).await,
             FaultKind::PgFast | FaultKind::PgImmediate => {
                 let Some(cluster) = self.cluster.clone() else {
                     return self.skip(kind);
@@ -555,6 +572,7 @@ impl Chaos {
                 let immediate = kind == FaultKind::PgImmediate;
                 let down = Duration::from_millis(200).mul_f64(1.0 + 4.0 * frac);
                 let restarted = tokio::task::spawn_blocking(move || {
+                    let cluster = cluster.current();
                     cluster.stop(immediate)?;
                     std::thread::sleep(down);
                     let mut last = Ok(());

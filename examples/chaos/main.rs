@@ -39,7 +39,11 @@
 //!    and clock faults (`clock.rs`, libfaketime): a replica restarted with
 //!    its clock running at `--clock-rates` (×0.95 or ×1.05 by default) for
 //!    a few leases, or with its wall clock stepped an hour or five leases
-//!    forward or back mid-run.
+//!    forward or back mid-run. With `--standby async|sync` the database
+//!    runs on a primary with a streaming standby, and once per run, at
+//!    `--promote-at`, the `promote` fault cuts replication, crashes the
+//!    primary, promotes the standby and points every proxy at it
+//!    (`promote.rs`).
 //!    Replica faults aim at a replica that is running a job when there is
 //!    one; while they run, the replicas' backends are sampled
 //!    (`backends.rs`);
@@ -57,15 +61,19 @@
 //! refused], `--faults` [all: stop, kill, terminate, pg-fast, pg-immediate,
 //! proxy-delay, proxy-blackhole, proxy-reset, expire, begin-drop,
 //! raw-begin, stop-in-fence, clock-rate, clock-step; or `none`],
-//! `--clock-rates` [0.95,1.05], `--out DIR` [a temp dir; the
+//! `--clock-rates` [0.95,1.05], `--standby async|sync` [none],
+//! `--promote-at` [half of `--duration`], `--out DIR` [a temp dir; the
 //! verdict, `ledger.tsv`, `leases.tsv`, `faults.tsv`, replica logs and
-//! stderr stay there], and two switches that remove a protection and must
+//! stderr stay there], and three switches that remove a protection and must
 //! make the checker fail:
 //! - `--unsafe-unfenced`: jobs write with plain statements instead of
 //!   fenced ones (the fence is still recorded in the ledger);
 //! - `--async-commit`: leave the throwaway cluster's `synchronous_commit =
 //!   off`, so an immediate restart may lose acknowledged lease and fence
-//!   writes (the single-node analogue of an asynchronous failover).
+//!   writes (the single-node analogue of an asynchronous failover);
+//! - `--unsafe-no-fence-jump` (with `--standby async`): the fence sequence
+//!   no longer jumps on a new timeline, so the promotion hands out the lag
+//!   window's fences again.
 
 mod args;
 mod backends;
@@ -74,7 +82,9 @@ mod clock;
 mod commits;
 mod faults;
 mod poison;
+mod promote;
 mod replica;
+mod servers;
 mod stop_in_fence;
 
 use leasehold_testkit::proxy;
@@ -85,6 +95,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_testkit::PgCluster;
+use leasehold_testkit::standby::Replicated;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgPool};
 use tokio::time::Instant;
@@ -92,6 +103,7 @@ use tokio::time::Instant;
 use args::Args;
 use faults::{Chaos, FaultKind, Fleet};
 use replica::now_us;
+use servers::Servers;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -217,6 +229,19 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
 
     // The database.
     let (cluster, server, base_url) = match std::env::var("DATABASE_URL") {
+        _ if args.standby.is_some() => {
+            let synchronous = args.standby == Some(true);
+            let pair = Replicated::start(synchronous).await?;
+            let server = pair.options();
+            let url = format!("postgres://postgres@127.0.0.1:{}/postgres", server.get_port());
+            println!(
+                "throwaway primary on port {} with an {} standby on port {} (DATABASE_URL not used)",
+                pair.primary.port(),
+                if synchronous { "synchronous" } else { "asynchronous" },
+                pair.standby.port()
+            );
+            (Some(Arc::new(Servers::pair(pair))), server, url)
+        }
         Ok(url) => {
             let server = PgConnectOptions::from_str(&url).map_err(|e| format!("DATABASE_URL is not valid: {e}"))?;
             println!("using DATABASE_URL (PostgreSQL-restart faults skipped)");
@@ -225,7 +250,11 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         Err(_) => {
             let cluster = tokio::task::spawn_blocking(PgCluster::start).await??;
             let url = format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port());
-            (Some(Arc::new(cluster)), PgConnectOptions::from_str(&url)?, url)
+            (
+                Some(Arc::new(Servers::Single(cluster))),
+                PgConnectOptions::from_str(&url)?,
+                url,
+            )
         }
     };
     if cluster.is_some() {
@@ -241,18 +270,42 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         .execute(&mut admin)
         .await?;
         sqlx::raw_sql("SELECT pg_reload_conf()").execute(&mut admin).await?;
+        // ALTER SYSTEM stays on the primary; a role setting is in the
+        // catalog, which the standby replicates and keeps once promoted.
+        if cluster.as_ref().is_some_and(|c| matches!(**c, Servers::Pair { .. })) {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "ALTER ROLE postgres SET synchronous_commit = {setting}"
+            )))
+            .execute(&mut admin)
+            .await?;
+        }
         println!(
             "throwaway PostgreSQL on port {} (synchronous_commit = {setting})",
             server.get_port()
         );
     }
-    let db = leasehold_testkit::create_db(&server).await;
+    // On the front proxy of a primary and standby the database is deleted
+    // with the clusters, as on a single throwaway cluster.
+    let db = match &cluster {
+        Some(_) => leasehold_testkit::create_db_with(&server, leasehold_testkit::Cleanup::Keep).await,
+        None => leasehold_testkit::create_db(&server).await,
+    };
     let admin = PgPoolOptions::new()
         .max_connections(3)
         .acquire_timeout(Duration::from_secs(10))
         .connect_with(db.options.clone().application_name("chaos-orchestrator"))
         .await?;
     leasehold::migrate(&admin).await?;
+    if args.unsafe_no_fence_jump {
+        // The jump on a new timeline, removed: a session's first fence
+        // neither records the timeline nor moves the sequence.
+        sqlx::raw_sql(
+            "CREATE OR REPLACE FUNCTION leasehold_observe_timeline(tl BIGINT) RETURNS VOID
+             LANGUAGE plpgsql VOLATILE AS $$ BEGIN END $$",
+        )
+        .execute(&admin)
+        .await?;
+    }
     sqlx::raw_sql(SCHEMA).execute(&admin).await?;
     sqlx::raw_sql(commits::SCHEMA).execute(&admin).await?;
     let keys: Vec<String> = (0..args.jobs).map(|i| format!("chaos:{i}")).collect();
@@ -264,8 +317,14 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
 
     // A proxy in front of each replica's database connections, and the fleet.
     let mut proxies = Vec::new();
+    // (On a throwaway cluster, straight to the writable server, so that a
+    // promotion switches them.)
+    let (host, port) = match &cluster {
+        Some(servers) => ("127.0.0.1", servers.current().port()),
+        None => (server.get_host(), server.get_port()),
+    };
     for _ in 0..args.replicas {
-        proxies.push(proxy::Proxy::start(server.get_host(), server.get_port()).await?);
+        proxies.push(proxy::Proxy::start(host, port).await?);
     }
     let mut flags = args.replica_flags();
     flags.extend([
@@ -288,6 +347,7 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         (args.lease, args.period),
     );
     chaos.clock_rates = args.clock_rates.clone();
+    chaos.synchronous_standby = args.standby == Some(true);
     let chaos = Arc::new(chaos);
 
     // Warm up: every replica has started and every job has run once.
@@ -311,9 +371,19 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         .copied()
         .filter(|k| cluster.is_some() || !k.restarts_postgres())
         .filter(|k| faketime.is_some() || !k.is_clock())
+        .filter(|k| !k.is_promotion())
         .collect();
-    let until = Instant::now() + args.duration;
+    let started = Instant::now();
+    let until = started + args.duration;
+    let promotion = args.standby.map(|_| {
+        let at = started + args.promote_at.unwrap_or(args.duration / 2);
+        let frac = faults::SplitMix64::new(args.seed ^ 0x5052_4f4d).unit();
+        tokio::spawn(promote::promote_at(chaos.clone(), at, frac))
+    });
     chaos.run(args.seed, until, (args.gap_min, args.gap_max), &kinds).await;
+    if let Some(promotion) = promotion {
+        promotion.await?;
+    }
     let tail = args
         .tail
         .unwrap_or_else(|| check::min_tail(args.lease, args.period).max(Duration::from_secs(10)));
@@ -448,7 +518,10 @@ async fn gather(
         .map(|r| check::Window {
             kind: r.kind,
             replica: check::Window::replica_of(&r.target),
-            expires_leases: r.kind == FaultKind::Expire || r.target.contains("+expired"),
+            // An asynchronous promotion loses the lag window's renewals.
+            expires_leases: r.kind == FaultKind::Expire
+                || r.target.contains("+expired")
+                || (r.kind == FaultKind::Promote && r.target.starts_with("async")),
             start: r.start_us + offset,
             end: r.end_us + offset,
         })
@@ -481,6 +554,24 @@ async fn gather(
         })
         .collect();
     std::fs::write(out.join("leases.tsv"), dump)?;
+    let promotion = chaos.promotion.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let promotion = match promotion {
+        Some(p) => {
+            let recorded: Option<(i64, Option<i64>, Option<i64>)> =
+                sqlx::query_as("SELECT timeline, jumped_from, jumped_to FROM leasehold_timeline")
+                    .fetch_optional(pool)
+                    .await?;
+            Some(check::Promotion {
+                synchronous: p.synchronous,
+                cut: p.cut + offset,
+                crash: p.crash + offset,
+                switched: p.switched + offset,
+                timeline: recorded.map(|r| r.0),
+                jump: recorded.and_then(|r| r.1.zip(r.2)),
+            })
+        }
+        None => None,
+    };
     Ok(check::Input {
         keys: keys.to_vec(),
         replicas: args.replicas,
@@ -499,5 +590,6 @@ async fn gather(
         backends: backends::Scan::default(),
         orphans: Vec::new(),
         samples: 0,
+        promotion,
     })
 }

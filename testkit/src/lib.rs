@@ -35,6 +35,8 @@
 //!   when it does not start.
 //! - [`stats`]: `pg_stat_statements` of one database (reset, calls and
 //!   totals of the statements matching a pattern).
+//! - [`standby`]: a primary with a streaming standby and the steps of a
+//!   failover (cut replication, crash, promote, switch the clients).
 //! - `jobs` (feature `jobs`, which adds a dependency on `leasehold`):
 //!   a job whose body is a closure (`ScriptedJob`), a log of its runs
 //!   (`Runs`), and starting runtimes ("replicas") on a test database.
@@ -45,6 +47,7 @@ pub mod child;
 #[cfg(feature = "jobs")]
 pub mod jobs;
 pub mod proxy;
+pub mod standby;
 pub mod stats;
 pub mod wait;
 

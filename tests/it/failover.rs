@@ -104,7 +104,10 @@ struct Outcome {
 }
 
 async fn fail_over(synchronous: bool) -> Outcome {
-    let pair = Replicated::start(synchronous).await;
+    let pair = Replicated::start(synchronous).await.expect("primary and standby");
+    let pool = pair.pool(2);
+    leasehold::migrate(&pool).await.expect("migrate");
+    pool.close().await;
     let downstream_db = downstream().await;
     let downstream = downstream_db.pool.clone();
     let runs = Runs::default();
@@ -142,11 +145,11 @@ async fn fail_over(synchronous: bool) -> Outcome {
     let cut = Instant::now();
     tokio::time::sleep(LAG_WINDOW).await;
     let crash = Instant::now();
-    pair.crash_and_promote();
+    tokio::task::block_in_place(|| pair.crash_and_promote()).expect("crash and promote");
     let before_crash = runs.all();
 
     // Before any replica reaches the promoted server: what it knows.
-    let mut promoted = pair.standby_direct().await;
+    let mut promoted = pair.standby_direct().await.expect("connect to the standby");
     let promoted_sequence: i64 = sqlx::query_scalar("SELECT last_value FROM leasehold_fence_seq")
         .fetch_one(&mut promoted)
         .await

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use leasehold::LeaseStore;
 pub use leasehold_testkit::{PgCluster, TestDb};
-use sqlx::{Connection, PgPool};
+use sqlx::PgPool;
 
 /// A pool of `max` connections to `db` through `proxy`.
 pub async fn proxied_pool(db: &TestDb, proxy: &leasehold_testkit::proxy::Proxy, max: u32) -> PgPool {
@@ -517,118 +517,5 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LogCounts {
     }
 }
 
-/// A primary with an asynchronous streaming standby, both throwaway
-/// clusters on loopback, and the two proxies a failover scenario switches:
-/// `replication` carries the standby's WAL stream (blackhole it to cut
-/// replication), `front` is the address the replicas connect to (point it at
-/// the standby once promoted). The database `app` is owned by the role
-/// `app`, which is not a superuser, as a service's role would be.
-pub struct Replicated {
-    pub primary: PgCluster,
-    pub standby: PgCluster,
-    pub replication: leasehold_testkit::proxy::Proxy,
-    pub front: leasehold_testkit::proxy::Proxy,
-}
-
-impl Replicated {
-    /// Starts the pair and migrates `app`. With `synchronous`, the role's
-    /// commits wait for the standby (`synchronous_commit = remote_write`
-    /// for the role, any standby named synchronous), as docs/operations.md
-    /// recommends.
-    pub async fn start(synchronous: bool) -> Replicated {
-        use leasehold_testkit::proxy::Proxy;
-        let primary = tokio::task::spawn_blocking(PgCluster::start)
-            .await
-            .expect("join")
-            .expect("primary");
-        let mut admin = sqlx::postgres::PgConnection::connect_with(&primary.options())
-            .await
-            .expect("connect primary");
-        for sql in ["CREATE ROLE app LOGIN", "CREATE DATABASE app OWNER app"] {
-            sqlx::raw_sql(sql).execute(&mut admin).await.expect("role and database");
-        }
-        let replication = Proxy::start("127.0.0.1", primary.port()).await.expect("proxy");
-        let port = replication.port;
-        let standby = tokio::task::spawn_blocking(move || PgCluster::start_standby(port))
-            .await
-            .expect("join")
-            .expect("standby");
-        if synchronous {
-            for sql in [
-                "ALTER ROLE app SET synchronous_commit = remote_write",
-                "ALTER SYSTEM SET synchronous_standby_names = '*'",
-                "SELECT pg_reload_conf()",
-            ] {
-                sqlx::raw_sql(sql)
-                    .execute(&mut admin)
-                    .await
-                    .expect("synchronous replication");
-            }
-        }
-        const STREAMING: &str = "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'";
-        let mut streaming = 0;
-        for _ in 0..100 {
-            streaming = sqlx::query_scalar::<_, i64>(STREAMING)
-                .fetch_one(&mut admin)
-                .await
-                .expect("pg_stat_replication");
-            if streaming > 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert_eq!(streaming, 1, "the standby streams");
-        let front = Proxy::start("127.0.0.1", primary.port()).await.expect("proxy");
-        let pair = Replicated {
-            primary,
-            standby,
-            replication,
-            front,
-        };
-        let pool = pair.pool(2);
-        leasehold::migrate(&pool).await.expect("migrate");
-        pool.close().await;
-        pair
-    }
-
-    /// The role `app`'s options for database `app` through the front proxy.
-    pub fn app_options(&self) -> sqlx::postgres::PgConnectOptions {
-        self.primary
-            .options()
-            .port(self.front.port)
-            .username("app")
-            .database("app")
-    }
-
-    /// A pool of `max` connections through the front proxy, as `app`.
-    pub fn pool(&self, max: u32) -> PgPool {
-        sqlx::postgres::PgPoolOptions::new()
-            .max_connections(max)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_lazy_with(self.app_options())
-    }
-
-    /// The standby's `app` database, directly, as the superuser.
-    pub async fn standby_direct(&self) -> sqlx::postgres::PgConnection {
-        sqlx::postgres::PgConnection::connect_with(&self.standby.options().database("app"))
-            .await
-            .expect("connect standby")
-    }
-
-    /// The failover, up to the point where nothing reaches the new primary
-    /// yet: the primary crashes (`-m immediate`: whatever it had not shipped
-    /// is gone) and the standby is promoted. [`Replicated::switch_front`]
-    /// then points the replicas at it.
-    pub fn crash_and_promote(&self) {
-        tokio::task::block_in_place(|| {
-            self.primary.stop(true).expect("crash the primary");
-            self.standby.promote().expect("promote the standby");
-        });
-        self.front.reset();
-    }
-
-    /// Points the front proxy at the promoted standby.
-    pub fn switch_front(&self) {
-        self.front.set_upstream("127.0.0.1", self.standby.port());
-    }
-}
+// A primary with a streaming standby and the steps of a failover.
+pub use leasehold_testkit::standby::Replicated;

@@ -1,5 +1,7 @@
 //! Checks 6–7: what a replica saw succeed reached the database. These are
-//! the ones `--async-commit` can break.
+//! the ones `--async-commit` can break. An asynchronous promotion's lag
+//! window loses what was acknowledged in it: runs reported done inside it
+//! are not checked, and [`lost_in_promotion`] reports them.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +13,9 @@ use super::history::History;
 pub fn done_runs_have_all_steps(h: &History) -> Check {
     let mut check = Check::new("runs reported done have all steps committed");
     for e in h.input.events.iter().filter(|e| e.kind == "done") {
+        if h.input.in_lost_window(e.at) {
+            continue;
+        }
         check.checked += 1;
         match h.runs.get(&(e.key.as_str(), e.fence)) {
             Some(run) if h.complete(run) => {}
@@ -41,6 +46,9 @@ pub fn done_runs_have_all_counter_writes(h: &History) -> Check {
     }
     let mut check = Check::new("runs reported done have all counter writes committed");
     for e in input.events.iter().filter(|e| e.kind == "done") {
+        if input.in_lost_window(e.at) {
+            continue;
+        }
         check.checked += 1;
         let n = counter_writes.get(&(e.key.as_str(), e.fence)).copied().unwrap_or(0);
         if n < input.steps as usize {
@@ -51,4 +59,21 @@ pub fn done_runs_have_all_counter_writes(h: &History) -> Check {
         }
     }
     check
+}
+
+/// Runs reported done inside an asynchronous promotion's lag window whose
+/// steps the promoted server lacks (some or all): `(key, fence)`, what the
+/// promotion lost.
+pub fn lost_in_promotion(h: &History) -> Vec<(String, i64)> {
+    h.input
+        .events
+        .iter()
+        .filter(|e| e.kind == "done" && h.input.in_lost_window(e.at))
+        .filter(|e| {
+            h.runs
+                .get(&(e.key.as_str(), e.fence))
+                .is_none_or(|run| !h.complete(run))
+        })
+        .map(|e| (e.key.clone(), e.fence))
+        .collect()
 }

@@ -6,9 +6,10 @@
 //!
 //! G1 holds only under its assumptions (§1): overlaps that begin while a
 //! replica is frozen (`stop`, `stop-in-fence`) or after a lease was expired
-//! early on the server (`expire`, and the half of the `begin-drop` faults
-//! that also expire the replica's leases), up to a lease after such a
-//! fault ends,
+//! early on the server (`expire`, the half of the `begin-drop` faults
+//! that also expire the replica's leases, and an asynchronous `promote`,
+//! whose promoted server lacks the lag window's claims and renewals), up
+//! to a lease after such a fault ends,
 //! are excused and counted apart; the fence (checks 1–5) is what holds
 //! there. Everything else — a clock rate within what the margin covers
 //! included — must not overlap. A run with no end (its replica was killed)

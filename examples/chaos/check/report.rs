@@ -151,6 +151,34 @@ pub fn verdict(
         input.orphans.len(),
         longest as f64 / 1e6
     );
+    if let Some(p) = &input.promotion {
+        let lost = super::durability::lost_in_promotion(h);
+        let shown: Vec<String> = lost.iter().take(8).map(|(k, f)| format!("{k} fence {f}")).collect();
+        let _ = writeln!(
+            s,
+            "| promotion: replication / cut / primary crashed / proxies switched / timeline after / fence jump | {} / {} / {} / {} / {} / {} |",
+            if p.synchronous { "synchronous" } else { "asynchronous" },
+            super::secs(p.cut, input.observe_from),
+            super::secs(p.crash, input.observe_from),
+            super::secs(p.switched, input.observe_from),
+            p.timeline.map_or("-".to_owned(), |t| t.to_string()),
+            p.jump.map_or("none".to_owned(), |(from, to)| format!("{from} → {to}")),
+        );
+        let _ = writeln!(
+            s,
+            "| lost with the lag window (not violations): runs reported done without all their steps | {}{} |",
+            lost.len(),
+            if shown.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({}{})",
+                    shown.join(", "),
+                    if lost.len() > shown.len() { ", …" } else { "" }
+                )
+            }
+        );
+    }
     let _ = writeln!(
         s,
         "| leasehold lease writes (committed): claims / renewals / releases | {} |",

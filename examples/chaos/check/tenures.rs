@@ -261,14 +261,14 @@ pub fn no_due_key_stalled(h: &History, t: &Tenures, measured: &mut Measured) -> 
 }
 
 /// How much of [from, to) falls in time check 16 does not count: a
-/// PostgreSQL restart, every replica stopped or killed, or one of the
+/// PostgreSQL restart or a promotion (replication cut to switch), every replica stopped or killed, or one of the
 /// `slow` replicas behind a slow proxy.
 fn excused(input: &Input, from: i64, to: i64, slow: &[usize]) -> i64 {
     let mut spans: Vec<(i64, i64)> = Vec::new();
     let mut down: Vec<(i64, i64)> = Vec::new(); // +1 / -1 replica down
     for w in &input.windows {
         match w.kind {
-            FaultKind::PgFast | FaultKind::PgImmediate => spans.push((w.start, w.end)),
+            FaultKind::PgFast | FaultKind::PgImmediate | FaultKind::Promote => spans.push((w.start, w.end)),
             FaultKind::ProxyDelay | FaultKind::BeginDrop if w.replica.is_some_and(|r| slow.contains(&r)) => {
                 spans.push((w.start, w.end))
             }

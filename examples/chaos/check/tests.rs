@@ -7,23 +7,23 @@
 use super::*;
 use crate::backends::Backend;
 
-const S: i64 = 1_000_000;
-const MS: i64 = 1_000;
+pub(super) const S: i64 = 1_000_000;
+pub(super) const MS: i64 = 1_000;
 
 const ORDER: &str = "fences never decrease in commit order";
 const STALE: &str = "no write accepted after a higher fence";
 const INTERLEAVE: &str = "runs' effects never interleave in time";
-const UNIQUE: &str = "each fence is one run of one key";
+pub(super) const UNIQUE: &str = "each fence is one run of one key";
 const COUNTER: &str = "counter fence never goes back";
-const LOST_STEPS: &str = "runs reported done have all steps committed";
-const LOST_WRITES: &str = "runs reported done have all counter writes committed";
+pub(super) const LOST_STEPS: &str = "runs reported done have all steps committed";
+pub(super) const LOST_WRITES: &str = "runs reported done have all counter writes committed";
 const CALM: &str = "calm slots during faults ran exactly once to completion";
 const LIVE: &str = "every job ran again after the last fault";
 const TAIL: &str = "quiet tail: every slot ran exactly once";
 const IDLE: &str = "no replica backend idle in transaction at the end";
 const ORPHANED: &str = "no replica backend seen idle in transaction after an autocommit statement";
 const ALONE: &str = "leasehold's lease writes commit on their own";
-const CLAIMED: &str = "every run's claim committed";
+pub(super) const CLAIMED: &str = "every run's claim committed";
 const WITHIN_TENURE: &str = "no fenced transaction committed after its tenure ended";
 const STALLED: &str = "no due key waited more than two leases for its next fenced commit";
 const OVERLAP: &str = "no two runs of a key overlap in real time";
@@ -35,7 +35,7 @@ const OVERLAP: &str = "no two runs of a key overlap in real time";
 /// 100 + k on replica 0: claimed at +50 ms (for a lease), steps at +100 and
 /// +300 ms (each a ledger row committed a millisecond later, and a counter
 /// write), released at +400 ms, reported done.
-fn healthy() -> Input {
+pub(super) fn healthy() -> Input {
     let mut input = Input {
         keys: vec!["a".to_owned()],
         replicas: 2,
@@ -60,6 +60,7 @@ fn healthy() -> Input {
         backends: Scan::default(),
         orphans: Vec::new(),
         samples: 40,
+        promotion: None,
     };
     for k in 10..=23 {
         let fence = 100 + k;
@@ -123,7 +124,7 @@ fn event(kind: &str, fence: i64, detail: &str) -> Event {
 }
 
 /// A replica's log line for job `a`, logged at `at`.
-fn event_at(at: i64, kind: &str, fence: i64, detail: &str) -> Event {
+pub(super) fn event_at(at: i64, kind: &str, fence: i64, detail: &str) -> Event {
     Event {
         at,
         kind: kind.to_owned(),
@@ -143,7 +144,7 @@ fn ledger_row(input: &mut Input, slot: i64, step: i32) -> &mut LedgerRow {
 }
 
 /// The checks the verdict reports violated, in its order.
-fn violated(verdict: &Verdict) -> Vec<&str> {
+pub(super) fn violated(verdict: &Verdict) -> Vec<&str> {
     verdict
         .text
         .lines()
@@ -154,7 +155,7 @@ fn violated(verdict: &Verdict) -> Vec<&str> {
 
 /// Asserts that exactly the checks `names` failed, and that the verdict's
 /// examples say `example`.
-fn assert_violates(input: &Input, names: &[&str], example: &str) -> Verdict {
+pub(super) fn assert_violates(input: &Input, names: &[&str], example: &str) -> Verdict {
     let verdict = check(input);
     assert_eq!(violated(&verdict), names, "{}", verdict.text);
     assert!(verdict.violations >= names.len(), "{}", verdict.text);
