@@ -34,15 +34,6 @@ impl CancelReason {
             CancelReason::Paused => "paused",
         }
     }
-
-    /// Whether the lease was lost (another holder, expiry, the local
-    /// deadline), as opposed to a stop the service or an operator asked for.
-    pub(crate) fn is_loss(self) -> bool {
-        matches!(
-            self,
-            CancelReason::Stolen | CancelReason::Expired | CancelReason::Deadline
-        )
-    }
 }
 
 impl std::fmt::Display for CancelReason {

@@ -341,9 +341,9 @@ mod tests {
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
             describe();
-            m::claim("nightly", "acquired");
+            m::claim("nightly", m::ClaimOutcome::Acquired);
             m::lost("nightly", CancelReason::Deadline);
-            m::heartbeat("renewed", Duration::from_millis(3));
+            m::heartbeat(m::HeartbeatOutcome::Renewed, Duration::from_millis(3));
             m::run_finished("nightly", RunOutcome::Succeeded, Duration::from_secs(2));
             m::held("nightly", 1.0);
             m::remaining("nightly", Duration::from_secs(59));

@@ -296,6 +296,83 @@ pub fn describe() {
     );
 }
 
+/// A key's answer in a batch claim: the `outcome` label of
+/// `leasehold_lease_claims_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClaimOutcome {
+    /// Claimed: its run starts.
+    Acquired,
+    /// Held by another replica, or locked by another claimer.
+    HeldElsewhere,
+    /// Free, but not due yet.
+    NotDue,
+    /// The key or its job is paused.
+    Paused,
+    /// Acquired, but the answer came after the tenure's local deadline:
+    /// handed back unrun.
+    TooLate,
+    /// The claim statement failed.
+    Error,
+}
+
+impl ClaimOutcome {
+    /// Every outcome, to create the series at zero.
+    const ALL: [ClaimOutcome; 6] = [
+        ClaimOutcome::Acquired,
+        ClaimOutcome::HeldElsewhere,
+        ClaimOutcome::NotDue,
+        ClaimOutcome::Paused,
+        ClaimOutcome::TooLate,
+        ClaimOutcome::Error,
+    ];
+
+    /// The label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ClaimOutcome::Acquired => "acquired",
+            ClaimOutcome::HeldElsewhere => "held_elsewhere",
+            ClaimOutcome::NotDue => "not_due",
+            ClaimOutcome::Paused => "paused",
+            ClaimOutcome::TooLate => "too_late",
+            ClaimOutcome::Error => "error",
+        }
+    }
+}
+
+/// How one heartbeat statement went: the `outcome` label of
+/// `leasehold_heartbeats_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeartbeatOutcome {
+    /// Every lease renewed.
+    Renewed,
+    /// At least one lease was lost.
+    Lost,
+    /// None lost, but a lease row locked elsewhere was not renewed.
+    Busy,
+    /// The statement failed.
+    Error,
+}
+
+impl HeartbeatOutcome {
+    /// Every outcome, to create the series at zero.
+    const ALL: [HeartbeatOutcome; 4] = [
+        HeartbeatOutcome::Renewed,
+        HeartbeatOutcome::Lost,
+        HeartbeatOutcome::Busy,
+        HeartbeatOutcome::Error,
+    ];
+
+    /// The label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            HeartbeatOutcome::Renewed => "renewed",
+            HeartbeatOutcome::Lost => "lost",
+            HeartbeatOutcome::Busy => "busy",
+            HeartbeatOutcome::Error => "error",
+        }
+    }
+}
+
 /// Creates a job's counters (and the heartbeat counters) at zero when the
 /// runtime starts, so that Prometheus sees each series *before* its first
 /// event: `increase()` cannot count the first event of a series that
@@ -304,14 +381,14 @@ pub fn describe() {
 /// zero there would read as "never succeeded" or "expired". Priming twice is
 /// harmless (it adds zero).
 pub(crate) fn prime(job: &str) {
-    for outcome in ["renewed", "lost", "busy", "error"] {
-        counter!(names::HEARTBEATS, "outcome" => outcome).increment(0);
+    for outcome in HeartbeatOutcome::ALL {
+        counter!(names::HEARTBEATS, "outcome" => outcome.as_str()).increment(0);
     }
     for state in ["in_transaction", "in_failed_transaction"] {
         counter!(names::POISONED_CONNECTIONS, "state" => state).increment(0);
     }
-    for outcome in ["acquired", "held_elsewhere", "not_due", "paused", "too_late", "error"] {
-        counter!(names::CLAIMS, "job_name" => job.to_owned(), "outcome" => outcome).increment(0);
+    for outcome in ClaimOutcome::ALL {
+        counter!(names::CLAIMS, "job_name" => job.to_owned(), "outcome" => outcome.as_str()).increment(0);
     }
     for reason in [CancelReason::Stolen, CancelReason::Expired, CancelReason::Deadline] {
         counter!(names::LOST, "job_name" => job.to_owned(), "reason" => reason.as_str()).increment(0);
@@ -330,16 +407,16 @@ pub(crate) fn prime(job: &str) {
 }
 
 /// Counts a claim attempt.
-pub(crate) fn claim(job: &str, outcome: &'static str) {
-    counter!(names::CLAIMS, "job_name" => job.to_owned(), "outcome" => outcome).increment(1);
+pub(crate) fn claim(job: &str, outcome: ClaimOutcome) {
+    counter!(names::CLAIMS, "job_name" => job.to_owned(), "outcome" => outcome.as_str()).increment(1);
 }
 
 pub(crate) fn lost(job: &str, reason: CancelReason) {
     counter!(names::LOST, "job_name" => job.to_owned(), "reason" => reason.as_str()).increment(1);
 }
 
-pub(crate) fn heartbeat(outcome: &'static str, took: Duration) {
-    counter!(names::HEARTBEATS, "outcome" => outcome).increment(1);
+pub(crate) fn heartbeat(outcome: HeartbeatOutcome, took: Duration) {
+    counter!(names::HEARTBEATS, "outcome" => outcome.as_str()).increment(1);
     histogram!(names::HEARTBEAT_DURATION).record(took.as_secs_f64());
 }
 

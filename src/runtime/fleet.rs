@@ -249,8 +249,7 @@ impl Loaded {
                     let job = self.kind.entry(&shared.store, &key, schedule, catch_up);
                     shared.registry().replace(Arc::new(job));
                     if shared.store.reschedule(&key, first).await? {
-                        shared.registry().wake(&key, Instant::now());
-                        shared.wake.notify_one();
+                        shared.wake_key(&key);
                     }
                 }
                 None => {
@@ -334,6 +333,6 @@ async fn register(shared: &Arc<Shared>, kind: &KindEntry, jobs: Vec<JobEntry>) -
         }
     }
     shared.file(&seen, sent);
-    shared.wake.notify_one();
+    shared.wake_scheduler();
     Ok(())
 }

@@ -1,7 +1,6 @@
 //! [`Runtime`], the handle: trigger, add and remove jobs, health, shutdown,
 //! and the shutdown a dropped last handle starts.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -171,7 +170,7 @@ impl Runtime {
     /// its first poll; for tests (feature `test-util`).
     #[cfg(feature = "test-util")]
     pub fn server_timeline(&self) -> i64 {
-        self.shared().timeline.load(std::sync::atomic::Ordering::Relaxed)
+        self.shared().timeline()
     }
 
     /// Fault injection for tests and chaos runs (feature `test-util`).
@@ -197,8 +196,8 @@ impl Runtime {
         if shared.store.trigger(key).await? == Triggered::Paused {
             tracing::info!(key, "triggered a paused key: it is due, and runs once resumed");
         }
-        shared.registry().wake(key, Instant::now());
-        shared.wake.notify_one();
+        // Removed meanwhile: nothing to wake here.
+        shared.wake_key(key);
         Ok(())
     }
 
@@ -229,8 +228,7 @@ impl Runtime {
     pub async fn resume(&self, target: &PauseTarget) -> Result<Resumed> {
         let shared = self.shared();
         let resumed = shared.store.resume(target).await?;
-        shared.registry().wake_target(target, Instant::now());
-        shared.wake.notify_one();
+        shared.wake_target(target);
         Ok(resumed)
     }
 
@@ -308,7 +306,7 @@ impl Runtime {
             registry.mark()
         };
         shared.file(&seen, sent);
-        shared.wake.notify_one();
+        shared.wake_scheduler();
         Ok(())
     }
 
@@ -459,11 +457,11 @@ async fn shutdown(shared: Arc<Shared>, tasks: Option<Tasks>) -> ShutdownReport {
         let _ = listener.await;
     }
     shared.store.close_owned().await;
-    let counts = &shared.stop_counts;
+    let counts = shared.stopped_runs();
     let report = ShutdownReport {
-        runs_finished: counts.finished.load(Ordering::SeqCst),
-        runs_cancelled: counts.cancelled.load(Ordering::SeqCst),
-        leases_released: counts.released.load(Ordering::SeqCst),
+        runs_finished: counts.finished,
+        runs_cancelled: counts.cancelled,
+        leases_released: counts.released,
     };
     tracing::info!(holder = %shared.holder, ?report, "leasehold runtime stopped");
     report

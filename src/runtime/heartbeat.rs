@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::state::Shared;
 use crate::cancel::CancelReason;
 use crate::connection::bounded;
-use crate::metrics;
+use crate::metrics::{self, HeartbeatOutcome};
 use crate::tenure::Tenure;
 
 /// Runs until `stop` is cancelled. The runtime cancels it *last*, after every
@@ -33,7 +33,7 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = interval.tick() => {}
-            _ = shared.retick.notified() => {
+            _ = shared.reticked() => {
                 tick = shared.tick();
                 interval = tokio::time::interval(tick);
                 interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -90,11 +90,11 @@ async fn beat(shared: &Shared, tick: Duration) {
                      their local deadline if the lock outlasts it");
             }
             let outcome = if !result.lost.is_empty() {
-                "lost"
+                HeartbeatOutcome::Lost
             } else if !result.busy.is_empty() {
-                "busy"
+                HeartbeatOutcome::Busy
             } else {
-                "renewed"
+                HeartbeatOutcome::Renewed
             };
             metrics::heartbeat(outcome, took);
         }
@@ -102,7 +102,7 @@ async fn beat(shared: &Shared, tick: Duration) {
             shared.health.heartbeat_failed(&error);
             tracing::warn!(holder = %shared.holder, leases = tenures.len(), %error,
                 "lease heartbeat failed; retrying next tick, runs stop at their local deadline if it keeps failing");
-            metrics::heartbeat("error", took);
+            metrics::heartbeat(HeartbeatOutcome::Error, took);
         }
     }
 }

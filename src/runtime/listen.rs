@@ -25,7 +25,6 @@
 //!   keys at least every poll interval.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sqlx::postgres::{PgListener, PgPoolOptions};
@@ -58,7 +57,7 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => break,
             outcome = listen(&shared, &own) => outcome,
         };
-        if shared.listening.swap(false, Ordering::SeqCst) {
+        if shared.set_listening(false) {
             failures = 0; // it worked for a while: a fresh streak
         }
         failures += 1;
@@ -94,7 +93,7 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             _ = tokio::time::sleep(pause) => {}
         }
     }
-    shared.listening.store(false, Ordering::SeqCst);
+    shared.set_listening(false);
     own.close().await;
 }
 
@@ -137,12 +136,11 @@ async fn listen(shared: &Shared, own: &sqlx::PgPool) -> Stopped {
             Ok(Ok(Some(n))) => heard(shared, &n),
         }
     }
-    shared.listening.store(true, Ordering::SeqCst);
+    shared.set_listening(true);
     // What was notified before this LISTEN (at start, or while the
     // connection was down) reached no one: a poll now finds it, rather than
     // the next one, a poll interval away.
-    shared.poll_now.store(true, Ordering::SeqCst);
-    shared.wake.notify_one();
+    shared.poll_soon();
     tracing::debug!(holder = %shared.holder, "listening for wake-ups");
     loop {
         match listener.try_recv().await {
@@ -150,7 +148,7 @@ async fn listen(shared: &Shared, own: &sqlx::PgPool) -> Stopped {
             // The connection dropped (notifications may be lost): the
             // scheduler's next poll covers the gap; start over.
             Ok(None) => {
-                shared.wake.notify_one();
+                shared.wake_scheduler();
                 return Stopped::Failed(sqlx::Error::Protocol("listener connection lost".into()));
             }
             Err(error) => return Stopped::Failed(error),
@@ -162,8 +160,7 @@ async fn listen(shared: &Shared, own: &sqlx::PgPool) -> Stopped {
 /// scheduler syncs at once: a removed key stops within milliseconds).
 fn heard(shared: &Shared, notification: &sqlx::postgres::PgNotification) {
     if notification.channel() == KIND_CHANNEL {
-        shared.poll_now.store(true, Ordering::SeqCst);
-        shared.wake.notify_one();
+        shared.poll_soon();
     } else {
         wake(shared, notification.payload());
     }
@@ -173,10 +170,5 @@ fn heard(shared: &Shared, notification: &sqlx::postgres::PgNotification) {
 fn wake(shared: &Shared, key: &str) {
     #[cfg(feature = "test-util")]
     shared.faults.notification_heard();
-    let mut registry = shared.registry();
-    if registry.job(key).is_some() {
-        registry.wake(key, Instant::now());
-        drop(registry);
-        shared.wake.notify_one();
-    }
+    shared.wake_key(key);
 }

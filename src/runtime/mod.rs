@@ -7,15 +7,17 @@
 //! (one renewal statement per tick), one listener (wake-ups), and one task
 //! per run in progress. [`Runtime`] is a cheap, cloneable handle on them;
 //! the last handle dropped shuts the runtime down. One file per concern;
-//! they share state through `state.rs`, and the imports between them run
+//! they share state through `state/`, and the imports between them run
 //! one way (the scheduler starts runs in `supervise.rs`, the builder hands
 //! out `handle.rs`'s handle, `faults.rs` is reached from the handle and the
-//! state), never in a circle:
+//! state, `run_end.rs` from the supervisor and the state), never in a circle:
 //!
-//! - `builder.rs`: settings, checks and start;
+//! - `builder/`: settings and checks (`mod.rs`), and `start` in named steps
+//!   (`start.rs`);
 //! - `handle.rs`: the handle — trigger, add, remove, health, shutdown, drop;
-//! - `state.rs`: what the services share — registered keys, due queue,
-//!   runs in progress, removals in progress, wake-ups;
+//! - `state/`: what the services share — registered keys, due queue,
+//!   runs in progress (each held by a run slot, given back on drop),
+//!   removals in progress, wake-ups, the server's clock;
 //! - `scheduler.rs`: poll, claim due keys in batches, start runs;
 //! - `fleet.rs`: the registered job kinds, and the sync of their stored
 //!   keys into registered keys (at every poll and on notification);
@@ -23,6 +25,8 @@
 //!   key removed fleet-wide);
 //! - `supervise.rs`: one run — start, stop on loss/deadline/shutdown,
 //!   outcome, release, back in the queue;
+//! - `run_end.rs`: how a run ended, and everything that follows from it,
+//!   in one exhaustive `match`;
 //! - `finish.rs`: releases in batches;
 //! - `heartbeat.rs`: renewals;
 //! - `listen.rs`: `LISTEN`/`NOTIFY` wake-ups, with polling as the fallback;
@@ -48,6 +52,7 @@ mod fleet;
 mod handle;
 mod heartbeat;
 mod listen;
+mod run_end;
 mod scheduler;
 mod state;
 mod supervise;

@@ -31,7 +31,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -41,8 +40,8 @@ use super::fleet::{FleetSync, KindEntry};
 use super::state::{JobEntry, Shared};
 use super::supervise;
 use crate::connection::bounded;
-use crate::lease::{Candidate, Polled};
-use crate::metrics;
+use crate::lease::{Candidate, Polled, Sighting};
+use crate::metrics::{self, ClaimOutcome};
 use crate::schedule::first_due;
 use crate::tenure::Tenure;
 
@@ -80,7 +79,7 @@ pub(crate) async fn run(shared: Arc<Shared>, since: DateTime<Utc>, kinds: Vec<Ar
         let wake_at = Instant::now() + wait;
         tokio::select! {
             _ = tokio::time::sleep_until(wake_at) => {}
-            _ = shared.wake.notified() => {}
+            _ = shared.scheduler_woken() => {}
             _ = shared.stopping.cancelled() => return,
         }
     }
@@ -103,7 +102,7 @@ impl Scheduler {
     /// One pass: poll if it is time, register missing rows, claim what is
     /// due. Returns how long to sleep unless woken.
     async fn step(&mut self, shared: &Arc<Shared>) -> Duration {
-        let asked = shared.poll_now.swap(false, Ordering::SeqCst);
+        let asked = shared.take_poll_request();
         if asked || Instant::now() >= self.next_poll {
             if let Err(pause) = self.poll(shared).await {
                 return pause;
@@ -125,16 +124,8 @@ impl Scheduler {
                 Err(pause) => return pause,
             }
         }
-        let now = Instant::now();
-        let next = shared.registry().next_at().unwrap_or(self.next_poll);
-        let until = next.min(self.next_poll);
-        // Due keys but no room: a run's end wakes us.
-        let until = if until <= now && shared.running() >= shared.max_concurrent_runs {
-            self.next_poll
-        } else {
-            until
-        };
-        until.saturating_duration_since(now).max(Duration::from_millis(1))
+        let next_due = shared.registry().next_at();
+        sleep_for(Instant::now(), next_due, self.next_poll, shared.room())
     }
 
     /// Reads the keys that became due since the last poll and moves the ones
@@ -211,12 +202,11 @@ impl Scheduler {
     /// full and started runs (look again at once). Claims nothing once
     /// shutdown has begun.
     async fn claim(&mut self, shared: &Arc<Shared>) -> Result<bool, Duration> {
-        let room = shared.max_concurrent_runs.saturating_sub(shared.running());
+        let room = shared.room();
         if room == 0 || shared.stopping.is_cancelled() {
             return Ok(false);
         }
-        // A few more candidates than room: some will be held or locked.
-        let wanted = room.saturating_mul(2).clamp(8, MAX_CANDIDATES);
+        let wanted = candidates_wanted(room);
         // The mark goes with the candidates: a wake-up after it may announce
         // a commit this claim's answer does not see.
         let (jobs, marked) = {
@@ -245,7 +235,7 @@ impl Scheduler {
         shared.faults.claim_answered(&shared.stopping).await;
         if answer.is_err() {
             for job in &jobs {
-                metrics::claim(&job.name, "error");
+                metrics::claim(&job.name, ClaimOutcome::Error);
             }
         }
         let claimed = self.answered(shared, answer)?;
@@ -268,13 +258,18 @@ impl Scheduler {
             // must not start at all, not even until the supervisor stops it.
             // A claim is bounded by CLAIM_TIMEOUT, not by the lease, so a
             // slow answer can arrive that late (found by the model check).
-            let too_late = (sent + lease.remaining)
-                .checked_sub(job.settings.get_margin())
-                .is_none_or(|deadline| deadline <= Instant::now());
+            let too_late = answered_too_late(sent, lease.remaining, job.settings.get_margin(), Instant::now());
             if too_late {
                 tracing::warn!(key = %job.key, fence = lease.fence, "claim answered after its local deadline; not running it");
             }
-            metrics::claim(&job.name, if too_late { "too_late" } else { "acquired" });
+            metrics::claim(
+                &job.name,
+                if too_late {
+                    ClaimOutcome::TooLate
+                } else {
+                    ClaimOutcome::Acquired
+                },
+            );
             // Claimed too late, claimed while shutting down (the claim was
             // in flight when it began), or removed while the claim was in
             // flight: hand it straight back instead of running it. Tracked
@@ -305,15 +300,7 @@ impl Scheduler {
         for sighting in &claimed.seen {
             if let Some(job) = by_key.get(sighting.key.as_str()) {
                 answered.insert(&*job.key);
-                // Free and due but not claimed: another claimer had it locked.
-                let outcome = if sighting.paused {
-                    "paused"
-                } else if sighting.due_in().is_zero() {
-                    "held_elsewhere"
-                } else {
-                    "not_due"
-                };
-                metrics::claim(&job.name, outcome);
+                metrics::claim(&job.name, unclaimed(sighting));
             }
         }
         shared.file(&claimed.seen, marked);
@@ -351,5 +338,138 @@ impl Scheduler {
                 Err(backoff.min(shared.poll_interval.max(Duration::from_secs(1))))
             }
         }
+    }
+}
+
+/// How long the scheduler sleeps unless woken: until the next key is due
+/// or the next poll, whichever comes first — except with keys due and no
+/// room, when only the next poll (or a run's end, which wakes it) is worth
+/// waking for. At least a millisecond: never a busy loop.
+fn sleep_for(now: Instant, next_due: Option<Instant>, next_poll: Instant, room: usize) -> Duration {
+    let until = next_due.unwrap_or(next_poll).min(next_poll);
+    let until = if until <= now && room == 0 { next_poll } else { until };
+    until.saturating_duration_since(now).max(Duration::from_millis(1))
+}
+
+/// How many keys one claim proposes for `room` runs: a few more than room
+/// (some will be held or locked), within `[8, MAX_CANDIDATES]`.
+fn candidates_wanted(room: usize) -> usize {
+    room.saturating_mul(2).clamp(8, MAX_CANDIDATES)
+}
+
+/// Whether a claim sent at `sent` was answered (at `now`) after its
+/// tenure's local deadline (sent + remaining − margin, §5): the lease may
+/// already have expired on the server and another replica's run started.
+fn answered_too_late(sent: Instant, remaining: Duration, margin: Duration, now: Instant) -> bool {
+    (sent + remaining)
+        .checked_sub(margin)
+        .is_none_or(|deadline| deadline <= now)
+}
+
+/// Why a proposed key the server answered about was not claimed.
+fn unclaimed(sighting: &Sighting) -> ClaimOutcome {
+    if sighting.paused {
+        ClaimOutcome::Paused
+    } else if sighting.due_in().is_zero() {
+        // Free and due but not claimed: another claimer had it locked.
+        ClaimOutcome::HeldElsewhere
+    } else {
+        ClaimOutcome::NotDue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The scheduler's decisions, on tokio's paused clock, without a
+    //! database: how long it sleeps, how many keys it proposes, which
+    //! answers come too late, how an unclaimed key is counted.
+
+    use std::time::Duration;
+
+    use chrono::TimeDelta;
+    use tokio::time::Instant;
+
+    use super::{MAX_CANDIDATES, answered_too_late, candidates_wanted, sleep_for, unclaimed};
+    use crate::metrics::ClaimOutcome;
+    use crate::runtime::state::testing::{free, held_elsewhere};
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn it_sleeps_until_the_next_due_key_or_the_next_poll() {
+        let now = Instant::now();
+        let poll = now + 10 * SECOND;
+        assert_eq!(
+            sleep_for(now, Some(now + 3 * SECOND), poll, 4),
+            3 * SECOND,
+            "a key due first"
+        );
+        assert_eq!(
+            sleep_for(now, Some(now + 60 * SECOND), poll, 4),
+            10 * SECOND,
+            "the poll first"
+        );
+        assert_eq!(sleep_for(now, None, poll, 4), 10 * SECOND, "no key: the poll");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_keys_due_and_no_room_it_waits_for_the_poll_or_a_runs_end() {
+        let now = Instant::now();
+        let poll = now + 10 * SECOND;
+        assert_eq!(sleep_for(now, Some(now), poll, 0), 10 * SECOND, "no room: no busy loop");
+        assert_eq!(
+            sleep_for(now, Some(now), poll, 1),
+            Duration::from_millis(1),
+            "room: claim at once, yet never a zero sleep"
+        );
+        tokio::time::advance(11 * SECOND).await;
+        assert_eq!(
+            sleep_for(Instant::now(), Some(now), poll, 0),
+            Duration::from_millis(1),
+            "the poll is overdue: poll"
+        );
+    }
+
+    #[test]
+    fn a_claim_proposes_twice_its_room_within_bounds() {
+        assert_eq!(candidates_wanted(1), 8);
+        assert_eq!(candidates_wanted(10), 20);
+        assert_eq!(candidates_wanted(usize::MAX), MAX_CANDIDATES);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_after_the_local_deadline_is_too_late() {
+        let sent = Instant::now();
+        let (remaining, margin) = (30 * SECOND, 3 * SECOND);
+        assert!(!answered_too_late(sent, remaining, margin, sent + 26 * SECOND));
+        assert!(
+            answered_too_late(sent, remaining, margin, sent + 27 * SECOND),
+            "at the deadline"
+        );
+        assert!(
+            answered_too_late(sent, 2 * SECOND, margin, sent),
+            "less left than the margin"
+        );
+    }
+
+    #[test]
+    fn an_unclaimed_key_is_counted_by_why() {
+        assert_eq!(
+            unclaimed(&held_elsewhere("k")),
+            ClaimOutcome::HeldElsewhere,
+            "due, but held"
+        );
+        assert_eq!(
+            unclaimed(&free("k", TimeDelta::seconds(-1), false)),
+            ClaimOutcome::HeldElsewhere
+        );
+        assert_eq!(
+            unclaimed(&free("k", TimeDelta::seconds(-1), true)),
+            ClaimOutcome::Paused
+        );
+        assert_eq!(
+            unclaimed(&free("k", TimeDelta::seconds(60), false)),
+            ClaimOutcome::NotDue
+        );
     }
 }

@@ -3,7 +3,6 @@
 //! to the finisher and put the key back in the due queue.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -13,7 +12,8 @@ use tracing::Instrument;
 
 use chrono::{DateTime, Utc};
 
-use super::state::{FinishRequest, JobEntry, Shared};
+use super::run_end::{Aftermath, Ending, NextRule, stop_explains_failure};
+use super::state::{FinishRequest, JobEntry, RunSlot, Shared};
 use crate::cancel::CancelReason;
 use crate::error::Error;
 use crate::guard::FenceGuard;
@@ -37,52 +37,43 @@ pub(crate) fn spawn(
     run_no: i64,
     pending: Option<DateTime<Utc>>,
 ) {
-    shared
-        .held
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(job.key.clone(), tenure.clone());
-    metrics::held(&job.name, 1.0);
-    shared.in_progress.fetch_add(1, Ordering::SeqCst);
-    metrics::runs_in_progress(1.0);
     let runs = shared.runs.clone();
-    runs.spawn(supervise(shared, job, tenure, run_no, pending));
+    // Taken before the task starts: the scheduler's next pass counts it.
+    let slot = RunSlot::take(shared, job, tenure);
+    runs.spawn(supervise(slot, run_no, pending));
 }
 
-async fn supervise(
-    shared: Arc<Shared>,
-    job: Arc<JobEntry>,
-    tenure: Arc<Tenure>,
-    run_no: i64,
-    pending: Option<DateTime<Utc>>,
-) {
+/// The run's life: plan, run, release, requeue. Cancel-safe in the sense
+/// that matters here: dropped at any await (or panicking), its [`RunSlot`]
+/// still gives back the concurrency slot and puts the key back in the queue.
+async fn supervise(mut slot: RunSlot, run_no: i64, pending: Option<DateTime<Utc>>) {
+    let (shared, job, tenure) = (slot.shared().clone(), slot.job().clone(), slot.tenure().clone());
     let settings = &job.settings;
-    let (outcome, error, next) = match plan(&settings.schedule, settings.get_catch_up(), pending, tenure.acquired_at) {
+    let (ending, error, planned) = match plan(&settings.schedule, settings.get_catch_up(), pending, tenure.acquired_at)
+    {
         SlotPlan::Skip { next } => {
             tenure.set_slot(pending);
             tracing::info!(job = %job.name, key = %job.key, missed = ?pending, ?next,
                 "missed slot skipped (catch-up policy \"skip\"): the next run is the next slot");
-            (RunOutcome::Skipped, None, NextDue::At(next))
+            (Ending::Skipped, None, Some(next))
         }
         SlotPlan::Run { slot } => {
             tenure.set_slot(slot);
-            let (outcome, error) = run(&shared, &job, &tenure).await;
-            (outcome, error, next_due(&shared, &job, &tenure, outcome))
+            let (ending, error) = run(&shared, &job, &tenure).await;
+            (ending, error, None)
         }
     };
+    let after = ending.aftermath();
+    let next = next_due(&shared, &job, &tenure, &after, planned);
     // Stop renewing before releasing, so a renewal never races the release.
-    shared.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&job.key);
-    metrics::held(&job.name, -1.0);
+    slot.stop_renewing();
     let report = RunReport {
         job_name: job.name.to_string(),
         run_no,
         scheduled_for: tenure.slot(),
         started_at: tenure.acquired_at,
-        outcome,
-        reason: match outcome {
-            RunOutcome::Cancelled => tenure.reason(),
-            _ => None,
-        },
+        outcome: after.outcome,
+        reason: after.reason,
         error: error.map(truncate_error),
         ring: shared.history,
     };
@@ -91,24 +82,14 @@ async fn supervise(
     let sent = shared.registry().mark();
     let answer = release(&shared, &job, &tenure, next, report).await;
     let released = answer.released();
-    tracing::info!(job = %job.name, key = %job.key, fence = tenure.fence, outcome = outcome.as_str(), released,
+    tracing::info!(job = %job.name, key = %job.key, fence = tenure.fence, outcome = after.outcome.as_str(), released,
         "run ended");
     if shared.stopping.is_cancelled() {
-        let counts = &shared.stop_counts;
-        match outcome {
-            RunOutcome::Succeeded => counts.finished.fetch_add(1, Ordering::SeqCst),
-            _ => counts.cancelled.fetch_add(1, Ordering::SeqCst),
-        };
-        if released {
-            counts.released.fetch_add(1, Ordering::SeqCst);
-        }
+        shared.count_stopped_run(after.finished, released);
     }
-    let at = requeue_at(&shared, &job, &tenure, next, answer);
-    shared.registry().finish(&job.key, at, sent, Instant::now());
-    shared.in_progress.fetch_sub(1, Ordering::SeqCst);
-    metrics::runs_in_progress(-1.0);
-    tenure.ended.cancel();
-    shared.wake.notify_one();
+    let at = requeue_at(&shared, &job, &tenure, &after, next, answer);
+    slot.requeue(at, sent);
+    // Dropping the slot gives back the concurrency slot and wakes the scheduler.
 }
 
 /// Lets a cancelled run return within its grace, and drops it otherwise.
@@ -159,7 +140,7 @@ async fn wind_down(
 
 /// Runs the body to its end, or stops it. Returns the outcome, and the
 /// error or panic message of a run that failed or panicked.
-async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (RunOutcome, Option<String>) {
+async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (Ending, Option<String>) {
     // DEBUG: the run's INFO line is "run ended", one per run; losses,
     // failures and rejections log on their own at WARN or ERROR.
     tracing::debug!(job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence, "lease acquired; run starting");
@@ -194,19 +175,19 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (RunOutco
         }
     };
 
-    let (outcome, message) = match finished {
+    let (ending, message) = match finished {
         // A run an operator's pause cancelled is recorded as cancelled even
         // if it returned Ok: most jobs return early when cancelled, and the
         // slot must stay owed so it runs again once resumed.
-        Some(Ok(Ok(()))) if tenure.reason() == Some(CancelReason::Paused) => (RunOutcome::Cancelled, None),
-        Some(Ok(Ok(()))) => (RunOutcome::Succeeded, None),
-        _ if tenure.reason().is_some_and(|r| r != CancelReason::Shutdown) => (RunOutcome::Cancelled, None),
+        Some(Ok(Ok(()))) if tenure.reason() == Some(CancelReason::Paused) => (Ending::Cancelled(tenure.reason()), None),
+        Some(Ok(Ok(()))) => (Ending::Succeeded, None),
+        _ if tenure.reason().is_some_and(stop_explains_failure) => (Ending::Cancelled(tenure.reason()), None),
         Some(Ok(Err(error))) => {
             if is_fencing(&*error) || tenure.reason().is_some() {
-                (RunOutcome::Cancelled, None)
+                (Ending::Cancelled(tenure.reason()), None)
             } else {
                 tracing::error!(job = %job.name, key = %job.key, fence = tenure.fence, %error, "run failed");
-                (RunOutcome::Failed, Some(error_chain(&*error)))
+                (Ending::Failed, Some(error_chain(&*error)))
             }
         }
         Some(Err(join)) if join.is_panic() => {
@@ -217,13 +198,14 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (RunOutco
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
             tracing::error!(job = %job.name, key = %job.key, fence = tenure.fence, %message, "run panicked");
-            (RunOutcome::Panicked, Some(message))
+            (Ending::Panicked, Some(message))
         }
-        Some(Err(_)) | None => (RunOutcome::Cancelled, None),
+        Some(Err(_)) | None => (Ending::Cancelled(tenure.reason()), None),
     };
-    metrics::run_finished(&job.name, outcome, started.elapsed());
-    record_end(&span, outcome, tenure.reason(), message.as_deref());
-    (outcome, message)
+    let after = ending.aftermath();
+    metrics::run_finished(&job.name, after.outcome, started.elapsed());
+    record_end(&span, &after, message.as_deref());
+    (ending, message)
 }
 
 /// The span the job's body runs in: its job, key, holder and fence, and
@@ -243,23 +225,25 @@ fn run_span(job: &JobEntry, tenure: &Tenure) -> tracing::Span {
 /// `shutdown` and `paused`), and an error status for a run that failed,
 /// panicked or lost its lease — not for one stopped by shutdown or pause,
 /// which did nothing wrong.
-fn record_end(span: &tracing::Span, outcome: RunOutcome, reason: Option<CancelReason>, error: Option<&str>) {
+fn record_end(span: &tracing::Span, after: &Aftermath, error: Option<&str>) {
     // Nothing to format for a span no subscriber wants.
     if span.is_disabled() {
         return;
     }
-    span.record("outcome", outcome.as_str());
-    let reason = reason.filter(|_| outcome == RunOutcome::Cancelled);
-    if let Some(reason) = reason {
+    span.record("outcome", after.outcome.as_str());
+    if let Some(reason) = after.reason {
         span.record("reason", reason.as_str());
     }
-    let status = match (outcome, reason) {
+    let status = match (after.outcome, after.reason) {
         // A panic with a payload other than a string has no message.
-        (RunOutcome::Failed | RunOutcome::Panicked, _) => {
-            Some(error.filter(|e| !e.is_empty()).unwrap_or(outcome.as_str()).to_owned())
-        }
-        (RunOutcome::Cancelled, Some(reason)) if reason.is_loss() => Some(format!("lease lost ({reason})")),
-        _ => None,
+        (RunOutcome::Failed | RunOutcome::Panicked, _) => Some(
+            error
+                .filter(|e| !e.is_empty())
+                .unwrap_or(after.outcome.as_str())
+                .to_owned(),
+        ),
+        (RunOutcome::Cancelled, Some(reason)) if after.lease_lost => Some(format!("lease lost ({reason})")),
+        (RunOutcome::Cancelled | RunOutcome::Succeeded | RunOutcome::Skipped, _) => None,
     };
     if let Some(description) = status {
         span.record("otel.status_code", "ERROR");
@@ -288,34 +272,28 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// What the release records about the schedule, and the failure streak.
-fn next_due(shared: &Shared, job: &JobEntry, tenure: &Tenure, outcome: RunOutcome) -> NextDue {
-    let mut registry = shared.registry();
-    let failures = registry.streaks(&job.key).map(|(failures, _)| failures);
-    match outcome {
-        RunOutcome::Succeeded => {
-            if let Some(failures) = failures {
-                *failures = 0;
-            }
-            NextDue::At(next_after_success(
-                &job.settings.schedule,
-                job.settings.get_catch_up(),
-                tenure.slot(),
-                tenure.acquired_at,
-            ))
-        }
-        RunOutcome::Failed | RunOutcome::Panicked => {
-            let streak = match failures {
-                Some(failures) => {
-                    *failures += 1;
-                    *failures
-                }
-                None => 1,
-            };
-            NextDue::After(job.settings.backoff(streak))
-        }
-        // Not done: still due, so the next claimer runs it again at once.
-        RunOutcome::Cancelled | RunOutcome::Skipped => NextDue::Unchanged,
+/// What the release records about the schedule ([`Aftermath::next`]), and
+/// the failure streak. `planned` is the slot the catch-up plan named.
+fn next_due(
+    shared: &Shared,
+    job: &JobEntry,
+    tenure: &Tenure,
+    after: &Aftermath,
+    planned: Option<DateTime<Utc>>,
+) -> NextDue {
+    let failures = shared.registry().update_failures(&job.key, after.failures).unwrap_or(1);
+    match after.next {
+        NextRule::NextSlot => NextDue::At(next_after_success(
+            &job.settings.schedule,
+            job.settings.get_catch_up(),
+            tenure.slot(),
+            tenure.acquired_at,
+        )),
+        NextRule::Planned => planned.map_or(NextDue::Unchanged, NextDue::At),
+        NextRule::Backoff => NextDue::After(job.settings.backoff(failures.max(1))),
+        // Still due: the next claimer runs it again at once (see the trap
+        // documented at `Ending::aftermath`).
+        NextRule::Unchanged => NextDue::Unchanged,
     }
 }
 
@@ -351,50 +329,47 @@ async fn release(shared: &Shared, job: &JobEntry, tenure: &Tenure, next: NextDue
 }
 
 /// When this replica should next look at the key, after its run.
-fn requeue_at(shared: &Shared, job: &JobEntry, tenure: &Tenure, next: NextDue, answer: Released) -> Instant {
+fn requeue_at(
+    shared: &Shared,
+    job: &JobEntry,
+    tenure: &Tenure,
+    after: &Aftermath,
+    next: NextDue,
+    answer: Released,
+) -> Instant {
     let now = Instant::now();
     if !answer.released() {
         // Still ours on the server until it expires (or someone else's).
         return shared.clock.local(tenure.expires_at()).min(now + shared.poll_interval);
     }
+    let pause = lost_run_backoff(shared, job, after);
     match next {
         // Triggered during the run: the release left it due now.
         NextDue::At(_) | NextDue::After(_) if answer == Released::StillDue => now,
         NextDue::At(at) => shared.clock.local(at),
         NextDue::After(delay) => now + delay,
-        NextDue::Unchanged => match lost_run_backoff(shared, job, tenure) {
-            Some(pause) => now + pause,
-            None => now,
-        },
+        NextDue::Unchanged => now + pause.unwrap_or(Duration::ZERO),
     }
 }
 
-/// After a run that lost its lease: `None` to claim again at once, or how
-/// long this replica waits first. The first loss is retried at once (a
-/// blip); from the second in a row, this replica backs off like a failing
-/// run, so that a replica whose own jobs exhaust its pool, or whose
-/// heartbeats cannot get through, hands the key to another one instead of
-/// re-claiming it forever. Logged once per streak.
-fn lost_run_backoff(shared: &Shared, job: &JobEntry, tenure: &Tenure) -> Option<Duration> {
-    let mut registry = shared.registry();
-    let (_, losses) = registry.streaks(&job.key)?;
-    match tenure.reason() {
-        Some(CancelReason::Deadline | CancelReason::Expired | CancelReason::Stolen) => *losses += 1,
-        _ => {
-            if *losses >= 2 {
-                tracing::info!(job = %job.name, key = %job.key, lost = *losses,
-                    "runs of this key keep their lease again; back-off over");
-            }
-            *losses = 0;
-            return None;
-        }
+/// After a released run: `None` to claim again at once, or how long this
+/// replica waits first. The first loss is retried at once (a blip); from
+/// the second in a row, this replica backs off like a failing run, so that
+/// a replica whose own jobs exhaust its pool, or whose heartbeats cannot
+/// get through, hands the key to another one instead of re-claiming it
+/// forever. Logged once per streak.
+fn lost_run_backoff(shared: &Shared, job: &JobEntry, after: &Aftermath) -> Option<Duration> {
+    let (before, losses) = shared.registry().update_losses(&job.key, after.losses)?;
+    if before >= 2 && losses == 0 {
+        tracing::info!(job = %job.name, key = %job.key, lost = before,
+            "runs of this key keep their lease again; back-off over");
     }
-    if *losses < 2 {
+    if losses < 2 {
         return None;
     }
-    let pause = job.settings.backoff(*losses - 1);
-    if *losses == 2 {
-        tracing::warn!(job = %job.name, key = %job.key, reason = ?tenure.reason(), ?pause,
+    let pause = job.settings.backoff(losses - 1);
+    if losses == 2 && before == 1 {
+        tracing::warn!(job = %job.name, key = %job.key, reason = ?after.reason, ?pause,
             "two runs in a row lost their lease; this replica now waits before each claim of this key so \
              another replica can take it (is the pool big enough for the jobs and the heartbeat?)");
     }

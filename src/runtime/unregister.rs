@@ -24,7 +24,7 @@ pub(crate) fn begin(shared: &Arc<Shared>, key: &str) -> Option<Arc<CancellationT
     let job = shared.registry().remove(key);
     match job {
         Some(job) => {
-            let running = shared.held.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned();
+            let running = shared.held_tenure(key);
             let ended = Arc::new(CancellationToken::new());
             let Some(tenure) = running else {
                 tracing::info!(holder = %shared.holder, key, "job removed from this runtime");

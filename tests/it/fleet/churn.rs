@@ -28,7 +28,8 @@ async fn three_replicas_and_a_thousand_keys_added_and_removed_while_running() {
         .map(|i| tenant(&format!("t:{i}"), "basic", "every 2s"))
         .collect();
     assert_eq!(replicas[0].store().add_keys(&first).await.unwrap(), 1000);
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Every first key runs before half of them are removed.
+    support::eventually(RUN_WITHIN, || never_ran(&kind, 0..1000).is_empty().then_some(())).await;
 
     for i in 0..500 {
         assert!(
@@ -46,7 +47,10 @@ async fn three_replicas_and_a_thousand_keys_added_and_removed_while_running() {
     assert_eq!(replicas[2].store().add_keys(&more).await.unwrap(), 500);
     // Every replica has synced by then: a notification, or its next poll.
     let settled = removed + poll + Duration::from_millis(500);
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Every key left runs; and the removed ones get `WATCH` (two and a
+    // half of their periods) after `settled` to show a run they must not start.
+    support::eventually(RUN_WITHIN, || never_ran(&kind, 500..1500).is_empty().then_some(())).await;
+    tokio::time::sleep_until(settled + WATCH).await;
     for r in &replicas {
         r.shutdown().await;
     }
@@ -66,15 +70,28 @@ async fn three_replicas_and_a_thousand_keys_added_and_removed_while_running() {
         .filter(|r| r.key.trim_start_matches("t:").parse::<u32>().is_ok_and(|i| i < 500))
         .collect();
     assert!(late.is_empty(), "removed keys ran after every replica synced: {late:?}");
-    let ran: std::collections::HashSet<&str> = runs.iter().map(|r| r.key.as_str()).collect();
-    let missing: Vec<String> = (500..1500)
-        .map(|i| format!("t:{i}"))
-        .filter(|k| !ran.contains(k.as_str()))
-        .collect();
+    let missing = never_ran(&kind, 500..1500);
     assert!(
         missing.is_empty(),
         "keys left that never ran: {} (e.g. {:?})",
         missing.len(),
         missing.first()
     );
+}
+
+/// How long after every replica synced the removed keys (due every 2 s)
+/// are watched for a run.
+const WATCH: Duration = Duration::from_secs(5);
+
+/// How long a thousand keys may take to each run once, on a loaded machine.
+const RUN_WITHIN: Duration = Duration::from_secs(60);
+
+/// The keys `t:{i}` for `i` in `range` that have not run yet.
+fn never_ran(kind: &TenantKind, range: std::ops::Range<u32>) -> Vec<String> {
+    let log = kind.log.lock().unwrap();
+    let ran: std::collections::HashSet<&str> = log.iter().map(|r| r.key.as_str()).collect();
+    range
+        .map(|i| format!("t:{i}"))
+        .filter(|k| !ran.contains(k.as_str()))
+        .collect()
 }

@@ -1,30 +1,18 @@
 //! [`RuntimeBuilder`]: settings, the checks run at `start`, and start-up.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use tokio::sync::{Notify, mpsc};
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::fleet::KindEntry;
-use super::handle::{Runtime, Tasks};
-use super::state::{JobEntry, Reading, RegistryBuild, ServerClock, Shared, StopCounts, duplicate_key};
-use super::{finish, heartbeat, listen, scheduler};
-use crate::error::{Error, Result};
-use crate::health::Tracker;
-use crate::job::{FencedJob, JobSettings};
+use super::handle::Runtime;
+use super::state::JobEntry;
+use crate::error::Result;
+use crate::job::FencedJob;
 use crate::kind::JobKind;
-use crate::lease::{DEFAULT_OWNED_CONNECTIONS, LeaseStore};
-use crate::metrics;
-use crate::schedule::first_due;
-use crate::validate;
-use leasehold_rules as rules;
+use crate::lease::DEFAULT_OWNED_CONNECTIONS;
+
+mod start;
 
 /// Default of [`RuntimeBuilder::max_concurrent_runs`].
 pub const DEFAULT_MAX_CONCURRENT_RUNS: usize = 100;
@@ -317,247 +305,18 @@ impl RuntimeBuilder {
     /// Nothing is started if anything is wrong: duplicate keys, a lease out
     /// of range, a heartbeat at or above half the lease, a margin that
     /// leaves no time to run, a bad schedule, a zero concurrency limit.
-    pub async fn start(mut self) -> Result<Runtime> {
-        let holder = match self.holder {
-            Some(holder) => holder,
-            None => default_holder(),
-        };
-        validate::holder(&holder)?;
-        if self.poll_interval < Duration::from_millis(10) {
-            return Err(Error::invalid(
-                "poll interval",
-                self.poll_interval,
-                "it must be at least 10ms",
-            ));
-        }
-        if self.history > MAX_HISTORY {
-            return Err(Error::invalid(
-                "history length",
-                self.history,
-                format!("keep at most {MAX_HISTORY} runs per key (0 records none)"),
-            ));
-        }
-        if self.degraded_after == 0 {
-            return Err(Error::invalid(
-                "degraded_after",
-                self.degraded_after,
-                "it must be at least 1 (failures in a row)",
-            ));
-        }
-        if self.max_concurrent_runs == 0 {
-            return Err(Error::invalid(
-                "max_concurrent_runs",
-                self.max_concurrent_runs,
-                "it must be at least 1",
-            ));
-        }
-        if let Connections::Owned(n) = self.connections
-            && !(1..=MAX_OWNED_CONNECTIONS).contains(&n)
-        {
-            return Err(Error::invalid(
-                "connections",
-                self.connections,
-                format!(
-                    "own between 1 and {MAX_OWNED_CONNECTIONS} connections (default \
-                     {DEFAULT_OWNED_CONNECTIONS}), or use Connections::SharedWithService to run on the \
-                     service's pool"
-                ),
-            ));
-        }
-        // Checked, deduplicated and added in one pass, before anything
-        // starts: one hash per key.
-        let now = Instant::now();
-        let mut registry = RegistryBuild::with_capacity(self.jobs.len());
-        let mut shared_parts = SharedParts::default();
-        let mut jobs = Vec::with_capacity(self.jobs.len());
-        for mut job in std::mem::take(&mut self.jobs) {
-            job.check()?;
-            shared_parts.share(&mut job);
-            let job = Arc::new(job);
-            if !registry.add(job.clone(), now) {
-                return Err(duplicate_key(&job.key));
-            }
-            jobs.push(job);
-        }
-        let mut kind_names = HashSet::with_capacity(self.kinds.len());
-        for kind in &self.kinds {
-            kind.check()?;
-            if !kind_names.insert(kind.name.clone()) {
-                return Err(Error::invalid(
-                    "job kind",
-                    &*kind.name,
-                    "it is registered twice in this runtime; register each kind once",
-                ));
-            }
-        }
-        drop(kind_names);
-        #[cfg(feature = "prometheus")]
-        if let Some(addr) = &self.prometheus {
-            crate::exporter::install(addr)?;
-        }
-        if self.migrate {
-            crate::migrate::migrate(&self.pool).await?;
-        } else {
-            crate::migrate::check_schema(&self.pool).await?;
-        }
-        let store = match self.connections {
-            Connections::Owned(n) => LeaseStore::owned((*self.pool.connect_options()).clone(), n),
-            Connections::SharedWithService => LeaseStore::new(self.pool),
-        };
-        // Also the first connect of an owned pool: a server that takes the
-        // service's pool but refuses more connections fails `start` here.
-        let server_now = store.server_now().await?;
-        let live = store.live_keys_of(&holder).await?;
-        if !live.is_empty() {
-            tracing::warn!(holder = %holder, keys = ?live,
-                "live leases are held under this runtime's holder id: another running process uses the \
-                 same id (give each process its own, or leave the default), or this process restarted \
-                 before its old leases expired; they are not taken over, they are claimed once they expire");
-        }
-        // The clock-rate error the deadline margins cover (docs/design.md
-        // §5): every job's covers at least ρ, or `validate` refused it; the
-        // smallest is what this replica can tolerate.
-        let covered = jobs
-            .iter()
-            .map(|j| rules::covered_clock_rate(j.settings.get_lease(), j.settings.get_margin()))
-            .reduce(f64::min);
-        let keys: Vec<(&str, &str, DateTime<Utc>)> = jobs
-            .iter()
-            .map(|j| (&*j.key, &*j.name, first_due(&j.settings.schedule, server_now)))
-            .collect();
-        let rows = store.register_many(&holder, &keys).await?;
-        drop(keys);
-        for name in &shared_parts.names {
-            metrics::prime(name);
-        }
-        let tick = jobs
-            .iter()
-            .map(|j| j.settings.get_heartbeat())
-            .chain(self.kinds.iter().map(|k| k.settings.get_heartbeat()))
-            .min()
-            .unwrap_or(Duration::from_secs(20));
-        drop(jobs);
-        let health = Tracker::new(
-            3 * tick.max(self.poll_interval),
-            self.degraded_after,
-            store.poisoned().clone(),
-        );
-        let clock = ServerClock::default();
-        clock.observed(rows.last().map_or(server_now, |row| row.server_now));
-        registry.file(
-            &rows,
-            &Reading {
-                now: Instant::now(),
-                listening: false,
-                poll_interval: self.poll_interval,
-                clock: &clock,
-            },
-        );
-        drop(rows);
-        let kinds: Vec<Arc<KindEntry>> = self.kinds.into_iter().map(Arc::new).collect();
-        let (finishes, requests) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared {
-            holder,
-            store,
-            #[cfg(feature = "test-util")]
-            faults: Default::default(),
-            health,
-            registry: Mutex::new(registry.finish()),
-            held: Mutex::new(HashMap::new()),
-            in_progress: Default::default(),
-            removing: Default::default(),
-            stopping: CancellationToken::new(),
-            poll_interval: self.poll_interval,
-            max_concurrent_runs: self.max_concurrent_runs,
-            history: self.history,
-            paused: Mutex::new(Vec::new()),
-            timeline: AtomicI64::new(0),
-            wake: Notify::new(),
-            tick: AtomicU64::new(u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX)),
-            retick: Notify::new(),
-            listening: AtomicBool::new(false),
-            poll_now: AtomicBool::new(false),
-            clock,
-            finishes,
-            runs: TaskTracker::new(),
-            stop_counts: StopCounts::default(),
-        });
-        metrics::concurrency_limit(shared.max_concurrent_runs);
-        let stop_finisher = CancellationToken::new();
-        let stop_heartbeat = CancellationToken::new();
-        let stop_listener = CancellationToken::new();
-        let tasks = Tasks {
-            listener: self
-                .listen
-                .then(|| tokio::spawn(listen::run(shared.clone(), stop_listener.clone()))),
-            stop_listener,
-            finisher: tokio::spawn(finish::run(shared.clone(), requests, stop_finisher.clone())),
-            stop_finisher,
-            heartbeat: tokio::spawn(heartbeat::run(shared.clone(), stop_heartbeat.clone())),
-            stop_heartbeat,
-            scheduler: tokio::spawn(scheduler::run(shared.clone(), server_now, kinds)),
-        };
-        tracing::info!(
-            holder = %shared.holder,
-            jobs = shared.registry().len(),
-            clock_rate_bound = format!("{} %", rules::CLOCK_RATE_BOUND_PERCENT),
-            clock_rate_covered = covered.map(|c| format!("{:.1} %", c * 100.0)).unwrap_or_default(),
-            "leasehold runtime started: the deadline margins cover clocks whose rates are off by up to \
-             clock_rate_covered (every job's covers at least clock_rate_bound)"
-        );
-        Ok(Runtime::started(shared, tasks))
+    ///
+    /// Cancel-safe: dropped before it returns, it has started no service;
+    /// what it may leave behind is harmless — key rows it registered (a
+    /// later start registers them again), the schema it migrated, and the
+    /// Prometheus exporter if it installed one.
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
+    /// let runtime = leasehold::Runtime::builder(pool).start().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn start(self) -> Result<Runtime> {
+        start::start(self).await
     }
-}
-
-/// What the keys of a fleet share: a few jobs register many keys each,
-/// so each job name is allocated once, and each job's settings once as
-/// long as its keys bring the same ones.
-#[derive(Default)]
-struct SharedParts {
-    names: HashSet<Arc<str>>,
-    /// The settings of the last key of each job name.
-    settings: HashMap<Arc<str>, Arc<JobSettings>>,
-    /// The last key's name, for the common case of keys of one job in a
-    /// row: no lookup.
-    last: Option<(Arc<str>, Arc<JobSettings>)>,
-}
-
-impl SharedParts {
-    /// Points `job`'s name and settings at the shared copies, or makes its
-    /// own the shared ones.
-    fn share(&mut self, job: &mut JobEntry) {
-        let known = match &self.last {
-            Some((name, settings)) if **name == *job.name => Some((name.clone(), settings.clone())),
-            _ => self.names.get(&job.name).map(|name| {
-                let settings = self.settings.get(name).cloned().unwrap_or_else(|| job.settings.clone());
-                (name.clone(), settings)
-            }),
-        };
-        match known {
-            Some((name, settings)) => {
-                job.name = name;
-                if settings.same_as(&job.settings) {
-                    job.settings = settings;
-                } else {
-                    self.settings.insert(job.name.clone(), job.settings.clone());
-                }
-            }
-            None => {
-                self.names.insert(job.name.clone());
-                self.settings.insert(job.name.clone(), job.settings.clone());
-            }
-        }
-        self.last = Some((job.name.clone(), job.settings.clone()));
-    }
-}
-
-/// `hostname-<random>`: the host for diagnosis, the suffix so that a
-/// restart is a new holder.
-fn default_holder() -> String {
-    let host = hostname::get()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "replica".to_owned());
-    let host: String = host.chars().take(200).collect();
-    format!("{host}-{:08x}", rand::random::<u32>())
 }

@@ -1,0 +1,352 @@
+//! [`RuntimeBuilder::start`], step by step: check the settings and the
+//! jobs, reach the database, register the keys, build the shared state,
+//! start the services. Nothing is started until every check has passed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Connections, MAX_HISTORY, MAX_OWNED_CONNECTIONS, RuntimeBuilder};
+use crate::error::{Error, Result};
+use crate::health::Tracker;
+use crate::job::JobSettings;
+use crate::lease::{DEFAULT_OWNED_CONNECTIONS, LeaseStore, Sighting};
+use crate::metrics;
+use crate::runtime::fleet::KindEntry;
+use crate::runtime::handle::{Runtime, Tasks};
+use crate::runtime::state::{
+    FinishRequest, JobEntry, Reading, RegistryBuild, ServerClock, Setup, Shared, duplicate_key,
+};
+use crate::runtime::{finish, heartbeat, listen, scheduler};
+use crate::schedule::first_due;
+use crate::validate;
+use leasehold_rules as rules;
+
+/// The heartbeat period when no job names one (no jobs registered yet).
+const DEFAULT_TICK: Duration = Duration::from_secs(20);
+
+/// The checked jobs, ready to register.
+struct Checked {
+    registry: RegistryBuild,
+    jobs: Vec<Arc<JobEntry>>,
+    /// Each job name once, to prime its metrics.
+    names: HashSet<Arc<str>>,
+}
+
+/// What the shared state is built from, besides the builder's settings.
+struct Parts {
+    holder: String,
+    store: LeaseStore,
+    server_now: DateTime<Utc>,
+    /// The first heartbeat period.
+    tick: Duration,
+    finishes: mpsc::UnboundedSender<FinishRequest>,
+}
+
+pub(super) async fn start(mut builder: RuntimeBuilder) -> Result<Runtime> {
+    let holder = builder.check_settings()?;
+    let checked = builder.check_jobs()?;
+    builder.check_kinds()?;
+    #[cfg(feature = "prometheus")]
+    if let Some(addr) = &builder.prometheus {
+        crate::exporter::install(addr)?;
+    }
+    let store = builder.open_store().await?;
+    // Also the first connect of an owned pool: a server that takes the
+    // service's pool but refuses more connections fails `start` here.
+    let server_now = store.server_now().await?;
+    warn_live_leases(&store, &holder).await?;
+    let covered = covered_clock_rate(&checked.jobs);
+    let rows = register(&store, &holder, &checked.jobs, server_now).await?;
+    for name in &checked.names {
+        metrics::prime(name);
+    }
+    let tick = checked
+        .jobs
+        .iter()
+        .map(|j| j.settings.get_heartbeat())
+        .chain(builder.kinds.iter().map(|k| k.settings.get_heartbeat()))
+        .min()
+        .unwrap_or(DEFAULT_TICK);
+    let (finishes, requests) = mpsc::unbounded_channel();
+    let parts = Parts {
+        holder,
+        store,
+        server_now,
+        tick,
+        finishes,
+    };
+    let shared = Arc::new(builder.shared(parts, checked.registry, &rows));
+    drop(rows);
+    metrics::concurrency_limit(shared.max_concurrent_runs);
+    let kinds: Vec<Arc<KindEntry>> = builder.kinds.into_iter().map(Arc::new).collect();
+    let tasks = start_services(&shared, builder.listen, server_now, kinds, requests);
+    tracing::info!(
+        holder = %shared.holder,
+        jobs = shared.registry().len(),
+        clock_rate_bound = format!("{} %", rules::CLOCK_RATE_BOUND_PERCENT),
+        clock_rate_covered = covered.map(|c| format!("{:.1} %", c * 100.0)).unwrap_or_default(),
+        "leasehold runtime started: the deadline margins cover clocks whose rates are off by up to \
+         clock_rate_covered (every job's covers at least clock_rate_bound)"
+    );
+    Ok(Runtime::started(shared, tasks))
+}
+
+impl RuntimeBuilder {
+    /// Checks the runtime's own settings; returns the holder id to use.
+    fn check_settings(&mut self) -> Result<String> {
+        let holder = self.holder.take().unwrap_or_else(default_holder);
+        validate::holder(&holder)?;
+        if self.poll_interval < Duration::from_millis(10) {
+            return Err(Error::invalid(
+                "poll interval",
+                self.poll_interval,
+                "it must be at least 10ms",
+            ));
+        }
+        if self.history > MAX_HISTORY {
+            return Err(Error::invalid(
+                "history length",
+                self.history,
+                format!("keep at most {MAX_HISTORY} runs per key (0 records none)"),
+            ));
+        }
+        if self.degraded_after == 0 {
+            return Err(Error::invalid(
+                "degraded_after",
+                self.degraded_after,
+                "it must be at least 1 (failures in a row)",
+            ));
+        }
+        if self.max_concurrent_runs == 0 {
+            return Err(Error::invalid(
+                "max_concurrent_runs",
+                self.max_concurrent_runs,
+                "it must be at least 1",
+            ));
+        }
+        if let Connections::Owned(n) = self.connections
+            && !(1..=MAX_OWNED_CONNECTIONS).contains(&n)
+        {
+            return Err(Error::invalid(
+                "connections",
+                self.connections,
+                format!(
+                    "own between 1 and {MAX_OWNED_CONNECTIONS} connections (default \
+                     {DEFAULT_OWNED_CONNECTIONS}), or use Connections::SharedWithService to run on the \
+                     service's pool"
+                ),
+            ));
+        }
+        Ok(holder)
+    }
+
+    /// Checks, deduplicates and adds the jobs in one pass, before anything
+    /// starts: one hash per key.
+    fn check_jobs(&mut self) -> Result<Checked> {
+        let now = Instant::now();
+        let mut registry = RegistryBuild::with_capacity(self.jobs.len());
+        let mut shared_parts = SharedParts::default();
+        let mut jobs = Vec::with_capacity(self.jobs.len());
+        for mut job in std::mem::take(&mut self.jobs) {
+            job.check()?;
+            shared_parts.share(&mut job);
+            let job = Arc::new(job);
+            if !registry.add(job.clone(), now) {
+                return Err(duplicate_key(&job.key));
+            }
+            jobs.push(job);
+        }
+        Ok(Checked {
+            registry,
+            jobs,
+            names: shared_parts.names,
+        })
+    }
+
+    /// Checks each job kind, and that none is registered twice.
+    fn check_kinds(&self) -> Result<()> {
+        let mut kind_names = HashSet::with_capacity(self.kinds.len());
+        for kind in &self.kinds {
+            kind.check()?;
+            if !kind_names.insert(kind.name.clone()) {
+                return Err(Error::invalid(
+                    "job kind",
+                    &*kind.name,
+                    "it is registered twice in this runtime; register each kind once",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Migrates (or checks) the schema and opens the store on the
+    /// connections the builder names.
+    async fn open_store(&mut self) -> Result<LeaseStore> {
+        if self.migrate {
+            crate::migrate::migrate(&self.pool).await?;
+        } else {
+            crate::migrate::check_schema(&self.pool).await?;
+        }
+        Ok(match self.connections {
+            Connections::Owned(n) => LeaseStore::owned((*self.pool.connect_options()).clone(), n),
+            Connections::SharedWithService => LeaseStore::new(self.pool.clone()),
+        })
+    }
+
+    /// The shared state: the registry filed at the times the registration's
+    /// rows say (nothing listens yet, so no wake-up came in between).
+    fn shared(&self, parts: Parts, mut registry: RegistryBuild, rows: &[Sighting]) -> Shared {
+        let Parts {
+            holder,
+            store,
+            server_now,
+            tick,
+            finishes,
+        } = parts;
+        let health = Tracker::new(
+            3 * tick.max(self.poll_interval),
+            self.degraded_after,
+            store.poisoned().clone(),
+        );
+        let clock = ServerClock::default();
+        clock.observed(rows.last().map_or(server_now, |row| row.server_now));
+        registry.file(
+            rows,
+            &Reading {
+                now: Instant::now(),
+                listening: false,
+                poll_interval: self.poll_interval,
+                clock: &clock,
+            },
+        );
+        Shared::new(Setup {
+            holder,
+            store,
+            health,
+            registry: registry.finish(),
+            poll_interval: self.poll_interval,
+            max_concurrent_runs: self.max_concurrent_runs,
+            history: self.history,
+            tick,
+            clock,
+            finishes,
+        })
+    }
+}
+
+/// Warns about live leases under this runtime's holder id: another process
+/// uses the same id, or this one restarted before its leases expired.
+async fn warn_live_leases(store: &LeaseStore, holder: &str) -> Result<()> {
+    let live = store.live_keys_of(holder).await?;
+    if !live.is_empty() {
+        tracing::warn!(holder = %holder, keys = ?live,
+            "live leases are held under this runtime's holder id: another running process uses the \
+             same id (give each process its own, or leave the default), or this process restarted \
+             before its old leases expired; they are not taken over, they are claimed once they expire");
+    }
+    Ok(())
+}
+
+/// The clock-rate error the deadline margins cover (docs/design.md §5):
+/// every job's covers at least ρ, or `validate` refused it; the smallest is
+/// what this replica can tolerate.
+fn covered_clock_rate(jobs: &[Arc<JobEntry>]) -> Option<f64> {
+    jobs.iter()
+        .map(|j| rules::covered_clock_rate(j.settings.get_lease(), j.settings.get_margin()))
+        .reduce(f64::min)
+}
+
+/// Registers every key in one statement; the rows as they now are.
+async fn register(
+    store: &LeaseStore,
+    holder: &str,
+    jobs: &[Arc<JobEntry>],
+    server_now: DateTime<Utc>,
+) -> Result<Vec<Sighting>> {
+    let keys: Vec<(&str, &str, DateTime<Utc>)> = jobs
+        .iter()
+        .map(|j| (&*j.key, &*j.name, first_due(&j.settings.schedule, server_now)))
+        .collect();
+    store.register_many(holder, &keys).await
+}
+
+/// Spawns the services, each with the token that stops it.
+fn start_services(
+    shared: &Arc<Shared>,
+    listen: bool,
+    server_now: DateTime<Utc>,
+    kinds: Vec<Arc<KindEntry>>,
+    requests: mpsc::UnboundedReceiver<FinishRequest>,
+) -> Tasks {
+    let stop_finisher = CancellationToken::new();
+    let stop_heartbeat = CancellationToken::new();
+    let stop_listener = CancellationToken::new();
+    Tasks {
+        listener: listen.then(|| tokio::spawn(listen::run(shared.clone(), stop_listener.clone()))),
+        stop_listener,
+        finisher: tokio::spawn(finish::run(shared.clone(), requests, stop_finisher.clone())),
+        stop_finisher,
+        heartbeat: tokio::spawn(heartbeat::run(shared.clone(), stop_heartbeat.clone())),
+        stop_heartbeat,
+        scheduler: tokio::spawn(scheduler::run(shared.clone(), server_now, kinds)),
+    }
+}
+
+/// What the keys of a fleet share: a few jobs register many keys each,
+/// so each job name is allocated once, and each job's settings once as
+/// long as its keys bring the same ones.
+#[derive(Default)]
+struct SharedParts {
+    names: HashSet<Arc<str>>,
+    /// The settings of the last key of each job name.
+    settings: HashMap<Arc<str>, Arc<JobSettings>>,
+    /// The last key's name, for the common case of keys of one job in a
+    /// row: no lookup.
+    last: Option<(Arc<str>, Arc<JobSettings>)>,
+}
+
+impl SharedParts {
+    /// Points `job`'s name and settings at the shared copies, or makes its
+    /// own the shared ones.
+    fn share(&mut self, job: &mut JobEntry) {
+        let known = match &self.last {
+            Some((name, settings)) if **name == *job.name => Some((name.clone(), settings.clone())),
+            _ => self.names.get(&job.name).map(|name| {
+                let settings = self.settings.get(name).cloned().unwrap_or_else(|| job.settings.clone());
+                (name.clone(), settings)
+            }),
+        };
+        match known {
+            Some((name, settings)) => {
+                job.name = name;
+                if settings.same_as(&job.settings) {
+                    job.settings = settings;
+                } else {
+                    self.settings.insert(job.name.clone(), job.settings.clone());
+                }
+            }
+            None => {
+                self.names.insert(job.name.clone());
+                self.settings.insert(job.name.clone(), job.settings.clone());
+            }
+        }
+        self.last = Some((job.name.clone(), job.settings.clone()));
+    }
+}
+
+/// `hostname-<random>`: the host for diagnosis, the suffix so that a
+/// restart is a new holder.
+fn default_holder() -> String {
+    let host = hostname::get()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "replica".to_owned());
+    let host: String = host.chars().take(200).collect();
+    format!("{host}-{:08x}", rand::random::<u32>())
+}
