@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::Shared;
-use super::actions::{Done, Subject};
+use super::actions::{Done, OFFERED, Subject};
 use super::kinds::stored_box;
 use super::layout::{self, Base, During, Tab, enc, span, when};
 use super::reads::ReadError;
@@ -225,19 +225,14 @@ fn tenure(status: &KeyStatus, covering: &[&Pause], actions: &[ActionRecord]) -> 
 /// box links to it), and a key-level Resume could not lift it.
 fn actions_bar(viewer: &Viewer, key: &str, covering: &[&Pause]) -> Markup {
     let own = covering.iter().any(|p| matches!(p.target, PauseTarget::Key(_)));
-    let offered: Vec<OperatorAction> = [
-        OperatorAction::Trigger,
-        OperatorAction::Pause,
-        OperatorAction::Resume,
-        OperatorAction::ForceRelease,
-    ]
-    .into_iter()
-    .filter(|a| match a {
-        OperatorAction::Pause => !own,
-        OperatorAction::Resume => own,
-        _ => true,
-    })
-    .collect();
+    let offered: Vec<OperatorAction> = OFFERED
+        .into_iter()
+        .filter(|a| match a {
+            OperatorAction::Pause => !own,
+            OperatorAction::Resume => own,
+            _ => true,
+        })
+        .collect();
     let subject = Subject::Key(key.to_owned());
     html! {
         @if let Viewer::Actor { .. } = viewer {

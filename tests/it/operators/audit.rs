@@ -2,7 +2,7 @@
 //! lists its own actions and its job's, newest first, each with its
 //! outcome, and a release with the fence it handed out.
 
-use leasehold::{Error, NewKey, Operator, PauseTarget, Revoke, Revoked, Schedule};
+use leasehold::{Error, Forgotten, NewKey, Operator, OperatorAction, PauseTarget, Revoke, Revoked, Schedule};
 
 use crate::support::{self, LONG};
 
@@ -133,4 +133,43 @@ async fn adding_many_keys_records_each_key_in_one_statement() {
             .await
             .expect("count");
     assert_eq!(recorded, 2000);
+}
+
+/// Forgetting a key is an operator action like the others: recorded as
+/// `forget` with who did it, and the record outlives the row it deleted.
+#[tokio::test]
+async fn a_forget_is_recorded_and_the_record_outlives_the_row() {
+    let (_db, store) = support::store().await;
+    store.claim("tenant:gone", "replica-1", LONG).await.expect("claim");
+    let lease = store.get("tenant:gone").await.expect("get").expect("row");
+    assert!(
+        store
+            .release("tenant:gone", "replica-1", lease.fence)
+            .await
+            .expect("release")
+    );
+    let alice = Operator::new(store.clone(), "alice@laptop").expect("operator");
+
+    assert!(matches!(
+        alice.forget("tenant:gone").await.expect("forget"),
+        Forgotten::Deleted
+    ));
+
+    assert!(
+        store.get("tenant:gone").await.expect("get").is_none(),
+        "the row is gone"
+    );
+    let actions = store.actions("tenant:gone", 10).await.expect("actions");
+    let seen: Vec<(Option<OperatorAction>, &str, Option<&str>)> = actions
+        .iter()
+        .map(|a| (OperatorAction::parse(&a.action), a.actor.as_str(), a.outcome.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [(
+            Some(OperatorAction::Forget),
+            "alice@laptop",
+            Some("deleted: the lease row and its run history are gone")
+        )]
+    );
 }
