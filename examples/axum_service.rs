@@ -20,7 +20,10 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use leasehold::sqlx::PgPool;
 use leasehold::{FenceGuard, FencedJob, JobError, Runtime};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[path = "support/http.rs"]
+mod http;
+use http::request;
 
 /// A job the service runs every 5 s, and on demand through `/jobs/{key}/trigger`.
 #[derive(FencedJob)]
@@ -113,16 +116,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let report = runtime.shutdown().await;
     println!("shutdown: {report:?}");
     Ok(())
-}
-
-/// A minimal HTTP/1.1 request, so the example needs no client crate.
-async fn request(addr: std::net::SocketAddr, method: &str, path: &str) -> std::io::Result<String> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-    stream.write_all(head.as_bytes()).await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    let status = response.lines().next().unwrap_or_default().to_owned();
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default().trim().to_owned();
-    Ok(format!("{status} {body}"))
 }

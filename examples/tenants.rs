@@ -22,7 +22,10 @@ use axum::http::StatusCode;
 use axum::routing::{post, put};
 use leasehold::{FenceGuard, JobError, JobKind, JobSettings, NewKey, Runtime, Schedule};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[path = "support/http.rs"]
+mod http;
+use http::request;
 
 /// A tenant's arguments, stored as JSON with its key.
 #[derive(Debug, Serialize, Deserialize)]
@@ -151,16 +154,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     b.shutdown().await;
     Ok(())
-}
-
-/// A minimal HTTP/1.1 request, so the example needs no client crate.
-async fn request(addr: std::net::SocketAddr, method: &str, path: &str) -> std::io::Result<String> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-    stream.write_all(head.as_bytes()).await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    let status = response.lines().next().unwrap_or_default().to_owned();
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default().trim().to_owned();
-    Ok(format!("{status} {body}"))
 }

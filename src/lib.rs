@@ -55,6 +55,7 @@
 // each feature-gated item then says which feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod action;
 mod cancel;
 mod connection;
 #[cfg(feature = "console")]
@@ -76,6 +77,7 @@ mod schedule;
 mod tenure;
 mod validate;
 
+pub use action::OperatorAction;
 pub use cancel::CancelReason;
 pub use error::{Error, Result};
 pub use guard::{FenceGuard, FencedUpdate};

@@ -1,6 +1,7 @@
 //! `Operator`: the operators' actions (trigger, pause, resume, release,
-//! and adding, updating and removing the keys of job kinds),
-//! each recorded in the key's history with who took it.
+//! forget, and adding, updating and removing the keys of job kinds), each
+//! recorded in the key's history with who took it, under its
+//! [`OperatorAction`] name and with its outcome in that module's words.
 //!
 //! The CLI and the console act through this type, so an action looks the
 //! same in the history whichever tool took it. Each action is the
@@ -8,9 +9,10 @@
 //! the record is written first, so an action that took effect is never
 //! missing from the history (docs/design.md §7).
 
+use crate::action::{self, OperatorAction, Outcome};
 use crate::error::Result;
 use crate::lease::{
-    KeyFilter, LeaseStore, NewKey, Pause, PauseTarget, Resumed, Revoke, Revoked, Triggered, validate_actor,
+    Forgotten, KeyFilter, LeaseStore, NewKey, Pause, PauseTarget, Resumed, Revoke, Revoked, Triggered, validate_actor,
 };
 
 /// Keys read at a time by [`Operator::trigger_job`].
@@ -50,20 +52,18 @@ impl Operator {
         &self.actor
     }
 
-    /// [`LeaseStore::trigger`], recorded. Cancel-safe in the sense of
-    /// [`LeaseStore`]: each of its three statements committed or did not;
-    /// dropped after the first, the history shows the action without an
-    /// outcome.
+    /// [`LeaseStore::trigger`], recorded as [`OperatorAction::Trigger`].
+    /// Cancel-safe in the sense of [`LeaseStore`]: each of its three
+    /// statements committed or did not; dropped after the first, the
+    /// history shows the action without an outcome.
     pub async fn trigger(&self, key: &str) -> Result<Triggered> {
         let target = PauseTarget::key(key);
-        self.recorded(&target, "trigger", self.store.trigger(key), |t| {
-            let outcome = match t {
-                Triggered::Due => "due: the first replica to claim it runs it",
-                Triggered::Paused => "due, but paused: it runs once resumed",
-                _ => "not found: no runtime registered this key",
-            };
-            (outcome.to_owned(), None)
-        })
+        self.recorded(
+            &target,
+            OperatorAction::Trigger,
+            self.store.trigger(key),
+            Outcome::words,
+        )
         .await
     }
 
@@ -88,107 +88,116 @@ impl Operator {
         }
     }
 
-    /// [`LeaseStore::pause`], recorded (as `pause`, or `pause-cancel` when
-    /// the runs in progress are asked to stop). Cancel-safe as
-    /// [`trigger`](Self::trigger).
+    /// [`LeaseStore::pause`], recorded as [`OperatorAction::Pause`], or
+    /// [`OperatorAction::PauseCancel`] when the runs in progress are asked
+    /// to stop. Cancel-safe as [`trigger`](Self::trigger).
     pub async fn pause(&self, target: &PauseTarget, cancel: bool) -> Result<Pause> {
-        let action = if cancel { "pause-cancel" } else { "pause" };
-        self.recorded(target, action, self.store.pause(target, cancel, &self.actor), |p| {
-            (format!("paused: {}, {} running", keys(p.keys), p.running), None)
-        })
+        let action = if cancel {
+            OperatorAction::PauseCancel
+        } else {
+            OperatorAction::Pause
+        };
+        self.recorded(
+            target,
+            action,
+            self.store.pause(target, cancel, &self.actor),
+            Outcome::words,
+        )
         .await
     }
 
-    /// [`LeaseStore::resume`], recorded. Cancel-safe as
-    /// [`trigger`](Self::trigger).
+    /// [`LeaseStore::resume`], recorded as [`OperatorAction::Resume`].
+    /// Cancel-safe as [`trigger`](Self::trigger).
     pub async fn resume(&self, target: &PauseTarget) -> Result<Resumed> {
-        self.recorded(target, "resume", self.store.resume(target), |r| {
-            let outcome = match r {
-                Resumed::Yes { woken } => format!("resumed: {} woken", keys(*woken).replace("key", "overdue key")),
-                _ => "not paused".to_owned(),
-            };
-            (outcome, None)
-        })
+        self.recorded(
+            target,
+            OperatorAction::Resume,
+            self.store.resume(target),
+            Outcome::words,
+        )
         .await
     }
 
-    /// [`LeaseStore::revoke`], recorded (as `release`, or `force-release`
-    /// with [`Revoke::Force`]) with the fence it gave the key. Cancel-safe
-    /// as [`trigger`](Self::trigger).
+    /// [`LeaseStore::revoke`], recorded as [`OperatorAction::Release`], or
+    /// [`OperatorAction::ForceRelease`] with [`Revoke::Force`], with the
+    /// fence it gave the key. Cancel-safe as [`trigger`](Self::trigger).
     pub async fn revoke(&self, key: &str, revoke: Revoke, resources: &[&str]) -> Result<Revoked> {
         let action = match revoke {
-            Revoke::Force => "force-release",
-            _ => "release",
+            Revoke::Force => OperatorAction::ForceRelease,
+            Revoke::IfFree => OperatorAction::Release,
         };
         let target = PauseTarget::key(key);
         self.recorded(
             &target,
             action,
             self.store.revoke(key, revoke, resources),
-            |r| match r {
-                Revoked::Ended { previous, fence } => (
-                    format!("ended the tenure of {} (fence {})", previous.holder, previous.fence),
-                    Some(*fence),
-                ),
-                Revoked::Held(info) => (format!("refused: held by {} (fence {})", info.holder, info.fence), None),
-                _ => ("not found: no lease row".to_owned(), None),
-            },
+            Outcome::words,
         )
         .await
     }
 
-    /// [`LeaseStore::add_keys`], recorded on each key (as `add`, with its
-    /// kind and version 1). The keys are added in one statement, after
-    /// every record is written. Cancel-safe as [`trigger`](Self::trigger).
+    /// [`LeaseStore::forget`], recorded as [`OperatorAction::Forget`]: the
+    /// record outlives the row it deleted. Cancel-safe as
+    /// [`trigger`](Self::trigger).
+    ///
+    /// ```no_run
+    /// # async fn demo(alice: leasehold::Operator) -> leasehold::Result<()> {
+    /// use leasehold::Forgotten;
+    /// if let Forgotten::Held(info) = alice.forget("reconcile:tenant-42").await? {
+    ///     eprintln!("held by {}: stop its run first", info.holder);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn forget(&self, key: &str) -> Result<Forgotten> {
+        let target = PauseTarget::key(key);
+        self.recorded(&target, OperatorAction::Forget, self.store.forget(key), Outcome::words)
+            .await
+    }
+
+    /// [`LeaseStore::add_keys`], recorded on each key as
+    /// [`OperatorAction::Add`], with its kind and arguments. Three
+    /// statements whatever the number of keys: every record, then the
+    /// keys, then every outcome. Cancel-safe as [`trigger`](Self::trigger).
     pub async fn add_keys(&self, keys: &[NewKey]) -> Result<u64> {
-        let mut ids = Vec::with_capacity(keys.len());
-        for key in keys {
-            let target = PauseTarget::key(key.key());
-            ids.push((key, self.store.record_action(&target, "add", &self.actor).await?));
-        }
+        let targets: Vec<PauseTarget> = keys.iter().map(|k| PauseTarget::key(k.key())).collect();
+        let ids = self
+            .store
+            .record_actions(&targets, OperatorAction::Add.as_str(), &self.actor)
+            .await?;
         let result = self.store.add_keys(keys).await;
-        for (key, id) in ids {
-            let outcome = match &result {
-                Ok(n) => format!(
-                    "kind {}, args {}: {n} of {} keys added (an existing key is kept)",
-                    key.kind(),
-                    key.args_json(),
-                    keys.len()
-                ),
-                Err(err) => format!("error: {err}"),
-            };
-            if let Err(err) = self.store.record_outcome(id, &outcome, None).await {
-                tracing::warn!(key = key.key(), error = %err, "the action's outcome was not recorded");
-            }
+        let outcomes: Vec<(i64, String, Option<i64>)> = ids
+            .into_iter()
+            .zip(keys)
+            .map(|(id, key)| {
+                let outcome = match &result {
+                    Ok(n) => action::added(key, *n, keys.len()),
+                    Err(err) => format!("error: {err}"),
+                };
+                (id, outcome, None)
+            })
+            .collect();
+        if let Err(err) = self.store.record_outcomes(&outcomes).await {
+            tracing::warn!(keys = keys.len(), error = %err, "the actions' outcomes were not recorded");
         }
         result
     }
 
-    /// [`LeaseStore::update_key`], recorded (as `update`, with the new
-    /// version). Cancel-safe as [`trigger`](Self::trigger).
+    /// [`LeaseStore::update_key`], recorded as [`OperatorAction::Update`],
+    /// with the new version. Cancel-safe as [`trigger`](Self::trigger).
     pub async fn update_key(&self, key: &NewKey) -> Result<Option<i64>> {
         let target = PauseTarget::key(key.key());
-        self.recorded(&target, "update", self.store.update_key(key), |v| {
-            let outcome = match v {
-                Some(version) => format!("updated to version {version}: args {}", key.args_json()),
-                None => format!("not found: no key of kind {}", key.kind()),
-            };
-            (outcome, None)
+        self.recorded(&target, OperatorAction::Update, self.store.update_key(key), |v| {
+            (action::updated(key, *v), None)
         })
         .await
     }
 
-    /// [`LeaseStore::remove_key`], recorded (as `remove`). Cancel-safe as
-    /// [`trigger`](Self::trigger).
+    /// [`LeaseStore::remove_key`], recorded as [`OperatorAction::Remove`].
+    /// Cancel-safe as [`trigger`](Self::trigger).
     pub async fn remove_key(&self, kind: &str, key: &str) -> Result<bool> {
         let target = PauseTarget::key(key);
-        self.recorded(&target, "remove", self.store.remove_key(kind, key), |removed| {
-            let outcome = if *removed {
-                "removed: every replica stops it".to_owned()
-            } else {
-                format!("not found: no key of kind {kind}")
-            };
-            (outcome, None)
+        self.recorded(&target, OperatorAction::Remove, self.store.remove_key(kind, key), |r| {
+            (action::removed(kind, *r), None)
         })
         .await
     }
@@ -199,28 +208,19 @@ impl Operator {
     async fn recorded<T>(
         &self,
         target: &PauseTarget,
-        action: &str,
+        action: OperatorAction,
         run: impl Future<Output = Result<T>>,
         describe: impl FnOnce(&T) -> (String, Option<i64>),
     ) -> Result<T> {
-        let id = self.store.record_action(target, action, &self.actor).await?;
+        let id = self.store.record_action(target, action.as_str(), &self.actor).await?;
         let result = run.await;
         let (outcome, fence) = match &result {
             Ok(done) => describe(done),
             Err(err) => (format!("error: {err}"), None),
         };
         if let Err(err) = self.store.record_outcome(id, &outcome, fence).await {
-            tracing::warn!(%target, action, error = %err, "the action's outcome was not recorded");
+            tracing::warn!(%target, %action, error = %err, "the action's outcome was not recorded");
         }
         result
-    }
-}
-
-/// "1 key", "3 keys".
-fn keys(n: u64) -> String {
-    if n == 1 {
-        "1 key".to_owned()
-    } else {
-        format!("{n} keys")
     }
 }

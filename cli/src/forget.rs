@@ -1,7 +1,8 @@
 //! `leasehold forget KEY [--json]`: delete the lease row of a key that no
 //! replica registers any more (a removed tenant, a renamed job).
 //!
-//! All through `leasehold::LeaseStore::forget`, one statement: the row is
+//! All through `leasehold::Operator::forget` (recorded in the key's
+//! history; `LeaseStore::forget` is one statement): the row is
 //! deleted only if its lease is free by the server clock, so a run in
 //! progress keeps its lease and no other replica can claim the key under
 //! it. What goes is the key's schedule and last holder; nothing else:
@@ -14,13 +15,13 @@
 //! - `leasehold_fence` rows (fenced resources) are left alone: they only
 //!   reject fences lower than any the sequence hands out from now on.
 
-use leasehold::{Forgotten, LeaseStore};
+use leasehold::Forgotten;
 use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
 use crate::failure::check_name;
-use crate::status::{LeaseJson, Row};
+use crate::ops::{self, LeaseJson, Row};
 use crate::text;
 
 /// Arguments of `leasehold forget`.
@@ -55,8 +56,8 @@ struct ForgetJson<'a> {
 pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     args.validate()?;
     db.require_schema().await?;
-    let store = LeaseStore::new(db.pool.clone());
-    let outcome = store.forget(&args.key).await.map_err(|e| db.failure(e))?;
+    // Through `Operator`, so the key's history records who forgot it.
+    let outcome = ops::operator(db)?.forget(&args.key).await.map_err(|e| db.failure(e))?;
     let key = format!("{:?}", args.key);
     match outcome {
         Forgotten::Deleted => {

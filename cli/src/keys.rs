@@ -2,10 +2,11 @@
 //! once and run by every replica that registers the kind, through
 //! `leasehold::Operator` (recorded in the key's history; no SQL of its own).
 
-use leasehold::{CatchUp, LeaseStore, NewKey, Operator, Schedule};
+use leasehold::{CatchUp, NewKey, Schedule};
 
 use crate::db::Db;
 use crate::failure::{Failure, check_name};
+use crate::ops::operator;
 use crate::text;
 
 /// A key's kind and name.
@@ -85,10 +86,6 @@ impl DefineArgs {
             .map_err(|e| Failure::usage(e.to_string()))?;
         Ok(key.catch_up(catch_up))
     }
-}
-
-fn operator(db: &Db) -> Result<Operator, Failure> {
-    Operator::new(LeaseStore::new(db.pool.clone()), crate::pause::default_by()).map_err(|e| db.failure(e))
 }
 
 /// `leasehold add`: exits 3 if the key exists (use `update`).

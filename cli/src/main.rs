@@ -30,6 +30,7 @@ mod failure;
 mod forget;
 mod history;
 mod keys;
+mod ops;
 mod pause;
 mod release;
 mod runs;

@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::db::Db;
 use crate::failure::Failure;
 use crate::failure::{check_actor, check_name};
-use crate::status::PauseJson;
+use crate::ops::{self, PauseJson, default_by};
 use crate::text;
 
 /// What to pause or resume: a key, or a job's keys (exactly one).
@@ -82,39 +82,6 @@ impl PauseArgs {
         }
         Ok(())
     }
-}
-
-/// `$USER@<hostname>`, or `leasehold-cli` when the user is unknown: who
-/// the CLI's actions are recorded as (`pause --by` overrides it). Always a
-/// name the actor rule accepts: characters it refuses are dropped, and it
-/// is cut to `MAX_KEY_BYTES`.
-pub(crate) fn default_by() -> String {
-    let nonempty = |s: String| {
-        let s: String = s.trim().chars().filter(|c| !text::unsafe_char(*c)).collect();
-        (!s.is_empty()).then_some(s)
-    };
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .ok()
-        .and_then(nonempty);
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .ok()
-        .and_then(nonempty)
-        .or_else(|| std::env::var("HOSTNAME").ok().and_then(nonempty));
-    let by = match (user, host) {
-        (Some(user), Some(host)) => format!("{user}@{host}"),
-        (Some(user), None) => user,
-        (None, _) => "leasehold-cli".to_owned(),
-    };
-    if by.len() > leasehold::MAX_KEY_BYTES {
-        let mut end = leasehold::MAX_KEY_BYTES;
-        while !by.is_char_boundary(end) {
-            end -= 1;
-        }
-        return by[..end].to_owned();
-    }
-    by
 }
 
 #[derive(Serialize)]
@@ -251,7 +218,7 @@ pub(crate) async fn resume(db: &Db, args: &ResumeArgs) -> Result<(), Failure> {
     let target = args.target.target()?;
     db.require_schema().await?;
     let store = LeaseStore::new(db.pool.clone());
-    let operator = Operator::new(store.clone(), default_by()).map_err(|e| db.failure(e))?;
+    let operator = ops::operator(db)?;
     let resumed = operator.resume(&target).await.map_err(|e| db.failure(e))?;
     let job_pause = job_pause_of_key(db, &store, &target).await?;
     let what = text::cell(&target.to_string());

@@ -11,11 +11,11 @@
 //! running under it, but a paused ex-holder may still wake up and write, and
 //! this fences it out. A held lease needs `--force`.
 
-use leasehold::{LeaseStore, Operator, Revoke, Revoked};
+use leasehold::{Revoke, Revoked};
 
 use crate::db::Db;
 use crate::failure::{Failure, check_name};
-use crate::status::Row;
+use crate::ops::{self, Row};
 use crate::text;
 
 /// Arguments of `leasehold release`.
@@ -52,8 +52,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     let revoke = if args.force { Revoke::Force } else { Revoke::IfFree };
     let resources: Vec<&str> = args.resources.iter().map(String::as_str).collect();
     // Through `Operator`, so the key's history records who released it.
-    let operator =
-        Operator::new(LeaseStore::new(db.pool.clone()), crate::pause::default_by()).map_err(|e| db.failure(e))?;
+    let operator = ops::operator(db)?;
     let (old, new_fence) = match operator
         .revoke(&args.key, revoke, &resources)
         .await

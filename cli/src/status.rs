@@ -10,11 +10,12 @@
 //! look the same: both are free, shown with how long ago they ended.
 
 use chrono::{DateTime, Utc};
-use leasehold::{KeyState, KeyStatus, KindStatus, LeaseStore, Pause, PauseTarget, RunRecord};
+use leasehold::{KeyStatus, KindStatus, LeaseStore, Pause, PauseTarget, RunRecord};
 use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
+use crate::ops::{LeaseJson, PauseJson, Row};
 use crate::runs;
 use crate::text::{self, Align};
 
@@ -27,120 +28,6 @@ pub(crate) struct Args {
     /// Only leases whose key starts with this prefix.
     #[arg(long, value_name = "P")]
     prefix: Option<String>,
-}
-
-/// One lease row, read with the server clock of the same statement.
-#[derive(Debug)]
-pub(crate) struct Row {
-    pub(crate) key: String,
-    pub(crate) holder: String,
-    pub(crate) fence: i64,
-    pub(crate) acquired_at: DateTime<Utc>,
-    pub(crate) expires_at: DateTime<Utc>,
-    pub(crate) next_due_at: Option<DateTime<Utc>>,
-    /// The key's job, as its runtime last registered or claimed it.
-    pub(crate) job_name: Option<String>,
-    pub(crate) server_now: DateTime<Utc>,
-    /// The library's rule: the key runs only when triggered.
-    pub(crate) triggered_only: bool,
-    /// The library's reading of the row (`LeaseInfo::state`): held, free
-    /// or never-run.
-    pub(crate) state: KeyState,
-}
-
-impl Row {
-    pub(crate) fn held(&self) -> bool {
-        self.state == KeyState::Held
-    }
-
-    /// A key registered by a runtime but never claimed: its holder and
-    /// fence are placeholders.
-    pub(crate) fn never_run(&self) -> bool {
-        self.state == KeyState::NeverRun
-    }
-
-    /// Seconds until expiry by the server clock; negative once expired.
-    pub(crate) fn expires_in(&self) -> f64 {
-        text::secs(self.expires_at - self.server_now)
-    }
-
-    /// `in 41s` for a held lease, `expired 5.0s ago` for a free one.
-    pub(crate) fn expiry_text(&self) -> String {
-        let secs = self.expires_in();
-        if self.held() {
-            format!("in {}", text::span(secs))
-        } else {
-            format!("expired {} ago", text::span(secs))
-        }
-    }
-
-    /// `now`, `in 4m 10s`, `3m 2s ago` (due since then), or `never` for a
-    /// job that only runs when triggered.
-    pub(crate) fn due_text(&self) -> String {
-        match self.next_due_at {
-            None => "now".to_owned(),
-            Some(_) if self.triggered_only => "never".to_owned(),
-            Some(due) => text::relative(text::secs(due - self.server_now)),
-        }
-    }
-}
-
-/// A lease as the library reports it.
-impl From<leasehold::LeaseInfo> for Row {
-    fn from(info: leasehold::LeaseInfo) -> Row {
-        Row {
-            triggered_only: info.due_only_when_triggered(),
-            state: info.state(),
-            key: info.key,
-            holder: info.holder,
-            fence: info.fence,
-            acquired_at: info.acquired_at,
-            expires_at: info.expires_at,
-            next_due_at: info.next_due_at,
-            job_name: info.job_name,
-            server_now: info.server_now,
-        }
-    }
-}
-
-/// One lease in `--json` output (`status`, and `forget` of a held lease).
-#[derive(Serialize)]
-pub(crate) struct LeaseJson<'a> {
-    key: &'a str,
-    /// The job the key belongs to (`null` on rows no runtime of schema 3
-    /// has registered or claimed yet).
-    job_name: Option<&'a str>,
-    /// The holder, or the last holder of a free lease.
-    holder: &'a str,
-    fence: i64,
-    /// `held`, `free`, or `never-run` (registered, never claimed: holder
-    /// and fence are placeholders).
-    state: &'static str,
-    acquired_at: DateTime<Utc>,
-    expires_at: DateTime<Utc>,
-    /// Negative once expired (or released).
-    expires_in_seconds: f64,
-    /// `null`: due now (never scheduled). Year 9999: only when triggered.
-    next_due_at: Option<DateTime<Utc>>,
-    /// Negative when already due; `null` with `next_due_at`.
-    due_in_seconds: Option<f64>,
-}
-
-impl Row {
-    pub(crate) fn json(&self) -> LeaseJson<'_> {
-        LeaseJson {
-            key: &self.key,
-            job_name: self.job_name.as_deref(),
-            holder: &self.holder,
-            fence: self.fence,
-            state: self.state.as_str(),
-            acquired_at: self.acquired_at,
-            expires_at: self.expires_at,
-            expires_in_seconds: self.expires_in(),
-            next_due_at: self.next_due_at,
-            due_in_seconds: self.next_due_at.map(|due| text::secs(due - self.server_now)),
-        }
-    }
 }
 
 /// One key as `status` shows it: its lease row, whether it is paused, and
@@ -277,37 +164,6 @@ struct ErrorJson<'a> {
     /// The job's error or panic message, in full (as recorded: at most
     /// 2,000 bytes).
     message: Option<&'a str>,
-}
-
-/// A pause in `--json` output (`status`, `pause`).
-#[derive(Serialize)]
-pub(crate) struct PauseJson<'a> {
-    /// `key` or `job`.
-    pub(crate) scope: &'static str,
-    /// The key or the job name.
-    pub(crate) name: &'a str,
-    /// Runs in progress are cancelled at their next renewal.
-    pub(crate) cancel: bool,
-    pub(crate) paused_by: &'a str,
-    pub(crate) paused_at: DateTime<Utc>,
-    /// Keys with a lease row that it covers.
-    pub(crate) keys: u64,
-    /// Of those, how many were held (running) when read.
-    pub(crate) running: u64,
-}
-
-impl<'a> From<&'a Pause> for PauseJson<'a> {
-    fn from(pause: &'a Pause) -> Self {
-        PauseJson {
-            scope: pause.target.scope(),
-            name: pause.target.name(),
-            cancel: pause.cancel,
-            paused_by: &pause.paused_by,
-            paused_at: pause.paused_at,
-            keys: pause.keys,
-            running: pause.running,
-        }
-    }
 }
 
 pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {

@@ -2,12 +2,13 @@
 //! fleet, through `leasehold::LeaseStore::trigger` (one statement that also
 //! wakes the listening replicas; no SQL of its own).
 
-use leasehold::{LeaseStore, Operator, Triggered};
+use leasehold::Triggered;
 use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
 use crate::failure::check_name;
+use crate::ops;
 use crate::text;
 
 /// Arguments of `leasehold trigger`.
@@ -41,8 +42,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     args.validate()?;
     db.require_schema().await?;
     // Through `Operator`, so the key's history records who triggered it.
-    let operator =
-        Operator::new(LeaseStore::new(db.pool.clone()), crate::pause::default_by()).map_err(|e| db.failure(e))?;
+    let operator = ops::operator(db)?;
     let outcome = operator.trigger(&args.key).await.map_err(|e| db.failure(e))?;
     let key = text::cell(&format!("{:?}", args.key));
     let (name, paused) = match outcome {

@@ -12,84 +12,56 @@ use super::Shared;
 use super::access::read_only;
 use super::layout::{self, Base, During, Tab, enc};
 use super::reads::ReadError;
-use crate::Operator;
 use crate::lease::{PauseTarget, Resumed, Revoke, Revoked, Triggered};
+use crate::{Operator, OperatorAction};
 
-/// What an operator can do to a key from the console.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Action {
-    Trigger,
-    Pause,
-    Resume,
-    /// A forced release: the run in progress (if any) is cancelled at its
-    /// next heartbeat and its fenced writes are rejected from now on.
-    Release,
+/// The actions the console offers, each an [`OperatorAction`] under its
+/// one name: on a key, trigger, pause (cancelling the runs in progress
+/// when the form's box is ticked), resume and force release; on a job, all
+/// but the release.
+pub(super) const OFFERED: [OperatorAction; 4] = [
+    OperatorAction::Trigger,
+    OperatorAction::Pause,
+    OperatorAction::Resume,
+    OperatorAction::ForceRelease,
+];
+
+/// One of [`OFFERED`], by its name; `None` for anything else.
+fn offered(name: &str) -> Option<OperatorAction> {
+    OperatorAction::parse(name).filter(|a| OFFERED.contains(a))
 }
 
-impl Action {
-    pub(super) fn parse(name: &str) -> Option<Self> {
-        match name {
-            "trigger" => Some(Action::Trigger),
-            "pause" => Some(Action::Pause),
-            "resume" => Some(Action::Resume),
-            "release" => Some(Action::Release),
-            _ => None,
+/// What `action` does to `subject`, said on its confirmation page.
+fn explain(action: OperatorAction, subject: &Subject) -> &'static str {
+    match (action, subject) {
+        (OperatorAction::Trigger, Subject::Job(_)) => {
+            "Every key of the job becomes due now for the whole fleet: the first replica to claim each runs \
+             it, once (a paused key once resumed)."
         }
-    }
-
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Action::Trigger => "trigger",
-            Action::Pause => "pause",
-            Action::Resume => "resume",
-            Action::Release => "release",
+        (OperatorAction::Pause, Subject::Job(_)) => {
+            "No replica will claim any key of this job, including keys registered later, until the job is \
+             resumed. Runs in progress finish, unless you also cancel them below."
         }
-    }
-
-    pub(super) fn label(self) -> &'static str {
-        match self {
-            Action::Trigger => "Trigger now",
-            Action::Pause => "Pause",
-            Action::Resume => "Resume",
-            Action::Release => "Force release",
+        (OperatorAction::Resume, Subject::Job(_)) => {
+            "Lifts the job's pause: replicas may claim its keys again (a key also paused by its own name \
+             stays paused); overdue keys run at once."
         }
-    }
-
-    fn explain(self, subject: &Subject) -> &'static str {
-        if let Subject::Job(_) = subject {
-            return match self {
-                Action::Trigger => {
-                    "Every key of the job becomes due now for the whole fleet: the first replica to claim each runs \
-                     it, once (a paused key once resumed)."
-                }
-                Action::Pause => {
-                    "No replica will claim any key of this job, including keys registered later, until the job is \
-                     resumed. Runs in progress finish, unless you also cancel them below."
-                }
-                Action::Resume => {
-                    "Lifts the job's pause: replicas may claim its keys again (a key also paused by its own name \
-                     stays paused); overdue keys run at once."
-                }
-                Action::Release => "A job cannot be force-released: release its keys one by one.",
-            };
+        (_, Subject::Job(_)) => "A job cannot be force-released: release its keys one by one.",
+        (OperatorAction::Trigger, Subject::Key(_)) => {
+            "The key becomes due now for the whole fleet: the first replica to claim it runs it, once. \
+             A missed slot it owes stays owed."
         }
-        match self {
-            Action::Trigger => {
-                "The key becomes due now for the whole fleet: the first replica to claim it runs it, once. \
-                 A missed slot it owes stays owed."
-            }
-            Action::Pause => {
-                "No replica will claim this key until it is resumed. A run in progress finishes, unless you also \
-                 cancel it below."
-            }
-            Action::Resume => {
-                "Replicas may claim the key again; if it is overdue it runs at once (its catch-up policy decides \
-                 how many slots)."
-            }
-            Action::Release => {
-                "Ends the current tenure now and gives the key a new fence: a run in progress is cancelled at its \
-                 next heartbeat and every fenced write it still tries is rejected. The schedule is untouched."
-            }
+        (OperatorAction::Pause, Subject::Key(_)) => {
+            "No replica will claim this key until it is resumed. A run in progress finishes, unless you also \
+             cancel it below."
+        }
+        (OperatorAction::Resume, Subject::Key(_)) => {
+            "Replicas may claim the key again; if it is overdue it runs at once (its catch-up policy decides \
+             how many slots)."
+        }
+        (_, Subject::Key(_)) => {
+            "Ends the current tenure now and gives the key a new fence: a run in progress is cancelled at its \
+             next heartbeat and every fenced write it still tries is rejected. The schedule is untouched."
         }
     }
 }
@@ -222,10 +194,10 @@ impl Subject {
     }
 
     /// The confirmation page of `action` on it.
-    pub(super) fn confirm(&self, action: Action) -> String {
+    pub(super) fn confirm(&self, action: OperatorAction) -> String {
         match self {
-            Subject::Key(key) => format!("confirm?key={}&action={}", enc(key), action.name()),
-            Subject::Job(name) => format!("confirm?job={}&action={}", enc(name), action.name()),
+            Subject::Key(key) => format!("confirm?key={}&action={action}", enc(key)),
+            Subject::Job(name) => format!("confirm?job={}&action={action}", enc(name)),
         }
     }
 }
@@ -249,15 +221,13 @@ pub(super) async fn confirm(
     Query(query): Query<ConfirmQuery>,
 ) -> Response {
     let viewer = console.access.viewer(&console.options, &parts);
-    let Some(action) = Action::parse(&query.action) else {
+    let Some(action) = offered(&query.action) else {
+        let names: Vec<&str> = OFFERED.iter().map(|a| a.as_str()).collect();
         return layout::error(
             &base,
             &viewer,
             StatusCode::BAD_REQUEST,
-            &format!(
-                "Unknown action {:?}: use trigger, pause, resume or release.",
-                query.action
-            ),
+            &format!("Unknown action {:?}: use {}.", query.action, names.join(", ")),
         );
     };
     let Some(csrf) = viewer.csrf() else {
@@ -267,8 +237,8 @@ pub(super) async fn confirm(
         Ok(subject) => subject,
         Err(message) => return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &message),
     };
-    if let (Subject::Job(_), Action::Release) = (&subject, action) {
-        return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, action.explain(&subject));
+    if let (Subject::Job(_), OperatorAction::ForceRelease) = (&subject, action) {
+        return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, explain(action, &subject));
     }
     let body = html! {
         h1 { (action.label()) @if let Subject::Job(_) = subject { " every key of the job" } "?" }
@@ -276,15 +246,15 @@ pub(super) async fn confirm(
             Subject::Key(key) => p { "Key " strong #confirm-key { bdi { (key) } } },
             Subject::Job(name) => p { "Job " strong #confirm-job { bdi { (name) } } },
         }
-        p { (action.explain(&subject)) }
+        p { (explain(action, &subject)) }
         form #confirm-form method="post" action="action" {
             @match &subject {
                 Subject::Key(key) => input type="hidden" name="key" value=(key);,
                 Subject::Job(name) => input type="hidden" name="job" value=(name);,
             }
-            input type="hidden" name="action" value=(action.name());
+            input type="hidden" name="action" value=(action);
             input type="hidden" name="csrf" value=(csrf);
-            @if action == Action::Pause {
+            @if action == OperatorAction::Pause {
                 p { label { input #cancel type="checkbox" name="cancel"; " Also cancel the runs in progress" } }
             }
             button #confirm type="submit" { (action.label()) }
@@ -321,7 +291,7 @@ pub(super) async fn act(
         Ok(checked) => checked,
         Err(refusal) => return *refusal,
     };
-    let Some(action) = Action::parse(&form.action) else {
+    let Some(action) = offered(&form.action) else {
         return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, "Unknown action.");
     };
     let operator = match Operator::new(console.store.clone(), actor) {
@@ -337,16 +307,16 @@ pub(super) async fn act(
     // operator's click cannot add to a flood either.
     let work = async {
         match (action, &subject) {
-            (Action::Trigger, Subject::Key(key)) => operator.trigger(key).await.map(|t| match t {
+            (OperatorAction::Trigger, Subject::Key(key)) => operator.trigger(key).await.map(|t| match t {
                 Triggered::Due => Done::Triggered,
                 Triggered::Paused => Done::TriggeredPaused,
                 _ => Done::NotRegistered,
             }),
-            (Action::Trigger, Subject::Job(name)) => operator.trigger_job(name).await.map(|n| match n {
+            (OperatorAction::Trigger, Subject::Job(name)) => operator.trigger_job(name).await.map(|n| match n {
                 0 => Done::NotRegistered,
                 _ => Done::TriggeredJob,
             }),
-            (Action::Pause, _) => {
+            (OperatorAction::Pause, _) => {
                 let cancel = form.cancel.is_some();
                 operator
                     .pause(&target, cancel)
@@ -357,21 +327,28 @@ pub(super) async fn act(
                         _ => Done::Paused,
                     })
             }
-            (Action::Resume, _) => operator.resume(&target).await.map(|r| match (r, &subject) {
+            (OperatorAction::Resume, _) => operator.resume(&target).await.map(|r| match (r, &subject) {
                 (Resumed::Yes { woken: 0 }, _) => Done::Resumed,
                 (Resumed::Yes { .. }, _) => Done::ResumedOverdue,
                 (_, Subject::Key(_)) => Done::NotPaused,
                 (_, Subject::Job(_)) => Done::JobNotPaused,
             }),
-            (Action::Release, Subject::Key(key)) => operator.revoke(key, Revoke::Force, &[]).await.map(|r| match r {
-                Revoked::Ended { .. } => Done::Released,
-                Revoked::Held(_) => Done::StillHeld,
-                _ => Done::NoRow,
-            }),
-            (Action::Release, Subject::Job(name)) => Err(crate::Error::invalid(
+            (OperatorAction::ForceRelease, Subject::Key(key)) => {
+                operator.revoke(key, Revoke::Force, &[]).await.map(|r| match r {
+                    Revoked::Ended { .. } => Done::Released,
+                    Revoked::Held(_) => Done::StillHeld,
+                    _ => Done::NoRow,
+                })
+            }
+            (_, Subject::Job(name)) => Err(crate::Error::invalid(
                 "action",
                 name,
                 "a job cannot be force-released: release its keys one by one",
+            )),
+            (other, Subject::Key(key)) => Err(crate::Error::invalid(
+                "action",
+                other,
+                format!("the console does not take it on {key:?}: use the CLI"),
             )),
         }
     };

@@ -9,12 +9,14 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::Shared;
-use super::actions::{Action, Done, Subject};
+use super::actions::{Done, OFFERED, Subject};
+use super::kinds::stored_box;
 use super::layout::{self, Base, During, Tab, enc, span, when};
 use super::reads::ReadError;
 use super::timeline::{self, Timeline};
 use super::viewer::Viewer;
-use crate::lease::{ActionRecord, KeyStatus, Pause, PauseTarget, RunRecord};
+use crate::OperatorAction;
+use crate::lease::{ActionRecord, KeyStatus, Pause, PauseTarget, RunRecord, StoredKey};
 
 /// Runs and actions shown on the page.
 const SHOWN: usize = 50;
@@ -57,18 +59,19 @@ pub(super) async fn page(
         let runs = store.history(key, TIMELINE_RUNS).await?;
         let actions = store.actions(key, SHOWN).await?;
         let pauses = store.pauses().await?;
+        let stored = store.stored_key(key).await?;
         // Times are shown against the server's clock; a key with no row
         // brings none, so it is asked for.
         let now = match &status {
             Some(status) => status.lease.server_now,
             None => store.server_now().await?,
         };
-        crate::Result::Ok((status, runs, actions, pauses, now))
+        crate::Result::Ok((status, runs, actions, pauses, stored, now))
     };
     let during = During::Page {
         refresh: console.options.refresh.as_secs(),
     };
-    let (status, runs, actions, pauses, now) = match console.reads.run(read).await {
+    let (status, runs, actions, pauses, stored, now) = match console.reads.run(read).await {
         Ok(read) => read,
         Err(ReadError::Failed(err @ crate::Error::InvalidInput { .. })) => {
             return layout::error(
@@ -82,7 +85,7 @@ pub(super) async fn page(
     };
     let done = query.done.as_deref().and_then(Done::parse);
     let Some(status) = status else {
-        return no_row(&base, &viewer, key, done, &pauses, now);
+        return no_row(&base, &viewer, key, done, &pauses, stored.as_ref(), now);
     };
     let covering: Vec<&Pause> = pauses
         .iter()
@@ -94,6 +97,7 @@ pub(super) async fn page(
         h1 #key { bdi { (key) } }
         @if let Some(done) = done { p #flash { (done.text()) } }
         (tenure(&status, &covering, &actions))
+        @if let Some(stored) = &stored { (stored_box(stored, now)) }
         (actions_bar(&viewer, key, &covering))
         h2 #tenures { "Tenures" }
         (Timeline::new(key, now, window, false).runs(&runs).live(&status.lease).actions(&actions, &covering)
@@ -119,20 +123,22 @@ pub(super) async fn page(
     )
 }
 
-/// A key with no lease row: a 404, unless an action was just taken on it
-/// or a pause names it, which the page shows (with the pause's Resume) so
-/// neither is lost.
+/// A key with no lease row: a 404, unless an action was just taken on it,
+/// a pause names it, or it is a stored key of a job kind (whose kind no
+/// replica registered yet, or whose arguments no replica could read),
+/// which the page shows (with the pause's Resume) so none is lost.
 fn no_row(
     base: &Base,
     viewer: &Viewer,
     key: &str,
     done: Option<Done>,
     pauses: &[Pause],
+    stored: Option<&StoredKey>,
     now: DateTime<Utc>,
 ) -> Response {
     let own = PauseTarget::key(key);
     let paused = pauses.iter().find(|p| p.target == own);
-    if done.is_none() && paused.is_none() {
+    if done.is_none() && paused.is_none() && stored.is_none() {
         return layout::error(
             base,
             viewer,
@@ -144,6 +150,7 @@ fn no_row(
         h1 #key { bdi { (key) } }
         @if let Some(done) = done { p #flash { (done.text()) } }
         p #no-row { "No lease row for this key: no runtime registered it, or it was forgotten." }
+        @if let Some(stored) = stored { (stored_box(stored, now)) }
         @if let Some(p) = paused {
             dl #tenure {
                 dt { "Paused" }
@@ -152,7 +159,7 @@ fn no_row(
             }
             @if let Viewer::Actor { .. } = viewer {
                 nav.actions {
-                    a.action #action-resume href=(Subject::Key(key.to_owned()).confirm(Action::Resume)) { "Resume" }
+                    a.action #action-resume href=(Subject::Key(key.to_owned()).confirm(OperatorAction::Resume)) { "Resume" }
                 }
             }
         }
@@ -218,11 +225,11 @@ fn tenure(status: &KeyStatus, covering: &[&Pause], actions: &[ActionRecord]) -> 
 /// box links to it), and a key-level Resume could not lift it.
 fn actions_bar(viewer: &Viewer, key: &str, covering: &[&Pause]) -> Markup {
     let own = covering.iter().any(|p| matches!(p.target, PauseTarget::Key(_)));
-    let offered: Vec<Action> = [Action::Trigger, Action::Pause, Action::Resume, Action::Release]
+    let offered: Vec<OperatorAction> = OFFERED
         .into_iter()
         .filter(|a| match a {
-            Action::Pause => !own,
-            Action::Resume => own,
+            OperatorAction::Pause => !own,
+            OperatorAction::Resume => own,
             _ => true,
         })
         .collect();
@@ -231,7 +238,7 @@ fn actions_bar(viewer: &Viewer, key: &str, covering: &[&Pause]) -> Markup {
         @if let Viewer::Actor { .. } = viewer {
             nav.actions {
                 @for action in offered {
-                    a.action id={ "action-" (action.name()) } href=(subject.confirm(action)) { (action.label()) }
+                    a.action id={ "action-" (action.as_str()) } href=(subject.confirm(action)) { (action.label()) }
                 }
             }
         }

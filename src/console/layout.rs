@@ -37,6 +37,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Base {
 pub(super) enum Tab {
     Leases,
     Fleet,
+    Kinds,
     None,
 }
 
@@ -60,6 +61,7 @@ pub(super) fn page(base: &Base, title: &str, tab: Tab, viewer: &Viewer, refresh_
                     nav {
                         a href="./" class=[(tab == Tab::Leases).then_some("open")] { "Leases" }
                         a href="fleet" class=[(tab == Tab::Fleet).then_some("open")] { "Fleet" }
+                        a href="kinds" class=[(tab == Tab::Kinds).then_some("open")] { "Kinds" }
                     }
                     span.who {
                         // Replaced by the auto-refresh with the fresh page's:

@@ -14,11 +14,15 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::Shared;
-use super::actions::{Action, Done, Subject};
+use super::actions::{Done, Subject};
+use super::kinds::not_run_badge;
 use super::layout::{self, Base, During, Tab, enc, when};
 use super::timeline::{self, Timeline};
 use super::viewer::Viewer;
-use crate::lease::{ActionRecord, KeyFilter, KeyPage, KeyState, KeyStatus, LeaseStore, Pause, PauseTarget, RunRecord};
+use crate::OperatorAction;
+use crate::lease::{
+    ActionRecord, KeyFilter, KeyPage, KeyState, KeyStatus, LeaseStore, Pause, PauseTarget, RunRecord, StoredKey,
+};
 
 /// Keys on one page of the list.
 const PAGE: usize = 200;
@@ -73,6 +77,7 @@ pub(super) async fn page(
         pauses,
         now,
         recent,
+        stored,
         ..
     } = match console.reads.run(listing(&console.store, &filter, None)).await {
         Ok(read) => read,
@@ -104,7 +109,7 @@ pub(super) async fn page(
         @if page.keys.is_empty() {
             p.empty { "No key matches. Keys appear when a runtime registers its jobs." }
         } @else {
-            (table(&page.keys, &recent))
+            (table(&page.keys, &recent, &stored))
         }
         @if let Some(next) = next {
             p { a #next href=(next) { "Next " (PAGE) " keys →" } }
@@ -136,12 +141,14 @@ pub(super) async fn root_or_not_found(
     layout::error(&base, &viewer, StatusCode::NOT_FOUND, "No such page in the console.")
 }
 
-/// The keys, each with the strip of its `recent` runs (newest first).
-fn table(keys: &[KeyStatus], recent: &[RunRecord]) -> Markup {
+/// The keys, each with the strip of its `recent` runs (newest first) and,
+/// for a `stored` key that does not run, a badge saying why.
+fn table(keys: &[KeyStatus], recent: &[RunRecord], stored: &[StoredKey]) -> Markup {
     let mut strips: HashMap<&str, Vec<&RunRecord>> = HashMap::new();
     for run in recent {
         strips.entry(run.key.as_str()).or_default().push(run);
     }
+    let stored: HashMap<&str, &StoredKey> = stored.iter().map(|k| (k.key.as_str(), k)).collect();
     html! {
         table #leases {
             thead { tr {
@@ -154,7 +161,10 @@ fn table(keys: &[KeyStatus], recent: &[RunRecord]) -> Markup {
                     @let now = lease.server_now;
                     tr.lease data-key=(lease.key) {
                         td.key { a href={ "key?key=" (enc(&lease.key)) } { bdi { (lease.key) } } }
-                        td.state { span class={ "badge " (k.state()) } { (k.state()) } }
+                        td.state {
+                            span class={ "badge " (k.state()) } { (k.state()) }
+                            @if let Some(stored) = stored.get(lease.key.as_str()) { (not_run_badge(stored)) }
+                        }
                         td.holder {
                             @if lease.never_run() { span.muted { "never run" } } @else { bdi { (lease.holder) } }
                         }
@@ -205,7 +215,7 @@ fn pauses_in_force(viewer: &Viewer, pauses: &[Pause], now: DateTime<Utc>) -> Mar
                         }
                         td { (p.running) " running" @if p.cancel { ", cancelled" } }
                         td { @if let Viewer::Actor { .. } = viewer {
-                            a.action href=(subject.confirm(Action::Resume)) { "Resume" }
+                            a.action href=(subject.confirm(OperatorAction::Resume)) { "Resume" }
                         } }
                     }
                 } }
@@ -265,6 +275,7 @@ pub(super) async fn job(
         recent,
         windowed,
         actions,
+        stored,
     } = match console
         .reads
         .run(listing(&console.store, &filter, Some((name, window))))
@@ -278,11 +289,11 @@ pub(super) async fn job(
     let subject = Subject::Job(name.to_owned());
     let offered = [
         if paused.is_some() {
-            Action::Resume
+            OperatorAction::Resume
         } else {
-            Action::Pause
+            OperatorAction::Pause
         },
-        Action::Trigger,
+        OperatorAction::Trigger,
     ];
     // The job's pauses and its keys' releases: a key's own pause would
     // shade the whole job.
@@ -305,8 +316,8 @@ pub(super) async fn job(
         @if let Viewer::Actor { .. } = viewer {
             nav.actions {
                 @for action in offered {
-                    a.action id={ "action-" (action.name()) } href=(subject.confirm(action)) {
-                        @if action == Action::Trigger { "Trigger every key" } @else { (action.label()) " the job" }
+                    a.action id={ "action-" (action.as_str()) } href=(subject.confirm(action)) {
+                        @if action == OperatorAction::Trigger { "Trigger every key" } @else { (action.label()) " the job" }
                     }
                 }
             }
@@ -318,7 +329,7 @@ pub(super) async fn job(
         @if page.keys.is_empty() {
             p.empty { "No key of this job has a lease row: no runtime registered it yet." }
         } @else {
-            (table(&page.keys, &recent))
+            (table(&page.keys, &recent, &stored))
         }
         @if let Some(after) = &page.next {
             p { a #next href={ "./?job=" (enc(name)) "&after=" (enc(after)) } { "Next " (PAGE) " keys →" } }
@@ -349,11 +360,15 @@ struct Listing {
     windowed: Vec<RunRecord>,
     /// The operators' actions on the job and its keys (with a window).
     actions: Vec<ActionRecord>,
+    /// Those of the keys that are keys of job kinds (one statement for
+    /// the page), for the badge of one that does not run.
+    stored: Vec<StoredKey>,
 }
 
 /// One page of keys, the pauses in force, the server's clock (a row
 /// brings it, an empty page asks for it), the keys' latest runs (one
-/// statement for the whole page) and, for a job's timeline over a window,
+/// statement for the whole page), which of them are stored keys of job
+/// kinds (one statement) and, for a job's timeline over a window,
 /// their runs in it and the operators' actions on the job and its keys.
 async fn listing(store: &LeaseStore, filter: &KeyFilter, timeline: Option<(&str, Duration)>) -> crate::Result<Listing> {
     let page = store.list_page(filter).await?;
@@ -364,6 +379,7 @@ async fn listing(store: &LeaseStore, filter: &KeyFilter, timeline: Option<(&str,
     };
     let keys: Vec<&str> = page.keys.iter().map(|k| k.lease.key.as_str()).collect();
     let recent = store.recent_runs(&keys, None, STRIP).await?;
+    let stored = store.stored_keys(&keys).await?;
     let (windowed, actions) = match timeline {
         Some((job, window)) => {
             let since = now - chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX);
@@ -381,5 +397,6 @@ async fn listing(store: &LeaseStore, filter: &KeyFilter, timeline: Option<(&str,
         recent,
         windowed,
         actions,
+        stored,
     })
 }

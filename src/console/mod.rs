@@ -5,7 +5,7 @@
 //!
 //! - **It reads and acts through the library only.** Pages read with
 //!   [`LeaseStore`] (`list_page`, `history`, `recent_runs`, `actions`,
-//!   `fleet`, `pauses`); actions go through [`Operator`](crate::Operator),
+//!   `fleet`, `pauses`, `stored_keys`, `kinds`, `keys_not_run`); actions go through [`Operator`](crate::Operator),
 //!   so each is recorded in the key's history with who took it.
 //! - **Read-only unless you say who may act**: pass
 //!   [`ConsoleOptions::authorize`] (your own authentication decides) or
@@ -48,9 +48,13 @@
 //! `prefix`, `state`, `job`; each key with its last 10 outcomes), one key
 //! (`key?key=…`: tenure, tenure timeline, runs, fences, actions), a job
 //! (`job?name=…`: its keys, its pause, the timeline of its keys, and
-//! pause, resume and trigger-every-key), and the fleet (`fleet`: holders
-//! seen in the last 15 minutes, their runs in progress). The leases page
-//! also lists every pause in force, a key's with no lease row included.
+//! pause, resume and trigger-every-key), the fleet (`fleet`: holders
+//! seen in the last 15 minutes, their runs in progress), and the job kinds
+//! (`kinds`: each kind's keys, whether a live replica registers it, its
+//! keys with unreadable arguments, and the stored keys that do not run).
+//! The leases page also lists every pause in force, a key's with no lease
+//! row included, and badges a stored key that does not run (unreadable
+//! arguments, or a kind no live replica registers); its key page says why.
 //! The tenure timeline is inline SVG drawn by the server: a lane per
 //! holder over the last hour (`window=30m`, `6h`, `2d`: 1 min to 7 days),
 //! a bar per recorded run from claim to release coloured by outcome, with
@@ -74,6 +78,7 @@ mod actions;
 mod assets;
 mod fleet;
 mod key;
+mod kinds;
 mod layout;
 mod leases;
 mod options;
@@ -124,6 +129,7 @@ pub fn router(pool: PgPool, options: ConsoleOptions) -> Router {
         .route("/key", get(key::page))
         .route("/job", get(leases::job))
         .route("/fleet", get(fleet::page))
+        .route("/kinds", get(kinds::page))
         .route("/confirm", get(actions::confirm))
         .route("/action", post(actions::act))
         .route("/login", get(access::login_page).post(access::login))

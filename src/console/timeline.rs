@@ -21,6 +21,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use maud::{Markup, html};
 
 use super::layout::span;
+use crate::OperatorAction;
 use crate::lease::{ActionRecord, LeaseInfo, Pause, PauseTarget, RunRecord};
 
 /// The window a page shows unless `window` says otherwise.
@@ -190,18 +191,20 @@ impl<'a> Timeline<'a> {
         for a in actions.iter().rev() {
             let done = a.outcome.as_deref().unwrap_or("");
             let target = a.target.to_string();
-            match a.action.as_str() {
-                "release" | "force-release" if a.fence.is_some() && a.at >= from => self.marks.push(Mark {
-                    target: &a.target,
-                    at: a.at,
-                    action: &a.action,
-                    actor: &a.actor,
-                    fence: a.fence,
-                }),
-                "pause" | "pause-cancel" if done.starts_with("paused") => {
+            match OperatorAction::parse(&a.action) {
+                Some(OperatorAction::Release | OperatorAction::ForceRelease) if a.fence.is_some() && a.at >= from => {
+                    self.marks.push(Mark {
+                        target: &a.target,
+                        at: a.at,
+                        action: &a.action,
+                        actor: &a.actor,
+                        fence: a.fence,
+                    })
+                }
+                Some(OperatorAction::Pause | OperatorAction::PauseCancel) if done.starts_with("paused") => {
                     open.entry(target).or_insert(a);
                 }
-                "resume" if done.starts_with("resumed") => {
+                Some(OperatorAction::Resume) if done.starts_with("resumed") => {
                     if let Some(p) = open.remove(&target) {
                         self.shade(p.at, Some(a.at), &p.actor, target);
                     }

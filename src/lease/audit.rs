@@ -52,29 +52,61 @@ impl LeaseStore {
     /// Records that `actor` asks for `action` on `target`, before it runs;
     /// returns the record's id for [`record_outcome`](Self::record_outcome).
     pub(crate) async fn record_action(&self, target: &PauseTarget, action: &str, actor: &str) -> Result<i64> {
-        validate::key(target.name())?;
+        let ids = self.record_actions(std::slice::from_ref(target), action, actor).await?;
+        ids.first()
+            .copied()
+            .ok_or_else(|| Error::invalid("action record", action, "the record was not written"))
+    }
+
+    /// Records that `actor` asks for `action` on each of `targets`, in one
+    /// statement whatever their number; returns the records' ids in the
+    /// order of `targets`.
+    pub(crate) async fn record_actions(&self, targets: &[PauseTarget], action: &str, actor: &str) -> Result<Vec<i64>> {
+        for target in targets {
+            validate::key(target.name())?;
+        }
         validate_actor(actor)?;
+        let scopes: Vec<&str> = targets.iter().map(PauseTarget::scope).collect();
+        let names: Vec<&str> = targets.iter().map(PauseTarget::name).collect();
+        // $1 scopes, $2 names, $3 action, $4 actor. Rows are inserted in
+        // the targets' order, so their ids (from one sequence) rise in it.
         const RECORD: &str = "
-            INSERT INTO leasehold_action (scope, name, action, actor) VALUES ($1, $2, $3, $4) RETURNING id";
-        connection::run!(&self.conns, |conn| sqlx::query_scalar(RECORD)
-            .bind(target.scope())
-            .bind(target.name())
+            INSERT INTO leasehold_action (scope, name, action, actor)
+            SELECT scope, name, $3, $4 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(scope, name, n)
+             ORDER BY n
+            RETURNING id";
+        let mut ids: Vec<i64> = connection::run!(&self.conns, |conn| sqlx::query_scalar(RECORD)
+            .bind(&scopes)
+            .bind(&names)
             .bind(action)
             .bind(actor)
-            .fetch_one(conn))
+            .fetch_all(conn))?;
+        ids.sort_unstable();
+        Ok(ids)
     }
 
     /// Fills in what the action `id` did. Only a record without an outcome
     /// is written, so a late or repeated call never rewrites history.
     pub(crate) async fn record_outcome(&self, id: i64, outcome: &str, fence: Option<i64>) -> Result<()> {
+        self.record_outcomes(&[(id, outcome.to_owned(), fence)]).await
+    }
+
+    /// [`record_outcome`](Self::record_outcome) for each `(id, outcome,
+    /// fence)`, in one statement whatever their number.
+    pub(crate) async fn record_outcomes(&self, outcomes: &[(i64, String, Option<i64>)]) -> Result<()> {
+        let ids: Vec<i64> = outcomes.iter().map(|o| o.0).collect();
         // The column's limit is the history's error limit.
-        let outcome = super::truncate_error(outcome.to_owned());
+        let texts: Vec<String> = outcomes.iter().map(|o| super::truncate_error(o.1.clone())).collect();
+        let fences: Vec<Option<i64>> = outcomes.iter().map(|o| o.2).collect();
+        // `outcome IS NULL`: a late or repeated call never rewrites history.
         const OUTCOME: &str = "
-            UPDATE leasehold_action SET outcome = $2, fence = $3 WHERE id = $1 AND outcome IS NULL";
+            UPDATE leasehold_action AS a SET outcome = t.outcome, fence = t.fence
+              FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS t(id, outcome, fence)
+             WHERE a.id = t.id AND a.outcome IS NULL";
         connection::run!(&self.conns, |conn| sqlx::query(OUTCOME)
-            .bind(id)
-            .bind(&outcome)
-            .bind(fence)
+            .bind(&ids)
+            .bind(&texts)
+            .bind(&fences)
             .execute(conn))?;
         Ok(())
     }

@@ -137,6 +137,26 @@ pub struct StoredKey {
     pub args_error: Option<String>,
     /// Server time of the last add or update.
     pub updated_at: DateTime<Utc>,
+    /// Whether a live replica registers the key's kind: `false` means the
+    /// key runs nowhere (a kind removed from the code, a typo, a replica
+    /// not deployed).
+    pub kind_live: bool,
+}
+
+impl StoredKey {
+    /// Why the key does not run, in words, or `None` if nothing stops it:
+    /// its arguments do not deserialize, or no live replica registers its
+    /// kind.
+    pub fn problem(&self) -> Option<String> {
+        match (&self.args_error, self.kind_live) {
+            (Some(error), _) => Some(format!("version {} is not run: {error}", self.version)),
+            (None, false) => Some(format!(
+                "no live replica registers the kind {:?}: the key runs nowhere",
+                self.kind
+            )),
+            (None, true) => None,
+        }
+    }
 }
 
 /// One kind that keys or replicas named, as [`LeaseStore::kinds`] reads it.
@@ -181,7 +201,28 @@ struct KeyStatusRow {
     version: i64,
     args_error: Option<String>,
     updated_at: DateTime<Utc>,
+    kind_live: bool,
 }
+
+impl KeyStatusRow {
+    fn into_stored(self) -> StoredKey {
+        StoredKey {
+            key: self.key,
+            kind: self.kind,
+            args: self.args,
+            schedule: self.schedule,
+            catch_up: self.catch_up,
+            version: self.version,
+            args_error: self.args_error,
+            updated_at: self.updated_at,
+            kind_live: self.kind_live,
+        }
+    }
+}
+
+/// Most keys one [`LeaseStore::stored_keys`] or
+/// [`LeaseStore::keys_not_run`] call reads.
+const MAX_STORED_KEYS: usize = 1000;
 
 impl LeaseStore {
     /// Adds the keys that do not exist yet, in **one** statement whatever
@@ -331,23 +372,81 @@ impl LeaseStore {
     /// The stored key `key`, if it is a key of a job kind.
     /// Cancel-safe as described on [`LeaseStore`].
     pub async fn stored_key(&self, key: &str) -> Result<Option<StoredKey>> {
-        validate::key(key)?;
-        const STORED_KEY: &str = "
-            SELECT key, kind, args::text AS args, schedule, catch_up, version, args_error, updated_at
-              FROM leasehold_key WHERE key = $1";
-        let row: Option<KeyStatusRow> = connection::run!(&self.conns, |conn| sqlx::query_as(STORED_KEY)
-            .bind(key)
-            .fetch_optional(conn))?;
-        Ok(row.map(|r| StoredKey {
-            key: r.key,
-            kind: r.kind,
-            args: r.args,
-            schedule: r.schedule,
-            catch_up: r.catch_up,
-            version: r.version,
-            args_error: r.args_error,
-            updated_at: r.updated_at,
-        }))
+        Ok(self.stored_keys(&[key]).await?.pop())
+    }
+
+    /// Those of `keys` (at most 1,000) that are keys of job kinds, by key,
+    /// each with whether a live replica registers its kind: what a page of
+    /// the console's leases reads to say which do not run and why. One
+    /// statement; cancel-safe as described on [`LeaseStore`].
+    ///
+    /// ```no_run
+    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// for key in store.stored_keys(&["invoice:acme", "invoice:globex"]).await? {
+    ///     if let Some(problem) = key.problem() {
+    ///         println!("{}: {problem}", key.key);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn stored_keys(&self, keys: &[&str]) -> Result<Vec<StoredKey>> {
+        if keys.len() > MAX_STORED_KEYS {
+            return Err(Error::invalid(
+                "stored keys asked for",
+                keys.len(),
+                format!("ask for at most {MAX_STORED_KEYS} keys at a time"),
+            ));
+        }
+        for key in keys {
+            validate::key(key)?;
+        }
+        // A kind is live while the vouch of its latest replica lasts, as
+        // `kinds` reads it; a kind with no row was never registered.
+        const STORED_KEYS: &str = "
+            SELECT k.key, k.kind, k.args::text AS args, k.schedule, k.catch_up, k.version, k.args_error, k.updated_at,
+                   coalesce(c.seen_until > clock_timestamp(), false) AS kind_live
+              FROM leasehold_key AS k LEFT JOIN leasehold_kind AS c ON c.kind = k.kind
+             WHERE k.key = ANY($1) ORDER BY k.key";
+        let rows: Vec<KeyStatusRow> = connection::run!(&self.conns, |conn| sqlx::query_as(STORED_KEYS)
+            .bind(keys)
+            .fetch_all(conn))?;
+        Ok(rows.into_iter().map(KeyStatusRow::into_stored).collect())
+    }
+
+    /// The stored keys that do not run, by key, at most `limit` (1 to
+    /// 1,000): those whose arguments a replica found it cannot read, and
+    /// those of a kind no live replica registers (such a key may have no
+    /// lease row at all, so no list of leases shows it). Cancel-safe as
+    /// described on [`LeaseStore`]: one statement.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// for key in store.keys_not_run(100).await? {
+    ///     println!("{} ({}): {}", key.key, key.kind, key.problem().unwrap_or_default());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn keys_not_run(&self, limit: usize) -> Result<Vec<StoredKey>> {
+        if limit == 0 || limit > MAX_STORED_KEYS {
+            return Err(Error::invalid(
+                "keys_not_run limit",
+                limit,
+                format!("ask for 1 to {MAX_STORED_KEYS} keys"),
+            ));
+        }
+        // $1 limit. Liveness as in `stored_keys`.
+        const KEYS_NOT_RUN: &str = "
+            SELECT * FROM (
+                SELECT k.key, k.kind, k.args::text AS args, k.schedule, k.catch_up, k.version, k.args_error,
+                       k.updated_at, coalesce(c.seen_until > clock_timestamp(), false) AS kind_live
+                  FROM leasehold_key AS k LEFT JOIN leasehold_kind AS c ON c.kind = k.kind
+            ) AS s
+             WHERE s.args_error IS NOT NULL OR NOT s.kind_live
+             ORDER BY s.key LIMIT $1";
+        let rows: Vec<KeyStatusRow> = connection::run!(&self.conns, |conn| sqlx::query_as(KEYS_NOT_RUN)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(conn))?;
+        Ok(rows.into_iter().map(KeyStatusRow::into_stored).collect())
     }
 
     /// Every kind that keys or replicas named, by name: its keys, whether a

@@ -3,6 +3,7 @@
 mod browser;
 mod http;
 mod jobs;
+mod kinds;
 mod pages;
 mod security;
 mod starvation;

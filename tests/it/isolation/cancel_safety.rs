@@ -320,6 +320,7 @@ async fn stored_key_calls_dropped_at_every_await_leave_no_open_transaction() {
             store.add_keys(&[key(n)]).await?;
             store.update_key(&key(n)).await?;
             store.stored_key(&format!("swept:{n}")).await?;
+            store.keys_not_run(10).await?;
             store.kinds().await?;
             store.remove_key("swept", &format!("swept:{n}")).await.map(drop)
         }

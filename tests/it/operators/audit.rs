@@ -2,7 +2,7 @@
 //! lists its own actions and its job's, newest first, each with its
 //! outcome, and a release with the fence it handed out.
 
-use leasehold::{Error, Operator, PauseTarget, Revoke, Revoked};
+use leasehold::{Error, Forgotten, NewKey, Operator, OperatorAction, PauseTarget, Revoke, Revoked, Schedule};
 
 use crate::support::{self, LONG};
 
@@ -95,4 +95,81 @@ async fn a_job_pause_is_in_the_history_of_each_of_its_keys_and_an_operator_must_
         assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     }
     runtime.shutdown().await;
+}
+
+/// An operator adds 2,000 keys of a kind: each key's history has its `add`
+/// with its own kind and arguments, and the records took one statement and
+/// their outcomes one more, not one round trip per key.
+#[tokio::test]
+async fn adding_many_keys_records_each_key_in_one_statement() {
+    let (db, store) = support::store().await;
+    let alice = Operator::new(store.clone(), "alice@laptop").expect("operator");
+    let keys: Vec<NewKey> = (0..2000)
+        .map(|i| NewKey::new("tenant", &format!("tenant:{i:04}"), &i, Schedule::Manual).expect("key"))
+        .collect();
+    support::reset_statement_stats(&db.pool).await;
+
+    assert_eq!(alice.add_keys(&keys).await.expect("add"), 2000);
+
+    let records = support::statement_calls(&db.pool, "INSERT INTO leasehold_action").await;
+    let outcomes = support::statement_calls(&db.pool, "UPDATE leasehold_action").await;
+    assert_eq!(
+        (records, outcomes),
+        (1, 1),
+        "one statement each, whatever the number of keys"
+    );
+    for i in [0, 1, 1234, 1999] {
+        let actions = store.actions(&format!("tenant:{i:04}"), 10).await.expect("actions");
+        let seen: Vec<(&str, &str, Option<&str>)> = actions
+            .iter()
+            .map(|a| (a.action.as_str(), a.actor.as_str(), a.outcome.as_deref()))
+            .collect();
+        let outcome = format!("kind tenant, args {i}: 2000 of 2000 keys added (an existing key is kept)");
+        assert_eq!(seen, [("add", "alice@laptop", Some(outcome.as_str()))], "key {i}");
+    }
+    let recorded: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM leasehold_action WHERE action = 'add' AND outcome IS NOT NULL")
+            .fetch_one(&db.pool)
+            .await
+            .expect("count");
+    assert_eq!(recorded, 2000);
+}
+
+/// Forgetting a key is an operator action like the others: recorded as
+/// `forget` with who did it, and the record outlives the row it deleted.
+#[tokio::test]
+async fn a_forget_is_recorded_and_the_record_outlives_the_row() {
+    let (_db, store) = support::store().await;
+    store.claim("tenant:gone", "replica-1", LONG).await.expect("claim");
+    let lease = store.get("tenant:gone").await.expect("get").expect("row");
+    assert!(
+        store
+            .release("tenant:gone", "replica-1", lease.fence)
+            .await
+            .expect("release")
+    );
+    let alice = Operator::new(store.clone(), "alice@laptop").expect("operator");
+
+    assert!(matches!(
+        alice.forget("tenant:gone").await.expect("forget"),
+        Forgotten::Deleted
+    ));
+
+    assert!(
+        store.get("tenant:gone").await.expect("get").is_none(),
+        "the row is gone"
+    );
+    let actions = store.actions("tenant:gone", 10).await.expect("actions");
+    let seen: Vec<(Option<OperatorAction>, &str, Option<&str>)> = actions
+        .iter()
+        .map(|a| (OperatorAction::parse(&a.action), a.actor.as_str(), a.outcome.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [(
+            Some(OperatorAction::Forget),
+            "alice@laptop",
+            Some("deleted: the lease row and its run history are gone")
+        )]
+    );
 }
