@@ -157,6 +157,9 @@ batch_mutations = [
  ("forget.history", "forget: history kept after the row is deleted (a re-added key's ring refuses its runs)",
   "DELETE FROM leasehold_run WHERE key IN (SELECT key FROM gone)", "SELECT 1",
   "operators::history scheduler::forget"),
+ ("due_since.own_kinds", "due_since: a replica's own kinds counted as run nowhere (their vouch lapsed on the poll's snapshot)",
+  "k.kind <> ALL($3) AND", "",
+  "fleet::clauses::a_replicas_own_kinds_are_never_counted_unknown_by_its_poll")
 ]
 
 # The fence SQL (src/lease/fence.rs): the downstream half of the lease.

@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{ClaimRow, Lease, LeaseInfo, LeaseRow, LeaseStore, NextDue, PauseTarget, RunReport};
+use super::keys::KindGenerations;
+use super::{ClaimRow, Lease, LeaseInfo, LeaseRow, LeaseStore, NextDue, PauseTarget, RunReport, StoredArgs};
 use crate::connection;
 use crate::error::Result;
 use crate::validate;
@@ -67,6 +68,19 @@ pub(crate) struct ClaimedRun {
     pub(crate) run_no: i64,
     /// The schedule slot the key owed when claimed (`None`: none recorded).
     pub(crate) pending_slot: Option<DateTime<Utc>>,
+    /// A stored key's arguments as the claim saw them (`None`: the key is
+    /// not a stored key, or not any more).
+    pub(crate) args: Option<StoredArgs>,
+}
+
+/// One row of [`LeaseStore::claim_due`]'s answer.
+#[derive(sqlx::FromRow)]
+struct DueRow {
+    #[sqlx(flatten)]
+    claim: ClaimRow,
+    args_kind: Option<String>,
+    args: Option<String>,
+    args_version: Option<i64>,
 }
 
 /// One key to claim with [`LeaseStore::claim_due`].
@@ -88,6 +102,9 @@ pub(crate) struct Polled {
     /// The server's WAL timeline (`leasehold_timeline_id()`): it rises on
     /// every promotion of a standby.
     pub(crate) timeline: Option<i64>,
+    /// The generations of the kinds the poll vouched for, and the keys of
+    /// kinds no live replica runs.
+    pub(crate) kinds: KindGenerations,
 }
 
 /// The answer to a batch claim.
@@ -313,6 +330,12 @@ impl LeaseStore {
         // number (its history slot), the job's name, and the slot it owes.
         // The UNION half reports the unclaimed candidates, paused or not, so
         // the caller learns when to look again in the same round trip.
+        // A claimed stored key comes back with its kind, arguments and
+        // version as this statement's snapshot has them: the run starts
+        // with the version its claim saw (an update committed before the
+        // claim reaches this run, a later one the next run), with no
+        // statement of its own; a key removed meanwhile has none and is
+        // not run.
         const CLAIM_DUE: &str = concat!(
             "
             WITH t AS (
@@ -340,17 +363,19 @@ impl LeaseStore {
                  WHERE l.key = pick.key AND t.key = pick.key
                 RETURNING l.*
             )
-            SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now FROM claimed AS c
+            SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now,
+                   k.kind AS args_kind, k.args::text AS args, k.version AS args_version
+              FROM claimed AS c LEFT JOIN leasehold_key AS k ON k.key = c.key
             UNION ALL
             SELECT false,
                    ",
             paused!(key = "l.key", jobs = "l.job_name, t.job"),
             ",
-                   l.*, clock_timestamp()
+                   l.*, clock_timestamp(), NULL, NULL, NULL
               FROM leasehold_lease AS l JOIN t ON t.key = l.key
              WHERE l.key NOT IN (SELECT key FROM claimed)"
         );
-        let rows: Vec<ClaimRow> = connection::run!(&self.conns, |conn| sqlx::query_as(CLAIM_DUE)
+        let rows: Vec<DueRow> = connection::run!(&self.conns, |conn| sqlx::query_as(CLAIM_DUE)
             .bind(holder)
             .bind(&keys)
             .bind(&ttls)
@@ -358,13 +383,24 @@ impl LeaseStore {
             .bind(&jobs)
             .fetch_all(conn))?;
         let mut claimed = Claimed::default();
-        for ClaimRow { acquired, paused, row } in rows {
+        for DueRow {
+            claim: ClaimRow { acquired, paused, row },
+            args_kind,
+            args,
+            args_version,
+        } in rows
+        {
             if acquired {
                 let (run_no, pending_slot) = (row.runs, row.slot_at);
+                let args = match (args_kind, args, args_version) {
+                    (Some(kind), Some(json), Some(version)) => Some(StoredArgs { kind, json, version }),
+                    _ => None,
+                };
                 claimed.acquired.push(ClaimedRun {
                     lease: row.into_lease(),
                     run_no,
                     pending_slot,
+                    args,
                 });
             } else {
                 claimed.seen.push(Sighting {
@@ -540,20 +576,54 @@ impl LeaseStore {
     /// polling side of wake-ups, for when `LISTEN` cannot be used or a
     /// notification was lost. At most `limit` keys, oldest due first; the
     /// server's clock and the pauses in force come back even when no key
-    /// did.
-    pub(crate) async fn due_since(&self, since: DateTime<Utc>, limit: usize) -> Result<Polled> {
+    /// did. In the same statement, vouches for `kinds` (this replica runs
+    /// them) for `vouch`, and reads their generations and the number of
+    /// stored keys of kinds no live replica vouches for: a poll is one
+    /// statement, stored keys or not.
+    pub(crate) async fn due_since(
+        &self,
+        since: DateTime<Utc>,
+        limit: usize,
+        kinds: &[&str],
+        vouch: Duration,
+    ) -> Result<Polled> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        // $1 since, $2 limit. Reads the next_due_at index, so its cost
-        // follows the keys that became due, not the size of the table. A
-        // LEFT JOIN on one clock row, so an empty answer still reads the
-        // server clock the next window starts from. The pauses (a small
-        // table) and the server's WAL timeline (a read of the WAL insert
-        // position) ride along for the runtime's gauges.
+        // $1 since, $2 limit, $3 this replica's kinds, $4 seconds vouched.
+        // Reads the next_due_at index, so its cost follows the keys that
+        // became due, not the size of the table. A LEFT JOIN on one clock
+        // row, so an empty answer still reads the server clock the next
+        // window starts from. The pauses (a small table) and the server's
+        // WAL timeline (a read of the WAL insert position) ride along for
+        // the runtime's gauges.
+        // - `vouched` writes this replica's vouch for its kinds (a
+        //   data-modifying CTE runs whether or not it is read; with no
+        //   kinds it inserts nothing and writes no WAL).
+        // - The kinds' rows are read on the statement's snapshot, so a
+        //   kind `vouched` inserts has no generation yet (the replica loads
+        //   it anyway: it never loaded it).
+        // - The kinds of $3 are live by this very statement: never counted
+        //   unknown, although the snapshot may show their vouch lapsed (a
+        //   replica's first poll, or one after a pause longer than it).
         const DUE_SINCE: &str = "
-            SELECT c.now AS server_now, c.scopes, c.names, c.timeline, d.key, d.expires_at, d.next_due_at
+            WITH vouched AS (
+                INSERT INTO leasehold_kind AS k (kind, seen_until)
+                SELECT kind, clock_timestamp() + make_interval(secs => $4)
+                  FROM unnest($3::text[]) AS kind ORDER BY kind
+                ON CONFLICT (kind) DO UPDATE SET seen_until = excluded.seen_until
+            )
+            SELECT c.now AS server_now, c.scopes, c.names, c.timeline, c.kinds, c.generations, c.unknown_keys,
+                   d.key, d.expires_at, d.next_due_at
               FROM (SELECT clock_timestamp() AS now, leasehold_timeline_id() AS timeline,
                            ARRAY(SELECT scope FROM leasehold_pause ORDER BY scope, name) AS scopes,
-                           ARRAY(SELECT name FROM leasehold_pause ORDER BY scope, name) AS names) AS c
+                           ARRAY(SELECT name FROM leasehold_pause ORDER BY scope, name) AS names,
+                           ARRAY(SELECT k.kind FROM leasehold_kind AS k
+                                  WHERE k.kind = ANY($3) ORDER BY k.kind) AS kinds,
+                           ARRAY(SELECT k.generation FROM leasehold_kind AS k
+                                  WHERE k.kind = ANY($3) ORDER BY k.kind) AS generations,
+                           (SELECT coalesce(sum(k.keys), 0)::bigint FROM leasehold_kind AS k
+                             WHERE /* guard:due_since.own_kinds */ k.kind <> ALL($3)
+                               AND (k.seen_until IS NULL OR k.seen_until <= clock_timestamp())) AS unknown_keys
+                   ) AS c
               LEFT JOIN LATERAL (
                   SELECT l.key, l.expires_at, l.next_due_at FROM leasehold_lease AS l
                    WHERE l.next_due_at > $1
@@ -561,40 +631,55 @@ impl LeaseStore {
                      AND l.expires_at <= c.now
                    ORDER BY l.next_due_at
                    LIMIT $2) AS d ON true";
-        type Row = (
-            DateTime<Utc>,
-            Vec<String>,
-            Vec<String>,
-            i64,
-            Option<String>,
-            Option<DateTime<Utc>>,
-            Option<DateTime<Utc>>,
-        );
+        #[derive(sqlx::FromRow)]
+        struct Row {
+            server_now: DateTime<Utc>,
+            scopes: Vec<String>,
+            names: Vec<String>,
+            timeline: i64,
+            kinds: Vec<String>,
+            generations: Vec<i64>,
+            unknown_keys: i64,
+            key: Option<String>,
+            expires_at: Option<DateTime<Utc>>,
+            next_due_at: Option<DateTime<Utc>>,
+        }
         let mut rows: Vec<Row> = connection::run!(&self.conns, |conn| sqlx::query_as(DUE_SINCE)
             .bind(since)
             .bind(limit)
+            .bind(kinds)
+            .bind(vouch.as_secs_f64())
             .fetch_all(conn))?;
-        let server_now = rows.first().map(|r| r.0).unwrap_or(since);
-        let timeline = rows.first().map(|r| r.3);
-        let paused = match rows.first_mut() {
-            Some((_, scopes, names, ..)) => std::mem::take(scopes)
-                .into_iter()
-                .zip(std::mem::take(names))
-                .map(|(scope, name)| match scope.as_str() {
-                    "job" => PauseTarget::Job(name),
-                    _ => PauseTarget::Key(name),
-                })
-                .collect(),
-            None => Vec::new(),
+        let server_now = rows.first().map(|r| r.server_now).unwrap_or(since);
+        let timeline = rows.first().map(|r| r.timeline);
+        let (paused, kinds) = match rows.first_mut() {
+            Some(first) => (
+                std::mem::take(&mut first.scopes)
+                    .into_iter()
+                    .zip(std::mem::take(&mut first.names))
+                    .map(|(scope, name)| match scope.as_str() {
+                        "job" => PauseTarget::Job(name),
+                        _ => PauseTarget::Key(name),
+                    })
+                    .collect(),
+                KindGenerations {
+                    generations: std::mem::take(&mut first.kinds)
+                        .into_iter()
+                        .zip(std::mem::take(&mut first.generations))
+                        .collect(),
+                    unknown_keys: first.unknown_keys,
+                },
+            ),
+            None => (Vec::new(), KindGenerations::default()),
         };
         let seen = rows
             .into_iter()
-            .filter_map(|(server_now, _, _, _, key, expires_at, next_due_at)| {
+            .filter_map(|row| {
                 Some(Sighting {
-                    key: key?,
-                    expires_at: expires_at?,
-                    next_due_at,
-                    server_now,
+                    key: row.key?,
+                    expires_at: row.expires_at?,
+                    next_due_at: row.next_due_at,
+                    server_now: row.server_now,
                     paused: false,
                 })
             })
@@ -604,6 +689,7 @@ impl LeaseStore {
             seen,
             paused,
             timeline,
+            kinds,
         })
     }
 

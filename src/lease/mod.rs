@@ -68,7 +68,7 @@ pub use faults::LockedRow;
 pub use fleet::{Fleet, HolderSeen};
 pub use history::{KeyFilter, KeyPage, KeyState, KeyStatus, RunRecord};
 pub(crate) use history::{RunReport, truncate_error};
-pub(crate) use keys::{KIND_CHANNEL, KeyRow};
+pub(crate) use keys::{KIND_CHANNEL, KeyRow, KindGenerations, StoredArgs};
 pub use keys::{KindStatus, MAX_ARGS_BYTES, NewKey, StoredKey};
 pub use revoke::{Revoke, Revoked};
 
