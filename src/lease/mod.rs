@@ -497,50 +497,59 @@ impl LeaseStore {
         validate::key(key)?;
         validate::holder(holder)?;
         let secs = validate::lease_secs("lease duration", ttl)?;
-        // $1 key, $2 holder, $3 ttl seconds.
-        // - The SELECT's NOT EXISTS is a cheap pre-check on the statement's
-        //   snapshot: a lease plainly held by another holder is not even
-        //   attempted, so a losing claim locks nothing, writes no WAL and
-        //   draws no fence. It only ever lets *more* claims through; the
-        //   WHERE of DO UPDATE below is what decides.
-        // - The fence is drawn from the sequence (invariant 4): a deleted or
-        //   released row can never make a fence repeat.
-        // - WHERE (invariant 3): take the row over only if we already hold it
-        //   (re-entrant) or it has expired by the server clock. It is
-        //   evaluated after waiting for the row lock, on the latest row.
+        // $1 key, $2 holder, $3 ttl seconds. A plain UPDATE of the row
+        // with its guards in the WHERE, and the INSERT only for a key
+        // without a row: taking a row over writes one WAL record (an
+        // `ON CONFLICT DO UPDATE` locks the row first, a second record).
+        // - WHERE of `updated` (invariant 3): take the row over only if we
+        //   already hold it (re-entrant) or it has expired by the server
+        //   clock. A row locked by a concurrent claim is waited for, and the
+        //   WHERE evaluated again on its latest version; a lease plainly
+        //   held by another holder is not written (no lock, no WAL, no
+        //   fence drawn).
         // - SET times use clock_timestamp() *after* that wait, so a claim
         //   that waited is not dated before it won.
         // - CASE: a holder re-claiming its own live lease keeps its tenure
         //   (same fence, same acquired_at); any other takeover starts a new
-        //   tenure with the fresh fence.
+        //   tenure with a fresh fence from the sequence (invariant 4: a
+        //   deleted or released row can never make a fence repeat).
+        // - `inserted` only for a key with no row on the statement's
+        //   snapshot: a claim of an existing key draws no fence there.
+        //   ON CONFLICT DO NOTHING: a row committed after the snapshot
+        //   is never overwritten (that claim lost; `claim_outcome` says so).
         // - Paused (invariant 8): a key paused by name, or (row's job_name) by
         //   job, is never claimed — neither inserted nor taken over.
         // - The UNION half reports the current row when the claim lost, so
         //   the caller learns who holds it in the same round trip.
         const CLAIM: &str = concat!(
             "
-            WITH claimed AS (
-                INSERT INTO leasehold_lease AS l (key, holder, fence, acquired_at, expires_at)
-                SELECT $1, $2, /* guard:claim.insert_fence */ leasehold_next_fence(), clock_timestamp(),
-                       clock_timestamp() + make_interval(secs => $3)
-                 WHERE /* guard:claim.precheck */ NOT EXISTS (SELECT 1 FROM leasehold_lease c
-                                    WHERE c.key = $1 AND c.holder <> $2 AND c.expires_at > clock_timestamp())
-                   AND NOT ",
-            /* guard:claim.insert_pause */ paused!(key = "$1", jobs = "NULL"),
-            "
-                ON CONFLICT (key) DO UPDATE
-                   SET holder      = EXCLUDED.holder,
+            WITH updated AS (
+                UPDATE leasehold_lease AS l
+                   SET holder      = $2,
                        expires_at  = clock_timestamp() + make_interval(secs => $3),
-                       acquired_at = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp()
+                       acquired_at = CASE WHEN l.holder = $2 AND l.expires_at > clock_timestamp()
                                           THEN l.acquired_at ELSE clock_timestamp() END,
-                       fence       = /* guard:claim.fence_kept */ CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp()
-                                          THEN l.fence ELSE EXCLUDED.fence END
-                 /* guard:claim.takeover */ WHERE (/* guard:claim.reentrant */ l.holder = EXCLUDED.holder
+                       fence       = /* guard:claim.fence_kept */ CASE WHEN l.holder = $2 AND l.expires_at > clock_timestamp()
+                                          THEN l.fence ELSE /* guard:claim.takeover_fence */ leasehold_next_fence() END
+                 WHERE l.key = $1
+                   AND /* guard:claim.takeover */ (/* guard:claim.reentrant */ l.holder = $2
                         /* guard:claim.expiry */ OR l.expires_at <= clock_timestamp())
                    AND NOT ",
             /* guard:claim.pause */ paused!(key = "l.key", jobs = "l.job_name"),
             "
                 RETURNING l.*
+            ), inserted AS (
+                INSERT INTO leasehold_lease AS l (key, holder, fence, acquired_at, expires_at)
+                SELECT $1, $2, /* guard:claim.insert_fence */ leasehold_next_fence(), clock_timestamp(),
+                       clock_timestamp() + make_interval(secs => $3)
+                 WHERE /* guard:claim.precheck */ NOT EXISTS (SELECT 1 FROM leasehold_lease c WHERE c.key = $1)
+                   AND NOT ",
+            /* guard:claim.insert_pause */ paused!(key = "$1", jobs = "NULL"),
+            "
+                ON CONFLICT (key) DO NOTHING
+                RETURNING l.*
+            ), claimed AS (
+                SELECT * FROM updated UNION ALL SELECT * FROM inserted
             ), paused AS (
                 SELECT ",
             paused!(key = "$1", jobs = "SELECT job_name FROM leasehold_lease WHERE key = $1"),
