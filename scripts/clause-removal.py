@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Clause removal: for each guard clause of the lease SQL (src/lease/mod.rs,
-the scheduler's batch statements and the run history in src/lease/batch.rs,
+"""Clause removal: for each guard clause of the lease SQL (claim, renew and
+release in src/lease/{claim,renew,release}.rs, the scheduler's batch
+statements and the run history in src/lease/batch/, forget in
+src/lease/forget.rs,
 the fence SQL in src/lease/fence.rs, the operator's revoke in
 src/lease/revoke.rs; pause, resume and trigger in control.rs, the pause
 rule enforced by mod.rs's and batch.rs's claims, written once in
@@ -48,7 +50,7 @@ import os, re, subprocess, sys, tempfile
 
 ROOT = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True).stdout.strip()
 
-# (marker(s), name, old, new[, tests]) in src/lease/mod.rs.
+# (marker(s), name, old, new[, tests]) in src/lease/{claim,renew,release}.rs.
 mutations = [
  ("release.holder", "release: holder clause removed", "l.holder = $2 AND", "",
   "lease::late_release_after_takeover_leaves_the_new_holder"),
@@ -102,7 +104,7 @@ mutations = [
   "operators::pause::a_pause_lets_the_run_finish_unless_it_cancels_it"),
 ]
 
-# The same, in src/lease/batch.rs (the scheduler's statements).
+# The same, in src/lease/batch/*.rs (the scheduler's statements) and src/lease/forget.rs.
 batch_mutations = [
  ("claim_due.expiry", "claim_due: expiry clause removed (a batch takes a live lease)",
   "l.expires_at <= clock_timestamp()", "true",
@@ -324,14 +326,33 @@ pause_rule_mutations = [
   '".scope = \'key\' AND "', '".scope = \'key\' AND false AND "', "operators::pause"),
 ]
 
-FILES = [("src/lease/mod.rs", mutations), ("src/lease/control.rs", control_mutations), ("src/lease/batch.rs", batch_mutations),
-         ("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations),
-         ("src/lease/history.rs", read_mutations),
-         ("src/lease/recent.rs", recent_mutations), ("src/lease/fleet.rs", fleet_mutations),
-         ("src/lease/audit.rs", audit_mutations),
-         ("src/lease/keys.rs", keys_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations),
-         ("migrations/0005_fence_tenure.sql", commit_check_mutations),
-         ("migrations/0006_fence_timeline.sql", timeline_mutations)]
+def by_file(paths, muts):
+    """`muts` spread over `paths`: each mutation goes with the file that
+    holds its (first) marker, so a statement can move between the files of
+    one concern's folder without touching its mutations."""
+    texts = {p: markers_in(open(os.path.join(ROOT, p)).read()) for p in paths}
+    out = {p: [] for p in paths}
+    for m in muts:
+        first = m[0].split()[0]
+        home = next((p for p in paths if first in texts[p]), paths[0])
+        out[home].append(m)
+    return [(p, out[p]) for p in paths]
+
+
+LEASE = ["src/lease/claim.rs", "src/lease/renew.rs", "src/lease/release.rs"]
+BATCH = ["src/lease/batch/register.rs", "src/lease/batch/claim_due.rs", "src/lease/batch/finish.rs",
+         "src/lease/batch/poll.rs", "src/lease/forget.rs"]
+
+
+def files():
+    return (by_file(LEASE, mutations) + [("src/lease/control.rs", control_mutations)] + by_file(BATCH, batch_mutations)
+            + [("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations),
+               ("src/lease/history.rs", read_mutations),
+               ("src/lease/recent.rs", recent_mutations), ("src/lease/fleet.rs", fleet_mutations),
+               ("src/lease/audit.rs", audit_mutations),
+               ("src/lease/keys.rs", keys_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations),
+               ("migrations/0005_fence_tenure.sql", commit_check_mutations),
+               ("migrations/0006_fence_timeline.sql", timeline_mutations)])
 
 
 MARKER = re.compile(r"/\* guard:([a-z0-9_.]+) \*/[ \t]*")
@@ -376,6 +397,7 @@ def apply(src, markers, old, new):
 def check():
     """Every mutation's markers are in its file once, each followed by its
     clause; every marker in the checked files is named by a mutation."""
+    FILES = files()
     problems = []
     named = {}
     for path, muts in FILES:
@@ -405,6 +427,7 @@ def scanned():
 
 
 def main():
+    FILES = files()
     check_only = "--check" in sys.argv
     problems = check()
     total = sum(len(m) for _, m in FILES)
