@@ -18,7 +18,6 @@
 //!   rows inserted or deleted (the `RETURNING` of the same statement).
 
 use std::collections::HashSet;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -443,7 +442,7 @@ impl LeaseStore {
     pub async fn unknown_kind_keys_for_test(&self, kinds: &[&str]) -> Result<i64> {
         let now = self.server_now().await?;
         Ok(self
-            .due_since(now, 1, kinds, Duration::from_secs(60))
+            .due_since(now, 1, kinds, std::time::Duration::from_secs(60))
             .await?
             .kinds
             .unknown_keys)
@@ -453,7 +452,7 @@ impl LeaseStore {
     /// the cancel-safety sweep (they are not public on their own).
     #[cfg(feature = "test-util")]
     pub async fn kind_statements_for_test(&self, kind: &str, key: &str) -> Result<()> {
-        self.due_since(self.server_now().await?, 1, &[kind], Duration::from_secs(60))
+        self.due_since(self.server_now().await?, 1, &[kind], std::time::Duration::from_secs(60))
             .await?;
         self.keys_of_kind(kind).await?;
         let later = self.server_now().await? + chrono::TimeDelta::hours(1);

@@ -84,7 +84,7 @@ impl LeaseInfo {
     /// The lease's own state by the server clock: [`KeyState::Held`],
     /// [`KeyState::NeverRun`] or [`KeyState::Free`] (never
     /// [`KeyState::Paused`]: a pause is a row of its own, which
-    /// [`KeyStatus::state`] reads too).
+    /// [`KeyStatus::state`](super::KeyStatus::state) reads too).
     ///
     /// ```no_run
     /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
