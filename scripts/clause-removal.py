@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Clause removal: for each guard clause of the lease SQL (src/lease/mod.rs,
-the scheduler's batch statements and the run history in src/lease/batch.rs,
+"""Clause removal: for each guard clause of the lease SQL (claim, renew and
+release in src/lease/{claim,renew,release}.rs, the scheduler's batch
+statements and the run history in src/lease/batch/, forget in
+src/lease/forget.rs,
 the fence SQL in src/lease/fence.rs, the operator's revoke in
 src/lease/revoke.rs; pause, resume and trigger in control.rs, the pause
 rule enforced by mod.rs's and batch.rs's claims, written once in
@@ -52,24 +54,26 @@ import json, os, re, shutil, subprocess, sys, tempfile, time
 
 ROOT = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True).stdout.strip()
 
-# (marker(s), name, old, new[, tests]) in src/lease/mod.rs.
+# (marker(s), name, old, new[, tests]) in src/lease/{claim,renew,release}.rs.
 mutations = [
  ("release.holder", "release: holder clause removed", "l.holder = $2 AND", "",
   "lease::late_release_after_takeover_leaves_the_new_holder"),
  ("release.fence", "release: fence clause removed", "l.fence = $3", "true",
   "lease::late_release_of_an_old_run_leaves_the_new_run"),
- ("claim.reentrant", "claim: re-entrant clause `l.holder = EXCLUDED.holder OR` removed",
-  "l.holder = EXCLUDED.holder OR", ""),
+ ("claim.reentrant", "claim: re-entrant clause `l.holder = $2 OR` removed",
+  "l.holder = $2 OR", ""),
  ("claim.expiry", "claim: expiry clause `OR l.expires_at <= clock_timestamp()` removed",
   "OR l.expires_at <= clock_timestamp()", ""),
- ("claim.takeover", "claim: whole WHERE of DO UPDATE removed",
-  "WHERE (l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp()) AND NOT", "WHERE NOT"),
+ ("claim.takeover", "claim: whole takeover clause of the UPDATE removed",
+  "(l.holder = $2 OR l.expires_at <= clock_timestamp())", "true"),
  ("claim.fence_kept", "claim: CASE keeping the fence of a live re-entrant claim removed (always fresh fence)",
-  "CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp() THEN l.fence ELSE EXCLUDED.fence END",
-  "EXCLUDED.fence"),
+  "CASE WHEN l.holder = $2 AND l.expires_at > clock_timestamp() THEN l.fence ELSE leasehold_next_fence() END",
+  "leasehold_next_fence()"),
  ("claim.fence_kept", "claim: CASE condition without the expiry test (same holder keeps fence after expiry)",
-  "CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp() THEN l.fence ELSE EXCLUDED.fence END",
-  "CASE WHEN l.holder = EXCLUDED.holder THEN l.fence ELSE EXCLUDED.fence END"),
+  "CASE WHEN l.holder = $2 AND l.expires_at > clock_timestamp() THEN l.fence ELSE leasehold_next_fence() END",
+  "CASE WHEN l.holder = $2 THEN l.fence ELSE leasehold_next_fence() END"),
+ ("claim.takeover_fence", "claim: a takeover keeps the old tenure's fence instead of drawing one",
+  "leasehold_next_fence()", "l.fence"),
  ("claim.insert_fence claim_run.insert_fence", "claim/claim_run: fence from `fence + 1` instead of the sequence",
   "leasehold_next_fence()", "1"),
  ("claim_run.expiry", "claim_run: same-holder re-entrance added (a duplicate holder id takes a live lease)",
@@ -87,9 +91,8 @@ mutations = [
  ("claim_run.server_times", "claim_run: times taken from VALUES, before the row-lock wait (the slot bug)",
   "acquired_at = clock_timestamp(), expires_at = clock_timestamp() + make_interval(secs => $3),",
   "acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at,"),
- ("claim.precheck", "claim: snapshot pre-check removed",
-  "NOT EXISTS (SELECT 1 FROM leasehold_lease c WHERE c.key = $1 AND c.holder <> $2 AND c.expires_at > clock_timestamp())",
-  "true"),
+ ("claim.precheck", "claim: the insert's no-row check removed (a losing claim draws a fence)",
+  "NOT EXISTS (SELECT 1 FROM leasehold_lease c WHERE c.key = $1)", "true"),
  ("claim.pause", "claim: pause clause removed (a paused job's key is taken over)",
   'paused!(key = "l.key", jobs = "l.job_name")', '"false"', "operators::pause"),
  ("claim.insert_pause claim_run.insert_pause",
@@ -105,7 +108,7 @@ mutations = [
   "operators::pause::a_pause_lets_the_run_finish_unless_it_cancels_it"),
 ]
 
-# The same, in src/lease/batch.rs (the scheduler's statements).
+# The same, in src/lease/batch/*.rs (the scheduler's statements) and src/lease/forget.rs.
 batch_mutations = [
  ("claim_due.expiry", "claim_due: expiry clause removed (a batch takes a live lease)",
   "l.expires_at <= clock_timestamp()", "true",
@@ -161,6 +164,9 @@ batch_mutations = [
  ("forget.history", "forget: history kept after the row is deleted (a re-added key's ring refuses its runs)",
   "DELETE FROM leasehold_run WHERE key IN (SELECT key FROM gone)", "SELECT 1",
   "operators::history scheduler::forget"),
+ ("due_since.own_kinds", "due_since: a replica's own kinds counted as run nowhere (their vouch lapsed on the poll's snapshot)",
+  "k.kind <> ALL($3) AND", "",
+  "fleet::clauses::a_replicas_own_kinds_are_never_counted_unknown_by_its_poll")
 ]
 
 # The fence SQL (src/lease/fence.rs): the downstream half of the lease.
@@ -324,14 +330,33 @@ pause_rule_mutations = [
   '".scope = \'key\' AND "', '".scope = \'key\' AND false AND "', "operators::pause"),
 ]
 
-FILES = [("src/lease/mod.rs", mutations), ("src/lease/control.rs", control_mutations), ("src/lease/batch.rs", batch_mutations),
-         ("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations),
-         ("src/lease/history.rs", read_mutations),
-         ("src/lease/recent.rs", recent_mutations), ("src/lease/fleet.rs", fleet_mutations),
-         ("src/lease/audit.rs", audit_mutations),
-         ("src/lease/keys.rs", keys_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations),
-         ("migrations/0005_fence_tenure.sql", commit_check_mutations),
-         ("migrations/0006_fence_timeline.sql", timeline_mutations)]
+def by_file(paths, muts):
+    """`muts` spread over `paths`: each mutation goes with the file that
+    holds its (first) marker, so a statement can move between the files of
+    one concern's folder without touching its mutations."""
+    texts = {p: markers_in(open(os.path.join(ROOT, p)).read()) for p in paths}
+    out = {p: [] for p in paths}
+    for m in muts:
+        first = m[0].split()[0]
+        home = next((p for p in paths if first in texts[p]), paths[0])
+        out[home].append(m)
+    return [(p, out[p]) for p in paths]
+
+
+LEASE = ["src/lease/claim.rs", "src/lease/renew.rs", "src/lease/release.rs"]
+BATCH = ["src/lease/batch/register.rs", "src/lease/batch/claim_due.rs", "src/lease/batch/finish.rs",
+         "src/lease/batch/poll.rs", "src/lease/forget.rs"]
+
+
+def files():
+    return (by_file(LEASE, mutations) + [("src/lease/control.rs", control_mutations)] + by_file(BATCH, batch_mutations)
+            + [("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations),
+               ("src/lease/history.rs", read_mutations),
+               ("src/lease/recent.rs", recent_mutations), ("src/lease/fleet.rs", fleet_mutations),
+               ("src/lease/audit.rs", audit_mutations),
+               ("src/lease/keys.rs", keys_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations),
+               ("migrations/0005_fence_tenure.sql", commit_check_mutations),
+               ("migrations/0006_fence_timeline.sql", timeline_mutations)])
 
 
 MARKER = re.compile(r"/\* guard:([a-z0-9_.]+) \*/[ \t]*")
@@ -376,6 +401,7 @@ def apply(src, markers, old, new):
 def check():
     """Every mutation's markers are in its file once, each followed by its
     clause; every marker in the checked files is named by a mutation."""
+    FILES = files()
     problems = []
     named = {}
     for path, muts in FILES:
@@ -458,6 +484,7 @@ def verdict(name, out, took):
 
 
 def main():
+    FILES = files()
     check_only = "--check" in sys.argv
     problems = check()
     total = sum(len(m) for _, m in FILES)

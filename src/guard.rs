@@ -12,6 +12,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use crate::cancel::CancelReason;
 use crate::connection;
 use crate::error::{Error, Result};
+use crate::lease::StoredArgs;
 use crate::lease::fence::{self, Advance, Set};
 use crate::tenure::Tenure;
 use crate::{metrics, validate};
@@ -76,12 +77,13 @@ impl FenceGuard {
     /// # }
     /// ```
     pub fn args_version(&self) -> Option<i64> {
-        self.tenure.args_version.get().copied()
+        self.tenure.args.as_ref().map(|args| args.version)
     }
 
-    /// Notes the arguments' version a kind's run starts with.
-    pub(crate) fn set_args_version(&self, version: i64) {
-        let _ = self.tenure.args_version.set(version);
+    /// The stored key's arguments this run starts with, as its claim read
+    /// them (`None`: not a stored key, or removed before the claim).
+    pub(crate) fn stored_args(&self) -> Option<&StoredArgs> {
+        self.tenure.args.as_ref()
     }
 
     /// This replica's holder id.

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cancel::CancelReason;
-use crate::lease::{Lease, LeaseStore};
+use crate::lease::{Lease, LeaseStore, StoredArgs};
 use crate::metrics;
 
 pub(crate) struct Tenure {
@@ -47,9 +47,9 @@ pub(crate) struct Tenure {
     pub(crate) ended: CancellationToken,
     reason: OnceLock<CancelReason>,
     slot: OnceLock<Option<DateTime<Utc>>>,
-    /// The version of the stored key's arguments this run started with
-    /// (keys of job kinds only), set once before the kind's code runs.
-    pub(crate) args_version: OnceLock<i64>,
+    /// The stored key's arguments this run starts with, as its claim read
+    /// them (keys of job kinds only).
+    pub(crate) args: Option<StoredArgs>,
     times: Mutex<Times>,
     /// When each fence advance now in flight was sent (`begin_fenced` may
     /// run from several clones of the guard at once), for `Runtime::health`.
@@ -109,9 +109,15 @@ impl Tenure {
             ended: CancellationToken::new(),
             reason: OnceLock::new(),
             slot: OnceLock::new(),
-            args_version: OnceLock::new(),
+            args: None,
             fence_waits: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The tenure of a stored key's run, with the arguments its claim read.
+    pub(crate) fn with_args(mut self, args: Option<StoredArgs>) -> Self {
+        self.args = args;
+        self
     }
 
     fn times(&self) -> Times {

@@ -142,7 +142,7 @@ pub enum Fenced {
 }
 
 impl Db {
-    /// Rows registered by `register_many` (`src/lease/batch.rs`,
+    /// Rows registered by `register_many` (`src/lease/batch/register.rs`,
     /// `REGISTER_MANY`): free (`expires_at = acquired_at + 1 µs`), due at
     /// 0, each with a fence from the sequence.
     pub fn new(keys: usize, rate: Rate) -> Db {
@@ -181,8 +181,8 @@ impl Db {
     }
 
     /// The scheduler's batch claim for new runs: `LeaseStore::claim_due`,
-    /// `CLAIM_DUE` in `src/lease/batch.rs` (the same guards as
-    /// `LeaseStore::claim_run`'s `CLAIM_RUN` in `src/lease/mod.rs`).
+    /// `CLAIM_DUE` in `src/lease/batch/claim_due.rs` (the same guards as
+    /// `LeaseStore::claim_run`'s `CLAIM_RUN` in `src/lease/claim.rs`).
     ///
     /// - `pick`: `l.expires_at <= clock_timestamp()` (free, whoever held it,
     ///   this holder id included: invariant 3, no re-entrance) `AND
@@ -242,7 +242,7 @@ impl Db {
     }
 
     /// The heartbeat and `FenceGuard::ensure`: `LeaseStore::renew_each`
-    /// (`renew_many`), `RENEW_MANY` in `src/lease/mod.rs`.
+    /// (`renew_many`), `RENEW_MANY` in `src/lease/renew.rs`.
     ///
     /// - `mine`: `l.holder = $1 AND l.fence = t.fence AND l.expires_at >
     ///   clock_timestamp()` (invariant 6); with
@@ -276,7 +276,7 @@ impl Db {
     }
 
     /// A run's release: `LeaseStore::finish_many`, `FINISH_MANY` in
-    /// `src/lease/batch.rs` (sent by `src/runtime/finish.rs`; a plain
+    /// `src/lease/batch/finish.rs` (sent by `src/runtime/finish.rs`; a plain
     /// `LeaseStore::release` is the same statement).
     ///
     /// - `mine`: `l.holder = t.holder AND l.fence = t.fence` (invariant 7):

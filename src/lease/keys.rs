@@ -18,7 +18,6 @@
 //!   rows inserted or deleted (the `RETURNING` of the same statement).
 
 use std::collections::HashSet;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -181,6 +180,19 @@ pub(crate) struct KeyRow {
     pub(crate) args: String,
     pub(crate) schedule: String,
     pub(crate) catch_up: String,
+    pub(crate) version: i64,
+}
+
+/// The stored arguments a claimed run starts with, read by its claim's
+/// own statement (`LeaseStore::claim_due`).
+#[derive(Debug, Clone)]
+pub(crate) struct StoredArgs {
+    /// The key's kind when claimed: a key removed and added again under
+    /// another kind is not run as the old one.
+    pub(crate) kind: String,
+    /// The arguments, as JSON text.
+    pub(crate) json: String,
+    /// Their version (1 when added, one more per update).
     pub(crate) version: i64,
 }
 
@@ -472,42 +484,6 @@ impl LeaseStore {
             .collect())
     }
 
-    /// Vouches for `kinds` (this replica runs them) for `vouch`, and reads
-    /// their generations and the number of keys of kinds no live replica
-    /// vouches for: what a replica reads at every poll, one statement.
-    pub(crate) async fn kind_generations(&self, kinds: &[&str], vouch: Duration) -> Result<KindGenerations> {
-        // $1 kinds, $2 seconds. The vouch is written by the CTE (which runs
-        // whether or not it is read); the SELECTs read the statement's
-        // snapshot, so a kind this statement inserts has no generation yet
-        // (the caller loads it anyway: it never loaded it). The kinds of
-        // $1 are live by this very statement, so never counted unknown.
-        const KIND_GENERATIONS: &str = "
-            WITH vouched AS (
-                INSERT INTO leasehold_kind AS k (kind, seen_until)
-                SELECT kind, clock_timestamp() + make_interval(secs => $2)
-                  FROM unnest($1::text[]) AS kind ORDER BY kind
-                ON CONFLICT (kind) DO UPDATE SET seen_until = excluded.seen_until
-                RETURNING kind
-            )
-            SELECT k.kind, k.generation FROM leasehold_kind AS k WHERE k.kind = ANY($1)
-            UNION ALL
-            SELECT NULL, coalesce(sum(k.keys), 0)::bigint FROM leasehold_kind AS k
-             WHERE k.kind <> ALL($1) AND (k.seen_until IS NULL OR k.seen_until <= clock_timestamp())
-               AND (SELECT count(*) FROM vouched) >= 0";
-        let rows: Vec<(Option<String>, i64)> = connection::run!(&self.conns, |conn| sqlx::query_as(KIND_GENERATIONS)
-            .bind(kinds)
-            .bind(vouch.as_secs_f64())
-            .fetch_all(conn))?;
-        let mut out = KindGenerations::default();
-        for (kind, value) in rows {
-            match kind {
-                Some(kind) => out.generations.push((kind, value)),
-                None => out.unknown_keys = value,
-            }
-        }
-        Ok(out)
-    }
-
     /// Every key of `kind`, as a replica reloads them.
     pub(crate) async fn keys_of_kind(&self, kind: &str) -> Result<Vec<KeyRow>> {
         const KEYS_OF_KIND: &str = "
@@ -515,16 +491,6 @@ impl LeaseStore {
         connection::run!(&self.conns, |conn| sqlx::query_as(KEYS_OF_KIND)
             .bind(kind)
             .fetch_all(conn))
-    }
-
-    /// The arguments and version of `key`, a key of `kind`, now: what a run
-    /// starts with. `None` if the key was removed.
-    pub(crate) async fn key_args(&self, kind: &str, key: &str) -> Result<Option<(String, i64)>> {
-        const KEY_ARGS: &str = "SELECT args::text, version FROM leasehold_key WHERE key = $1 AND kind = $2";
-        connection::run!(&self.conns, |conn| sqlx::query_as(KEY_ARGS)
-            .bind(key)
-            .bind(kind)
-            .fetch_optional(conn))
     }
 
     /// A stored key got a new schedule whose next slot is `first`: its
@@ -568,13 +534,26 @@ impl LeaseStore {
         self.report_args_error(key, version, problem).await
     }
 
+    /// The count of stored keys of kinds no live replica runs, as a
+    /// replica registering `kinds` reads it at a poll (for the scenario
+    /// test of its own kinds' clause).
+    #[cfg(feature = "test-util")]
+    pub async fn unknown_kind_keys_for_test(&self, kinds: &[&str]) -> Result<i64> {
+        let now = self.server_now().await?;
+        Ok(self
+            .due_since(now, 1, kinds, std::time::Duration::from_secs(60))
+            .await?
+            .kinds
+            .unknown_keys)
+    }
+
     /// Every statement a replica's sync and a kind's run send, in turn, for
     /// the cancel-safety sweep (they are not public on their own).
     #[cfg(feature = "test-util")]
     pub async fn kind_statements_for_test(&self, kind: &str, key: &str) -> Result<()> {
-        self.kind_generations(&[kind], Duration::from_secs(60)).await?;
+        self.due_since(self.server_now().await?, 1, &[kind], std::time::Duration::from_secs(60))
+            .await?;
         self.keys_of_kind(kind).await?;
-        self.key_args(kind, key).await?;
         let later = self.server_now().await? + chrono::TimeDelta::hours(1);
         self.reschedule(key, later).await?;
         self.report_args_error(key, 1, "swept").await.map(drop)

@@ -3,9 +3,10 @@
 //! (docs/design.md §10).
 //!
 //! The scheduler syncs at every poll, and at once when a change is
-//! announced on the kinds' channel (`listen.rs`): one statement vouches for
-//! this replica's kinds and reads their generations; only a kind whose
-//! generation moved is reloaded, and the difference applied —
+//! announced on the kinds' channel (`listen.rs`): the poll's statement
+//! (`LeaseStore::due_since`) vouches for this replica's kinds and reads
+//! their generations; only a kind whose generation moved is reloaded, and
+//! the difference applied —
 //!
 //! - a new key is registered (its lease row created, first due at its
 //!   next slot), like `Runtime::add`;
@@ -15,8 +16,8 @@
 //!   its lease row is due at the new schedule's next slot if that is
 //!   sooner (a run in progress then writes the due time its old schedule
 //!   gives when it is released: the new one applies from the run after);
-//!   new arguments need nothing here: each run reads its key's arguments
-//!   when it starts;
+//!   new arguments need nothing here: each claim reads its key's
+//!   arguments (`LeaseStore::claim_due`), and the run starts with them;
 //! - a key whose arguments do not deserialize, or whose schedule does not
 //!   parse, is not registered (unregistered if it was), logged at ERROR
 //!   once per version, counted in `leasehold_keys_bad_args` and reported
@@ -36,7 +37,7 @@ use crate::error::Result;
 use crate::guard::FenceGuard;
 use crate::job::{JobError, JobSettings};
 use crate::kind::JobKind;
-use crate::lease::{KeyRow, LeaseStore};
+use crate::lease::{KeyRow, KindGenerations};
 use crate::metrics;
 use crate::schedule::{CatchUp, Schedule, first_due};
 use crate::validate;
@@ -99,39 +100,42 @@ impl KindEntry {
         self.settings.validate(&self.name)
     }
 
-    /// The job entry of one stored key of this kind. Its run reads the
-    /// key's arguments when it starts: an update reaches the next run
+    /// The job entry of one stored key of this kind. Its run starts with
+    /// the arguments its claim read: an update reaches the next run
     /// wherever it is claimed, and a key removed meanwhile is not run.
-    fn entry(self: &Arc<Self>, store: &LeaseStore, key: &Arc<str>, schedule: Schedule, catch_up: CatchUp) -> JobEntry {
+    fn entry(self: &Arc<Self>, key: &Arc<str>, schedule: Schedule, catch_up: CatchUp) -> JobEntry {
         JobEntry {
             name: self.name.clone(),
             key: key.clone(),
             settings: Arc::new(self.settings.clone().schedule(schedule).catch_up(catch_up)),
             body: Arc::new(StoredKey {
                 kind: self.clone(),
-                store: store.clone(),
                 key: key.clone(),
             }),
         }
     }
 }
 
-/// The body of one stored key: its kind, and where to read its arguments.
+/// The body of one stored key: its kind; the arguments come with each
+/// run's claim.
 struct StoredKey {
     kind: Arc<KindEntry>,
-    store: LeaseStore,
     key: Arc<str>,
 }
 
 impl Body for StoredKey {
     fn run_owned(self: Arc<Self>, guard: FenceGuard) -> BoxFuture<'static, Result<(), JobError>> {
         Box::pin(async move {
-            let Some((args, version)) = self.store.key_args(&self.kind.name, &self.key).await? else {
-                tracing::info!(key = %self.key, kind = %self.kind.name, "key removed before its run started: not run");
-                return Ok(());
+            // No arguments, or another kind's: the key was removed (and
+            // perhaps added again as another kind) before this run's claim.
+            let json = match guard.stored_args() {
+                Some(args) if *args.kind == *self.kind.name => args.json.clone(),
+                _ => {
+                    tracing::info!(key = %self.key, kind = %self.kind.name, "key removed before its run started: not run");
+                    return Ok(());
+                }
             };
-            guard.set_args_version(version);
-            (self.kind.run)(args, guard).await
+            (self.kind.run)(json, guard).await
         })
     }
 }
@@ -167,17 +171,18 @@ impl FleetSync {
         }
     }
 
-    /// Vouches for this replica's kinds, reloads the kinds that changed and
-    /// applies the difference. Each statement is the caller's to bound.
-    pub(crate) async fn sync(&mut self, shared: &Arc<Shared>) -> Result<()> {
+    /// The kinds this replica registers, for the poll to vouch for.
+    pub(crate) fn names(&self) -> Vec<&str> {
+        self.kinds.iter().map(|k| &*k.kind.name).collect()
+    }
+
+    /// Reloads the kinds whose generation moved, as the poll that vouched
+    /// for them read it, and applies the difference. Each statement is the
+    /// caller's to bound.
+    pub(crate) async fn sync(&mut self, shared: &Arc<Shared>, read: KindGenerations) -> Result<()> {
         if self.kinds.is_empty() {
             return Ok(());
         }
-        let names: Vec<&str> = self.kinds.iter().map(|k| &*k.kind.name).collect();
-        let read = shared
-            .store
-            .kind_generations(&names, vouch(shared.poll_interval))
-            .await?;
         metrics::keys_unknown_kind(read.unknown_keys);
         let generations: HashMap<String, i64> = read.generations.into_iter().collect();
         for loaded in &mut self.kinds {
@@ -196,7 +201,7 @@ impl FleetSync {
 /// How long a replica vouches for its kinds: three poll intervals (at
 /// least a minute), so a replica that missed a poll or two still counts
 /// as live, and one that is gone stops counting soon after.
-fn vouch(poll_interval: Duration) -> Duration {
+pub(crate) fn vouch(poll_interval: Duration) -> Duration {
     (poll_interval * 3).max(Duration::from_secs(60))
 }
 
@@ -246,7 +251,7 @@ impl Loaded {
                 Some((_, text, catch)) if *text == row.schedule && *catch == row.catch_up => {}
                 Some(_) => {
                     let first = first_due(&schedule, server_now(shared).await?);
-                    let job = self.kind.entry(&shared.store, &key, schedule, catch_up);
+                    let job = self.kind.entry(&key, schedule, catch_up);
                     shared.registry().replace(Arc::new(job));
                     if shared.store.reschedule(&key, first).await? {
                         shared.wake_key(&key);
@@ -264,7 +269,7 @@ impl Loaded {
                         .await;
                         continue;
                     }
-                    new.push(self.kind.entry(&shared.store, &key, schedule, catch_up));
+                    new.push(self.kind.entry(&key, schedule, catch_up));
                     self.bad.remove(&key);
                     pending.push((key, (row.version, row.schedule.clone(), row.catch_up.clone())));
                     continue;

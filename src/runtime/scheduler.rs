@@ -36,7 +36,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
-use super::fleet::{FleetSync, KindEntry};
+use super::fleet::{self, FleetSync, KindEntry};
 use super::state::{JobEntry, Shared};
 use super::supervise;
 use crate::connection::bounded;
@@ -132,12 +132,21 @@ impl Scheduler {
     /// registered here to the front of the queue; syncs the kinds' keys.
     async fn poll(&mut self, shared: &Arc<Shared>) -> Result<(), Duration> {
         let since = self.since - WINDOW_OVERLAP;
-        let answer = bounded(CLAIM_TIMEOUT, "poll", shared.store.due_since(since, MAX_DISCOVERED)).await;
+        let kinds = self.fleet.names();
+        let vouch = fleet::vouch(shared.poll_interval);
+        let answer = bounded(
+            CLAIM_TIMEOUT,
+            "poll",
+            shared.store.due_since(since, MAX_DISCOVERED, &kinds, vouch),
+        )
+        .await;
+        drop(kinds);
         let Polled {
             server_now,
             seen,
             paused,
             timeline,
+            kinds,
         } = self.answered(shared, answer)?;
         shared.clock.observed(server_now);
         shared.pauses_seen(paused);
@@ -157,7 +166,7 @@ impl Scheduler {
             }
         }
         // The keys of this replica's kinds: added, updated, removed.
-        let synced = bounded(SYNC_TIMEOUT, "sync", self.fleet.sync(shared)).await;
+        let synced = bounded(SYNC_TIMEOUT, "sync", self.fleet.sync(shared, kinds)).await;
         self.answered(shared, synced)
     }
 
@@ -286,14 +295,17 @@ impl Scheduler {
                 });
                 continue;
             }
-            let tenure = Arc::new(Tenure::new(
-                &job.name,
-                run.lease,
-                sent,
-                job.settings.lease,
-                job.settings.get_margin(),
-                shared.store.clone(),
-            ));
+            let tenure = Arc::new(
+                Tenure::new(
+                    &job.name,
+                    run.lease,
+                    sent,
+                    job.settings.lease,
+                    job.settings.get_margin(),
+                    shared.store.clone(),
+                )
+                .with_args(run.args),
+            );
             supervise::spawn(shared.clone(), job, tenure, run.run_no, run.pending_slot);
             started += 1;
         }

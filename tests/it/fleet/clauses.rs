@@ -72,6 +72,28 @@ async fn a_new_schedule_reaches_a_running_replica() {
     a.shutdown().await;
 }
 
+/// The poll that vouches for a replica's kinds also counts the keys no
+/// live replica runs: the replica's own kinds, whose vouch is lapsed (or
+/// was never written) on that statement's snapshot, are not counted;
+/// another kind's keys are.
+#[tokio::test]
+async fn a_replicas_own_kinds_are_never_counted_unknown_by_its_poll() {
+    let (_db, store) = support::store().await;
+    let ghost = NewKey::new("ghost", "g:1", &1, Schedule::Manual).unwrap();
+    store
+        .add_keys(&[
+            ghost,
+            tenant("k:1", "basic", "manual"),
+            tenant("k:2", "basic", "manual"),
+        ])
+        .await
+        .unwrap();
+    // No replica has vouched for either kind: all three keys run nowhere.
+    assert_eq!(store.unknown_kind_keys_for_test(&[]).await.unwrap(), 3);
+    // The first poll of a replica running "tenant": only the ghost's key.
+    assert_eq!(store.unknown_kind_keys_for_test(&["tenant"]).await.unwrap(), 1);
+}
+
 /// Keys of a kind no live replica registers show as such; the kinds a
 /// replica registers are live while it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

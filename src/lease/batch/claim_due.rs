@@ -1,0 +1,181 @@
+//! The batch claim: up to a replica's room of due keys in one statement,
+//! each with a fresh fence (invariants 3, 4, 5 and 8; `SKIP LOCKED`).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::Sighting;
+use crate::connection;
+use crate::error::Result;
+use crate::lease::{ClaimRow, Lease, LeaseStore, StoredArgs};
+use crate::validate;
+
+/// A key claimed for a run by [`LeaseStore::claim_due`].
+#[derive(Debug)]
+pub(crate) struct ClaimedRun {
+    pub(crate) lease: Lease,
+    /// The key's run number: this run's place in the history ring.
+    pub(crate) run_no: i64,
+    /// The schedule slot the key owed when claimed (`None`: none recorded).
+    pub(crate) pending_slot: Option<DateTime<Utc>>,
+    /// A stored key's arguments as the claim saw them (`None`: the key is
+    /// not a stored key, or not any more).
+    pub(crate) args: Option<StoredArgs>,
+}
+
+/// One row of [`LeaseStore::claim_due`]'s answer.
+#[derive(sqlx::FromRow)]
+struct DueRow {
+    #[sqlx(flatten)]
+    claim: ClaimRow,
+    args_kind: Option<String>,
+    args: Option<String>,
+    args_version: Option<i64>,
+}
+
+/// One key to claim with [`LeaseStore::claim_due`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Candidate<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) job_name: &'a str,
+    pub(crate) lease: Duration,
+}
+
+/// The answer to a batch claim.
+#[derive(Debug, Default)]
+pub(crate) struct Claimed {
+    /// Keys this statement claimed, each with its own fresh fence.
+    pub(crate) acquired: Vec<ClaimedRun>,
+    /// The other candidates, as the statement's snapshot saw them.
+    pub(crate) seen: Vec<Sighting>,
+}
+
+impl LeaseStore {
+    /// Claims, for new runs of `holder`, up to `limit` of `candidates`
+    /// `(key, lease)` that are free and due, in **one** statement: each
+    /// claimed key gets its own fresh fence. Rows another transaction has
+    /// locked are skipped, not waited for. The candidates not claimed come
+    /// back as the snapshot saw them; a candidate without a row is in
+    /// neither list.
+    pub(crate) async fn claim_due(&self, holder: &str, candidates: &[Candidate<'_>], limit: usize) -> Result<Claimed> {
+        validate::holder(holder)?;
+        let mut keys = Vec::with_capacity(candidates.len());
+        let mut jobs = Vec::with_capacity(candidates.len());
+        let mut ttls = Vec::with_capacity(candidates.len());
+        for candidate in candidates {
+            validate::key(candidate.key)?;
+            validate::job_name(candidate.job_name)?;
+            keys.push(candidate.key);
+            jobs.push(candidate.job_name);
+            ttls.push(validate::lease_secs("lease duration", candidate.lease)?);
+        }
+        if keys.is_empty() || limit == 0 {
+            return Ok(Claimed::default());
+        }
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        // $1 holder, $2 keys, $3 lease seconds, $4 how many to claim at most,
+        // $5 job names.
+        // `pick` decides, with the guards of `claim_run` (invariant 3, no
+        // re-entrance), evaluated on the latest row version once locked:
+        // - expires_at <= now: the lease is free by the server clock —
+        //   whoever held it, this holder id included (two processes may
+        //   share one id);
+        // - next_due_at <= now: the key is due by the server clock, so
+        //   replicas whose timers fire at different moments still start one
+        //   run per slot;
+        // - FOR UPDATE SKIP LOCKED: a row another claimer (or any other
+        //   transaction) has locked is left to it, never waited for;
+        // - not paused (invariant 8): neither the key, nor its job — by the
+        //   row's job_name or the one this runtime registers it under.
+        // `claimed` writes: a fresh fence per row (invariants 4 and 5),
+        // times from clock_timestamp() after the locks were taken, so
+        // acquired_at is never before the due time it consumed; the run's
+        // number (its history slot), the job's name, and the slot it owes.
+        // The UNION half reports the unclaimed candidates, paused or not, so
+        // the caller learns when to look again in the same round trip.
+        // A claimed stored key comes back with its kind, arguments and
+        // version as this statement's snapshot has them: the run starts
+        // with the version its claim saw (an update committed before the
+        // claim reaches this run, a later one the next run), with no
+        // statement of its own; a key removed meanwhile has none and is
+        // not run.
+        const CLAIM_DUE: &str = concat!(
+            "
+            WITH t AS (
+                SELECT * FROM unnest($2::text[], $3::float8[], $5::text[]) AS t(key, ttl, job)
+            ), pick AS (
+                SELECT l.key FROM leasehold_lease AS l JOIN t ON t.key = l.key
+                 WHERE /* guard:claim_due.expiry */ l.expires_at <= clock_timestamp()
+                   AND /* guard:claim_due.due */ (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
+                   AND NOT ",
+            /* guard:claim_due.pause */ paused!(key = "l.key", jobs = "l.job_name, t.job"),
+            "
+                 ORDER BY l.next_due_at NULLS FIRST, l.key
+                 LIMIT /* guard:claim_due.limit */ $4
+                   FOR UPDATE OF l /* guard:claim_due.skip_locked */ SKIP LOCKED
+            ), claimed AS (
+                UPDATE leasehold_lease AS l
+                   SET holder      = $1,
+                       fence       = /* guard:claim_due.fresh_fence */ leasehold_next_fence(),
+                       acquired_at = clock_timestamp(),
+                       expires_at  = clock_timestamp() + make_interval(secs => t.ttl),
+                       job_name    = t.job,
+                       runs        = l.runs + 1,
+                       slot_at     = COALESCE(l.slot_at, l.next_due_at)
+                  FROM pick, t
+                 WHERE l.key = pick.key AND t.key = pick.key
+                RETURNING l.*
+            )
+            SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now,
+                   k.kind AS args_kind, k.args::text AS args, k.version AS args_version
+              FROM claimed AS c LEFT JOIN leasehold_key AS k ON k.key = c.key
+            UNION ALL
+            SELECT false,
+                   ",
+            paused!(key = "l.key", jobs = "l.job_name, t.job"),
+            ",
+                   l.*, clock_timestamp(), NULL, NULL, NULL
+              FROM leasehold_lease AS l JOIN t ON t.key = l.key
+             WHERE l.key NOT IN (SELECT key FROM claimed)"
+        );
+        let rows: Vec<DueRow> = connection::run!(&self.conns, |conn| sqlx::query_as(CLAIM_DUE)
+            .bind(holder)
+            .bind(&keys)
+            .bind(&ttls)
+            .bind(limit)
+            .bind(&jobs)
+            .fetch_all(conn))?;
+        let mut claimed = Claimed::default();
+        for DueRow {
+            claim: ClaimRow { acquired, paused, row },
+            args_kind,
+            args,
+            args_version,
+        } in rows
+        {
+            if acquired {
+                let (run_no, pending_slot) = (row.runs, row.slot_at);
+                let args = match (args_kind, args, args_version) {
+                    (Some(kind), Some(json), Some(version)) => Some(StoredArgs { kind, json, version }),
+                    _ => None,
+                };
+                claimed.acquired.push(ClaimedRun {
+                    lease: row.into_lease(),
+                    run_no,
+                    pending_slot,
+                    args,
+                });
+            } else {
+                claimed.seen.push(Sighting {
+                    key: row.key,
+                    expires_at: row.expires_at,
+                    next_due_at: row.next_due_at,
+                    server_now: row.server_now,
+                    paused,
+                });
+            }
+        }
+        Ok(claimed)
+    }
+}

@@ -1,0 +1,244 @@
+//! The runtime's release: many runs' tenures released, their next due
+//! times and history rows written, in one statement (invariants 7 and 9).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+
+use crate::connection;
+use crate::error::Result;
+use crate::lease::{LeaseStore, NextDue, RunReport, WAKE_CHANNEL};
+use crate::validate;
+
+/// One run's release, for [`LeaseStore::finish_many`].
+#[derive(Debug, Clone)]
+pub(crate) struct Finish {
+    pub(crate) key: String,
+    pub(crate) holder: String,
+    pub(crate) fence: i64,
+    pub(crate) next: NextDue,
+    /// The run's history row; `None` records nothing (a plain
+    /// [`LeaseStore::release`]).
+    pub(crate) report: Option<RunReport>,
+}
+
+/// What one release of [`LeaseStore::finish_many`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The tenure was the current one and is released; the key is next
+    /// due later.
+    Yes,
+    /// The tenure was the current one and is released, and the key is due
+    /// now: a trigger came during the run, or the run left its slot owed
+    /// (cancelled).
+    StillDue,
+    /// The tenure was not the current one any more: nothing changed.
+    NotCurrent,
+    /// Its row is locked by another transaction: nothing changed yet.
+    Busy,
+}
+
+impl Released {
+    /// Whether the tenure was released (the key due later or now).
+    pub(crate) fn released(self) -> bool {
+        matches!(self, Released::Yes | Released::StillDue)
+    }
+}
+
+impl LeaseStore {
+    /// Releases many runs' tenures and records when each key is next due,
+    /// in **one** statement. Says, per item, whether that tenure was
+    /// released (and whether its key is due now), was not the current one
+    /// any more (a late release of an older tenure changes nothing), or is
+    /// busy: its row is locked by
+    /// another transaction, which a release does not wait for — retry it.
+    /// A key left due by its release wakes the listeners.
+    pub(crate) async fn finish_many(&self, items: &[Finish]) -> Result<Vec<Released>> {
+        let mut keys = Vec::with_capacity(items.len());
+        let mut holders = Vec::with_capacity(items.len());
+        let mut fences = Vec::with_capacity(items.len());
+        let mut ats: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(items.len());
+        let mut afters: Vec<Option<f64>> = Vec::with_capacity(items.len());
+        let mut h = HistoryColumns::with_capacity(items.len());
+        for item in items {
+            h.push(item.report.as_ref());
+            validate::key(&item.key)?;
+            validate::holder(&item.holder)?;
+            validate::fence(item.fence)?;
+            keys.push(item.key.as_str());
+            holders.push(item.holder.as_str());
+            fences.push(item.fence);
+            let (at, after) = match item.next {
+                NextDue::Unchanged => (None, None),
+                NextDue::At(at) => (Some(at), None),
+                NextDue::After(delay) => (None, Some(delay.as_secs_f64())),
+            };
+            ats.push(at);
+            afters.push(after);
+        }
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        // $1 keys, $2 holders, $3 fences, $4 next due (absolute), $5 next due
+        // (seconds from now), $6 the wake-up channel; the runs' history:
+        // $7 job names, $8 run numbers, $9 slots run for, $10 start times,
+        // $11 outcomes (NULL: record nothing), $12 reasons, $13 errors,
+        // $14 ring lengths.
+        // - `mine` (invariant 7): holder and fence scope each release to the
+        //   caller's own tenure, so a late release — after a takeover, or of
+        //   the same holder's earlier run — never frees a newer one.
+        // - FOR UPDATE SKIP LOCKED: a row locked elsewhere (a service's
+        //   `SELECT … FOR UPDATE`, another claimer) is reported `busy`, not
+        //   waited for, so one locked row never holds up the batch.
+        // - Expiring at "now" rather than deleting keeps the schedule;
+        //   GREATEST keeps the CHECK true even if the server clock stepped
+        //   back. A new due time is also the slot the next run owes; a
+        //   retry (`after`) or no change keeps the slot still owed.
+        // - A release that records nothing about the schedule (`at` and
+        //   `after` NULL: `LeaseStore::release`, a cancelled run) leaves the
+        //   due time as it is, a trigger included. A tenure claimed without
+        //   the due check (`claim`, `claim_run` with `Due::Now`) may hold a
+        //   key not due yet: its release must not take that for a trigger.
+        // - A trigger accepted after this run's claim is never overwritten:
+        //   a scheduled claim consumes a due time no later than its
+        //   `acquired_at`, so a due time *after* it was written by a
+        //   trigger during the run (`LeaseStore::trigger`). The key is then
+        //   due again at the release — one more run, however many triggers
+        //   came — while `slot_at` still records the next slot, so the
+        //   schedule goes on after that run. Due at the release's time,
+        //   not the trigger's, so pollers' windows (`due_since`) see it.
+        // - A released key that is still due (a cancelled run, a trigger
+        //   during the run) is claimable at once: `woken` tells listeners,
+        //   and `due` tells the releasing runtime.
+        // - `recorded` (invariant 9) writes each run's history row, in this
+        //   same statement: a run whose tenure was released, and one that
+        //   had lost it already (its release changes nothing else), but not
+        //   a busy one — it is recorded when its release goes through. The
+        //   row goes to its key's ring at run_no mod ring, and replaces
+        //   only an *older* run there, so a late release never erases a
+        //   newer run.
+        const FINISH_MANY: &str = "
+            WITH t AS (
+                SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::timestamptz[], $5::float8[],
+                                     $7::text[], $8::int8[], $9::timestamptz[], $10::timestamptz[],
+                                     $11::text[], $12::text[], $13::text[], $14::int4[])
+                           AS t(key, holder, fence, at, after,
+                                job, run_no, scheduled_for, started_at, outcome, reason, error, ring)
+            ), mine AS (
+                SELECT l.key FROM leasehold_lease AS l JOIN t ON t.key = l.key
+                 WHERE /* guard:finish_many.holder */ l.holder = t.holder
+                   AND /* guard:finish_many.fence */ l.fence = t.fence
+                   FOR UPDATE OF l /* guard:finish_many.skip_locked */ SKIP LOCKED
+            ), released AS (
+                UPDATE leasehold_lease AS l
+                   SET expires_at  = GREATEST(clock_timestamp(), l.acquired_at + interval '1 microsecond'),
+                       next_due_at = CASE /* guard:finish_many.plain_release */ WHEN t.at IS NULL AND t.after IS NULL THEN l.next_due_at
+                                          /* guard:finish_many.trigger_kept */ WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()
+                                          ELSE COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after)) END,
+                       slot_at     = /* guard:finish_many.slot_owed */ COALESCE(t.at, l.slot_at, l.next_due_at)
+                  FROM t
+                 WHERE l.key = t.key
+                   AND l.key IN (SELECT key FROM mine)
+                RETURNING l.key, l.fence, l.next_due_at
+            ), woken AS (
+                SELECT count(*) AS n FROM (
+                    SELECT pg_notify($6, r.key) FROM released AS r
+                     WHERE r.next_due_at IS NULL OR r.next_due_at <= clock_timestamp()) AS notified
+            ), busy AS (
+                SELECT l.key, l.fence FROM leasehold_lease AS l JOIN t ON t.key = l.key
+                 WHERE l.holder = t.holder AND l.fence = t.fence
+                   AND l.key NOT IN (SELECT key FROM mine)
+            ), recorded AS (
+                INSERT INTO leasehold_run AS r (key, slot, run_no, job_name, fence, holder, scheduled_for,
+                                                started_at, ended_at, outcome, reason, error)
+                SELECT DISTINCT ON (t.key, t.run_no % t.ring)
+                       t.key, (t.run_no % t.ring)::int, t.run_no, t.job, t.fence, t.holder, t.scheduled_for,
+                       t.started_at, clock_timestamp(), t.outcome, t.reason, t.error
+                  FROM t
+                 WHERE t.outcome IS NOT NULL AND t.ring > 0
+                   AND (t.key, t.fence) NOT IN (SELECT key, fence FROM busy)
+                 ORDER BY t.key, t.run_no % t.ring, t.run_no DESC
+                ON CONFLICT (key, slot) DO UPDATE
+                   SET run_no = EXCLUDED.run_no, job_name = EXCLUDED.job_name, fence = EXCLUDED.fence,
+                       holder = EXCLUDED.holder, scheduled_for = EXCLUDED.scheduled_for,
+                       started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
+                       outcome = EXCLUDED.outcome, reason = EXCLUDED.reason, error = EXCLUDED.error
+                 /* guard:finish_many.ring_order */ WHERE r.run_no < EXCLUDED.run_no
+            )
+            SELECT r.key, r.fence, false AS busy, COALESCE(r.next_due_at <= clock_timestamp(), true) AS due
+              FROM released AS r, woken
+            UNION ALL
+            SELECT b.key, b.fence, true, false FROM busy AS b";
+        let done: Vec<(String, i64, bool, bool)> = connection::run!(&self.conns, |conn| sqlx::query_as(FINISH_MANY)
+            .bind(&keys)
+            .bind(&holders)
+            .bind(&fences)
+            .bind(&ats)
+            .bind(&afters)
+            .bind(WAKE_CHANNEL)
+            .bind(&h.jobs)
+            .bind(&h.run_nos)
+            .bind(&h.slots)
+            .bind(&h.started)
+            .bind(&h.outcomes)
+            .bind(&h.reasons)
+            .bind(&h.errors)
+            .bind(&h.rings)
+            .fetch_all(conn))?;
+        // Looked up by (key, fence), not searched: a batch can hold a
+        // thousand releases.
+        let done: HashMap<(&str, i64), (bool, bool)> = done
+            .iter()
+            .map(|(key, fence, busy, due)| ((key.as_str(), *fence), (*busy, *due)))
+            .collect();
+        Ok(items
+            .iter()
+            .map(|item| match done.get(&(item.key.as_str(), item.fence)) {
+                Some((false, false)) => Released::Yes,
+                Some((false, true)) => Released::StillDue,
+                Some((true, _)) => Released::Busy,
+                None => Released::NotCurrent,
+            })
+            .collect())
+    }
+}
+
+/// The history columns of a [`LeaseStore::finish_many`] batch, one array
+/// per column (NULLs where a release records nothing).
+struct HistoryColumns<'a> {
+    jobs: Vec<Option<&'a str>>,
+    run_nos: Vec<Option<i64>>,
+    slots: Vec<Option<DateTime<Utc>>>,
+    started: Vec<Option<DateTime<Utc>>>,
+    outcomes: Vec<Option<&'static str>>,
+    reasons: Vec<Option<&'static str>>,
+    errors: Vec<Option<&'a str>>,
+    rings: Vec<i32>,
+}
+
+impl<'a> HistoryColumns<'a> {
+    fn with_capacity(n: usize) -> Self {
+        HistoryColumns {
+            jobs: Vec::with_capacity(n),
+            run_nos: Vec::with_capacity(n),
+            slots: Vec::with_capacity(n),
+            started: Vec::with_capacity(n),
+            outcomes: Vec::with_capacity(n),
+            reasons: Vec::with_capacity(n),
+            errors: Vec::with_capacity(n),
+            rings: Vec::with_capacity(n),
+        }
+    }
+
+    fn push(&mut self, report: Option<&'a RunReport>) {
+        self.jobs.push(report.map(|r| r.job_name.as_str()));
+        self.run_nos.push(report.map(|r| r.run_no));
+        self.slots.push(report.and_then(|r| r.scheduled_for));
+        self.started.push(report.map(|r| r.started_at));
+        self.outcomes.push(report.map(|r| r.outcome.as_str()));
+        self.reasons.push(report.and_then(|r| r.reason).map(|r| r.as_str()));
+        self.errors.push(report.and_then(|r| r.error.as_deref()));
+        self.rings
+            .push(report.map_or(0, |r| i32::try_from(r.ring).unwrap_or(i32::MAX)));
+    }
+}

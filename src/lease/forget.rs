@@ -1,0 +1,92 @@
+//! Forgetting a key: its row and history deleted, unless its lease is held.
+
+use super::{LeaseInfo, LeaseRow, LeaseStore};
+use crate::connection;
+use crate::error::Result;
+use crate::validate;
+
+/// What [`LeaseStore::forget`] did.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Forgotten {
+    /// The row was deleted: no schedule, no history of holders is left. A
+    /// runtime that still registers the key creates it again (due at its
+    /// next slot); its fences keep growing, they come from the sequence.
+    Deleted,
+    /// There was no row for this key.
+    NotFound,
+    /// The lease was held when the delete reached the row: nothing was
+    /// deleted. The row as read then (or just after, if a claim committed
+    /// while `forget` ran). Stop the run (or wait for it), then forget the
+    /// key again.
+    Held(LeaseInfo),
+}
+
+#[derive(sqlx::FromRow)]
+struct ForgetRow {
+    deleted: bool,
+    #[sqlx(flatten)]
+    row: LeaseRow,
+}
+
+impl LeaseStore {
+    /// Deletes the row of `key` — its schedule and last holder — unless
+    /// its lease is held right now. For keys no replica registers any more
+    /// (a removed tenant); a runtime that still registers the key creates
+    /// the row again. Fences stay monotonic across forget and re-add: they
+    /// come from the sequence, not from the row.
+    ///
+    /// Cancel-safe as described on [`LeaseStore`].
+    ///
+    /// ```no_run
+    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// use leasehold::Forgotten;
+    /// match store.forget("reconcile:tenant-42").await? {
+    ///     Forgotten::Deleted | Forgotten::NotFound => {}
+    ///     Forgotten::Held(info) => eprintln!("held by {} for {:?}; stop it first", info.holder, info.remaining()),
+    ///     _ => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn forget(&self, key: &str) -> Result<Forgotten> {
+        validate::key(key)?;
+        // $1 key. The expiry clause is the whole safety of this statement:
+        // deleting a live lease would let another replica claim it while its
+        // run goes on. The key's history goes with it: its run numbers
+        // start again from 1 if it is registered again, and the ring never
+        // lets a lower run number overwrite a higher one. The UNION half
+        // reports the row that was kept.
+        const FORGET: &str = "
+            WITH gone AS (
+                DELETE FROM leasehold_lease WHERE key = $1 AND /* guard:forget.expiry */ expires_at <= clock_timestamp() RETURNING key
+            ), history AS (
+                /* guard:forget.history */ DELETE FROM leasehold_run WHERE key IN (SELECT key FROM gone)
+            )
+            SELECT true AS deleted, l.*, clock_timestamp() AS server_now
+              FROM leasehold_lease AS l WHERE l.key IN (SELECT key FROM gone)
+            UNION ALL
+            SELECT false, l.*, clock_timestamp() FROM leasehold_lease AS l
+             WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM gone)";
+        let row: Option<ForgetRow> = connection::run!(&self.conns, |conn| sqlx::query_as(FORGET)
+            .bind(key)
+            .fetch_optional(conn))?;
+        Ok(match row {
+            Some(ForgetRow { deleted: true, .. }) => Forgotten::Deleted,
+            Some(ForgetRow { deleted: false, row }) => {
+                let info = row.into_info();
+                if info.is_held() {
+                    Forgotten::Held(info)
+                } else {
+                    // Free on the statement's snapshot, yet not deleted: a
+                    // claim committed before the DELETE reached the row, and
+                    // its re-check saw the new tenure. Read that tenure.
+                    match self.get(key).await? {
+                        Some(now) => Forgotten::Held(now),
+                        None => Forgotten::NotFound,
+                    }
+                }
+            }
+            None => Forgotten::NotFound,
+        })
+    }
+}
