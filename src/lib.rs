@@ -70,41 +70,66 @@ mod kind;
 mod lease;
 pub mod metrics;
 mod migrate;
-mod operator;
+pub mod operator;
 mod outcome;
-mod runtime;
-mod schedule;
+pub mod runtime;
+pub mod schedule;
 mod tenure;
 mod validate;
 
-pub use action::OperatorAction;
+// What a job author needs, at the root: the job, its settings and guard,
+// the runtime that runs it, the errors.
 pub use cancel::CancelReason;
 pub use error::{Error, Result};
 pub use guard::{FenceGuard, FencedUpdate};
-pub use health::Degraded;
 pub use job::{FencedJob, JobError, JobSettings};
 pub use kind::JobKind;
-#[cfg(feature = "test-util")]
-pub use lease::LockedRow;
-pub use lease::{
-    ActionRecord, Claim, DEFAULT_OWNED_CONNECTIONS, Due, Fleet, Forgotten, HolderSeen, KeyFilter, KeyPage, KeyState,
-    KeyStatus, KindStatus, Lease, LeaseInfo, LeaseStore, MAX_ARGS_BYTES, NewKey, Pause, PauseTarget, Renewal,
-    RenewedMany, Resumed, Revoke, Revoked, RunRecord, StoredKey, Triggered,
-};
+pub use lease::NewKey;
 pub use leasehold_macros::FencedJob;
-pub use migrate::{SCHEMA_VERSION, check_schema, migrate, schema_version};
-pub use operator::Operator;
-pub use outcome::RunOutcome;
+pub use migrate::migrate;
+pub use runtime::{Runtime, RuntimeBuilder};
+pub use schedule::{CatchUp, Schedule};
+
+/// The lease store: the `leasehold_lease` rows read and changed directly,
+/// without a runtime — what the CLI, the console and tools build on — and
+/// the limits every key, lease and argument is checked against.
+pub mod store {
+    #[cfg(feature = "test-util")]
+    pub use crate::lease::LockedRow;
+    pub use crate::lease::{
+        Claim, Due, Fleet, HolderSeen, KeyFilter, KeyPage, KeyState, KeyStatus, KindStatus, Lease, LeaseInfo,
+        LeaseStore, MAX_ARGS_BYTES, NewKey, Renewal, RenewedMany, RunRecord, StoredKey,
+    };
+    pub use crate::validate::{MAX_KEY_BYTES, MAX_LEASE, MIN_LEASE};
+}
+
+/// The schema leasehold's tables follow, and its migrations.
+pub mod schema {
+    pub use crate::migrate::{SCHEMA_VERSION, check_schema, migrate, schema_version};
+}
+
+// The flat paths of the previous release, kept (hidden) for one release:
+// use the module paths above.
+#[doc(hidden)]
+pub use operator::{
+    ActionRecord, Forgotten, Operator, OperatorAction, Pause, PauseTarget, Resumed, Revoke, Revoked, Triggered,
+};
 #[doc(hidden)]
 pub use runtime::__private;
 #[cfg(feature = "test-util")]
+#[doc(hidden)]
 pub use runtime::Faults;
+#[doc(hidden)]
 pub use runtime::{
-    Connections, DEFAULT_DEGRADED_AFTER, DEFAULT_HISTORY, DEFAULT_MAX_CONCURRENT_RUNS, Health, Runtime, RuntimeBuilder,
-    ShutdownReport,
+    Connections, DEFAULT_DEGRADED_AFTER, DEFAULT_HISTORY, DEFAULT_MAX_CONCURRENT_RUNS, DEFAULT_OWNED_CONNECTIONS,
+    Degraded, Health, RunOutcome, ShutdownReport,
 };
-pub use schedule::{CatchUp, CronSchedule, MAX_CATCH_UP, Schedule, Upcoming};
-pub use validate::{MAX_KEY_BYTES, MAX_LEASE, MIN_LEASE};
+#[doc(hidden)]
+pub use schedule::{CronSchedule, MAX_CATCH_UP, Upcoming};
+#[doc(hidden)]
+pub use schema::{SCHEMA_VERSION, check_schema, schema_version};
+#[doc(hidden)]
+pub use store::*;
 
 // The README's and the operations guide's examples, compiled by
 // `cargo test --doc` so that they keep matching the API.

@@ -9,11 +9,12 @@
 //! the record is written first, so an action that took effect is never
 //! missing from the history (docs/design.md §7).
 
-use crate::action::{self, OperatorAction, Outcome};
+use crate::action::{self, Outcome};
 use crate::error::Result;
-use crate::lease::{
-    Forgotten, KeyFilter, LeaseStore, NewKey, Pause, PauseTarget, Resumed, Revoke, Revoked, Triggered, validate_actor,
-};
+use crate::lease::{KeyFilter, LeaseStore, NewKey, validate_actor};
+
+pub use crate::action::OperatorAction;
+pub use crate::lease::{ActionRecord, Forgotten, Pause, PauseTarget, Resumed, Revoke, Revoked, Triggered};
 
 /// Keys read at a time by [`Operator::trigger_job`].
 const TRIGGER_PAGE: usize = 500;
