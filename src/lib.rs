@@ -89,7 +89,7 @@ pub use lease::{
     KeyStatus, KindStatus, Lease, LeaseInfo, LeaseStore, MAX_ARGS_BYTES, NewKey, Pause, PauseTarget, Renewal,
     RenewedMany, Resumed, Revoke, Revoked, RunRecord, StoredKey, Triggered,
 };
-pub use leasehold_macros::FencedJob;
+pub use leasehold_macros::{FencedJob, JobKind};
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, schema_version};
 pub use operator::Operator;
 pub use outcome::RunOutcome;
