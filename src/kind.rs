@@ -29,7 +29,7 @@ use crate::schedule::Schedule;
 /// Usually derived: `#[derive(JobKind)] #[kind(name = "invoice", args =
 /// Tenant, lease = "30s")]` on a struct with an inherent
 /// `async fn run(&self, args: Tenant, guard: FenceGuard)`, with its settings
-/// checked at compile time (see [`derive@JobKind`]). By hand, as below, when
+/// checked at compile time (see [`derive@crate::JobKind`]). By hand, as below, when
 /// the settings come from configuration at run time:
 ///
 /// ```no_run
