@@ -15,8 +15,8 @@ use quote::{quote, quote_spanned};
 use syn::{Data, DeriveInput, Fields, Ident, LitStr};
 
 use crate::Derive;
-use crate::key::{Key, Segment};
-use crate::validate::{CatchUp, Job, Schedule, snake_case, unraw};
+use crate::key::{Key, Segment, unraw};
+use crate::validate::{CatchUp, Job, Schedule, snake_case};
 
 /// The whole derive: parse, check, generate.
 pub(crate) fn derive(input: &DeriveInput, derive: Derive) -> TokenStream {

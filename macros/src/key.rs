@@ -7,10 +7,9 @@ use std::fmt;
 use leasehold_rules as rules;
 use proc_macro2::Span;
 use syn::spanned::Spanned;
-use syn::{Data, DeriveInput, Fields};
+use syn::{Data, DeriveInput, Fields, Ident};
 
 use crate::parse::Setting;
-use crate::validate::unraw;
 
 /// A lease key: literal text and fields of `self`, from `key = "..."`.
 pub(crate) struct Key {
@@ -166,6 +165,12 @@ pub(crate) fn parse_template(text: &str) -> Result<Vec<Segment>, TemplateError> 
         segments.push(Segment::Text(literal));
     }
     Ok(segments)
+}
+
+/// An identifier's name without `r#`.
+pub(crate) fn unraw(ident: &Ident) -> String {
+    let s = ident.to_string();
+    s.strip_prefix("r#").map(str::to_owned).unwrap_or(s)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use leasehold_rules::settings::{self as table, SETTINGS, Setter};
 use leasehold_rules::{self as rules, Timing};
 use syn::{Data, DeriveInput, Ident};
 
-use crate::key::{Key, key};
+use crate::key::{Key, key, unraw};
 use crate::parse::{RawJob, Setting};
 use crate::{Derive, Errors};
 
@@ -325,12 +325,6 @@ pub(crate) fn snake_case(ident: &Ident) -> String {
         }
     }
     out
-}
-
-/// An identifier's name without `r#`.
-pub(crate) fn unraw(ident: &Ident) -> String {
-    let s = ident.to_string();
-    s.strip_prefix("r#").map(str::to_owned).unwrap_or(s)
 }
 
 #[cfg(test)]
