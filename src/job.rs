@@ -82,15 +82,15 @@ pub trait FencedJob: Send + Sync + 'static {
 /// when none was set). The `#[job(...)]` attribute of the derive has the
 /// same name too (`retry_max` is the second argument of `retry`).
 ///
-/// | setting | setter | getter |
+/// | setter | getter | attributes |
 /// |---|---|---|
-/// | schedule | [`schedule`](JobSettings::schedule) (or [`new`](JobSettings::new)) | [`get_schedule`](JobSettings::get_schedule) |
-/// | lease | [`lease`](JobSettings::lease) | [`get_lease`](JobSettings::get_lease) |
-/// | heartbeat | [`heartbeat`](JobSettings::heartbeat) | [`get_heartbeat`](JobSettings::get_heartbeat) |
-/// | margin | [`margin`](JobSettings::margin) | [`get_margin`](JobSettings::get_margin) |
-/// | grace | [`grace`](JobSettings::grace) | [`get_grace`](JobSettings::get_grace) |
-/// | retry | [`retry`](JobSettings::retry) | [`get_retry`](JobSettings::get_retry) |
-/// | catch_up | [`catch_up`](JobSettings::catch_up) | [`get_catch_up`](JobSettings::get_catch_up) |
+/// | [`schedule`](JobSettings::schedule) | [`get_schedule`](JobSettings::get_schedule) | `every`, `cron`, `tz` |
+/// | [`catch_up`](JobSettings::catch_up) | [`get_catch_up`](JobSettings::get_catch_up) | `catch_up` |
+/// | [`lease`](JobSettings::lease) | [`get_lease`](JobSettings::get_lease) | `lease` |
+/// | [`heartbeat`](JobSettings::heartbeat) | [`get_heartbeat`](JobSettings::get_heartbeat) | `heartbeat` |
+/// | [`margin`](JobSettings::margin) | [`get_margin`](JobSettings::get_margin) | `margin` |
+/// | [`grace`](JobSettings::grace) | [`get_grace`](JobSettings::get_grace) | `grace` |
+/// | [`retry`](JobSettings::retry) | [`get_retry`](JobSettings::get_retry) | `retry`, `retry_max` |
 ///
 /// ```
 /// use std::time::Duration;

@@ -26,6 +26,12 @@ use crate::schedule::Schedule;
 /// status`) until it is updated. To evolve `Args`, add fields with
 /// `#[serde(default)]`, or update the stored keys first.
 ///
+/// Usually derived: `#[derive(JobKind)] #[kind(name = "invoice", args =
+/// Tenant, lease = "30s")]` on a struct with an inherent
+/// `async fn run(&self, args: Tenant, guard: FenceGuard)`, with its settings
+/// checked at compile time (see [`derive@crate::JobKind`]). By hand, as below, when
+/// the settings come from configuration at run time:
+///
 /// ```no_run
 /// use leasehold::{FenceGuard, JobError, JobKind, JobSettings, NewKey, Runtime, Schedule};
 /// use std::time::Duration;

@@ -85,7 +85,7 @@ pub use guard::{FenceGuard, FencedUpdate};
 pub use job::{FencedJob, JobError, JobSettings};
 pub use kind::JobKind;
 pub use lease::NewKey;
-pub use leasehold_macros::FencedJob;
+pub use leasehold_macros::{FencedJob, JobKind};
 pub use migrate::migrate;
 pub use runtime::{Runtime, RuntimeBuilder};
 pub use schedule::{CatchUp, Schedule};

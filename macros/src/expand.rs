@@ -1,28 +1,36 @@
-//! Code generation: a checked [`Job`] → `impl ::leasehold::FencedJob`.
+//! Code generation: a checked [`Job`] → `impl ::leasehold::FencedJob` or
+//! `impl ::leasehold::JobKind`.
 //!
 //! Generated code names only `::leasehold::…`, `::core::…` and `::std::…`
 //! paths. On any error the caller still gets an impl ([`fallback`]) next to
-//! the `compile_error!`s, so one mistake in `#[job(...)]` is one error and not
-//! also a cascade of "`FencedJob` is not implemented" wherever the job is used.
+//! the `compile_error!`s, so one mistake in the attribute is one error and
+//! not also a cascade of "`FencedJob` is not implemented" wherever the job
+//! is used.
 
 use std::time::Duration;
 
+use leasehold_rules::settings::Setter;
 use proc_macro2::{Literal, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::{Data, DeriveInput, Fields, Ident, LitStr};
 
-use crate::validate::{CatchUp, Job, Key, Schedule, Segment, snake_case, unraw};
+use crate::Derive;
+use crate::key::{Key, Segment, unraw};
+use crate::validate::{CatchUp, Job, Schedule, snake_case};
 
 /// The whole derive: parse, check, generate.
-pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
+pub(crate) fn derive(input: &DeriveInput, derive: Derive) -> TokenStream {
     let mut errors = crate::Errors::default();
-    let raw = crate::parse::parse(input, &mut errors);
-    let job = crate::validate::validate(input, &raw, &mut errors);
+    let raw = crate::parse::parse(input, derive, &mut errors);
+    let job = crate::validate::validate(input, derive, &raw, &mut errors);
     match (errors.into_result(), job) {
-        (Ok(()), Some(job)) => implement(input, &job),
+        (Ok(()), Some(job)) => implement(input, derive, &job),
         (result, _) => {
             let errors = result.err().map(|e| e.to_compile_error());
-            let name = raw.name.map_or_else(|| snake_case(&input.ident), |s| s.value.value());
+            let name = raw
+                .get("name")
+                .map_or_else(|| snake_case(&input.ident), |s| s.text.clone());
+            let args = raw.get("args").and_then(|s| s.ty.as_ref());
             // A borrowing struct cannot be a job at all: an impl would only
             // add errors about lifetimes to the one that says so.
             let fallback = input
@@ -30,16 +38,25 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
                 .lifetimes()
                 .next()
                 .is_none()
-                .then(|| fallback(input, &name));
+                .then(|| fallback(input, derive, &name, args));
             quote!(#errors #fallback)
         }
     }
 }
 
-/// The impl for a valid `#[job(...)]`.
-fn implement(input: &DeriveInput, job: &Job) -> TokenStream {
-    let name = &job.name;
+/// The impl for valid settings.
+fn implement(input: &DeriveInput, derive: Derive, job: &Job) -> TokenStream {
     let key = job.key.as_ref().map(|key| key_fn(input, key));
+    let settings = settings_fn(job);
+    match derive {
+        Derive::Job => job_impl(input, &job.name, key, settings),
+        Derive::Kind => kind_impl(input, &job.name, job.args.as_ref(), settings),
+    }
+}
+
+/// `fn settings`: `JobSettings::new(schedule)` and the setter the table
+/// names for each setting given; the rest keep `JobSettings`' defaults.
+fn settings_fn(job: &Job) -> TokenStream {
     let schedule = match &job.schedule {
         Schedule::Manual => quote!(::leasehold::Schedule::Manual),
         Schedule::Every(period) => {
@@ -60,19 +77,23 @@ fn implement(input: &DeriveInput, job: &Job) -> TokenStream {
         },
     };
     let mut setters = Vec::new();
-    let mut set = |method: &str, value: Option<Duration>| {
-        if let Some(value) = value {
-            let method = Ident::new(method, proc_macro2::Span::call_site());
-            let value = duration(value);
-            setters.push(quote!(.#method(#value)));
+    let (mut retry, mut retry_max) = (None, None);
+    for (def, value) in &job.durations {
+        match def.setter {
+            Setter::Duration(method) => {
+                let method = Ident::new(method, proc_macro2::Span::call_site());
+                let value = duration(*value);
+                setters.push(quote!(.#method(#value)));
+            }
+            Setter::RetryInitial => retry = Some(*value),
+            Setter::RetryMax => retry_max = Some(*value),
+            Setter::Trait | Setter::Schedule | Setter::CatchUp => {}
         }
-    };
-    set("lease", job.lease);
-    set("heartbeat", job.heartbeat);
-    set("margin", job.margin);
-    set("grace", job.grace);
-    if let Some((initial, max)) = job.retry {
-        let (initial, max) = (duration(initial), duration(max));
+    }
+    // `retry(initial, max)` takes both: the one not given is its default.
+    if retry.is_some() || retry_max.is_some() {
+        let initial = duration(retry.unwrap_or(leasehold_rules::DEFAULT_RETRY));
+        let max = duration(retry_max.unwrap_or(leasehold_rules::DEFAULT_RETRY_MAX));
         setters.push(quote!(.retry(#initial, #max)));
     }
     if let Some(policy) = job.catch_up {
@@ -86,29 +107,34 @@ fn implement(input: &DeriveInput, job: &Job) -> TokenStream {
         };
         setters.push(quote!(.catch_up(#policy)));
     }
-    let settings = quote! {
+    quote! {
         fn settings(&self) -> ::leasehold::JobSettings {
             ::leasehold::JobSettings::new(#schedule) #(#setters)*
         }
-    };
-    job_impl(input, name, key, settings)
+    }
 }
 
 /// The impl emitted next to errors: the struct's name, a manual schedule,
 /// and the real `run` (or the error about a missing one: a second mistake).
-fn fallback(input: &DeriveInput, name: &str) -> TokenStream {
+/// A kind without a valid `args` gets `()` and a `run` that calls nothing,
+/// so the missing type is one error.
+fn fallback(input: &DeriveInput, derive: Derive, name: &str, args: Option<&syn::Type>) -> TokenStream {
     let settings = quote! {
         fn settings(&self) -> ::leasehold::JobSettings {
             ::leasehold::JobSettings::new(::leasehold::Schedule::Manual)
         }
     };
-    job_impl(input, name, None, settings)
+    match derive {
+        Derive::Job => job_impl(input, name, None, settings),
+        Derive::Kind => kind_impl(input, name, args, settings),
+    }
 }
 
-fn job_impl(input: &DeriveInput, name: &str, key: Option<TokenStream>, settings: TokenStream) -> TokenStream {
+/// The impl's generics: a generic job is a job for the instantiations that
+/// can be one.
+fn impl_generics(input: &DeriveInput) -> syn::Generics {
     let ident = &input.ident;
     let mut generics = input.generics.clone();
-    // A generic job is a job for the instantiations that can be one.
     if !generics.params.is_empty() {
         let (_, ty_generics, _) = input.generics.split_for_impl();
         generics
@@ -116,8 +142,14 @@ fn job_impl(input: &DeriveInput, name: &str, key: Option<TokenStream>, settings:
             .predicates
             .push(syn::parse_quote!(#ident #ty_generics: ::core::marker::Send + ::core::marker::Sync + 'static));
     }
+    generics
+}
+
+fn job_impl(input: &DeriveInput, name: &str, key: Option<TokenStream>, settings: TokenStream) -> TokenStream {
+    let ident = &input.ident;
+    let generics = impl_generics(input);
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
-    let run = run_fn(ident, !input.generics.params.is_empty());
+    let run = run_fn(ident, Derive::Job, !input.generics.params.is_empty());
     quote! {
         #[automatically_derived]
         impl #impl_generics ::leasehold::FencedJob for #ident #ty_generics #where_clause {
@@ -125,6 +157,43 @@ fn job_impl(input: &DeriveInput, name: &str, key: Option<TokenStream>, settings:
                 #name
             }
             #key
+            #settings
+            #run
+        }
+    }
+}
+
+fn kind_impl(input: &DeriveInput, name: &str, args: Option<&syn::Type>, settings: TokenStream) -> TokenStream {
+    let ident = &input.ident;
+    let generics = impl_generics(input);
+    let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
+    let (args, run) = match args {
+        Some(args) => (
+            quote!(#args),
+            run_fn(ident, Derive::Kind, !input.generics.params.is_empty()),
+        ),
+        // Already an error: `args` is missing.
+        None => (
+            quote!(()),
+            quote! {
+                fn run(
+                    &self,
+                    _: (),
+                    _: ::leasehold::FenceGuard,
+                ) -> impl ::core::future::Future<Output = ::core::result::Result<(), ::leasehold::JobError>>
+                       + ::core::marker::Send {
+                    ::core::future::ready(::core::result::Result::Ok(()))
+                }
+            },
+        ),
+    };
+    quote! {
+        #[automatically_derived]
+        impl #impl_generics ::leasehold::JobKind for #ident #ty_generics #where_clause {
+            type Args = #args;
+            fn name(&self) -> &::core::primitive::str {
+                #name
+            }
             #settings
             #run
         }
@@ -187,31 +256,59 @@ fn named_fields(input: &DeriveInput) -> Vec<&Ident> {
 /// Inside this impl, `<Self>::run` is the inherent method when there is one
 /// (inherent items win) and otherwise *this* trait method — which would
 /// recurse. The probe tells the two apart: the function item types of
-/// `<Self>::run` and `<Self as FencedJob>::run` are equal only when there is
-/// no inherent `run`, and then `PickMissing` (a by-value match) wins over
-/// `PickFound` (an autoref match). A missing method becomes one error, with
-/// a message saying what to write, pointing at the struct's name.
-fn run_fn(ident: &Ident, generic: bool) -> TokenStream {
+/// `<Self>::run` and `<Self as FencedJob>::run` (or `JobKind`) are equal
+/// only when there is no inherent `run`, and then `PickMissing` (a by-value
+/// match) wins over `PickFound` (an autoref match). A missing method becomes
+/// one error, with a message saying what to write, pointing at the struct's
+/// name. A kind's `run` takes the key's arguments before the guard.
+fn run_fn(ident: &Ident, derive: Derive, generic: bool) -> TokenStream {
     let span = ident.span();
-    let mut note = "add `impl {J} { async fn run(&self, guard: FenceGuard) -> Result<(), E> { .. } }`, \
-                    with any error type `E: Into<leasehold::JobError>`"
-        .replace('{', "{{")
-        .replace('}', "}}")
-        .replace("{{J}}", "{J}");
-    if generic {
-        note.push_str(
-            "; if `run` exists, the bounds of its `impl` block must hold for every type \
-             `#[derive(FencedJob)]` covers (the struct's own bounds)",
-        );
+    let trait_name = derive.name();
+    let signature = match derive {
+        Derive::Job => "&self, guard: FenceGuard",
+        Derive::Kind => "&self, args: Args, guard: FenceGuard",
+    };
+    let mut note = format!(
+        "add `impl {{J}} {{ async fn run({signature}) -> Result<(), E> {{ .. }} }}`, \
+         with any error type `E: Into<leasehold::JobError>`"
+    )
+    .replace('{', "{{")
+    .replace('}', "}}")
+    .replace("{{J}}", "{J}");
+    if derive == Derive::Kind {
+        note.push_str(" and `Args` the type of `#[kind(args = ...)]`");
     }
+    if generic {
+        note.push_str(&format!(
+            "; if `run` exists, the bounds of its `impl` block must hold for every type \
+             `#[derive({trait_name})]` covers (the struct's own bounds)"
+        ));
+    }
+    let message = format!("`{{J}}` has no inherent `run` method for `#[derive({trait_name})]` to call");
+    let trait_path = match derive {
+        Derive::Job => quote!(::leasehold::FencedJob),
+        Derive::Kind => quote!(::leasehold::JobKind),
+    };
+    // The kind's arguments, between `self` and the guard.
+    let (param, found_param, arg, arg_type, arg_generic) = match derive {
+        Derive::Job => (quote!(), quote!(), quote!(), quote!(), quote!()),
+        Derive::Kind => (
+            quote!(args: <Self as ::leasehold::JobKind>::Args,),
+            quote!(args: A,),
+            quote!(args,),
+            quote!(_: A,),
+            quote!(A,),
+        ),
+    };
     let inherent = quote_spanned!(span=> <Self>::run);
     let found = quote_spanned!(span=> require_inherent_run::<Self, _>((&__probe).__leasehold_probe()));
-    let call = quote_spanned!(span=> __leasehold_run.__leasehold_call(self, guard));
+    let call = quote_spanned!(span=> __leasehold_run.__leasehold_call(self, #arg guard));
     let output =
         quote_spanned!(span=> ::core::result::Result::map_err(__leasehold_future.await, ::core::convert::Into::into));
     quote! {
         fn run(
             &self,
+            #param
             guard: ::leasehold::FenceGuard,
         ) -> impl ::core::future::Future<Output = ::core::result::Result<(), ::leasehold::JobError>>
                + ::core::marker::Send {
@@ -222,7 +319,7 @@ fn run_fn(ident: &Ident, generic: bool) -> TokenStream {
             #[allow(dead_code)]
             struct MissingRun;
             #[diagnostic::on_unimplemented(
-                message = "`{J}` has no inherent `run` method for `#[derive(FencedJob)]` to call",
+                message = #message,
                 label = "`{J}` needs an inherent `run` method",
                 note = #note
             )]
@@ -251,9 +348,10 @@ fn run_fn(ident: &Ident, generic: bool) -> TokenStream {
             }
             #[allow(dead_code)]
             impl MissingRun {
-                fn __leasehold_call<J>(
+                fn __leasehold_call<J, #arg_generic>(
                     self,
                     _: &J,
+                    #arg_type
                     _: ::leasehold::FenceGuard,
                 ) -> ::core::future::Ready<::core::result::Result<(), ::leasehold::JobError>> {
                     ::core::future::ready(::core::result::Result::Ok(()))
@@ -261,16 +359,21 @@ fn run_fn(ident: &Ident, generic: bool) -> TokenStream {
             }
             #[allow(dead_code)]
             impl<F> Found<F> {
-                fn __leasehold_call<'a, J, Fut, E>(self, job: &'a J, guard: ::leasehold::FenceGuard) -> Fut
+                fn __leasehold_call<'a, J, #arg_generic Fut, E>(
+                    self,
+                    job: &'a J,
+                    #found_param
+                    guard: ::leasehold::FenceGuard,
+                ) -> Fut
                 where
-                    F: ::core::ops::FnOnce(&'a J, ::leasehold::FenceGuard) -> Fut,
+                    F: ::core::ops::FnOnce(&'a J, #arg_generic ::leasehold::FenceGuard) -> Fut,
                     Fut: ::core::future::Future<Output = ::core::result::Result<(), E>>,
                 {
-                    (self.0)(job, guard)
+                    (self.0)(job, #arg guard)
                 }
             }
 
-            let __probe = Probe(#inherent, <Self as ::leasehold::FencedJob>::run);
+            let __probe = Probe(#inherent, <Self as #trait_path>::run);
             let __leasehold_run = #found;
             let __leasehold_future = #call;
             async move { #output }

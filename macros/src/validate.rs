@@ -3,30 +3,34 @@
 //! `leasehold` applies when the runtime starts, from the crate both use
 //! (`leasehold-rules`), moved to compile time: a `RuleError` becomes a
 //! compile error at the attribute's value.
+//!
+//! [`validate`] runs one function per concern (the item's shape, the name,
+//! the key, the schedule, the durations, the rules between them, a kind's
+//! arguments); each reports its own mistakes.
 
-use std::fmt;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leasehold_rules::{self as rules, RuleError, Timing};
-use proc_macro2::Span;
-use syn::{Data, DeriveInput, Fields, Ident};
+use leasehold_rules::settings::{self as table, SETTINGS, Setter};
+use leasehold_rules::{self as rules, Timing};
+use syn::{Data, DeriveInput, Ident};
 
-use crate::Errors;
+use crate::key::{Key, key, unraw};
 use crate::parse::{RawJob, Setting};
+use crate::{Derive, Errors};
 
-/// A job's settings, checked; what `expand` turns into code. `None` means
-/// "not given": the library's default applies.
+/// A job's (or kind's) settings, checked; what `expand` turns into code.
+/// Settings not given keep the library's defaults.
 pub(crate) struct Job {
     pub(crate) name: String,
     pub(crate) key: Option<Key>,
     pub(crate) schedule: Schedule,
-    pub(crate) lease: Option<Duration>,
-    pub(crate) heartbeat: Option<Duration>,
-    pub(crate) margin: Option<Duration>,
-    pub(crate) grace: Option<Duration>,
-    /// `(initial, max)`, present when either `retry` or `retry_max` is given.
-    pub(crate) retry: Option<(Duration, Duration)>,
+    /// The durations given, each with its row of the table (which names
+    /// its `JobSettings` setter), in the table's order.
+    pub(crate) durations: Vec<(&'static table::Setting, Duration)>,
     pub(crate) catch_up: Option<CatchUp>,
+    /// A kind's `Args`.
+    pub(crate) args: Option<syn::Type>,
 }
 
 /// When the job runs.
@@ -43,115 +47,136 @@ pub(crate) enum Schedule {
 /// `catch_up = "..."`: `leasehold::CatchUp`.
 pub(crate) use rules::CatchUpText as CatchUp;
 
-/// A lease key: literal text and fields of `self`, from `key = "..."`.
-pub(crate) struct Key {
-    /// The key string, where type errors about its fields should point.
-    pub(crate) span: Span,
-    pub(crate) segments: Vec<Segment>,
-}
-
-/// A piece of a key template.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Segment {
-    /// Literal text (braces already unescaped).
-    Text(String),
-    /// `{field}`: a field of the struct, by the name written.
-    Field(String),
-}
+/// Each given duration: `Ok` if valid, `Err` if invalid (already reported).
+type Durations = BTreeMap<&'static str, Result<Duration, ()>>;
 
 /// Checks everything `parse` collected. Pushes one error per mistake and
 /// returns `None` if there was any.
-pub(crate) fn validate(input: &DeriveInput, raw: &RawJob, errors: &mut Errors) -> Option<Job> {
+pub(crate) fn validate(input: &DeriveInput, derive: Derive, raw: &RawJob, errors: &mut Errors) -> Option<Job> {
     let before = errors.len();
-
-    if let Data::Enum(e) = &input.data {
-        let ident = &input.ident;
-        let enum_token = e.enum_token;
-        errors.push(syn::Error::new_spanned(
-            quote::quote!(#enum_token #ident),
-            "#[derive(FencedJob)] only supports structs: a job is a struct whose fields its `run` uses; \
-             for one job per variant, wrap the enum in a struct",
-        ));
-    }
-    if let Data::Union(u) = &input.data {
-        let ident = &input.ident;
-        let union_token = u.union_token;
-        errors.push(syn::Error::new_spanned(
-            quote::quote!(#union_token #ident),
-            "#[derive(FencedJob)] only supports structs, not unions",
-        ));
-    }
-
-    if let Some(lifetime) = input.generics.lifetimes().next() {
-        errors.push(syn::Error::new_spanned(
-            lifetime,
-            "a job cannot borrow: `FencedJob` requires `'static` (the runtime keeps the job for its whole life); \
-             own the data instead (`String`, `Arc<T>`, a pool handle)",
-        ));
-    }
-
-    let name = match &raw.name {
-        Some(setting) => {
-            let name = setting.value.value();
-            if let Err(problem) = rules::check_identifier(&name) {
-                errors.push(value_error(setting, format!("job name {problem}")));
-            }
-            name
-        }
-        None => snake_case(&input.ident),
-    };
-
-    let key = raw.key.as_ref().and_then(|setting| match key(input, setting) {
+    shape(input, derive, errors);
+    let name = name(input, raw, errors);
+    let key = raw.get("key").and_then(|setting| match key(input, setting) {
         Ok(key) => Some(key),
         Err(e) => {
             errors.push(e);
             None
         }
     });
-
-    let every = duration(raw.every.as_ref(), errors, |d| rules::period(d).err());
-    let cron = raw
-        .cron
-        .as_ref()
-        .and_then(|setting| match cron(&setting.value.value()) {
-            Ok(()) => Some(setting.value.value()),
-            Err(problem) => {
-                errors.push(value_error(setting, problem));
-                None
-            }
-        });
-    let tz = raw.tz.as_ref().and_then(|setting| {
-        if raw.cron.is_none() {
-            let problem = if raw.every.is_some() {
-                "`tz` is the time zone of a `cron` schedule, and `every` slots are aligned on the Unix epoch, \
-                 in no zone; for times of day use `cron = \"0 3 * * *\"` with `tz`, or remove `tz`"
-            } else {
-                "`tz` is the time zone of a `cron` schedule, and this job has none; \
-                 add `cron = \"0 3 * * *\"` (read in this zone), or remove `tz`"
-            };
-            errors.push(syn::Error::new_spanned(&setting.meta.path, problem));
-            return None;
-        }
-        let name = setting.value.value();
-        match zone(&name) {
-            Ok(()) => Some(name),
-            Err(problem) => {
-                errors.push(value_error(setting, problem));
-                None
-            }
-        }
-    });
+    let durations = durations(raw, errors);
+    let schedule = schedule(raw, &durations, errors);
     let catch_up = raw
-        .catch_up
-        .as_ref()
-        .and_then(|setting| match catch_up(&setting.value.value()) {
+        .get("catch_up")
+        .and_then(|setting| match rules::parse_catch_up(&setting.text) {
             Ok(policy) => Some(policy),
             Err(problem) => {
                 errors.push(value_error(setting, problem));
                 None
             }
         });
-    let schedule = match (&raw.every, &raw.cron) {
+    timing_relations(raw, &durations, errors);
+    let args = args(input, derive, raw, errors);
+    if errors.len() > before {
+        return None;
+    }
+    let durations = SETTINGS
+        .iter()
+        .filter(|def| !matches!(def.setter, Setter::Schedule))
+        .filter_map(|def| Some((def, *durations.get(def.name)?.as_ref().ok()?)))
+        .collect();
+    Some(Job {
+        name,
+        key,
+        schedule,
+        durations,
+        catch_up,
+        args,
+    })
+}
+
+/// Only structs without lifetimes can be jobs or kinds.
+fn shape(input: &DeriveInput, derive: Derive, errors: &mut Errors) {
+    let ident = &input.ident;
+    let (what, trait_name) = (derive.what(), derive.name());
+    if let Data::Enum(e) = &input.data {
+        let enum_token = e.enum_token;
+        errors.push(syn::Error::new_spanned(
+            quote::quote!(#enum_token #ident),
+            format!(
+                "#[derive({trait_name})] only supports structs: a {what} is a struct whose fields its `run` uses; \
+                 for one {what} per variant, wrap the enum in a struct"
+            ),
+        ));
+    }
+    if let Data::Union(u) = &input.data {
+        let union_token = u.union_token;
+        errors.push(syn::Error::new_spanned(
+            quote::quote!(#union_token #ident),
+            format!("#[derive({trait_name})] only supports structs, not unions"),
+        ));
+    }
+    if let Some(lifetime) = input.generics.lifetimes().next() {
+        errors.push(syn::Error::new_spanned(
+            lifetime,
+            format!(
+                "a {what} cannot borrow: `{trait_name}` requires `'static` (the runtime keeps the {what} for its \
+                 whole life); own the data instead (`String`, `Arc<T>`, a pool handle)"
+            ),
+        ));
+    }
+}
+
+/// `name = "..."`, or the struct's name in snake_case.
+fn name(input: &DeriveInput, raw: &RawJob, errors: &mut Errors) -> String {
+    match raw.get("name") {
+        Some(setting) => {
+            if let Err(problem) = rules::check_identifier(&setting.text) {
+                errors.push(value_error(setting, format!("job name {problem}")));
+            }
+            setting.text.clone()
+        }
+        None => snake_case(&input.ident),
+    }
+}
+
+/// Every duration setting of the table that was given: parsed, then
+/// checked against its own bound.
+fn durations(raw: &RawJob, errors: &mut Errors) -> Durations {
+    SETTINGS
+        .iter()
+        .filter(|def| def.value == table::Value::Duration)
+        .filter_map(|def| {
+            let setting = raw.get(def.name)?;
+            let text = &setting.text;
+            let result = rules::parse_duration(text)
+                .map_err(|e| e.to_string())
+                .and_then(|d| match def.bound {
+                    Some(bound) => bound(d).map_err(|e| e.problem),
+                    None => Ok(d),
+                });
+            let result = result.map_err(|problem| {
+                errors.push(syn::Error::new_spanned(
+                    &setting.meta.value,
+                    format!("`{} = {text:?}`: {problem}", def.name),
+                ));
+            });
+            Some((def.name, result))
+        })
+        .collect()
+}
+
+/// `every`, `cron` and `tz`: one schedule, its zone only with `cron`.
+fn schedule(raw: &RawJob, durations: &Durations, errors: &mut Errors) -> Schedule {
+    let (every, cron_setting) = (raw.get("every"), raw.get("cron"));
+    let cron = cron_setting.and_then(|setting| match cron(&setting.text) {
+        Ok(()) => Some(setting.text.clone()),
+        Err(problem) => {
+            errors.push(value_error(setting, problem));
+            None
+        }
+    });
+    let tz = raw.get("tz").and_then(|setting| tz(setting, raw, errors));
+    match (every, cron_setting) {
         (Some(e), Some(c)) => {
             let later = if e.order > c.order { e } else { c };
             errors.push(syn::Error::new_spanned(
@@ -161,41 +186,60 @@ pub(crate) fn validate(input: &DeriveInput, raw: &RawJob, errors: &mut Errors) -
             ));
             Schedule::Manual
         }
-        _ => match (every, cron) {
-            (Some(Ok(period)), _) => Schedule::Every(period),
+        _ => match (durations.get("every"), cron) {
+            (Some(Ok(period)), _) => Schedule::Every(*period),
             (_, Some(expr)) => Schedule::Cron { expr, tz },
             _ => Schedule::Manual,
         },
-    };
+    }
+}
 
-    let lease = duration(raw.lease.as_ref(), errors, |d| rules::lease("lease duration", d).err());
-    let heartbeat = duration(raw.heartbeat.as_ref(), errors, |_| None);
-    let margin = duration(raw.margin.as_ref(), errors, |_| None);
-    let grace = duration(raw.grace.as_ref(), errors, |_| None);
-    let retry = duration(raw.retry.as_ref(), errors, |_| None);
-    let retry_max = duration(raw.retry_max.as_ref(), errors, |_| None);
+/// `tz = "..."`: a known zone, and only with `cron`.
+fn tz(setting: &Setting, raw: &RawJob, errors: &mut Errors) -> Option<String> {
+    if raw.get("cron").is_none() {
+        let problem = if raw.get("every").is_some() {
+            "`tz` is the time zone of a `cron` schedule, and `every` slots are aligned on the Unix epoch, \
+             in no zone; for times of day use `cron = \"0 3 * * *\"` with `tz`, or remove `tz`"
+        } else {
+            "`tz` is the time zone of a `cron` schedule, and this job has none; \
+             add `cron = \"0 3 * * *\"` (read in this zone), or remove `tz`"
+        };
+        errors.push(syn::Error::new_spanned(&setting.meta.path, problem));
+        return None;
+    }
+    match zone(&setting.text) {
+        Ok(()) => Some(setting.text.clone()),
+        Err(problem) => {
+            errors.push(value_error(setting, problem));
+            None
+        }
+    }
+}
 
-    // Rules between settings, checked only when every value involved is
-    // itself valid (a bad lease is one mistake, not three), and reported at
-    // the setting that was given.
-    if let (Ok(lease), Ok(heartbeat)) = (given(lease), given(heartbeat)) {
+/// The rules between lease, heartbeat, margin and retry ([`Timing`]),
+/// checked only when every value involved is itself valid (a bad lease is
+/// one mistake, not three), and reported at the setting that was given.
+fn timing_relations(raw: &RawJob, durations: &Durations, errors: &mut Errors) {
+    // `Ok(None)`: not given; `Err`: given but invalid (already reported).
+    let given = |name: &str| durations.get(name).copied().transpose();
+    if let (Ok(lease), Ok(heartbeat)) = (given("lease"), given("heartbeat")) {
         let timing = Timing {
             lease,
             heartbeat,
-            margin: given(margin).unwrap_or(None),
+            margin: given("margin").unwrap_or(None),
             ..Timing::default()
         };
-        if let (Some(setting), Err(e)) = (&raw.heartbeat, timing.check_heartbeat()) {
+        if let (Some(setting), Err(e)) = (raw.get("heartbeat"), timing.check_heartbeat()) {
             errors.push(value_error(setting, e.problem));
         } else if let (Some(setting), Ok(Some(_)), Err(e)) = (
-            &raw.margin,
-            given(margin),
+            raw.get("margin"),
+            given("margin"),
             timing.check_margin().and_then(|()| timing.check_clock_rate()),
         ) {
             errors.push(value_error(setting, e.problem));
         }
     }
-    if let (Ok(retry), Ok(retry_max)) = (given(retry), given(retry_max)) {
+    if let (Ok(retry), Ok(retry_max)) = (given("retry"), given("retry_max")) {
         let timing = Timing {
             retry,
             retry_max,
@@ -204,222 +248,42 @@ pub(crate) fn validate(input: &DeriveInput, raw: &RawJob, errors: &mut Errors) -
         if let Err(e) = timing.check_retry() {
             // Point at what was written: `retry_max` if given, else the
             // `retry` that exceeds the default maximum.
-            match (&raw.retry_max, &raw.retry) {
+            match (raw.get("retry_max"), raw.get("retry")) {
                 (Some(setting), _) => errors.push(value_error(setting, e.problem)),
                 (None, Some(setting)) => {
-                    let fix = format!("{} (`retry_max = \"{}\"`)", e.problem, setting.value.value());
+                    let fix = format!("{} (`retry_max = \"{}\"`)", e.problem, setting.text);
                     errors.push(value_error(setting, fix));
                 }
                 (None, None) => {}
             }
         }
     }
-
-    if errors.len() > before {
-        return None;
-    }
-    let value = |d: Option<Result<Duration, ()>>| d.and_then(Result::ok);
-    let retry = (raw.retry.is_some() || raw.retry_max.is_some()).then(|| {
-        (
-            value(retry).unwrap_or(rules::DEFAULT_RETRY),
-            value(retry_max).unwrap_or(rules::DEFAULT_RETRY_MAX),
-        )
-    });
-    Some(Job {
-        name,
-        key,
-        schedule,
-        lease: value(lease),
-        heartbeat: value(heartbeat),
-        margin: value(margin),
-        grace: value(grace),
-        retry,
-        catch_up,
-    })
 }
 
-/// `Some(Ok)` for a valid given duration, `Some(Err)` for an invalid one
-/// (already reported), `None` if not given.
-fn duration(
-    setting: Option<&Setting>,
-    errors: &mut Errors,
-    bounds: impl FnOnce(Duration) -> Option<RuleError>,
-) -> Option<Result<Duration, ()>> {
-    let setting = setting?;
-    let name = setting_name(setting);
-    let text = setting.value.value();
-    let result = rules::parse_duration(&text)
-        .map_err(|e| e.to_string())
-        .and_then(|d| bounds(d).map_or(Ok(d), |e| Err(e.problem)));
-    Some(result.map_err(|problem| {
+/// A kind's `args = Type`, which it must have.
+fn args(input: &DeriveInput, derive: Derive, raw: &RawJob, errors: &mut Errors) -> Option<syn::Type> {
+    let ty = raw.get("args").and_then(|setting| setting.ty.clone());
+    // An `args` written with a bad value is already reported.
+    if derive == Derive::Kind && !raw.written("args") {
         errors.push(syn::Error::new_spanned(
-            &setting.value,
-            format!("`{name} = {text:?}`: {problem}"),
+            &input.ident,
+            format!(
+                "a job kind needs the type of its keys' arguments: add `#[kind(args = YourArgs)]`, the \
+                 `Serialize + Deserialize` type stored with each key and passed to \
+                 `{}::run(&self, args: YourArgs, guard: FenceGuard)`",
+                input.ident
+            ),
         ));
-    }))
-}
-
-/// A duration as [`Timing`] takes it: `Ok(None)` when not given, `Err` when
-/// given but invalid (already reported).
-fn given(value: Option<Result<Duration, ()>>) -> Result<Option<Duration>, ()> {
-    value.transpose()
-}
-
-fn setting_name(setting: &Setting) -> String {
-    setting
-        .meta
-        .path
-        .get_ident()
-        .map(ToString::to_string)
-        .unwrap_or_default()
+    }
+    ty
 }
 
 /// An error on a setting's value, prefixed with the setting as written.
 fn value_error(setting: &Setting, problem: String) -> syn::Error {
     syn::Error::new_spanned(
-        &setting.value,
-        format!("`{} = {:?}`: {problem}", setting_name(setting), setting.value.value()),
+        &setting.meta.value,
+        format!("`{} = {:?}`: {problem}", setting.def.name, setting.text),
     )
-}
-
-/// `key = "..."`: parses the template and resolves `{field}`s.
-fn key(input: &DeriveInput, setting: &Setting) -> syn::Result<Key> {
-    let lit = &setting.value;
-    let text = lit.value();
-    let err = |problem: String| syn::Error::new_spanned(lit, format!("`key = {text:?}`: {problem}"));
-    let segments = parse_template(&text).map_err(|e| err(e.to_string()))?;
-    let literal: String = segments
-        .iter()
-        .filter_map(|s| match s {
-            Segment::Text(t) => Some(t.as_str()),
-            Segment::Field(_) => None,
-        })
-        .collect();
-    let has_fields = segments.iter().any(|s| matches!(s, Segment::Field(_)));
-    if text.is_empty() {
-        return Err(err(
-            "the lease key must not be empty; leave `key` out to use the job name".to_owned(),
-        ));
-    }
-    if let Err(problem) = rules::check_identifier(&literal)
-        && (!has_fields || !literal.is_empty())
-    {
-        return Err(err(format!("the lease key {problem}")));
-    }
-    if has_fields {
-        let fields: Vec<String> = match &input.data {
-            Data::Struct(s) => match &s.fields {
-                Fields::Named(named) => named.named.iter().filter_map(|f| f.ident.as_ref()).map(unraw).collect(),
-                _ => {
-                    return Err(err(format!(
-                        "`{{field}}` placeholders name fields, and `{}` has no named fields",
-                        input.ident
-                    )));
-                }
-            },
-            // Enums and unions are reported once, elsewhere.
-            _ => {
-                return Ok(Key {
-                    span: lit.span(),
-                    segments,
-                });
-            }
-        };
-        for segment in &segments {
-            if let Segment::Field(name) = segment
-                && !fields.contains(name)
-            {
-                let known = if fields.is_empty() {
-                    "it has no fields".to_owned()
-                } else {
-                    format!("its fields are: {}", fields.join(", "))
-                };
-                return Err(err(format!(
-                    "`{{{name}}}` names no field of `{}`; {known}",
-                    input.ident
-                )));
-            }
-        }
-    }
-    Ok(Key {
-        span: lit.span(),
-        segments,
-    })
-}
-
-/// What is wrong with a key template.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum TemplateError {
-    Unclosed,
-    Unmatched,
-    Empty,
-    NotAField(String),
-}
-
-impl fmt::Display for TemplateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TemplateError::Unclosed => write!(f, "unclosed `{{`; write `{{{{` for a literal brace"),
-            TemplateError::Unmatched => write!(f, "unmatched `}}`; write `}}}}` for a literal brace"),
-            TemplateError::Empty => write!(f, "empty `{{}}`; name a field, as in \"reconcile:{{tenant}}\""),
-            TemplateError::NotAField(inner) => write!(
-                f,
-                "`{{{inner}}}` is not a field name; placeholders are `{{field}}` only (no positions or format specs), \
-                 and `{{{{`/`}}}}` are literal braces"
-            ),
-        }
-    }
-}
-
-/// Splits `"reconcile:{tenant}"` into text and field names; `{{` and `}}`
-/// are literal braces.
-pub(crate) fn parse_template(text: &str) -> Result<Vec<Segment>, TemplateError> {
-    let mut segments = Vec::new();
-    let mut literal = String::new();
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '{' if chars.peek() == Some(&'{') => {
-                chars.next();
-                literal.push('{');
-            }
-            '}' if chars.peek() == Some(&'}') => {
-                chars.next();
-                literal.push('}');
-            }
-            '}' => return Err(TemplateError::Unmatched),
-            '{' => {
-                let mut inner = String::new();
-                loop {
-                    match chars.next() {
-                        Some('}') => break,
-                        Some('{') | None => return Err(TemplateError::Unclosed),
-                        Some(c) => inner.push(c),
-                    }
-                }
-                let name = inner.trim();
-                if name.is_empty() {
-                    return Err(TemplateError::Empty);
-                }
-                let bare = name.strip_prefix("r#").unwrap_or(name);
-                let is_ident = bare.chars().next().is_some_and(|c| c == '_' || c.is_alphabetic())
-                    && bare.chars().all(|c| c == '_' || c.is_alphanumeric())
-                    && bare != "_";
-                if !is_ident {
-                    return Err(TemplateError::NotAField(inner));
-                }
-                if !literal.is_empty() {
-                    segments.push(Segment::Text(std::mem::take(&mut literal)));
-                }
-                segments.push(Segment::Field(bare.to_owned()));
-            }
-            c => literal.push(c),
-        }
-    }
-    if !literal.is_empty() {
-        segments.push(Segment::Text(literal));
-    }
-    Ok(segments)
 }
 
 /// Parses `expr` exactly as `leasehold::Schedule::cron` does and, like the
@@ -433,12 +297,6 @@ fn cron(expr: &str) -> Result<(), String> {
 /// suggesting the closest known name.
 fn zone(name: &str) -> Result<(), String> {
     rules::zone(name).map(drop).map_err(|e| e.problem)
-}
-
-/// Parses `once`, `skip` or `all(N)` as `leasehold::CatchUp`, by the
-/// library's own rule.
-fn catch_up(text: &str) -> Result<CatchUp, String> {
-    rules::parse_catch_up(text)
 }
 
 /// The struct name as a snake_case job name: `NightlyReconcile` →
@@ -469,47 +327,22 @@ pub(crate) fn snake_case(ident: &Ident) -> String {
     out
 }
 
-/// An identifier's name without `r#`.
-pub(crate) fn unraw(ident: &Ident) -> String {
-    let s = ident.to_string();
-    s.strip_prefix("r#").map(str::to_owned).unwrap_or(s)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn templates_parse() {
-        use Segment::*;
-        assert_eq!(parse_template("nightly"), Ok(vec![Text("nightly".into())]));
-        assert_eq!(
-            parse_template("reconcile:{tenant}"),
-            Ok(vec![Text("reconcile:".into()), Field("tenant".into())])
-        );
-        assert_eq!(
-            parse_template("{a}/{b}"),
-            Ok(vec![Field("a".into()), Text("/".into()), Field("b".into())])
-        );
-        assert_eq!(
-            parse_template("{{x}}:{ x }"),
-            Ok(vec![Text("{x}:".into()), Field("x".into())])
-        );
-        assert_eq!(parse_template("{r#type}"), Ok(vec![Field("type".into())]));
-        assert_eq!(parse_template(""), Ok(vec![]));
-    }
-
-    #[test]
-    fn bad_templates_say_why() {
-        use TemplateError::*;
-        assert_eq!(parse_template("a{b"), Err(Unclosed));
-        assert_eq!(parse_template("a{b{c}}"), Err(Unclosed));
-        assert_eq!(parse_template("a}b"), Err(Unmatched));
-        assert_eq!(parse_template("a{}"), Err(Empty));
-        assert_eq!(parse_template("a{0}"), Err(NotAField("0".into())));
-        assert_eq!(parse_template("a{t:>5}"), Err(NotAField("t:>5".into())));
-        assert_eq!(parse_template("{_}"), Err(NotAField("_".into())));
-        assert!(parse_template("a{0}").unwrap_err().to_string().contains("`{{`"));
+    fn a_kind_with_a_bad_args_is_one_error_and_without_args_is_one_error() {
+        let errors = |src: &str| {
+            let input: DeriveInput = syn::parse_str(src).unwrap();
+            let mut errors = Errors::default();
+            let raw = crate::parse::parse(&input, Derive::Kind, &mut errors);
+            validate(&input, Derive::Kind, &raw, &mut errors);
+            errors.len()
+        };
+        assert_eq!(errors(r#"#[kind(args = "Tenant")] struct S;"#), 1);
+        assert_eq!(errors(r#"#[kind(lease = "30s")] struct S;"#), 1);
+        assert_eq!(errors(r#"#[kind(args = Tenant)] struct S;"#), 0);
     }
 
     #[test]
@@ -556,6 +389,10 @@ mod tests {
         assert!(msg.contains("an IANA name such as \"Europe/Paris\""), "{msg}");
         assert!(zone("").is_err());
         assert!(zone("CEST").unwrap_err().contains("an abbreviation"));
+    }
+
+    fn catch_up(text: &str) -> Result<CatchUp, String> {
+        rules::parse_catch_up(text)
     }
 
     #[test]

@@ -23,7 +23,10 @@
 //!   both sides use;
 //! - time-zone lookup with a "did you mean" ([`zone`], [`suggest_zone`]);
 //! - the bound of a catch-up of every missed slot ([`catch_up_bound`]) and
-//!   the text form of a catch-up policy ([`parse_catch_up`]).
+//!   the text form of a catch-up policy ([`parse_catch_up`]);
+//! - the table of every job setting ([`SETTINGS`], in [`settings`]): its
+//!   attribute name, value, check, setter, default and doc line, which the
+//!   derives and the docs' tables follow.
 //!
 //! Every check fails with a [`RuleError`] that names the value, the rule and
 //! the fix; the library turns it into `leasehold::Error::InvalidInput`, the
@@ -36,6 +39,7 @@ mod cron;
 mod duration;
 mod error;
 mod identifier;
+pub mod settings;
 mod timing;
 mod zone;
 
@@ -51,6 +55,7 @@ pub use crate::cron::{CRON_FIELDS, cron, cron_fires};
 pub use crate::duration::{DurationError, UNITS_HELP, format_duration, parse_duration};
 pub use crate::error::RuleError;
 pub use crate::identifier::{IdentifierError, actor, check_identifier, deceptive_char, identifier};
+pub use crate::settings::SETTINGS;
 pub use crate::timing::{Timing, catch_up_bound, covered_clock_rate, lease, min_margin, period};
 pub use crate::zone::{edit_distance, suggest_zone, zone};
 

@@ -1,4 +1,5 @@
-//! `#[derive(FencedJob)]`: compile-pass and compile-fail cases (trybuild).
+//! `#[derive(FencedJob)]` and `#[derive(JobKind)]`: compile-pass and
+//! compile-fail cases (trybuild), and derived jobs and kinds run for real.
 //!
 //! Pass cases (`tests/ui/pass`) are built and run: their `main`s check the
 //! generated `name`, `key` and `settings`. Fail cases (`tests/ui/fail`) must
@@ -9,7 +10,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use leasehold::{CatchUp, FenceGuard, FencedJob, JobSettings, Runtime, Schedule};
+use leasehold::{CatchUp, FenceGuard, FencedJob, JobKind, JobSettings, LeaseStore, NewKey, Runtime, Schedule};
 use tokio::sync::mpsc;
 
 use crate::support;
@@ -141,6 +142,69 @@ async fn derived_jobs_run_their_inherent_run_under_their_key() {
         .expect("sender alive");
     assert_eq!(seen.key, "reconcile:globex");
     assert_eq!(seen.job, "reconcile");
+    assert!(seen.fence > 0, "{seen:?}");
+    rt.shutdown().await;
+    assert!(rx.try_recv().is_err(), "only the triggered key ran");
+}
+
+/// The arguments of [`DerivedInvoice`]'s keys.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Customer {
+    id: i64,
+}
+
+#[derive(JobKind)]
+#[kind(name = "derived_invoice", args = Customer, lease = "10s", retry = "100ms")]
+struct DerivedInvoice {
+    seen: mpsc::UnboundedSender<(Seen, i64)>,
+}
+
+impl DerivedInvoice {
+    async fn run(&self, customer: Customer, guard: FenceGuard) -> Result<(), ReconcileError> {
+        guard.check().map_err(|_| ReconcileError)?;
+        let seen = Seen {
+            key: guard.key().to_owned(),
+            job: guard.job().to_owned(),
+            fence: guard.fence(),
+        };
+        let _ = self.seen.send((seen, customer.id));
+        Ok(())
+    }
+}
+
+/// A derived kind's generated `run` calls the struct's own `run` with the
+/// stored key's arguments, under the key's lease, with the kind's name as
+/// the job label; its settings are the attribute's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_derived_kind_runs_its_inherent_run_with_each_keys_arguments() {
+    let db = support::db().await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let kind = DerivedInvoice { seen: tx };
+    assert_eq!(kind.settings().get_lease(), Duration::from_secs(10));
+    let store = LeaseStore::new(db.pool.clone());
+    let key = |key: &str, id| NewKey::new("derived_invoice", key, &Customer { id }, Schedule::Manual).expect("key");
+    store
+        .add_keys(&[key("invoice:7", 7), key("invoice:42", 42)])
+        .await
+        .expect("add keys");
+    let rt = Runtime::builder(db.pool.clone())
+        .holder("derive-kind-test")
+        .poll_interval(Duration::from_millis(100))
+        .register_kind(kind)
+        .start()
+        .await
+        .expect("runtime starts");
+    support::eventually(Duration::from_secs(10), || (rt.health().registered == 2).then_some(())).await;
+
+    store.trigger("invoice:42").await.expect("trigger");
+    let (seen, id) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .expect("the derived kind ran within 30s")
+        .expect("sender alive");
+    assert_eq!(
+        (seen.key.as_str(), seen.job.as_str(), id),
+        ("invoice:42", "derived_invoice", 42)
+    );
     assert!(seen.fence > 0, "{seen:?}");
     rt.shutdown().await;
     assert!(rx.try_recv().is_err(), "only the triggered key ran");

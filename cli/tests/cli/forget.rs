@@ -1,0 +1,167 @@
+//! `leasehold forget`: a free key's row deleted, a held one kept, JSON
+//! outcomes, a higher fence after.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_of_a_free_key_deletes_its_row() {
+    let db = migrated_db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    released_row(&store, "tenant-42:reconcile", "web-1").await;
+    acquired(store.claim("tenant-7:reconcile", "web-1", LONG).await.unwrap());
+
+    let out = leasehold(Some(&url(&db)), &["forget", "tenant-42:reconcile"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.starts_with("forgot \"tenant-42:reconcile\""), "{text}");
+    assert!(
+        text.contains("a replica that still registers \"tenant-42:reconcile\" creates it again"),
+        "{text}"
+    );
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+    assert!(
+        store.get("tenant-42:reconcile").await.unwrap().is_none(),
+        "the row is gone"
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_lease WHERE key = 'tenant-42:reconcile'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+    // Only that key: the other tenant's held lease is untouched.
+    let other = store.get("tenant-7:reconcile").await.unwrap().expect("still there");
+    assert!(other.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_of_a_held_key_is_refused_and_keeps_the_row() {
+    let db = migrated_db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let lease = acquired(store.claim("tenant-42:reconcile", "web-1", LONG).await.unwrap());
+    let before = store.get("tenant-42:reconcile").await.unwrap().unwrap();
+
+    let out = leasehold(Some(&url(&db)), &["forget", "tenant-42:reconcile"]).await;
+    assert_exit(&out, 3);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "lease \"tenant-42:reconcile\" is held by web-1 (fence {}, ",
+            lease.fence
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("m ") && err.contains(" left); nothing was deleted"),
+        "time left: {err}"
+    );
+    assert!(
+        err.contains("leasehold release --force tenant-42:reconcile")
+            && err.contains("leasehold forget tenant-42:reconcile"),
+        "{err}"
+    );
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+
+    let after = store
+        .get("tenant-42:reconcile")
+        .await
+        .unwrap()
+        .expect("the row is still there");
+    assert_eq!(
+        (after.holder.as_str(), after.fence, after.acquired_at, after.expires_at),
+        (
+            before.holder.as_str(),
+            before.fence,
+            before.acquired_at,
+            before.expires_at
+        ),
+        "a refused forget changes nothing"
+    );
+    assert_eq!(after.fence, lease.fence);
+    assert!(matches!(store.renew(&lease, LONG).await.unwrap(), Renewal::Renewed(_)));
+
+    // As the message says: end the tenure, then forget.
+    let out = leasehold(Some(&url(&db)), &["release", "--force", "tenant-42:reconcile"]).await;
+    assert_exit(&out, 0);
+    let out = leasehold(Some(&url(&db)), &["forget", "tenant-42:reconcile"]).await;
+    assert_exit(&out, 0);
+    assert!(store.get("tenant-42:reconcile").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_of_a_missing_key_exits_4() {
+    let db = migrated_db().await;
+    let out = leasehold(Some(&url(&db)), &["forget", "no-such-tenant"]).await;
+    assert_exit(&out, 4);
+    assert!(
+        stderr(&out).contains("no lease with key \"no-such-tenant\"") && stderr(&out).contains("nothing to forget"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_json_reports_each_outcome_with_the_same_exit_codes() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let store = LeaseStore::new(db.pool.clone());
+    let held = acquired(store.claim("held", "web-1", LONG).await.unwrap());
+    let free = acquired(store.claim("free", "web-2", LONG).await.unwrap());
+    assert!(store.release("free", "web-2", free.fence).await.unwrap());
+
+    let out = leasehold(Some(&url), &["forget", "free", "--json"]).await;
+    assert_exit(&out, 0);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(doc, serde_json::json!({ "key": "free", "outcome": "deleted" }));
+    assert!(store.get("free").await.unwrap().is_none());
+
+    let out = leasehold(Some(&url), &["forget", "free", "--json"]).await;
+    assert_exit(&out, 4);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(doc, serde_json::json!({ "key": "free", "outcome": "not-found" }));
+    assert!(stderr(&out).contains("no lease with key"), "{}", stderr(&out));
+
+    let out = leasehold(Some(&url), &["forget", "held", "--json"]).await;
+    assert_exit(&out, 3);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(
+        (doc["key"].as_str(), doc["outcome"].as_str()),
+        (Some("held"), Some("held")),
+        "{doc}"
+    );
+    let lease = &doc["lease"];
+    assert_eq!(lease["key"], "held");
+    assert_eq!(lease["holder"], "web-1");
+    assert_eq!(lease["fence"], held.fence);
+    assert_eq!(lease["state"], "held");
+    assert!(lease["expires_in_seconds"].as_f64().unwrap() > 500.0, "{lease}");
+    assert!(
+        lease["acquired_at"].is_string() && lease["expires_at"].is_string(),
+        "{lease}"
+    );
+    assert!(stderr(&out).contains("held by web-1"), "{}", stderr(&out));
+    assert_eq!(store.get("held").await.unwrap().unwrap().fence, held.fence);
+}
+
+/// Fences come from the sequence, not the row: a key forgotten and claimed
+/// again gets a fence above every fence of its past, so a paused holder of
+/// the forgotten key can never pass a fence check of the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_key_claimed_again_gets_a_higher_fence() {
+    let db = migrated_db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let first = released_row(&store, "tenant-42:reconcile", "web-1").await;
+    let before = store.get("tenant-42:reconcile").await.unwrap().unwrap().fence;
+
+    let out = leasehold(Some(&url(&db)), &["forget", "tenant-42:reconcile"]).await;
+    assert_exit(&out, 0);
+    assert!(store.get("tenant-42:reconcile").await.unwrap().is_none());
+
+    let again = acquired(store.claim("tenant-42:reconcile", "web-2", LONG).await.unwrap());
+    assert!(again.fence > before, "{} > {before}", again.fence);
+    assert!(again.fence > first);
+    assert_eq!(
+        store.get("tenant-42:reconcile").await.unwrap().unwrap().fence,
+        again.fence
+    );
+}

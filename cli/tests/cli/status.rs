@@ -1,0 +1,116 @@
+//! `leasehold status`: held, free and never-run leases, as a table and as
+//! JSON.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_held_and_free_leases_as_a_table_and_as_json() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let store = LeaseStore::new(db.pool.clone());
+    let alpha = acquired(store.claim("alpha", "web-1", LONG).await.unwrap());
+    let beta = acquired(store.claim("beta", "web-2", LONG).await.unwrap());
+    assert!(store.release("beta", "web-2", beta.fence).await.unwrap());
+    acquired(store.claim("other:gamma", "web-3", LONG).await.unwrap());
+
+    let out = leasehold(Some(&url), &["status"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("3 leases (2 held, 1 free)"), "{text}");
+    let header = text.lines().find(|l| l.starts_with("KEY")).expect("a header");
+    for column in ["STATE", "HOLDER", "FENCE", "ACQUIRED", "EXPIRES", "NEXT DUE"] {
+        assert!(header.contains(column), "{header}");
+    }
+    let row = table_row(&text, "alpha");
+    assert_eq!(
+        &row[..4],
+        ["alpha", "held", "web-1", &alpha.fence.to_string()],
+        "{text}"
+    );
+    assert!(row[5].starts_with("in 9m") || row[5].starts_with("in 10m"), "{row:?}");
+    assert_eq!(row[6], "now", "never scheduled: due now");
+    let row = table_row(&text, "beta");
+    assert_eq!(&row[..4], ["beta", "free", "web-2", &beta.fence.to_string()], "{text}");
+    assert!(row[5].starts_with("expired ") && row[5].ends_with(" ago"), "{row:?}");
+    // Columns line up: every row's FENCE column ends where the header's does.
+    let fence_end = header.find("FENCE").unwrap() + "FENCE".len();
+    for key in ["alpha", "beta", "other:gamma"] {
+        let line = text.lines().find(|l| l.starts_with(key)).unwrap();
+        let fence = table_row(&text, key)[3].clone();
+        assert_eq!(line[..fence_end].trim_end(), line[..fence_end].to_owned(), "{text}");
+        assert!(line[..fence_end].ends_with(&fence), "{text}");
+    }
+
+    let out = leasehold(Some(&url), &["status", "--json"]).await;
+    assert_exit(&out, 0);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert!(doc["server_now"].is_string(), "{doc}");
+    let leases = doc["leases"].as_array().expect("a leases array");
+    assert_eq!(leases.len(), 3);
+    let a = &leases[0];
+    assert_eq!(a["key"], "alpha");
+    assert_eq!(a["holder"], "web-1");
+    assert_eq!(a["fence"], alpha.fence);
+    assert_eq!(a["state"], "held");
+    assert!(a["expires_in_seconds"].as_f64().unwrap() > 500.0, "{a}");
+    assert!(a["next_due_at"].is_null() && a["due_in_seconds"].is_null(), "{a}");
+    assert!(a["acquired_at"].is_string() && a["expires_at"].is_string(), "{a}");
+    let b = &leases[1];
+    assert_eq!((b["key"].as_str(), b["state"].as_str()), (Some("beta"), Some("free")));
+    assert!(b["expires_in_seconds"].as_f64().unwrap() <= 0.0, "{b}");
+
+    let out = leasehold(Some(&url), &["status", "--json", "--prefix", "other:"]).await;
+    assert_exit(&out, 0);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let keys: Vec<&str> = doc["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["other:gamma"]);
+
+    // LIKE wildcards in a prefix are literal.
+    let out = leasehold(Some(&url), &["status", "--prefix", "%"]).await;
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("0 leases with prefix \"%\""), "{}", stdout(&out));
+}
+
+/// A job registered by a runtime but never run shows as such: no holder,
+/// fence or acquisition time that would suggest a run took place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_a_never_run_job_as_never_run() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let (guards, _rx) = mpsc::unbounded_channel();
+    let runtime = Runtime::builder(db.pool.clone())
+        .register(Holding { guards })
+        .start()
+        .await
+        .unwrap();
+    runtime.shutdown().await;
+    let out = leasehold(Some(&url), &["status"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let row = table_row(&text, "held-job");
+    assert_eq!(
+        row,
+        [
+            "held-job",
+            "never-run",
+            "-",
+            "-",
+            "-",
+            "-",
+            "never",
+            "held-job",
+            "-",
+            "-",
+            "-"
+        ],
+        "{text}"
+    );
+    let out = leasehold(Some(&url), &["status", "--json"]).await;
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["leases"][0]["state"], "never-run", "{doc}");
+}

@@ -1,0 +1,145 @@
+//! The parameters of one check.
+
+use crate::env::Faults;
+use crate::variants::Variant;
+
+/// The parameters of one check. Durations are in ticks of real time unless
+/// named `_units` (clock units: `units_per_tick` per tick at nominal rate).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Config {
+    /// Holder id of each replica (so its length is the replica count); two
+    /// equal ids are two processes sharing one (a copied configuration).
+    pub holders: Vec<u8>,
+    /// Number of keys.
+    pub keys: usize,
+    /// Clock units per tick at nominal rate.
+    pub units_per_tick: u16,
+    /// Units a slow or fast clock loses or gains per tick: ρ =
+    /// `drift / units_per_tick`.
+    pub drift: u16,
+    /// The lease, in server units.
+    pub lease: u16,
+    /// The heartbeat interval, in local units.
+    pub heartbeat: u16,
+    /// The deadline margin, in local units.
+    pub margin: u16,
+    /// The stop time `d`: ticks a cancelled run's code goes on.
+    pub stop_ticks: u8,
+    /// The scheduler's forced poll interval, in local units.
+    pub poll: u16,
+    /// How long the scheduler waits for a claim's answer, in local units
+    /// (`CLAIM_TIMEOUT` in `src/runtime/scheduler.rs`: 10 s whatever the
+    /// lease).
+    pub claim_timeout: u16,
+    /// The schedule's period, in server units.
+    pub period: u16,
+    /// Last tick of real time explored.
+    pub horizon: u16,
+    /// Faults the environment may inject in one execution.
+    pub fault_budget: u8,
+    /// Which faults.
+    pub faults: Faults,
+    /// Runs may call `FenceGuard::ensure`.
+    pub ensure: bool,
+    /// Runs may write downstream (fenced transactions and updates).
+    pub writes: bool,
+    /// The protocol variant.
+    pub variant: Variant,
+}
+
+impl Config {
+    /// The CI bound: 2 replicas sharing one holder id, 1 key, ρ magnified
+    /// to 10 %, lease 5 ticks, heartbeat 2, margin 2 (= 2ρ·lease + d with
+    /// d = 1 tick), a poll every tick on any clock, period 4, 8 ticks of
+    /// real time, 1 fault of any kind but a clock-rate change, a claim timeout of
+    /// a sixth of the lease (10 s of the default 60 s).
+    pub fn ci() -> Config {
+        Config {
+            holders: vec![0, 0],
+            keys: 1,
+            units_per_tick: 10,
+            drift: 1,
+            lease: 50,
+            heartbeat: 20,
+            margin: 20,
+            stop_ticks: 1,
+            poll: 9,
+            // 10 s of the default 60 s lease.
+            claim_timeout: 8,
+            period: 40,
+            horizon: 8,
+            fault_budget: 1,
+            faults: Faults {
+                skew: false,
+                ..Faults::ALL
+            },
+            ensure: true,
+            writes: true,
+            variant: Variant::Correct,
+        }
+    }
+
+    /// The release-time bounds (`LEASEHOLD_MODEL_DEPTH=deep`), each
+    /// [`Config::ci`] pushed further in one direction: clock-rate changes
+    /// as faults; two faults (without writes and `ensure`); a third replica
+    /// with its own holder id (idem); two keys, so renewals and claims are
+    /// batched (idem, 7 ticks). Each stays below ~25 M states (~6 GB).
+    pub fn deep() -> Vec<(&'static str, Config)> {
+        let ci = Config::ci();
+        let lean = Config {
+            writes: false,
+            ensure: false,
+            ..ci.clone()
+        };
+        vec![
+            (
+                "deep: clock-rate changes",
+                Config {
+                    faults: Faults::ALL,
+                    ..ci
+                },
+            ),
+            (
+                "deep: 2 faults",
+                Config {
+                    fault_budget: 2,
+                    ..lean.clone()
+                },
+            ),
+            (
+                "deep: 3 replicas",
+                Config {
+                    holders: vec![0, 0, 1],
+                    ..lean.clone()
+                },
+            ),
+            (
+                "deep: 2 keys",
+                Config {
+                    keys: 2,
+                    horizon: 7,
+                    ..lean
+                },
+            ),
+        ]
+    }
+
+    /// `2ρ × lease + d` in local units: the margin §5 asks for.
+    pub fn required_margin(&self) -> u16 {
+        let drift_allowance = 2 * self.lease * self.drift / self.units_per_tick;
+        drift_allowance + self.stop_ticks as u16 * self.units_per_tick
+    }
+
+    /// Real ticks within which a due key with a live replica must be
+    /// claimed when no fault strikes: one forced poll interval on the
+    /// slowest clock, rounded up, plus one tick.
+    pub fn response_bound(&self) -> u16 {
+        let slow = self.units_per_tick - self.drift;
+        self.poll.div_ceil(slow) + 1
+    }
+
+    /// The number of replicas.
+    pub fn replicas(&self) -> usize {
+        self.holders.len()
+    }
+}
