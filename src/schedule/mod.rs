@@ -4,16 +4,17 @@
 //!
 //! Slots are computed from the *server's* time (the claim returns it), never
 //! from this machine's wall clock, so every replica agrees on them.
-//!
-//! - `mod.rs`: [`Schedule`], slot arithmetic ([`Schedule::next_after`],
-//!   [`Schedule::latest_slots`]) and the public view of it
-//!   ([`Schedule::upcoming`]);
-//! - `cron.rs`: [`CronSchedule`], cron in a time zone and its
-//!   daylight-saving rule;
-//! - `text.rs`: the text forms of both (`every 5m`, `cron 0 3 * * * in
-//!   Europe/Paris`, `all(24)`), stored with the keys of job kinds;
-//! - `catch_up.rs`: [`CatchUp`] and the slot planning the runtime does when
-//!   it claims a key ([`plan`], [`next_after_success`]).
+
+// One file per concern:
+// - `mod.rs`: `Schedule`, slot arithmetic (`Schedule::next_after`,
+//   `Schedule::latest_slots`) and the public view of it
+//   (`Schedule::upcoming`);
+// - `cron.rs`: `CronSchedule`, cron in a time zone and its
+//   daylight-saving rule;
+// - `text.rs`: the text forms of both (`every 5m`, `cron 0 3 * * * in
+//   Europe/Paris`, `all(24)`), stored with the keys of job kinds;
+// - `catch_up.rs`: `CatchUp` and the slot planning the runtime does when
+//   it claims a key (`plan`, `next_after_success`).
 
 mod catch_up;
 mod cron;
