@@ -527,7 +527,7 @@ impl LeaseStore {
         Ok(done.rows_affected() > 0)
     }
 
-    /// [`report_args_error`](Self::report_args_error), for the scenario
+    /// `report_args_error`, for the scenario
     /// test of its version clause: a report about an old version.
     #[cfg(feature = "test-util")]
     pub async fn report_args_error_for_test(&self, key: &str, version: i64, problem: &str) -> Result<bool> {
