@@ -14,7 +14,7 @@ use crate::lease::{Forgotten, NewKey, Pause, Resumed, Revoked, Triggered};
 /// `leasehold_action`; [`parse`](Self::parse) reads it back.
 ///
 /// ```
-/// use leasehold::OperatorAction;
+/// use leasehold::operator::OperatorAction;
 /// assert_eq!(OperatorAction::ForceRelease.as_str(), "force-release");
 /// assert_eq!(OperatorAction::parse("pause-cancel"), Some(OperatorAction::PauseCancel));
 /// assert_eq!(OperatorAction::Forget.label(), "Forget");

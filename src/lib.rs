@@ -38,15 +38,26 @@
 //!   lease; [`Runtime`] runs the registered jobs on this replica — once per
 //!   slot across the fleet, heartbeating, cancelling on loss;
 //! - [`JobKind`] declares a kind of job whose keys live in the database
-//!   ([`NewKey`], [`LeaseStore::add_keys`]): every replica that registers
-//!   the kind runs them;
+//!   ([`NewKey`], [`LeaseStore::add_keys`](store::LeaseStore::add_keys)):
+//!   every replica that registers the kind runs them;
 //! - [`FenceGuard`] is a run's tenure: its fence, its cancellation, and the
 //!   fenced writes ([`FenceGuard::begin_fenced`], [`FenceGuard::update`]);
-//! - [`LeaseStore`] claims, renews and releases leases, one statement each,
-//!   never pinning a connection — usable on its own;
 //! - [`migrate`] creates the `leasehold_*` tables (or apply
-//!   `migrations/*.sql` with your own tool);
-//! - [`metrics`] names every metric; `RuntimeBuilder::prometheus` serves them.
+//!   `migrations/*.sql` with your own tool).
+//!
+//! The rest is in modules, for operators and tools:
+//!
+//! - [`store`]: [`LeaseStore`](store::LeaseStore) claims, renews and
+//!   releases leases, one statement each, never pinning a connection —
+//!   usable on its own — and reads keys, history and the fleet;
+//! - [`operator`]: [`Operator`](operator::Operator), the operators' actions
+//!   (trigger, pause, resume, release, forget, keys of job kinds), each
+//!   recorded in the history;
+//! - [`runtime`]: the runtime's settings and reports (connections, health,
+//!   shutdown, run outcomes); [`schedule`]: schedules, cron, catch-up;
+//!   [`schema`]: the schema version and its check;
+//! - [`metrics`] names every metric; `RuntimeBuilder::prometheus` serves
+//!   them; `console` (feature `console`) is the web console.
 //!
 //! MSRV: Rust 1.94 (sqlx 0.9.0 needs it).
 #![forbid(unsafe_code)]

@@ -24,7 +24,8 @@ const TRIGGER_PAGE: usize = 500;
 ///
 /// ```no_run
 /// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
-/// use leasehold::{LeaseStore, Operator, PauseTarget};
+/// use leasehold::operator::{Operator, PauseTarget};
+/// use leasehold::store::LeaseStore;
 /// let alice = Operator::new(LeaseStore::new(pool), "alice@laptop")?;
 /// alice.pause(&PauseTarget::job("billing"), false).await?;
 /// alice.trigger("nightly-reconcile").await?;

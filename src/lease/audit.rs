@@ -115,7 +115,7 @@ impl LeaseStore {
     /// `limit` (1 to 1,000). Cancel-safe: one statement.
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// for action in store.actions("nightly-reconcile", 20).await? {
     ///     println!("{} {} {} by {}: {}", action.at, action.action, action.target, action.actor,
     ///              action.outcome.as_deref().unwrap_or("(outcome not recorded)"));
@@ -149,7 +149,7 @@ impl LeaseStore {
     /// page shows of its history. Cancel-safe: one statement.
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// for action in store.job_actions("billing", 20).await? {
     ///     println!("{} {} {} by {}", action.at, action.action, action.target, action.actor);
     /// }

@@ -57,7 +57,7 @@ impl PauseTarget {
     /// (invariant 8); this is for showing which pauses hold a key back.
     ///
     /// ```
-    /// use leasehold::PauseTarget;
+    /// use leasehold::operator::PauseTarget;
     /// assert!(PauseTarget::job("billing").covers("billing:acme", Some("billing")));
     /// assert!(PauseTarget::key("billing:acme").covers("billing:acme", None));
     /// assert!(!PauseTarget::job("billing").covers("reindex", Some("reindex")));
@@ -175,8 +175,8 @@ impl LeaseStore {
     /// Cancel-safe: one statement.
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
-    /// use leasehold::PauseTarget;
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
+    /// use leasehold::operator::PauseTarget;
     /// let pause = store.pause(&PauseTarget::job("billing"), false, "alice@laptop").await?;
     /// println!("{} paused: {} keys, {} running (they finish)", pause.target, pause.keys, pause.running);
     /// # Ok(()) }
@@ -297,7 +297,7 @@ impl LeaseStore {
     /// Cancel-safe.
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// use leasehold::Triggered;
     /// match store.trigger("nightly-reconcile").await? {
     ///     Triggered::Due => println!("it runs now"),

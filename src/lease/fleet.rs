@@ -59,7 +59,7 @@ impl LeaseStore {
     /// per few thousand keys). Cancel-safe: one statement.
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// use std::time::Duration;
     /// let fleet = store.fleet(Duration::from_secs(900)).await?;
     /// for h in fleet.holders {

@@ -39,7 +39,7 @@ impl LeaseStore {
     /// Cancel-safe as described on [`LeaseStore`].
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// use leasehold::Forgotten;
     /// match store.forget("reconcile:tenant-42").await? {
     ///     Forgotten::Deleted | Forgotten::NotFound => {}

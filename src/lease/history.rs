@@ -336,7 +336,7 @@ impl LeaseStore {
     /// Cancel-safe.
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// for run in store.history("nightly-reconcile", 10).await? {
     ///     println!("{} fence {} {} in {:?} {}", run.started_at, run.fence, run.outcome,
     ///              run.duration(), run.error.unwrap_or_default());
@@ -385,8 +385,8 @@ impl LeaseStore {
     /// page. Two statements; cancel-safe.
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
-    /// use leasehold::{KeyFilter, KeyState};
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
+    /// use leasehold::store::{KeyFilter, KeyState};
     /// let page = store.list_page(&KeyFilter::new().prefix("tenant-").state(KeyState::Held).limit(50)).await?;
     /// for key in &page.keys {
     ///     println!("{} held by {} (fence {})", key.lease.key, key.lease.holder, key.lease.fence);

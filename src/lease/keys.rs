@@ -247,7 +247,7 @@ impl LeaseStore {
     /// [`LeaseStore`]: the statement committed or did not.
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// use leasehold::{NewKey, Schedule};
     /// let schedule: Schedule = "every 1h".parse()?;
     /// let keys = (0..10_000)
@@ -393,7 +393,7 @@ impl LeaseStore {
     /// statement; cancel-safe as described on [`LeaseStore`].
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// for key in store.stored_keys(&["invoice:acme", "invoice:globex"]).await? {
     ///     if let Some(problem) = key.problem() {
     ///         println!("{}: {problem}", key.key);
@@ -432,7 +432,7 @@ impl LeaseStore {
     /// described on [`LeaseStore`]: one statement.
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// for key in store.keys_not_run(100).await? {
     ///     println!("{} ({}): {}", key.key, key.kind, key.problem().unwrap_or_default());
     /// }

@@ -111,7 +111,7 @@ pub use row::{Lease, LeaseInfo};
 /// ```no_run
 /// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
 /// use std::time::Duration;
-/// use leasehold::{Claim, LeaseStore, Renewal};
+/// use leasehold::store::{Claim, LeaseStore, Renewal};
 ///
 /// let store = LeaseStore::new(pool);
 /// if let Claim::Acquired(lease) = store.claim("nightly-reconcile", "web-1-a8f3", Duration::from_secs(60)).await? {
@@ -168,7 +168,7 @@ impl LeaseStore {
     ///
     /// ```no_run
     /// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
-    /// use leasehold::LeaseStore;
+    /// use leasehold::store::LeaseStore;
     ///
     /// // The same server and credentials as the service's pool.
     /// let store = LeaseStore::connect((*pool.connect_options()).clone()).await?;
@@ -215,7 +215,7 @@ impl LeaseStore {
     /// Cancel-safe as described on [`LeaseStore`].
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// println!("server time: {}", store.server_now().await?);
     /// # Ok(()) }
     /// ```

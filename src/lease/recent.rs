@@ -20,7 +20,7 @@ impl LeaseStore {
     /// Cancel-safe: one statement.
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// let hour_ago = store.server_now().await? - chrono::TimeDelta::hours(1);
     /// for run in store.recent_runs(&["billing:acme", "billing:zeta"], Some(hour_ago), 10).await? {
     ///     println!("{} run {} fence {}: {}", run.key, run.run_no, run.fence, run.outcome);

@@ -76,8 +76,8 @@ impl LeaseStore {
     /// either committed or did not.
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
-    /// use leasehold::{Revoke, Revoked};
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
+    /// use leasehold::operator::{Revoke, Revoked};
     /// match store.revoke("billing", Revoke::IfFree, &["ledger"]).await? {
     ///     Revoked::Ended { previous, fence } => println!("{} fenced out; new fence {fence}", previous.holder),
     ///     Revoked::Held(info) => println!("held by {}: pass Revoke::Force", info.holder),

@@ -87,7 +87,7 @@ impl LeaseInfo {
     /// [`KeyStatus::state`](super::KeyStatus::state) reads too).
     ///
     /// ```no_run
-    /// # async fn demo(store: leasehold::LeaseStore) -> leasehold::Result<()> {
+    /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// if let Some(lease) = store.get("billing:acme").await? {
     ///     println!("{}: {}", lease.key, lease.state()); // held, free or never-run
     /// }

@@ -210,7 +210,7 @@ impl Runtime {
     ///
     /// ```no_run
     /// # async fn demo(runtime: leasehold::Runtime) -> leasehold::Result<()> {
-    /// use leasehold::PauseTarget;
+    /// use leasehold::operator::PauseTarget;
     /// runtime.pause(&PauseTarget::job("billing"), true).await?; // stop billing everywhere, now
     /// // ... the incident is over:
     /// runtime.resume(&PauseTarget::job("billing")).await?;

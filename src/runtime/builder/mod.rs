@@ -272,7 +272,8 @@ impl RuntimeBuilder {
     ///
     /// ```no_run
     /// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
-    /// use leasehold::{Connections, Runtime};
+    /// use leasehold::Runtime;
+    /// use leasehold::runtime::Connections;
     ///
     /// // 50 replicas on a server that allows 100 connections: no pool of its own.
     /// let runtime = Runtime::builder(pool)
