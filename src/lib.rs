@@ -47,10 +47,10 @@
 //!
 //! The rest is in modules, for operators and tools:
 //!
-//! - [`store`]: [`LeaseStore`](store::LeaseStore) claims, renews and
+//! - [`store`]: [`store::LeaseStore`] claims, renews and
 //!   releases leases, one statement each, never pinning a connection —
 //!   usable on its own — and reads keys, history and the fleet;
-//! - [`operator`]: [`Operator`](operator::Operator), the operators' actions
+//! - [`operator`]: [`operator::Operator`], the operators' actions
 //!   (trigger, pause, resume, release, forget, keys of job kinds), each
 //!   recorded in the history;
 //! - [`runtime`]: the runtime's settings and reports (connections, health,
