@@ -183,14 +183,11 @@ impl Input {
     }
 }
 
-/// The run's promotion (`promote.rs`), on the server clock, and what the
-/// promoted server recorded of it.
+/// The run's promotion (`promote.rs`): its moments, shifted to the server
+/// clock, and what the promoted server recorded of it.
 #[derive(Debug, Clone)]
 pub struct Promotion {
-    pub synchronous: bool,
-    pub cut: i64,
-    pub crash: i64,
-    pub switched: i64,
+    pub at: crate::servers::Promotion,
     /// `leasehold_timeline` at the end: the timeline fences were last drawn
     /// on, and the fence sequence's last jump (from, to).
     pub timeline: Option<i64>,

@@ -562,10 +562,7 @@ async fn gather(
                     .fetch_optional(pool)
                     .await?;
             Some(check::Promotion {
-                synchronous: p.synchronous,
-                cut: p.cut + offset,
-                crash: p.crash + offset,
-                switched: p.switched + offset,
+                at: p.shifted(offset),
                 timeline: recorded.map(|r| r.0),
                 jump: recorded.and_then(|r| r.1.zip(r.2)),
             })

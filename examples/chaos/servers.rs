@@ -47,8 +47,9 @@ impl Servers {
     }
 }
 
-/// When the promotion happened, on this machine's clock (µs since the
-/// epoch), and how.
+/// When the promotion happened (µs since the epoch: on this machine's
+/// clock as `promote.rs` records it, on the server's once
+/// [`shifted`](Self::shifted)), and how.
 #[derive(Debug, Clone)]
 pub struct Promotion {
     pub synchronous: bool,
@@ -58,4 +59,16 @@ pub struct Promotion {
     pub crash: i64,
     /// The standby promoted and every proxy pointed at it.
     pub switched: i64,
+}
+
+impl Promotion {
+    /// The same moments on a clock `offset` µs ahead of this one.
+    pub fn shifted(&self, offset: i64) -> Self {
+        Self {
+            synchronous: self.synchronous,
+            cut: self.cut + offset,
+            crash: self.crash + offset,
+            switched: self.switched + offset,
+        }
+    }
 }

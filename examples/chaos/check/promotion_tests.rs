@@ -22,10 +22,12 @@ fn promoted(synchronous: bool) -> Input {
         end: 16 * S + 900 * MS,
     });
     input.promotion = Some(Promotion {
-        synchronous,
-        cut: 16 * S,
-        crash: 16 * S + 600 * MS,
-        switched: 16 * S + 900 * MS,
+        at: crate::servers::Promotion {
+            synchronous,
+            cut: 16 * S,
+            crash: 16 * S + 600 * MS,
+            switched: 16 * S + 900 * MS,
+        },
         timeline: Some(2),
         jump: Some((120, 120 + (1 << 32))),
     });

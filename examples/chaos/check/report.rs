@@ -157,10 +157,14 @@ pub fn verdict(
         let _ = writeln!(
             s,
             "| promotion: replication / cut / primary crashed / proxies switched / timeline after / fence jump | {} / {} / {} / {} / {} / {} |",
-            if p.synchronous { "synchronous" } else { "asynchronous" },
-            super::secs(p.cut, input.observe_from),
-            super::secs(p.crash, input.observe_from),
-            super::secs(p.switched, input.observe_from),
+            if p.at.synchronous {
+                "synchronous"
+            } else {
+                "asynchronous"
+            },
+            super::secs(p.at.cut, input.observe_from),
+            super::secs(p.at.crash, input.observe_from),
+            super::secs(p.at.switched, input.observe_from),
             p.timeline.map_or("-".to_owned(), |t| t.to_string()),
             p.jump.map_or("none".to_owned(), |(from, to)| format!("{from} → {to}")),
         );
