@@ -47,6 +47,12 @@ Builds in target/clause-removal, a target dir of its own, without debug
 info (smaller, faster links); CLAUSE_REMOVAL_TARGET_DIR names another, but
 never one a checkout builds in: cargo names the scratch tree's artifacts as
 the checkout's and would take a mutant's build for an up-to-date one there.
+A new target dir starts as a copy of the checkout's dependency builds (the
+workspace's `[profile.dev.package."*"]` gives dependencies no debug info
+in either, and the build selects the whole workspace like `cargo test
+--workspace`, so their features match): only this workspace's crates are
+built again. The copy is safe in this direction: the scratch tree's files
+are newer than every build copied, so cargo rebuilds whatever they feed.
 Never touches the working tree. The next mutant builds while the last one's
 scenarios run (CLAUSE_REMOVAL_JOBS mutants run at once, 2 by default). Exits 1 if a mutation is not caught or a check fails.
 """
@@ -451,11 +457,26 @@ def test_env(env):
     return env
 
 
+def seed(target):
+    """Copies the checkout's dependency builds into a new target dir (see the
+    header); a target dir that exists already is left as it is."""
+    source = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "debug")
+    dest = os.path.join(target, "debug")
+    if os.path.exists(dest) or not os.path.isdir(os.path.join(source, "deps")):
+        return
+    started = time.monotonic()
+    os.makedirs(dest)
+    for part in ("deps", "build", ".fingerprint"):
+        if os.path.isdir(os.path.join(source, part)):
+            subprocess.run(["cp", "-a", "--reflink=auto", os.path.join(source, part), dest], check=True)
+    print(f"   target dir seeded from {source} in {time.monotonic() - started:.0f} s", flush=True)
+
+
 def build(wt, env, tmp, label):
     """Builds the integration test binary of the scratch tree as it is now and
     copies it out (the next mutant's build overwrites cargo's): its path and
     cargo's diagnostics; the path is None when the build failed."""
-    r = subprocess.run(["cargo", "test", "-q", "--test", "it", "--no-run",
+    r = subprocess.run(["cargo", "test", "-q", "--workspace", "--test", "it", "--no-run",
                         "--message-format=json-render-diagnostics"], cwd=wt, capture_output=True, text=True, env=env)
     exe = None
     for line in r.stdout.splitlines():
@@ -505,6 +526,7 @@ def main():
             env = {**os.environ, "CARGO_TARGET_DIR": os.environ.get("CLAUSE_REMOVAL_TARGET_DIR")
                    or os.path.join(ROOT, "target/clause-removal"),
                    "CARGO_PROFILE_DEV_DEBUG": "0", "RUST_BACKTRACE": "0"}
+            seed(env["CARGO_TARGET_DIR"])
             run_env = test_env(env)
             # Unmutated, every scenario named below must pass: otherwise a
             # failing scenario would count every mutation as caught.
