@@ -199,9 +199,9 @@ impl Registry {
     /// A wake-up that asks for a run now (a trigger or a notification):
     /// [`Registry::wake`], and the key goes to the front of the due queue,
     /// ahead of keys that fell due earlier and still wait for room. A
-    /// trigger then starts within one claim, not after a whole slot's
-    /// backlog of scheduled keys; scheduled keys lose at most one place
-    /// each per wake-up.
+    /// trigger then goes out with the next claim that has room, not after
+    /// a whole slot's backlog of scheduled keys; scheduled keys lose at
+    /// most one place each per wake-up.
     pub(crate) fn wake_first(&mut self, key: &str, now: Instant) {
         self.wake(key, now);
         // Strictly before the first key: ties are broken by key name.
