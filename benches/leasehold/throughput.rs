@@ -2,6 +2,10 @@
 //! PostgreSQL, 4 runtimes: at demands the machine keeps up with, at a demand
 //! far above what it can do (the ceiling), and at half the ceiling with the
 //! trigger → start latency of a probe key.
+//!
+//! `LEASEHOLD_BENCH_HALF_KEYS=<keys per runtime>` sets the size of the last
+//! fleet instead of deriving it from the measured ceiling: two builds
+//! compared back to back then face the same demand.
 
 use std::time::Duration;
 
@@ -48,7 +52,12 @@ pub(crate) async fn throughput(b: &Bench) {
     let top = measure("ceiling", "tpmax", ceiling, false).await;
     let achieved = top.runs_in_window as f64 / top.window.as_secs_f64();
     // Half the ceiling: keys × 10 runs/s ≈ achieved ÷ 2, in hundreds of keys.
-    let half = ((achieved / 2.0 / per_s(1) / 100.0).round() as usize * 100).max(100);
+    // `LEASEHOLD_BENCH_HALF_KEYS` fixes it instead, so that two builds
+    // compared back to back face the same demand.
+    let half = std::env::var("LEASEHOLD_BENCH_HALF_KEYS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or_else(|| ((achieved / 2.0 / per_s(1) / 100.0).round() as usize * 100).max(100));
     let at_half = measure("half the ceiling, with a probe", "tphalf", half, true).await;
     println!("## 6. Throughput: short runs per second on one PostgreSQL, {RUNTIMES} runtimes\n");
     println!(

@@ -93,7 +93,9 @@ impl LeaseStore {
         // acquired_at is never before the due time it consumed; the run's
         // number (its history slot), the job's name, and the slot it owes.
         // The UNION half reports the unclaimed candidates, paused or not, so
-        // the caller learns when to look again in the same round trip.
+        // the caller learns when to look again in the same round trip; it
+        // leaves out the claimed ones by the candidate's key (`t.key`), so
+        // the filter runs before the row lookup, not after it.
         // A claimed stored key comes back with its kind, arguments and
         // version as this statement's snapshot has them: the run starts
         // with the version its claim saw (an update committed before the
@@ -137,7 +139,7 @@ impl LeaseStore {
             ",
                    l.*, clock_timestamp(), NULL, NULL, NULL
               FROM leasehold_lease AS l JOIN t ON t.key = l.key
-             WHERE l.key NOT IN (SELECT key FROM claimed)"
+             WHERE t.key NOT IN (SELECT key FROM claimed)"
         );
         let rows: Vec<DueRow> = connection::run!(&self.conns, |conn| sqlx::query_as(CLAIM_DUE)
             .bind(holder)

@@ -89,7 +89,9 @@ impl LeaseStore {
         //   the same holder's earlier run — never frees a newer one.
         // - FOR UPDATE SKIP LOCKED: a row locked elsewhere (a service's
         //   `SELECT … FOR UPDATE`, another claimer) is reported `busy`, not
-        //   waited for, so one locked row never holds up the batch.
+        //   waited for, so one locked row never holds up the batch. `busy`
+        //   filters on the item's key (`t.key`) before it looks the row up:
+        //   most items are `mine`, and need no second lookup.
         // - Expiring at "now" rather than deleting keeps the schedule;
         //   GREATEST keeps the CHECK true even if the server clock stepped
         //   back. A new due time is also the slot the next run owes; a
@@ -146,8 +148,8 @@ impl LeaseStore {
                      WHERE r.next_due_at IS NULL OR r.next_due_at <= clock_timestamp()) AS notified
             ), busy AS (
                 SELECT l.key, l.fence FROM leasehold_lease AS l JOIN t ON t.key = l.key
-                 WHERE l.holder = t.holder AND l.fence = t.fence
-                   AND l.key NOT IN (SELECT key FROM mine)
+                 WHERE t.key NOT IN (SELECT key FROM mine)
+                   AND l.holder = t.holder AND l.fence = t.fence
             ), recorded AS (
                 INSERT INTO leasehold_run AS r (key, slot, run_no, job_name, fence, holder, scheduled_for,
                                                 started_at, ended_at, outcome, reason, error)

@@ -234,15 +234,15 @@ impl Shared {
         self.wake.notified()
     }
 
-    /// A wake-up of `key`: if it is registered here, it is claimed soon
-    /// ([`Registry::wake`]) and the scheduler is woken. False if it is not
-    /// registered.
+    /// A wake-up of `key`: if it is registered here, it is claimed next
+    /// ([`Registry::wake_first`]) and the scheduler is woken. False if it
+    /// is not registered.
     pub(crate) fn wake_key(&self, key: &str) -> bool {
         let mut registry = self.registry();
         if registry.job(key).is_none() {
             return false;
         }
-        registry.wake(key, Instant::now());
+        registry.wake_first(key, Instant::now());
         drop(registry);
         self.wake_scheduler();
         true

@@ -196,6 +196,29 @@ impl Registry {
         }
     }
 
+    /// A wake-up that asks for a run now (a trigger or a notification):
+    /// [`Registry::wake`], and the key goes to the front of the due queue,
+    /// ahead of keys that fell due earlier and still wait for room. A
+    /// trigger then goes out with the next claim that has room, not after
+    /// a whole slot's backlog of scheduled keys; scheduled keys lose at
+    /// most one place each per wake-up.
+    pub(crate) fn wake_first(&mut self, key: &str, now: Instant) {
+        self.wake(key, now);
+        // Strictly before the first key: ties are broken by key name.
+        let front = match self.queue.first() {
+            Some((at, _)) if *at <= now => at.checked_sub(Duration::from_nanos(1)).unwrap_or(*at),
+            _ => now,
+        };
+        if self
+            .slots
+            .get(key)
+            .and_then(|slot| slot.at)
+            .is_some_and(|at| at > front)
+        {
+            self.wait_until(key, front);
+        }
+    }
+
     /// The wake-ups so far: note it before sending a statement whose answer
     /// will be filed with [`Registry::file`] or [`Registry::finish`].
     pub(crate) fn mark(&self) -> WakeMark {

@@ -264,3 +264,35 @@ fn a_replaced_job_keeps_its_place_and_its_streaks() {
     assert_eq!(registry.update_losses("k", Streak::Reset), Some((1, 0)));
     assert_eq!(registry.update_losses("gone", Streak::Extend), None);
 }
+
+/// A trigger or notification (`wake_first`) puts its key ahead of keys
+/// that fell due earlier and still wait: the next claim proposes it even
+/// when it can take only one key. A poll's wake-up (`wake`) keeps the
+/// order of due times.
+#[tokio::test(start_paused = true)]
+async fn a_woken_key_is_proposed_before_the_backlog() {
+    let t0 = Instant::now();
+    let mut registry = Registry::default();
+    for key in ["a", "b", "c"] {
+        assert!(registry.insert(entry(key), t0));
+    }
+    assert!(registry.insert(entry("z"), t0 + Duration::from_secs(3600)));
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let first = |registry: &Registry| -> Vec<String> {
+        registry
+            .due(Instant::now(), 1)
+            .iter()
+            .map(|j| j.key.to_string())
+            .collect()
+    };
+    registry.wake("z", Instant::now());
+    assert_eq!(
+        first(&registry),
+        ["a"],
+        "a poll's wake-up: after the keys due before it"
+    );
+    registry.wait_until("z", t0 + Duration::from_secs(3600));
+    registry.wake_first("z", Instant::now());
+    assert_eq!(first(&registry), ["z"], "a trigger: first, ahead of the backlog");
+    assert_eq!(proposed(&registry, Instant::now()), ["z", "a", "b", "c"]);
+}
