@@ -198,7 +198,7 @@ fence_mutations = [
   "last_fence <= ${fence}", "last_fence < ${fence}", "fenced::"),
 ]
 
-# An operator's revoke (src/lease/revoke.rs): `leasehold release [--force]`.
+# An operator's revoke (src/lease/revoke.rs): `leasehold revoke [--force]`.
 revoke_mutations = [
  ("revoke.force", "revoke: force clause removed (a held lease is revoked without --force)",
   "($2 OR old.expires_at <= clock_timestamp())", "true", "operators::revoke"),

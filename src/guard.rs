@@ -352,7 +352,7 @@ impl FenceGuard {
         let t = &self.tenure;
         tracing::error!(job = %t.job, key = %t.key, holder = %t.holder, fence = t.fence, newer, %resource,
             "fenced write rejected: the resource has accepted a newer fence (a newer run of this key, or an \
-             operator's `leasehold release --force`); cancelling this run");
+             operator's `leasehold revoke --force`); cancelling this run");
         metrics::fence_rejected(&t.job);
         t.lose(CancelReason::Stolen);
         Error::StaleFence {

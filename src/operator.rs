@@ -1,4 +1,4 @@
-//! `Operator`: the operators' actions (trigger, pause, resume, release,
+//! `Operator`: the operators' actions (trigger, pause, resume, revoke,
 //! forget, and adding, updating and removing the keys of job kinds), each
 //! recorded in the key's history with who took it, under its
 //! [`OperatorAction`] name and with its outcome in that module's words.
@@ -13,7 +13,7 @@ use crate::action::{self, Outcome};
 use crate::error::Result;
 use crate::lease::{KeyFilter, LeaseStore, NewKey, validate_actor};
 
-pub use crate::action::OperatorAction;
+pub use crate::action::{OperatorAction, added, removed, updated};
 pub use crate::lease::{ActionRecord, Forgotten, Pause, PauseTarget, Resumed, Revoke, Revoked, Triggered};
 
 /// Keys read at a time by [`Operator::trigger_job`].
@@ -120,13 +120,13 @@ impl Operator {
         .await
     }
 
-    /// [`LeaseStore::revoke`], recorded as [`OperatorAction::Release`], or
-    /// [`OperatorAction::ForceRelease`] with [`Revoke::Force`], with the
+    /// [`LeaseStore::revoke`], recorded as [`OperatorAction::Revoke`], or
+    /// [`OperatorAction::ForceRevoke`] with [`Revoke::Force`], with the
     /// fence it gave the key. Cancel-safe as [`trigger`](Self::trigger).
     pub async fn revoke(&self, key: &str, revoke: Revoke, resources: &[&str]) -> Result<Revoked> {
         let action = match revoke {
-            Revoke::Force => OperatorAction::ForceRelease,
-            Revoke::IfFree => OperatorAction::Release,
+            Revoke::Force => OperatorAction::ForceRevoke,
+            Revoke::IfFree => OperatorAction::Revoke,
         };
         let target = PauseTarget::key(key);
         self.recorded(

@@ -7,7 +7,7 @@
 //!
 //! - `reindex` (manual, triggered at start) makes a fenced write every 2 s
 //!   until it is cancelled or a write is rejected: run
-//!   `leasehold release reindex --force` to watch it stop;
+//!   `leasehold revoke reindex --force` to watch it stop;
 //! - `billing:acme` runs every 30 s for about 5 s;
 //! - `invoices:acme` runs every 20 s; every other run fails (the ledger
 //!   answers 503) and is retried a second later, for `leasehold history`;

@@ -2,7 +2,8 @@
 //! replica registers any more (a removed tenant, a renamed job).
 //!
 //! All through `leasehold::Operator::forget` (recorded in the key's
-//! history; `LeaseStore::forget` is one statement): the row is
+//! history, whose words the CLI prints; `LeaseStore::forget` is one
+//! statement): the row is
 //! deleted only if its lease is free by the server clock, so a run in
 //! progress keeps its lease and no other replica can claim the key under
 //! it. What goes is the key's schedule and last holder; nothing else:
@@ -15,13 +16,13 @@
 //! - `leasehold_fence` rows (fenced resources) are left alone: they only
 //!   reject fences lower than any the sequence hands out from now on.
 
-use leasehold::Forgotten;
+use leasehold::{Forgotten, OperatorAction, PauseTarget};
 use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
 use crate::failure::check_name;
-use crate::ops::{self, LeaseJson, Row};
+use crate::ops::{self, LeaseJson, Row, said};
 use crate::text;
 
 /// Arguments of `leasehold forget`.
@@ -58,17 +59,14 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     db.require_schema().await?;
     // Through `Operator`, so the key's history records who forgot it.
     let outcome = ops::operator(db)?.forget(&args.key).await.map_err(|e| db.failure(e))?;
-    let key = format!("{:?}", args.key);
+    let line = said(OperatorAction::Forget, &PauseTarget::key(args.key.as_str()), &outcome);
     match outcome {
         Forgotten::Deleted => {
             if args.json {
                 print_json(&args.key, "deleted", None)?;
             } else {
-                println!(
-                    "forgot {key}: its lease row (schedule, last holder) is deleted from {}",
-                    db.name
-                );
-                println!("  a replica that still registers {key} creates it again, due at its next slot;");
+                println!("{line}");
+                println!("  a replica that still registers it creates it again, due at its next slot;");
                 println!("  its fences stay above every fence handed out so far (they come from a sequence)");
             }
             Ok(())
@@ -78,22 +76,22 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
                 print_json(&args.key, "not-found", None)?;
             }
             Err(Failure::not_found(format!(
-                "no lease with key {key} in {} (see `leasehold status`); nothing to forget",
+                "{line} in {} (see `leasehold status`); nothing to forget",
                 db.name
             )))
         }
         Forgotten::Held(info) => {
-            let row = Row::from(info);
+            let row = Row(info);
             if args.json {
                 print_json(&args.key, "held", Some(row.json()))?;
             }
-            Err(Failure::refused(held_message(&key, &args.key, &row)))
+            Err(Failure::refused(format!("{line}; {}", what_now(&args.key, row.held()))))
         }
         // An outcome of a newer library that this CLI does not know: say
         // so rather than guess whether the row is gone.
         other => Err(Failure::error(format!(
-            "forget {key}: the library answered {other:?}, which this CLI does not know: upgrade \
-             leasehold-cli (see `leasehold status` for the key's row)"
+            "{line}: the library answered {other:?}, which this CLI does not know: upgrade leasehold-cli (see \
+             `leasehold status` for the key's row)"
         ))),
     }
 }
@@ -105,84 +103,50 @@ fn print_json(key: &str, outcome: &'static str, lease: Option<LeaseJson<'_>>) ->
     Ok(())
 }
 
-/// Why a held lease was kept, and what the operator can do about it.
-fn held_message(quoted: &str, key: &str, row: &Row) -> String {
-    let holder = text::cell(&row.holder);
+/// What the operator can do about a kept lease of `key`, `held` by the
+/// server clock when its row was read.
+fn what_now(key: &str, held: bool) -> String {
     let arg = if key.starts_with('-') {
         format!("-- {}", text::shell_word(key))
     } else {
         text::shell_word(key)
     };
-    if !row.held() {
+    if !held {
         // The statement's snapshot saw the lease free, but a claim took
-        // it before the row could be deleted: the row shows the tenure
-        // before that claim.
-        return format!(
-            "lease {quoted} was claimed while forget ran (before that: holder {holder}, fence {}, {}); \
-             nothing was deleted. See `leasehold status`, then try again",
-            row.fence,
-            row.expiry_text(),
-        );
+        // it before the row could be deleted.
+        return "it was claimed while forget ran; nothing was deleted. See `leasehold status`, then try again"
+            .to_owned();
     }
     format!(
-        "lease {quoted} is held by {holder} (fence {}, {} left); nothing was deleted. Stop that run (or wait \
-         for it to end), or end the tenure with `leasehold release --force {arg}` (the run is cancelled at \
-         its next heartbeat), then run `leasehold forget {arg}` again",
-        row.fence,
-        text::span(row.expires_in()),
+        "nothing was deleted. Stop that run (or wait for it to end), or end the tenure with `leasehold revoke \
+         --force {arg}` (the run is cancelled at its next heartbeat), then run `leasehold forget {arg}` again"
     )
 }
 
 #[cfg(test)]
 mod tests {
-    use chrono::{TimeDelta, Utc};
-
     use super::*;
 
-    fn row(key: &str, expires_in_secs: i64) -> Row {
-        let now = Utc::now();
-        Row {
-            key: key.to_owned(),
-            holder: "web-1".to_owned(),
-            fence: 7,
-            acquired_at: now - TimeDelta::seconds(60),
-            expires_at: now + TimeDelta::seconds(expires_in_secs),
-            next_due_at: None,
-            job_name: None,
-            server_now: now,
-            triggered_only: false,
-            state: if expires_in_secs > 0 {
-                leasehold::KeyState::Held
-            } else {
-                leasehold::KeyState::Free
-            },
-        }
-    }
-
     #[test]
-    fn a_held_lease_names_holder_fence_time_left_and_pasteable_commands() {
-        let msg = held_message("\"tenant 42\"", "tenant 42", &row("tenant 42", 41));
-        assert!(
-            msg.starts_with("lease \"tenant 42\" is held by web-1 (fence 7, 41s left); nothing was deleted"),
-            "{msg}"
+    fn a_held_lease_is_answered_with_pasteable_commands() {
+        assert_eq!(
+            what_now("tenant 42", true),
+            "nothing was deleted. Stop that run (or wait for it to end), or end the tenure with `leasehold revoke \
+             --force 'tenant 42'` (the run is cancelled at its next heartbeat), then run `leasehold forget 'tenant \
+             42'` again"
         );
+        let msg = what_now("-x", true);
         assert!(
-            msg.contains("`leasehold release --force 'tenant 42'`") && msg.contains("`leasehold forget 'tenant 42'`"),
-            "{msg}"
-        );
-        let msg = held_message("\"-x\"", "-x", &row("-x", 41));
-        assert!(
-            msg.contains("`leasehold release --force -- -x`") && msg.contains("`leasehold forget -- -x`"),
+            msg.contains("`leasehold revoke --force -- -x`") && msg.contains("`leasehold forget -- -x`"),
             "{msg}"
         );
     }
 
     #[test]
-    fn a_lease_claimed_while_forget_ran_is_not_reported_with_time_left() {
-        // `Held` with the row as the statement's snapshot saw it: free.
-        let msg = held_message("\"k\"", "k", &row("k", -5));
-        assert!(msg.contains("was claimed while forget ran"), "{msg}");
-        assert!(msg.contains("holder web-1, fence 7, expired 5.0s ago"), "{msg}");
-        assert!(!msg.contains(" left"), "{msg}");
+    fn a_lease_claimed_while_forget_ran_is_answered_with_try_again() {
+        assert_eq!(
+            what_now("k", false),
+            "it was claimed while forget ran; nothing was deleted. See `leasehold status`, then try again"
+        );
     }
 }

@@ -1,12 +1,13 @@
 //! `leasehold add|update|remove KIND KEY`: the keys of job kinds, stored
 //! once and run by every replica that registers the kind, through
-//! `leasehold::Operator` (recorded in the key's history; no SQL of its own).
+//! `leasehold::Operator` (recorded in the key's history, whose words the
+//! CLI prints; no SQL of its own).
 
-use leasehold::{CatchUp, NewKey, Schedule};
+use leasehold::{CatchUp, NewKey, OperatorAction, PauseTarget, Schedule};
 
 use crate::db::Db;
 use crate::failure::{Failure, check_name};
-use crate::ops::operator;
+use crate::ops::{operator, said};
 use crate::text;
 
 /// A key's kind and name.
@@ -96,16 +97,17 @@ pub(crate) async fn add(db: &Db, args: &DefineArgs) -> Result<(), Failure> {
         .add_keys(std::slice::from_ref(&key))
         .await
         .map_err(|e| db.failure(e))?;
-    let name = text::cell(&format!("{:?}", key.key()));
+    let line = said(
+        OperatorAction::Add,
+        &PauseTarget::key(key.key()),
+        leasehold::operator::added(&key, added, 1),
+    );
     if added == 0 {
         return Err(Failure::refused(format!(
-            "{name} exists already: it keeps its arguments and schedule (change them with `leasehold update`)"
+            "{line}; it keeps its arguments and schedule (change them with `leasehold update`)"
         )));
     }
-    println!(
-        "added {name} (kind {}): every replica that registers the kind runs it",
-        text::cell(key.kind())
-    );
+    println!("{line}");
     Ok(())
 }
 
@@ -114,18 +116,19 @@ pub(crate) async fn update(db: &Db, args: &DefineArgs) -> Result<(), Failure> {
     let key = args.new_key()?;
     db.require_schema().await?;
     let version = operator(db)?.update_key(&key).await.map_err(|e| db.failure(e))?;
-    let name = text::cell(&format!("{:?}", key.key()));
-    match version {
-        Some(version) => {
-            println!("updated {name} to version {version}: its next run, wherever it is claimed, uses it");
-            Ok(())
-        }
-        None => Err(Failure::not_found(format!(
-            "no key {name} of kind {} in {} (see `leasehold status`)",
-            text::cell(key.kind()),
+    let line = said(
+        OperatorAction::Update,
+        &PauseTarget::key(key.key()),
+        leasehold::operator::updated(&key, version),
+    );
+    if version.is_none() {
+        return Err(Failure::not_found(format!(
+            "{line} in {} (see `leasehold status`)",
             db.name
-        ))),
+        )));
     }
+    println!("{line}");
+    Ok(())
 }
 
 /// `leasehold remove`: exits 4 if there is no such key of the kind.
@@ -135,14 +138,17 @@ pub(crate) async fn remove(db: &Db, args: &KeyArgs) -> Result<(), Failure> {
         .remove_key(&args.kind, &args.key)
         .await
         .map_err(|e| db.failure(e))?;
-    let name = text::cell(&format!("{:?}", args.key));
+    let line = said(
+        OperatorAction::Remove,
+        &PauseTarget::key(args.key.as_str()),
+        leasehold::operator::removed(&args.kind, removed),
+    );
     if !removed {
         return Err(Failure::not_found(format!(
-            "no key {name} of kind {} in {} (see `leasehold status`)",
-            text::cell(&args.kind),
+            "{line} in {} (see `leasehold status`)",
             db.name
         )));
     }
-    println!("removed {name}: every replica stops it (a run in progress is cancelled)");
+    println!("{line}");
     Ok(())
 }

@@ -4,7 +4,7 @@
 //! ended (`status`), read a key's run history (`history`), pause and resume a
 //! key or a job for the whole fleet (`pause`, `resume`), make a key due now
 //! (`trigger`), end a tenure so another replica takes over with a higher
-//! fence (`release`), delete the row of a key no replica registers any more
+//! fence (`revoke`), delete the row of a key no replica registers any more
 //! (`forget`), add, update and remove the keys of job kinds for the whole
 //! fleet (`add`, `update`, `remove`), create the schema (`migrate`), check a database and this
 //! machine's clock (`check`), and serve the operator web console on a local
@@ -17,8 +17,8 @@
 //! | 0 | success |
 //! | 1 | error: database unreachable, schema missing, a failed check, … |
 //! | 2 | usage: bad arguments, no database URL, an invalid URL |
-//! | 3 | refused: `release` of a lease that is held, without `--force`; `forget` of a held lease; `add` of a key that exists |
-//! | 4 | not found: `release`, `forget` or `trigger` of a key that has no lease row; `resume` of a key or job that is not paused; `history` of a key with neither a lease row nor runs; `update` or `remove` of a key that is not a key of the kind |
+//! | 3 | refused: `revoke` of a lease that is held, without `--force`; `forget` of a held lease; `add` of a key that exists |
+//! | 4 | not found: `revoke`, `forget` or `trigger` of a key that has no lease row; `resume` of a key or job that is not paused; `history` of a key with neither a lease row nor runs; `update` or `remove` of a key that is not a key of the kind |
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -32,7 +32,7 @@ mod history;
 mod keys;
 mod ops;
 mod pause;
-mod release;
+mod revoke;
 mod runs;
 mod status;
 mod text;
@@ -47,8 +47,8 @@ use crate::failure::Failure;
 
 /// Operate leasehold's leases in a PostgreSQL database.
 ///
-/// Exit codes: 0 ok, 1 error, 2 usage, 3 refused (release of a held lease without --force, forget of a
-/// held lease), 4 not found (release, forget, trigger or history of a key without a row; resume of
+/// Exit codes: 0 ok, 1 error, 2 usage, 3 refused (revoke of a held lease without --force, forget of a
+/// held lease), 4 not found (revoke, forget, trigger or history of a key without a row; resume of
 /// something not paused).
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, about, long_about)]
@@ -100,14 +100,21 @@ enum Command {
     /// paused key runs once resumed). Exits 4 if the key has no lease row.
     Trigger(trigger::Args),
     /// End the current tenure of a lease; the next claim gets a higher fence.
-    Release(release::Args),
+    ///
+    /// Without --force, only a free lease (an ex-holder that may wake up
+    /// and write is fenced out); a held one exits 3. Exits 4 if the key has
+    /// no lease row.
+    // `release` is accepted too (hidden), so scripts that call the command
+    // by that name keep working for one more release (CHANGELOG.md).
+    #[command(alias = "release")]
+    Revoke(revoke::Args),
     /// Delete the row of a key no replica registers any more, unless its lease is held.
     ///
     /// For keys of a removed tenant or job: the key's schedule and last
     /// holder go; a replica that still registers
     /// the key creates the row again, due at its next slot. Fences stay
     /// monotonic: they come from a sequence, not from the row. A held lease is
-    /// refused (exit 3): stop its run, or `leasehold release --force KEY`,
+    /// refused (exit 3): stop its run, or `leasehold revoke --force KEY`,
     /// then forget it. A key with no row exits 4.
     Forget(forget::Args),
     /// Add a key of a job kind for the whole fleet: every replica that
@@ -130,7 +137,7 @@ enum Command {
     ///
     /// Read-only unless a token is set in LEASEHOLD_CONSOLE_TOKEN (or read
     /// with --token-file): then whoever logs in with it may trigger, pause,
-    /// resume and release, recorded under the name they give. Listens on
+    /// resume and revoke, recorded under the name they give. Listens on
     /// loopback only unless --allow-remote (it speaks plain HTTP).
     Console(console::Args),
 }
@@ -160,7 +167,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         )));
     }
     match &cli.command {
-        Command::Release(args) => args.validate()?,
+        Command::Revoke(args) => args.validate()?,
         Command::Forget(args) => args.validate()?,
         Command::History(args) => args.validate()?,
         Command::Pause(args) => args.validate()?,
@@ -175,7 +182,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let db = target.connect(Duration::from_secs_f64(cli.connect_timeout)).await?;
     match cli.command {
         Command::Status(args) => status::run(&db, &args).await,
-        Command::Release(args) => release::run(&db, &args).await,
+        Command::Revoke(args) => revoke::run(&db, &args).await,
         Command::Forget(args) => forget::run(&db, &args).await,
         Command::History(args) => history::run(&db, &args).await,
         Command::Pause(args) => pause::pause(&db, &args).await,

@@ -1,9 +1,12 @@
 //! What the commands share, so that no command imports another: the
-//! operator the CLI acts as, and the lease row and pause as the commands
+//! operator the CLI acts as, how an action's answer is said, and the lease row and pause as the commands
 //! present them (text and `--json`).
 
+use std::fmt::Display;
+use std::ops::Deref;
+
 use chrono::{DateTime, Utc};
-use leasehold::{KeyState, LeaseStore, Operator, Pause};
+use leasehold::{KeyState, LeaseInfo, LeaseStore, Operator, OperatorAction, Pause, PauseTarget};
 use serde::Serialize;
 
 use crate::db::Db;
@@ -14,6 +17,14 @@ use crate::text;
 /// goes through it, so the key's history records who took it.
 pub(crate) fn operator(db: &Db) -> Result<Operator, Failure> {
     Operator::new(LeaseStore::new(db.pool.clone()), default_by()).map_err(|e| db.failure(e))
+}
+
+/// What a command prints for an action's answer: the action, what it was
+/// taken on and the library's words for the outcome (the `Display` of its
+/// answer) — what the key's history records and the console shows — on
+/// one line, safe for a terminal.
+pub(crate) fn said(action: OperatorAction, on: &PauseTarget, outcome: impl Display) -> String {
+    text::one_line(&format!("{action} {on}: {outcome}"))
 }
 
 /// `$USER@<hostname>`, or `leasehold-cli` when the user is unknown: who
@@ -49,34 +60,30 @@ pub(crate) fn default_by() -> String {
     by
 }
 
-/// One lease row, read with the server clock of the same statement.
+/// One lease row, read with the server clock of the same statement: the
+/// library's `LeaseInfo` (its fields and its readings, `state()`,
+/// `due_only_when_triggered()`, through `Deref`), with the CLI's ways of
+/// showing it.
 #[derive(Debug)]
-pub(crate) struct Row {
-    pub(crate) key: String,
-    pub(crate) holder: String,
-    pub(crate) fence: i64,
-    pub(crate) acquired_at: DateTime<Utc>,
-    pub(crate) expires_at: DateTime<Utc>,
-    pub(crate) next_due_at: Option<DateTime<Utc>>,
-    /// The key's job, as its runtime last registered or claimed it.
-    pub(crate) job_name: Option<String>,
-    pub(crate) server_now: DateTime<Utc>,
-    /// The library's rule: the key runs only when triggered.
-    pub(crate) triggered_only: bool,
-    /// The library's reading of the row (`LeaseInfo::state`): held, free
-    /// or never-run.
-    pub(crate) state: KeyState,
+pub(crate) struct Row(pub(crate) LeaseInfo);
+
+impl Deref for Row {
+    type Target = LeaseInfo;
+
+    fn deref(&self) -> &LeaseInfo {
+        &self.0
+    }
 }
 
 impl Row {
     pub(crate) fn held(&self) -> bool {
-        self.state == KeyState::Held
+        self.state() == KeyState::Held
     }
 
     /// A key registered by a runtime but never claimed: its holder and
     /// fence are placeholders.
     pub(crate) fn never_run(&self) -> bool {
-        self.state == KeyState::NeverRun
+        self.state() == KeyState::NeverRun
     }
 
     /// Seconds until expiry by the server clock; negative once expired.
@@ -99,26 +106,8 @@ impl Row {
     pub(crate) fn due_text(&self) -> String {
         match self.next_due_at {
             None => "now".to_owned(),
-            Some(_) if self.triggered_only => "never".to_owned(),
+            Some(_) if self.due_only_when_triggered() => "never".to_owned(),
             Some(due) => text::relative(text::secs(due - self.server_now)),
-        }
-    }
-}
-
-/// A lease as the library reports it.
-impl From<leasehold::LeaseInfo> for Row {
-    fn from(info: leasehold::LeaseInfo) -> Row {
-        Row {
-            triggered_only: info.due_only_when_triggered(),
-            state: info.state(),
-            key: info.key,
-            holder: info.holder,
-            fence: info.fence,
-            acquired_at: info.acquired_at,
-            expires_at: info.expires_at,
-            next_due_at: info.next_due_at,
-            job_name: info.job_name,
-            server_now: info.server_now,
         }
     }
 }
@@ -153,7 +142,7 @@ impl Row {
             job_name: self.job_name.as_deref(),
             holder: &self.holder,
             fence: self.fence,
-            state: self.state.as_str(),
+            state: self.state().as_str(),
             acquired_at: self.acquired_at,
             expires_at: self.expires_at,
             expires_in_seconds: self.expires_in(),

@@ -3,15 +3,16 @@
 //!
 //! Through `leasehold::LeaseStore::{pause, resume, pauses, get}`: a pause is
 //! a row the claims check, so every replica obeys it, restarts included.
-//! The CLI sends no SQL of its own for them.
+//! The CLI sends no SQL of its own for them, and says each outcome in the
+//! library's words (as the key's history records it).
 
-use leasehold::{LeaseStore, Operator, Pause, PauseTarget, Resumed};
+use leasehold::{LeaseStore, Operator, OperatorAction, Pause, PauseTarget, Resumed};
 use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
 use crate::failure::{check_actor, check_name};
-use crate::ops::{self, PauseJson, default_by};
+use crate::ops::{self, PauseJson, default_by, said};
 use crate::text;
 
 /// What to pause or resume: a key, or a job's keys (exactly one).
@@ -119,50 +120,39 @@ pub(crate) async fn pause(db: &Db, args: &PauseArgs) -> Result<(), Failure> {
         println!("{json}");
         return Ok(());
     }
-    print!("{}", pause_text(&pause, before.as_ref()));
+    print!("{}", pause_text(&pause, before.as_ref(), args.cancel));
     Ok(())
 }
 
-/// What `pause` prints: what is paused, what it covers, what happens to
-/// the runs in progress, how to undo it.
-fn pause_text(pause: &Pause, before: Option<&Pause>) -> String {
-    let what = text::cell(&pause.target.to_string());
-    let mut out = match before {
-        None => format!(
-            "paused {what} for the whole fleet (by {}, at {})\n",
-            text::cell(&pause.paused_by),
-            text::time(pause.paused_at)
-        ),
-        Some(before) if pause.cancel && !before.cancel => format!(
-            "{what} was already paused by {} since {}; now its runs in progress are cancelled too\n",
-            text::cell(&pause.paused_by),
-            text::time(pause.paused_at)
-        ),
-        Some(_) => format!(
-            "{what} was already paused by {} since {}; nothing changed\n",
-            text::cell(&pause.paused_by),
-            text::time(pause.paused_at)
-        ),
+/// What `pause` (with `--cancel` if `cancel`) prints: the library's words
+/// for the pause (as the history records them), then who paused it and
+/// since when, what happens to the runs in progress, and how to undo it.
+fn pause_text(pause: &Pause, before: Option<&Pause>, cancel: bool) -> String {
+    let action = if cancel {
+        OperatorAction::PauseCancel
+    } else {
+        OperatorAction::Pause
     };
-    let covers = format!("it covers {}", text::plural(pause.keys, "key"));
-    let running = match (pause.running, pause.cancel) {
-        (0, _) => "none running".to_owned(),
-        (n, false) => format!(
-            "{n} running: {} (use --cancel to stop {} at {} next renewal)",
-            if n == 1 {
-                "that run finishes"
-            } else {
-                "those runs finish"
-            },
-            if n == 1 { "it" } else { "them" },
-            if n == 1 { "its" } else { "their" },
-        ),
-        (n, true) => format!(
-            "{n} running: cancelled at {} next renewal (reason paused), then released",
-            if n == 1 { "its" } else { "their" }
-        ),
-    };
-    out.push_str(&format!("  {covers}, {running}\n"));
+    let mut out = format!("{}\n", said(action, &pause.target, pause));
+    let by = format!(
+        "by {} since {}",
+        text::cell(&pause.paused_by),
+        text::time(pause.paused_at)
+    );
+    out.push_str(&match before {
+        None => format!("  paused for the whole fleet {by}\n"),
+        Some(before) if pause.cancel && !before.cancel => {
+            format!("  it was already paused {by}; now its runs in progress are cancelled too\n")
+        }
+        Some(_) => format!("  it was already paused {by}; nothing changed\n"),
+    });
+    match (pause.running, pause.cancel) {
+        (0, _) => {}
+        (1, false) => out.push_str("  the run in progress finishes (use --cancel to stop it at its next renewal)\n"),
+        (_, false) => out.push_str("  the runs in progress finish (use --cancel to stop them at their next renewal)\n"),
+        (1, true) => out.push_str("  the run in progress is cancelled at its next renewal (reason paused)\n"),
+        (_, true) => out.push_str("  the runs in progress are cancelled at their next renewal (reason paused)\n"),
+    }
     if pause.keys == 0 {
         let why = match pause.target.scope() {
             "job" => "no lease row names this job yet (a runtime records it when it registers or claims a key)",
@@ -221,7 +211,6 @@ pub(crate) async fn resume(db: &Db, args: &ResumeArgs) -> Result<(), Failure> {
     let operator = ops::operator(db)?;
     let resumed = operator.resume(&target).await.map_err(|e| db.failure(e))?;
     let job_pause = job_pause_of_key(db, &store, &target).await?;
-    let what = text::cell(&target.to_string());
     let job_note = |job: &str| {
         format!(
             "its job {} is paused too (`leasehold resume --job {}`)",
@@ -229,6 +218,7 @@ pub(crate) async fn resume(db: &Db, args: &ResumeArgs) -> Result<(), Failure> {
             text::shell_word(job)
         )
     };
+    let line = said(OperatorAction::Resume, &target, resumed);
     match resumed {
         Resumed::Yes { woken } => {
             if args.json {
@@ -241,20 +231,16 @@ pub(crate) async fn resume(db: &Db, args: &ResumeArgs) -> Result<(), Failure> {
                 })?;
                 return Ok(());
             }
-            if let Some(job) = &job_pause {
-                println!("lifted the pause of {what}, but it stays paused: {}", job_note(job));
-                return Ok(());
-            }
+            println!("{line}");
             let key = target.scope() == "key";
-            match (key, woken) {
-                (true, 0) => println!("resumed {what}: it runs at its next slot"),
-                (true, _) => println!(
-                    "resumed {what}: it was overdue, so it is claimable now (its job's catch-up policy decides what runs)"
-                ),
-                (false, 0) => println!("resumed {what}: no key was overdue; each runs at its next slot"),
-                (false, _) => println!(
-                    "resumed {what}: {} overdue, woken (claimable now; the job's catch-up policy decides what runs); the others run at their next slot",
-                    text::plural(woken, "key")
+            match (&job_pause, key, woken) {
+                (Some(job), _, _) => println!("  but it stays paused: {}", job_note(job)),
+                (None, true, 0) => println!("  it runs at its next slot"),
+                (None, true, _) => println!("  it is claimable now (its job's catch-up policy decides what runs)"),
+                (None, false, 0) => println!("  each key runs at its next slot"),
+                (None, false, _) => println!(
+                    "  the overdue keys are claimable now (the job's catch-up policy decides what runs); the others \
+                     run at their next slot"
                 ),
             }
             Ok(())
@@ -271,22 +257,19 @@ pub(crate) async fn resume(db: &Db, args: &ResumeArgs) -> Result<(), Failure> {
             }
             Err(Failure::not_found(match &job_pause {
                 Some(job) => format!(
-                    "{what} has no pause of its own in {}: it is paused through its job {} \
-                     (`leasehold resume --job {}` lifts that, for every key of the job); nothing to resume",
+                    "{line} by its own name in {}: it is paused through its job {} (`leasehold resume --job {}` \
+                     lifts that, for every key of the job); nothing to resume",
                     db.name,
                     text::cell(&format!("{job:?}")),
                     text::shell_word(job)
                 ),
-                None => format!(
-                    "{what} is not paused in {} (see `leasehold status`); nothing to resume",
-                    db.name
-                ),
+                None => format!("{line} in {} (see `leasehold status`); nothing to resume", db.name),
             }))
         }
         // An outcome of a newer library that this CLI does not know.
         other => Err(Failure::error(format!(
-            "resume {what}: the library answered {other:?}, which this CLI does not know: upgrade \
-             leasehold-cli (see `leasehold status` for the pauses in force)"
+            "{line}: the library answered {other:?}, which this CLI does not know: upgrade leasehold-cli (see \
+             `leasehold status` for the pauses in force)"
         ))),
     }
 }

@@ -43,7 +43,7 @@ pub(crate) struct Entry {
 impl From<KeyStatus> for Entry {
     fn from(status: KeyStatus) -> Entry {
         Entry {
-            row: Row::from(status.lease),
+            row: Row(status.lease),
             paused: status.paused,
             last: status.last,
             last_success: status.last_success,
@@ -56,9 +56,9 @@ impl Entry {
     /// `held`, `free`, `never-run`, with `, paused` when it is.
     fn state_text(&self) -> String {
         if self.paused {
-            format!("{}, paused", self.row.state)
+            format!("{}, paused", self.row.state())
         } else {
-            self.row.state.to_string()
+            self.row.state().to_string()
         }
     }
 

@@ -1,15 +1,15 @@
 //! `leasehold trigger KEY [--json]`: make a key due now, for the whole
-//! fleet, through `leasehold::LeaseStore::trigger` (one statement that also
-//! wakes the listening replicas; no SQL of its own).
+//! fleet, through `leasehold::Operator::trigger` (one statement that also
+//! wakes the listening replicas, recorded in the key's history; no SQL of
+//! its own). The outcome is said in the library's words.
 
-use leasehold::Triggered;
+use leasehold::{OperatorAction, PauseTarget, Triggered};
 use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
 use crate::failure::check_name;
-use crate::ops;
-use crate::text;
+use crate::ops::{self, said};
 
 /// Arguments of `leasehold trigger`.
 #[derive(Debug, clap::Args)]
@@ -44,7 +44,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     // Through `Operator`, so the key's history records who triggered it.
     let operator = ops::operator(db)?;
     let outcome = operator.trigger(&args.key).await.map_err(|e| db.failure(e))?;
-    let key = text::cell(&format!("{:?}", args.key));
+    let line = said(OperatorAction::Trigger, &PauseTarget::key(args.key.as_str()), outcome);
     let (name, paused) = match outcome {
         Triggered::Due => ("due", false),
         Triggered::Paused => ("paused", true),
@@ -52,8 +52,8 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
         // An outcome of a newer library that this CLI does not know.
         other => {
             return Err(Failure::error(format!(
-                "trigger {key}: the library answered {other:?}, which this CLI does not know: upgrade \
-                 leasehold-cli (see `leasehold status` for the key's row)"
+                "{line}: the library answered {other:?}, which this CLI does not know: upgrade leasehold-cli \
+                 (see `leasehold status` for the key's row)"
             )));
         }
     };
@@ -66,24 +66,14 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
         let json = serde_json::to_string_pretty(&doc).map_err(|e| Failure::error(format!("writing JSON: {e}")))?;
         println!("{json}");
     }
-    match outcome {
-        Triggered::NotFound => Err(Failure::not_found(format!(
-            "no lease with key {key} in {} (no replica registered it; see `leasehold status`); nothing to trigger",
+    if outcome == Triggered::NotFound {
+        return Err(Failure::not_found(format!(
+            "{line} in {} (see `leasehold status`); nothing to trigger",
             db.name
-        ))),
-        Triggered::Paused => {
-            if !args.json {
-                println!(
-                    "{key} is due now but paused (by its own pause or its job's): it runs once resumed (see `leasehold status`)"
-                );
-            }
-            Ok(())
-        }
-        _ => {
-            if !args.json {
-                println!("{key} is due now: the first replica that claims it runs it");
-            }
-            Ok(())
-        }
+        )));
     }
+    if !args.json {
+        println!("{line}");
+    }
+    Ok(())
 }

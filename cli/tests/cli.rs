@@ -16,8 +16,8 @@ mod history;
 mod keys;
 #[path = "cli/pause.rs"]
 mod pause;
-#[path = "cli/release.rs"]
-mod release;
+#[path = "cli/revoke.rs"]
+mod revoke;
 #[path = "cli/status.rs"]
 mod status;
 #[path = "cli/trigger.rs"]

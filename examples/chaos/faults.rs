@@ -69,7 +69,7 @@ pub enum FaultKind {
     /// Reset every connection of the proxied replica.
     ProxyReset,
     /// A running lease expires early on the server, as after an operator's
-    /// `leasehold release --force` or a forward step of the server clock:
+    /// `leasehold revoke --force` or a forward step of the server clock:
     /// another replica takes over while the holder still runs, and only
     /// learns at its next heartbeat.
     Expire,

@@ -30,7 +30,7 @@
 //!    and restart, `pg_terminate_backend`, PostgreSQL fast and immediate
 //!    restarts, proxy delay / blackhole / reset of one replica's traffic,
 //!    a running lease expiring early on the server (operator
-//!    `release --force`, or a forward step of the server clock), and two
+//!    `revoke --force`, or a forward step of the server clock), and two
 //!    faults that leave a replica's pooled connection inside a transaction
 //!    nobody owns (`poison.rs`: runs dropped inside `begin_fenced` behind a
 //!    slow proxy, and a plain `BEGIN` on the shared pool), and a SIGSTOP

@@ -156,7 +156,7 @@ pub enum Fault {
     Shutdown(u8),
     /// Change a clock's rate.
     Skew(Clock, Rate),
-    /// An operator's forced revoke of a key (`leasehold release --force`).
+    /// An operator's forced revoke of a key (`leasehold revoke --force`).
     Revoke(u8),
 }
 

@@ -227,7 +227,7 @@ fn with_releases_that_delete_the_row_and_restart_fences_fences_repeat_and_a_stal
     assert_fails("release deletes the row", cfg, STALE_WRITE_REJECTED);
 }
 
-/// Not a mistake: an operator's forced revoke (`leasehold release --force`,
+/// Not a mistake: an operator's forced revoke (`leasehold revoke --force`,
 /// docs/design.md §7) ends a live tenure on purpose. The holder's run goes
 /// on until its next heartbeat reports the loss, and the key — its schedule
 /// untouched — can be claimed at once, so two runs do overlap in real time;

@@ -17,13 +17,13 @@ use crate::{Operator, OperatorAction};
 
 /// The actions the console offers, each an [`OperatorAction`] under its
 /// one name: on a key, trigger, pause (cancelling the runs in progress
-/// when the form's box is ticked), resume and force release; on a job, all
-/// but the release.
+/// when the form's box is ticked), resume and force revoke; on a job, all
+/// but the revoke.
 pub(super) const OFFERED: [OperatorAction; 4] = [
     OperatorAction::Trigger,
     OperatorAction::Pause,
     OperatorAction::Resume,
-    OperatorAction::ForceRelease,
+    OperatorAction::ForceRevoke,
 ];
 
 /// One of [`OFFERED`], by its name; `None` for anything else.
@@ -46,7 +46,7 @@ fn explain(action: OperatorAction, subject: &Subject) -> &'static str {
             "Lifts the job's pause: replicas may claim its keys again (a key also paused by its own name \
              stays paused); overdue keys run at once."
         }
-        (_, Subject::Job(_)) => "A job cannot be force-released: release its keys one by one.",
+        (_, Subject::Job(_)) => "A job cannot be force-revoked: revoke its keys one by one.",
         (OperatorAction::Trigger, Subject::Key(_)) => {
             "The key becomes due now for the whole fleet: the first replica to claim it runs it, once. \
              A missed slot it owes stays owed."
@@ -80,7 +80,7 @@ pub(super) enum Done {
     Resumed,
     ResumedOverdue,
     NotPaused,
-    Released,
+    Revoked,
     StillHeld,
     NoRow,
     JobNotPaused,
@@ -98,7 +98,7 @@ impl Done {
         Done::Resumed,
         Done::ResumedOverdue,
         Done::NotPaused,
-        Done::Released,
+        Done::Revoked,
         Done::StillHeld,
         Done::NoRow,
         Done::JobNotPaused,
@@ -116,7 +116,7 @@ impl Done {
             Done::Resumed => "resumed",
             Done::ResumedOverdue => "resumed-overdue",
             Done::NotPaused => "not-paused",
-            Done::Released => "released",
+            Done::Revoked => "revoked",
             Done::StillHeld => "still-held",
             Done::NoRow => "no-row",
             Done::JobNotPaused => "job-not-paused",
@@ -140,8 +140,8 @@ impl Done {
             Done::Resumed => "Resumed: it runs at its next slot.",
             Done::ResumedOverdue => "Resumed: it was overdue and runs now.",
             Done::NotPaused => "Not paused by its own name (is its job paused? `leasehold resume --job`).",
-            Done::Released => {
-                "Released: the tenure is over and its holder fenced out; the new fence is in the table below."
+            Done::Revoked => {
+                "Revoked: the tenure is over and its holder fenced out; the new fence is in the table below."
             }
             Done::StillHeld => "Still held: nothing changed.",
             Done::NoRow => "Not found: no lease row.",
@@ -237,7 +237,7 @@ pub(super) async fn confirm(
         Ok(subject) => subject,
         Err(message) => return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &message),
     };
-    if let (Subject::Job(_), OperatorAction::ForceRelease) = (&subject, action) {
+    if let (Subject::Job(_), OperatorAction::ForceRevoke) = (&subject, action) {
         return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, explain(action, &subject));
     }
     let body = html! {
@@ -333,9 +333,9 @@ pub(super) async fn act(
                 (_, Subject::Key(_)) => Done::NotPaused,
                 (_, Subject::Job(_)) => Done::JobNotPaused,
             }),
-            (OperatorAction::ForceRelease, Subject::Key(key)) => {
+            (OperatorAction::ForceRevoke, Subject::Key(key)) => {
                 operator.revoke(key, Revoke::Force, &[]).await.map(|r| match r {
-                    Revoked::Ended { .. } => Done::Released,
+                    Revoked::Ended { .. } => Done::Revoked,
                     Revoked::Held(_) => Done::StillHeld,
                     _ => Done::NoRow,
                 })
@@ -343,7 +343,7 @@ pub(super) async fn act(
             (_, Subject::Job(name)) => Err(crate::Error::invalid(
                 "action",
                 name,
-                "a job cannot be force-released: release its keys one by one",
+                "a job cannot be force-revoked: revoke its keys one by one",
             )),
             (other, Subject::Key(key)) => Err(crate::Error::invalid(
                 "action",

@@ -168,16 +168,16 @@ fn no_row(
     layout::page(base, &title, Tab::None, viewer, 0, body)
 }
 
-/// The fence a forced release gave the key, if the row's fence is one: the
+/// The revoke that gave the key its fence, if the row's fence is one: the
 /// row keeps the ended tenure's holder, but not its fence.
-fn release_of(fence: i64, actions: &[ActionRecord]) -> Option<&ActionRecord> {
+fn revoke_of(fence: i64, actions: &[ActionRecord]) -> Option<&ActionRecord> {
     actions.iter().find(|a| a.fence == Some(fence))
 }
 
 fn tenure(status: &KeyStatus, covering: &[&Pause], actions: &[ActionRecord]) -> Markup {
     let lease = &status.lease;
     let now = lease.server_now;
-    let released = release_of(lease.fence, actions).filter(|_| !lease.is_held());
+    let revoked = revoke_of(lease.fence, actions).filter(|_| !lease.is_held());
     html! {
         dl #tenure {
             dt { "State" } dd { span class={ "badge " (status.state()) } #state { (status.state()) } }
@@ -197,10 +197,10 @@ fn tenure(status: &KeyStatus, covering: &[&Pause], actions: &[ActionRecord]) -> 
             dt { "Job" } dd { bdi { (lease.job_name.as_deref().unwrap_or("—")) } }
             @if lease.never_run() {
                 dt { "Holder" } dd.muted { "never run" }
-            } @else if let Some(release) = released {
-                dt { "Holder" } dd #holder { span.muted { "none: released by " } bdi { (release.actor) } " "
-                                              (when(release.at, now)) }
-                dt { "Fence" } dd #fence { (lease.fence) span.muted { " (handed out by the release)" } }
+            } @else if let Some(revoke) = revoked {
+                dt { "Holder" } dd #holder { span.muted { "none: revoked by " } bdi { (revoke.actor) } " "
+                                              (when(revoke.at, now)) }
+                dt { "Fence" } dd #fence { (lease.fence) span.muted { " (handed out by the revoke)" } }
             } @else {
                 dt { "Holder" } dd #holder { bdi { (lease.holder) } @if !lease.is_held() { span.muted { " (last)" } } }
                 dt { "Fence" } dd #fence { (lease.fence) }
@@ -270,14 +270,14 @@ fn runs_table(runs: &[RunRecord], now: DateTime<Utc>) -> Markup {
 }
 
 /// The key's fences, newest first: its tenures (the current one and the
-/// recorded runs) and the fences operators' releases handed out.
+/// recorded runs) and the fences operators' revokes handed out.
 fn fences(status: &KeyStatus, runs: &[RunRecord], actions: &[ActionRecord], now: DateTime<Utc>) -> Markup {
     let lease = &status.lease;
     let mut rows: Vec<(i64, DateTime<Utc>, String, String)> = Vec::new();
-    // The row's fence is its latest tenure's, unless a forced release
-    // handed it out since: the release's row below says so.
-    let released = release_of(lease.fence, actions).is_some() && !lease.is_held();
-    if !lease.never_run() && !released && runs.first().is_none_or(|r| r.fence != lease.fence) {
+    // The row's fence is its latest tenure's, unless a revoke handed it
+    // out since: the revoke's row below says so.
+    let revoked = revoke_of(lease.fence, actions).is_some() && !lease.is_held();
+    if !lease.never_run() && !revoked && runs.first().is_none_or(|r| r.fence != lease.fence) {
         let what = if lease.is_held() {
             "current tenure"
         } else {

@@ -31,7 +31,7 @@ const STRIP: usize = 10;
 /// Runs of each key a job's timeline reads, at most: its window shows
 /// those that fall in it.
 const JOB_TIMELINE_RUNS: usize = 200;
-/// Operators' actions a job's timeline reads (releases and pauses).
+/// Operators' actions a job's timeline reads (revokes and pauses).
 const JOB_ACTIONS: usize = 200;
 
 #[derive(serde::Deserialize, Default)]
@@ -295,7 +295,7 @@ pub(super) async fn job(
         },
         OperatorAction::Trigger,
     ];
-    // The job's pauses and its keys' releases: a key's own pause would
+    // The job's pauses and its keys' revokes: a key's own pause would
     // shade the whole job.
     let marked: Vec<ActionRecord> = actions
         .into_iter()

@@ -58,7 +58,7 @@
 //! The tenure timeline is inline SVG drawn by the server: a lane per
 //! holder over the last hour (`window=30m`, `6h`, `2d`: 1 min to 7 days),
 //! a bar per recorded run from claim to release coloured by outcome, with
-//! its fence, operators' releases and pauses marked.
+//! its fence, operators' revokes and pauses marked.
 //!
 //! ```no_run
 //! # async fn demo(pool: sqlx::PgPool, your_routes: axum::Router) {

@@ -99,12 +99,12 @@ struct Bar<'a> {
     run: Option<&'a RunRecord>,
 }
 
-/// A release by an operator: a line across the lanes at its time.
+/// A revoke by an operator: a line across the lanes at its time.
 struct Mark<'a> {
-    /// The key released.
+    /// The key revoked.
     target: &'a PauseTarget,
     at: DateTime<Utc>,
-    action: &'a str,
+    action: OperatorAction,
     actor: &'a str,
     fence: Option<i64>,
 }
@@ -181,7 +181,7 @@ impl<'a> Timeline<'a> {
         self
     }
 
-    /// Adds the operators' releases in the window as marks, and their
+    /// Adds the operators' revokes in the window as marks, and their
     /// pauses (paired with the resume that lifted each) as shades; a pause
     /// still in force (in `in_force`) is shaded up to now.
     pub(super) fn actions(mut self, actions: &'a [ActionRecord], in_force: &[&'a Pause]) -> Self {
@@ -192,11 +192,13 @@ impl<'a> Timeline<'a> {
             let done = a.outcome.as_deref().unwrap_or("");
             let target = a.target.to_string();
             match OperatorAction::parse(&a.action) {
-                Some(OperatorAction::Release | OperatorAction::ForceRelease) if a.fence.is_some() && a.at >= from => {
+                Some(action @ (OperatorAction::Revoke | OperatorAction::ForceRevoke))
+                    if a.fence.is_some() && a.at >= from =>
+                {
                     self.marks.push(Mark {
                         target: &a.target,
                         at: a.at,
-                        action: &a.action,
+                        action,
                         actor: &a.actor,
                         fence: a.fence,
                     })
@@ -260,7 +262,7 @@ impl<'a> Timeline<'a> {
                 span.muted #timeline-count { (runs) " runs in the window" }
             }
             @if self.bars.is_empty() && self.marks.is_empty() && self.shades.is_empty() {
-                p.empty #timeline-empty { "No run, release or pause in the last " (span(self.window.as_millis().try_into().unwrap_or(u64::MAX))) "." }
+                p.empty #timeline-empty { "No run, revoke or pause in the last " (span(self.window.as_millis().try_into().unwrap_or(u64::MAX))) "." }
             } @else {
                 svg.timeline #timeline xmlns="http://www.w3.org/2000/svg" role="img"
                     viewBox={ "0 0 " (WIDTH) " " (height) } data-runs=(runs) {
@@ -536,7 +538,7 @@ mod tests {
     }
 
     #[test]
-    fn releases_are_marked_and_pauses_shaded_until_their_resume() {
+    fn revokes_are_marked_and_pauses_shaded_until_their_resume() {
         let now = now();
         let target = crate::lease::PauseTarget::key("k");
         let action = |name: &str, ago: i64, outcome: &str, fence: Option<i64>| ActionRecord {
@@ -563,12 +565,14 @@ mod tests {
             .actions(&actions, &[])
             .render("?")
             .into_string();
-        assert_eq!(svg.matches("<g class=\"mark force-release\">").count(), 1);
+        // A row under the older name (`force-release`) is marked as what it
+        // is: a forced revoke.
+        assert_eq!(svg.matches("<g class=\"mark force-revoke\">").count(), 1);
         assert!(svg.contains("fence 43 handed out"), "{svg}");
         assert_eq!(
             svg.matches("class=\"mark ").count(),
             1,
-            "the release before the window is not drawn"
+            "the revoke before the window is not drawn"
         );
         assert_eq!(svg.matches("<g class=\"pause\">").count(), 1);
         assert!(svg.contains("by \u{2068}alice\u{2069}, 5 min"), "{svg}");

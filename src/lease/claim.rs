@@ -100,8 +100,9 @@ impl LeaseStore {
         //   is never overwritten (that claim lost; `claim_outcome` says so).
         // - Paused (invariant 8): a key paused by name, or (row's job_name) by
         //   job, is never claimed — neither inserted nor taken over.
-        // - The UNION half reports the current row when the claim lost, so
-        //   the caller learns who holds it in the same round trip.
+        // - `lost_claim_answer!` (pause_rule.rs) reports the current row
+        //   when the claim lost, so the caller learns who holds it in the
+        //   same round trip.
         const CLAIM: &str = concat!(
             "
             WITH updated AS (
@@ -131,15 +132,8 @@ impl LeaseStore {
                 RETURNING l.*
             ), claimed AS (
                 SELECT * FROM updated UNION ALL SELECT * FROM inserted
-            ), paused AS (
-                SELECT ",
-            paused!(key = "$1", jobs = "SELECT job_name FROM leasehold_lease WHERE key = $1"),
-            " AS paused
-            )
-            SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now FROM claimed c
-            UNION ALL
-            SELECT false, paused.paused, l.*, clock_timestamp() FROM leasehold_lease l, paused
-             WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)"
+            )",
+            lost_claim_answer!()
         );
         let row: Option<ClaimRow> = connection::run!(&self.conns, |conn| sqlx::query_as(CLAIM)
             .bind(key)
@@ -187,6 +181,8 @@ impl LeaseStore {
         //   job_name is never claimed, not even by a trigger.
         // - runs counts the key's runs (the history ring's position);
         //   slot_at keeps the slot this run is for (older rows: the due time).
+        // - `lost_claim_answer!`: the current row when the claim lost, as
+        //   in `claim`.
         const CLAIM_RUN: &str = concat!(
             "
             WITH claimed AS (
@@ -213,15 +209,8 @@ impl LeaseStore {
             /* guard:claim_run.pause */ paused!(key = "l.key", jobs = "l.job_name"),
             "
                 RETURNING l.*
-            ), paused AS (
-                SELECT ",
-            paused!(key = "$1", jobs = "SELECT job_name FROM leasehold_lease WHERE key = $1"),
-            " AS paused
-            )
-            SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now FROM claimed c
-            UNION ALL
-            SELECT false, paused.paused, l.*, clock_timestamp() FROM leasehold_lease l, paused
-             WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)"
+            )",
+            lost_claim_answer!()
         );
         let row: Option<ClaimRow> = connection::run!(&self.conns, |conn| sqlx::query_as(CLAIM_RUN)
             .bind(key)

@@ -2,8 +2,9 @@
 //! statement that applies it: a pause covers a lease row when it names the
 //! row's key (scope `key`) or the row's job (scope `job`).
 //!
-//! The claims refuse a row a pause covers, the renewal reports a covering
-//! pause that cancels, the trigger reports one, and the operators' reads
+//! The claims refuse a row a pause covers (and, having lost, say whether
+//! one does: `lost_claim_answer!`), the renewal reports a covering pause
+//! that cancels, the trigger reports one, and the operators' reads
 //! count and show them. Each macro expands to a string literal, so every
 //! statement stays one `&'static str` constant, assembled with `concat!`:
 //! a change to the rule (a new scope, say) is made here once, and no
@@ -50,6 +51,29 @@ macro_rules! paused {
             "EXISTS (SELECT 1 FROM leasehold_pause AS p WHERE p.cancel AND ",
             pause_covers!(pause = "p", key = $key, jobs = $jobs),
             ")"
+        )
+    };
+}
+
+/// The end of both claim statements (`claim`, `claim_run`), after their
+/// CTE `claimed` (the row the claim took, if any): that row with
+/// `acquired`, or — the claim lost — the key's current row, with whether
+/// a pause covers it, so the caller learns who holds the key, or that it
+/// is paused, in the same round trip. Not a guard: it reads, and decides
+/// nothing; written once so the two claims cannot answer a loss
+/// differently.
+macro_rules! lost_claim_answer {
+    () => {
+        concat!(
+            ", paused AS (
+                SELECT ",
+            paused!(key = "$1", jobs = "SELECT job_name FROM leasehold_lease WHERE key = $1"),
+            " AS paused
+            )
+            SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now FROM claimed c
+            UNION ALL
+            SELECT false, paused.paused, l.*, clock_timestamp() FROM leasehold_lease l, paused
+             WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)"
         )
     };
 }

@@ -1,4 +1,4 @@
-//! An operator's revoke (`leasehold release [--force]`): end a key's
+//! An operator's revoke (`leasehold revoke [--force]`): end a key's
 //! current tenure now and fence its holder out, whether or not that holder
 //! is still alive.
 //!
@@ -65,7 +65,7 @@ struct RevokeRow {
 impl LeaseStore {
     /// Ends the current tenure of `key` and raises the fence of `key`, and
     /// of each of `resources`, to a fresh fence — an operator's
-    /// `leasehold release`. See [`Revoke`] for when a held lease is
+    /// `leasehold revoke`. See [`Revoke`] for when a held lease is
     /// revoked. Name only resources that belong to this key (fences are
     /// ordered within a key).
     ///

@@ -11,7 +11,7 @@ async fn an_unreachable_database_is_a_clear_error() {
         &["status"][..],
         &["check"],
         &["migrate"],
-        &["release", "k"],
+        &["revoke", "k"],
         &["forget", "k"],
         &["history", "k"],
         &["pause", "k"],
@@ -41,9 +41,9 @@ async fn usage_errors_exit_2() {
     assert!(stderr(&out).contains("invalid database URL"), "{}", stderr(&out));
     let out = leasehold(Some("postgres://u@127.0.0.1:1/d"), &["frobnicate"]).await;
     assert_exit(&out, 2);
-    let out = leasehold(Some("postgres://u@127.0.0.1:1/d"), &["release"]).await;
+    let out = leasehold(Some("postgres://u@127.0.0.1:1/d"), &["revoke"]).await;
     assert_exit(&out, 2);
-    let out = leasehold(Some("postgres://u@127.0.0.1:1/d"), &["release", ""]).await;
+    let out = leasehold(Some("postgres://u@127.0.0.1:1/d"), &["revoke", ""]).await;
     assert_exit(&out, 2);
     let out = leasehold(Some("postgres://u@127.0.0.1:1/d"), &["forget"]).await;
     assert_exit(&out, 2);
@@ -60,7 +60,7 @@ async fn a_missing_schema_names_leasehold_migrate_which_creates_it() {
     let url = url(&db);
     for args in [
         &["status"][..],
-        &["release", "k", "--force"],
+        &["revoke", "k", "--force"],
         &["forget", "k"],
         &["history", "k"],
         &["pause", "k"],

@@ -28,10 +28,9 @@ async fn add_update_and_remove_a_key_of_a_kind() {
     ];
     let out = leasehold(Some(&url), &add).await;
     assert_exit(&out, 0);
-    assert!(
-        stdout(&out).contains("added \"invoice:acme\" (kind invoice)"),
-        "{}",
-        stdout(&out)
+    assert_eq!(
+        stdout(&out),
+        "add key \"invoice:acme\": kind invoice, args {\"tenant\":7}: 1 of 1 keys added (an existing key is kept)\n"
     );
     let row = store.stored_key("invoice:acme").await.unwrap().unwrap();
     assert_eq!(
@@ -52,7 +51,11 @@ async fn add_update_and_remove_a_key_of_a_kind() {
     );
     let out = leasehold(Some(&url), &add).await;
     assert_exit(&out, 3);
-    assert!(stderr(&out).contains("leasehold update"), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "leasehold: add key \"invoice:acme\": kind invoice, args {\"tenant\":7}: 0 of 1 keys added (an existing \
+         key is kept); it keeps its arguments and schedule (change them with `leasehold update`)\n"
+    );
 
     let update = [
         "update",
@@ -67,7 +70,10 @@ async fn add_update_and_remove_a_key_of_a_kind() {
     ];
     let out = leasehold(Some(&url), &update).await;
     assert_exit(&out, 0);
-    assert!(stdout(&out).contains("version 2"), "{}", stdout(&out));
+    assert_eq!(
+        stdout(&out),
+        "update key \"invoice:acme\": updated to version 2: args {\"tenant\":8}\n"
+    );
     let row = store.stored_key("invoice:acme").await.unwrap().unwrap();
     assert_eq!(
         (row.args.as_str(), row.schedule.as_str(), row.catch_up.as_str()),
@@ -84,9 +90,18 @@ async fn add_update_and_remove_a_key_of_a_kind() {
 
     let out = leasehold(Some(&url), &["remove", "invoice", "invoice:acme"]).await;
     assert_exit(&out, 0);
+    assert_eq!(
+        stdout(&out),
+        "remove key \"invoice:acme\": removed: every replica stops it\n"
+    );
     assert!(store.stored_key("invoice:acme").await.unwrap().is_none());
     let out = leasehold(Some(&url), &["remove", "invoice", "invoice:acme"]).await;
     assert_exit(&out, 4);
+    assert!(
+        stderr(&out).starts_with("leasehold: remove key \"invoice:acme\": not found: no key of kind invoice in "),
+        "{}",
+        stderr(&out)
+    );
 
     let actions: Vec<String> = store
         .actions("invoice:acme", 10)

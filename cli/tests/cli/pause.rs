@@ -45,10 +45,12 @@ async fn pause_and_resume_of_a_key() {
     assert_exit(&out, 0);
     let text = stdout(&out);
     assert!(
-        text.starts_with("key \"tenant-1:sync\" was already paused by alice@laptop since "),
+        text.starts_with(
+            "pause key \"tenant-1:sync\": paused: 1 key, 0 running\n  it was already paused by alice@laptop since "
+        ),
         "{text}"
     );
-    assert!(text.contains("it covers 1 key, none running"), "{text}");
+    assert!(text.contains("; nothing changed\n"), "{text}");
     assert!(text.contains("`leasehold resume tenant-1:sync`"), "{text}");
 
     let out = leasehold(Some(&url), &["status"]).await;
@@ -89,7 +91,7 @@ async fn pause_and_resume_of_a_key() {
     let out = leasehold(Some(&url), &["resume", "tenant-1:sync"]).await;
     assert_exit(&out, 4);
     assert!(
-        stderr(&out).contains("key \"tenant-1:sync\" is not paused"),
+        stderr(&out).starts_with("leasehold: resume key \"tenant-1:sync\": not paused in "),
         "{}",
         stderr(&out)
     );
@@ -101,7 +103,8 @@ async fn pause_and_resume_of_a_key() {
         serde_json::json!({ "scope": "job", "name": "no-such-job", "outcome": "not-paused" })
     );
     assert!(
-        stderr(&out).contains("job \"no-such-job\" is not paused"),
+        stderr(&out).starts_with("leasehold: resume job \"no-such-job\": not paused in ")
+            && stderr(&out).ends_with(" (see `leasehold status`); nothing to resume\n"),
         "{}",
         stderr(&out)
     );
@@ -119,11 +122,11 @@ async fn pause_and_resume_of_a_job() {
     assert_exit(&out, 0);
     let text = stdout(&out);
     assert!(
-        text.starts_with("paused job \"held-job\" for the whole fleet (by "),
+        text.starts_with("pause job \"held-job\": paused: 1 key, 1 running\n  paused for the whole fleet by "),
         "{text}"
     );
     assert!(
-        text.contains("it covers 1 key, 1 running: that run finishes (use --cancel to stop it at its next renewal)"),
+        text.contains("\n  the run in progress finishes (use --cancel to stop it at its next renewal)\n"),
         "{text}"
     );
     assert!(text.contains("`leasehold resume --job held-job`"), "{text}");
@@ -198,7 +201,7 @@ async fn pause_and_resume_of_a_job() {
     let out = leasehold(Some(&url), &["resume", "held-job"]).await;
     assert_exit(&out, 4);
     assert!(
-        stderr(&out).contains("key \"held-job\" has no pause of its own in ")
+        stderr(&out).starts_with("leasehold: resume key \"held-job\": not paused by its own name in ")
             && stderr(&out)
                 .contains(": it is paused through its job \"held-job\" (`leasehold resume --job held-job` lifts"),
         "{}",
@@ -211,9 +214,10 @@ async fn pause_and_resume_of_a_job() {
     let out = leasehold(Some(&url), &["resume", "held-job"]).await;
     assert_exit(&out, 0);
     assert!(
-        stdout(&out).starts_with(
-            "lifted the pause of key \"held-job\", but it stays paused: its job \"held-job\" is paused too"
-        ),
+        stdout(&out).starts_with("resume key \"held-job\": resumed: ")
+            && stdout(&out).contains(
+                " woken\n  but it stays paused: its job \"held-job\" is paused too (`leasehold resume --job held-job`)\n"
+            ),
         "{}",
         stdout(&out)
     );

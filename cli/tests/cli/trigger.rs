@@ -22,7 +22,7 @@ async fn trigger_makes_a_key_due_now_and_a_missing_key_exits_4() {
     assert_exit(&out, 0);
     assert_eq!(
         stdout(&out),
-        "\"held-job\" is due now: the first replica that claims it runs it\n"
+        "trigger key \"held-job\": due: the first replica to claim it runs it\n"
     );
     let after = store.get("held-job").await.unwrap().unwrap();
     assert!(
@@ -41,7 +41,10 @@ async fn trigger_makes_a_key_due_now_and_a_missing_key_exits_4() {
     );
     let out = leasehold(Some(&url), &["trigger", "held-job"]).await;
     assert_exit(&out, 0);
-    assert!(stdout(&out).contains("is due now but paused"), "{}", stdout(&out));
+    assert_eq!(
+        stdout(&out),
+        "trigger key \"held-job\": due, but paused: it runs once resumed\n"
+    );
 
     // Each action is in the key's history, with who took it (the job
     // pause too: it covers this key).
@@ -55,10 +58,11 @@ async fn trigger_makes_a_key_due_now_and_a_missing_key_exits_4() {
 
     let out = leasehold(Some(&url), &["trigger", "no-such-job"]).await;
     assert_exit(&out, 4);
+    let err = stderr(&out);
     assert!(
-        stderr(&out).contains("no lease with key \"no-such-job\"") && stderr(&out).contains("nothing to trigger"),
-        "{}",
-        stderr(&out)
+        err.starts_with("leasehold: trigger key \"no-such-job\": not found: no runtime registered this key in ")
+            && err.ends_with(" (see `leasehold status`); nothing to trigger\n"),
+        "{err}"
     );
     let out = leasehold(Some(&url), &["trigger", "no-such-job", "--json"]).await;
     assert_exit(&out, 4);

@@ -121,8 +121,15 @@ async fn a_job_is_paused_resumed_and_triggered_from_its_page() {
             .any(|a| a.action == "trigger"),
         "another job's key is left alone"
     );
-    let refused = get(&app, "/confirm?job=billing&action=release", &[("x-user", "alice")]).await;
-    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "a job has no forced release");
+    let refused = get(&app, "/confirm?job=billing&action=force-revoke", &[("x-user", "alice")]).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "a job has no forced revoke");
+    assert!(
+        refused
+            .body
+            .contains("A job cannot be force-revoked: revoke its keys one by one."),
+        "{}",
+        refused.body
+    );
     runtime.shutdown().await;
 }
 

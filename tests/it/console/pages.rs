@@ -121,7 +121,7 @@ async fn the_key_page_shows_tenure_runs_fences_and_who_acted() {
     );
     let actions = page.body.split("<table id=\"actions\">").nth(1).expect("actions table");
     assert!(
-        actions.contains("force-release") && actions.contains("trigger"),
+        actions.contains("force-revoke") && actions.contains("trigger"),
         "both actions listed"
     );
     assert!(actions.contains("alice@laptop"), "with who took them");
@@ -225,7 +225,7 @@ async fn mounted_under_a_prefix_every_link_stays_under_it() {
 }
 
 #[tokio::test]
-async fn a_forced_release_owns_the_fence_it_handed_out() {
+async fn a_forced_revoke_owns_the_fence_it_handed_out() {
     let (db, store) = support::store().await;
     let leasehold::Claim::Acquired(held) = store.claim("ledger", "replica-x", LONG).await.expect("claim") else {
         panic!("claimed")
@@ -251,7 +251,7 @@ async fn a_forced_release_owns_the_fence_it_handed_out() {
         "the release's fence is not replica-x's tenure: {holder}"
     );
     assert!(
-        holder.contains("released by") && holder.contains("alice@laptop"),
+        holder.contains("revoked by") && holder.contains("alice@laptop"),
         "{holder}"
     );
     let fences = page.body.split("<table id=\"fences\">").nth(1).expect("fence table");
@@ -262,5 +262,5 @@ async fn a_forced_release_owns_the_fence_it_handed_out() {
         .split("</tr>")
         .next()
         .expect("row");
-    assert!(row.contains("alice@laptop") && row.contains("force-release"), "{row}");
+    assert!(row.contains("alice@laptop") && row.contains("force-revoke"), "{row}");
 }

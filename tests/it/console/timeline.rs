@@ -1,6 +1,6 @@
 //! The tenure timeline on the key and job pages, and the strips of recent
 //! outcomes on the leases page: one bar per recorded run in the window,
-//! with its fence; operators' releases and pauses marked; hostile names
+//! with its fence; operators' revokes and pauses marked; hostile names
 //! stay text inside the SVG; a bad window is the client's mistake.
 
 use axum::http::StatusCode;
@@ -58,7 +58,7 @@ fn svg(body: &str) -> &str {
 }
 
 #[tokio::test]
-async fn the_key_page_draws_each_run_of_the_last_hour_with_its_fence_and_marks_the_forced_release() {
+async fn the_key_page_draws_each_run_of_the_last_hour_with_its_fence_and_marks_the_forced_revoke() {
     let (db, store) = support::store().await;
     let key = "ledger:<b>eu</b>";
     // Two runs from long ago: outside any window.
@@ -69,7 +69,7 @@ async fn the_key_page_draws_each_run_of_the_last_hour_with_its_fence_and_marks_t
     op.resume(&PauseTarget::key(key)).await.expect("resume");
     store.claim(key, "replica-a", LONG).await.expect("claim");
     let Revoked::Ended { fence: forced, .. } = op.revoke(key, Revoke::Force, &[]).await.expect("revoke") else {
-        panic!("the forced release ends the tenure")
+        panic!("the forced revoke ends the tenure")
     };
     let app = console(&db.pool, ConsoleOptions::new());
 
@@ -98,7 +98,7 @@ async fn the_key_page_draws_each_run_of_the_last_hour_with_its_fence_and_marks_t
         2,
         "one lane per holder: {svg}"
     );
-    assert_eq!(svg.matches("<g class=\"mark force-release\">").count(), 1);
+    assert_eq!(svg.matches("<g class=\"mark force-revoke\">").count(), 1);
     assert!(svg.contains(&format!("fence {forced} handed out")), "{svg}");
     assert_eq!(
         svg.matches("<g class=\"pause\">").count(),
@@ -133,7 +133,7 @@ async fn a_window_that_is_not_one_is_refused_with_a_400_naming_the_parameter() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_jobs_page_draws_the_runs_of_all_its_keys_their_releases_and_its_pauses() {
+async fn a_jobs_page_draws_the_runs_of_all_its_keys_their_revokes_and_its_pauses() {
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
     let jobs = support::idle_manual_jobs(&["billing:acme", "billing:zeta", "reindex:all"]);
@@ -144,9 +144,9 @@ async fn a_jobs_page_draws_the_runs_of_all_its_keys_their_releases_and_its_pause
     runs(&store, "reindex:all", 1..=4, &["replica-a"]).await;
     let op = Operator::new(store.clone(), "alice").expect("operator");
     let (billing, reindex) = (PauseTarget::job("billing"), PauseTarget::job("reindex"));
-    // The job paused and resumed, a key of it force-released, and paused
+    // The job paused and resumed, a key of it force-revoked, and paused
     // again; meanwhile another job paused and resumed, its key
-    // force-released, and one key of the job paused by its own name.
+    // force-revoked, and one key of the job paused by its own name.
     op.pause(&billing, false).await.expect("pause");
     op.resume(&billing).await.expect("resume");
     op.pause(&reindex, false).await.expect("pause");
@@ -156,7 +156,7 @@ async fn a_jobs_page_draws_the_runs_of_all_its_keys_their_releases_and_its_pause
         store.claim(key, "replica-a", LONG).await.expect("claim");
         match op.revoke(key, Revoke::Force, &[]).await.expect("revoke") {
             Revoked::Ended { fence, .. } => forced.push(fence),
-            other => panic!("the forced release ends the tenure: {other:?}"),
+            other => panic!("the forced revoke ends the tenure: {other:?}"),
         }
     }
     op.pause(&PauseTarget::key("billing:zeta"), false).await.expect("pause");
@@ -185,11 +185,11 @@ async fn a_jobs_page_draws_the_runs_of_all_its_keys_their_releases_and_its_pause
     assert_eq!(
         svg.matches("class=\"mark ").count(),
         1,
-        "its key's release, no other job's: {svg}"
+        "its key's revoke, no other job's: {svg}"
     );
     assert!(
         svg.contains(&format!(
-            "force-release of \u{2068}billing:acme\u{2069} by \u{2068}alice\u{2069}: fence {} handed out",
+            "force-revoke of \u{2068}billing:acme\u{2069} by \u{2068}alice\u{2069}: fence {} handed out",
             forced[0]
         )),
         "{svg}"

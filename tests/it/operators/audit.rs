@@ -1,6 +1,6 @@
 //! Operators' actions are recorded with who took them: the key's history
 //! lists its own actions and its job's, newest first, each with its
-//! outcome, and a release with the fence it handed out.
+//! outcome, and a revoke with the fence it handed out.
 
 use leasehold::{Error, Forgotten, NewKey, Operator, OperatorAction, PauseTarget, Revoke, Revoked, Schedule};
 
@@ -21,6 +21,9 @@ async fn each_action_is_recorded_with_its_actor_outcome_and_fence() {
     let Revoked::Ended { fence, .. } = bob.revoke("billing:eu", Revoke::Force, &[]).await.expect("revoke") else {
         panic!("a held lease is ended by a forced revoke");
     };
+    let expected = format!(
+        "ended the tenure of replica-1 (fence 1, held: its run is cancelled at its next heartbeat); new fence {fence}"
+    );
     bob.trigger("nowhere")
         .await
         .expect("a missing key is an answer, not an error");
@@ -33,12 +36,7 @@ async fn each_action_is_recorded_with_its_actor_outcome_and_fence() {
     assert_eq!(
         seen,
         [
-            (
-                "force-release",
-                "bob (console)",
-                Some("ended the tenure of replica-1 (fence 1)"),
-                Some(fence)
-            ),
+            ("force-revoke", "bob (console)", Some(expected.as_str()), Some(fence)),
             // Still held by replica-1: its release, not the resume, decides when it is next due.
             ("resume", "alice@laptop", Some("resumed: 0 overdue keys woken"), None),
             (

@@ -1,4 +1,4 @@
-//! An operator's revoke (`leasehold release [--force]`): the tenure ends
+//! An operator's revoke (`leasehold revoke [--force]`): the tenure ends
 //! at once, its holder is fenced out downstream, and the next claim runs
 //! with a fence above the revoke's.
 

@@ -1,0 +1,93 @@
+//! `leasehold revoke KEY [--force]`: end the current tenure of a lease
+//! (`leasehold release` is a hidden alias of it, for one more release).
+//!
+//! The library's `Operator::revoke` does it (and records it in the key's
+//! history), in one statement with the row locked: the row takes a fresh
+//! fence (and, if held, expires now), so the old holder's renewal finds no
+//! row and cancels its run; and the fence rows of the key and of every
+//! `--resource` rise to the new fence, so the old run's next
+//! `begin_fenced` is rejected at once. This file only parses and presents:
+//! the outcome is said in the library's words, as the history has it.
+//!
+//! A lease that is free (expired or released) needs no `--force`: nobody is
+//! running under it, but a paused ex-holder may still wake up and write, and
+//! this fences it out. A held lease needs `--force`.
+
+use leasehold::{OperatorAction, PauseTarget, Revoke, Revoked};
+
+use crate::db::Db;
+use crate::failure::{Failure, check_name};
+use crate::ops::{self, said};
+
+/// Arguments of `leasehold revoke`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The lease key.
+    key: String,
+    /// Revoke even though the lease is held: the holder's run is cancelled
+    /// at its next heartbeat and its fenced writes are rejected.
+    #[arg(long)]
+    force: bool,
+    /// Also raise this fenced resource (a `begin_fenced_on` resource of this
+    /// job) to the new fence. The key itself is always raised. Repeatable.
+    /// Name only resources that belong to this key.
+    #[arg(long = "resource", value_name = "R")]
+    resources: Vec<String>,
+}
+
+impl Args {
+    /// Checks the names before anything is sent (or even connected).
+    pub(crate) fn validate(&self) -> Result<(), Failure> {
+        check_name("lease key", &self.key)?;
+        for resource in &self.resources {
+            check_name("fenced resource", resource)?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
+    args.validate()?;
+    db.require_schema().await?;
+    let (revoke, action) = if args.force {
+        (Revoke::Force, OperatorAction::ForceRevoke)
+    } else {
+        (Revoke::IfFree, OperatorAction::Revoke)
+    };
+    let resources: Vec<&str> = args.resources.iter().map(String::as_str).collect();
+    let outcome = ops::operator(db)?
+        .revoke(&args.key, revoke, &resources)
+        .await
+        .map_err(|e| db.failure(e))?;
+    let line = said(action, &PauseTarget::key(args.key.as_str()), &outcome);
+    match outcome {
+        Revoked::Ended { fence, .. } => {
+            let mut raised = vec![args.key.as_str()];
+            for resource in &resources {
+                if !raised.contains(resource) {
+                    raised.push(resource);
+                }
+            }
+            let names: Vec<String> = raised.iter().map(|r| format!("{r:?}")).collect();
+            println!("{line}");
+            println!(
+                "  begin_fenced on {} now rejects every fence below {fence} (StaleFence)",
+                crate::text::cell(&names.join(", "))
+            );
+            Ok(())
+        }
+        Revoked::Held(_) => Err(Failure::refused(format!(
+            "{line}; nothing changed. Pass --force to end this tenure: the holder's run is cancelled at its next \
+             heartbeat and its fenced writes are rejected"
+        ))),
+        Revoked::NotFound => Err(Failure::not_found(format!(
+            "{line} in {} (see `leasehold status`)",
+            db.name
+        ))),
+        // An outcome of a newer library that this CLI does not know.
+        other => Err(Failure::error(format!(
+            "{line}: the library answered {other:?}, which this CLI does not know: upgrade leasehold-cli (see \
+             `leasehold status` for the key's row)"
+        ))),
+    }
+}
