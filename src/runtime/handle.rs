@@ -18,6 +18,7 @@ use crate::health::Degraded;
 use crate::job::FencedJob;
 use crate::lease::{LeaseStore, Pause, PauseTarget, Resumed, Triggered};
 use crate::metrics;
+use crate::operator::Operator;
 use crate::schedule::first_due;
 
 /// Runs registered jobs on this replica. Build with [`Runtime::builder`];
@@ -179,21 +180,30 @@ impl Runtime {
         &self.shared().faults
     }
 
+    /// The operator this runtime acts as: its holder id, so its triggers,
+    /// pauses and resumes are in the history like any operator's.
+    fn operator(&self) -> Result<Operator> {
+        let shared = self.shared();
+        Operator::new(shared.store.clone(), shared.holder.clone())
+    }
+
     /// Makes the job with `key` due now, for the whole fleet: it runs once,
     /// under its lease, on whichever replica claims it first (this one is
     /// woken at once, the others by notification). A trigger that arrives
     /// while the job is running leads to one more run right after that run
     /// (several triggers during one run make one run); a scheduled job then
     /// goes on with its schedule. A paused key stays paused: it runs once
-    /// resumed (logged).
+    /// resumed (logged). Recorded in the key's history as
+    /// [`Operator::trigger`] does, with this runtime's holder id as the
+    /// actor.
     ///
-    /// Cancel-safe.
+    /// Cancel-safe as [`Operator::trigger`].
     pub async fn trigger(&self, key: &str) -> Result<()> {
         let shared = self.shared();
         if shared.registry().job(key).is_none() {
             return Err(Error::UnknownJob(key.to_owned()));
         }
-        if shared.store.trigger(key).await? == Triggered::Paused {
+        if self.operator()?.trigger(key).await? == Triggered::Paused {
             tracing::info!(key, "triggered a paused key: it is due, and runs once resumed");
         }
         // Removed meanwhile: nothing to wake here.
@@ -202,11 +212,12 @@ impl Runtime {
     }
 
     /// Pauses `target` for the whole fleet, durably, as
-    /// [`LeaseStore::pause`](crate::LeaseStore::pause) does (recorded as
-    /// paused by this replica's holder id): no replica claims its keys until
+    /// [`Operator::pause`] does (paused by this replica's holder id, and
+    /// recorded in the history): no replica claims its keys until
     /// [`Runtime::resume`]. Runs in progress finish, unless `cancel`: then
     /// each is cancelled at its next renewal (reason
-    /// [`CancelReason::Paused`]) and released. Cancel-safe.
+    /// [`CancelReason::Paused`]) and released. Cancel-safe as
+    /// [`Operator::pause`].
     ///
     /// ```no_run
     /// # async fn demo(runtime: leasehold::Runtime) -> leasehold::Result<()> {
@@ -217,18 +228,17 @@ impl Runtime {
     /// # Ok(()) }
     /// ```
     pub async fn pause(&self, target: &PauseTarget, cancel: bool) -> Result<Pause> {
-        let shared = self.shared();
-        shared.store.pause(target, cancel, &shared.holder).await
+        self.operator()?.pause(target, cancel).await
     }
 
-    /// Lifts the pause of `target` ([`LeaseStore::resume`](crate::LeaseStore::resume)):
-    /// overdue keys are claimable at once, and what runs for the slots
-    /// missed meanwhile is each job's [`CatchUp`](crate::CatchUp) policy.
-    /// Cancel-safe.
+    /// Lifts the pause of `target` as [`Operator::resume`] does (recorded
+    /// with this replica's holder id): overdue keys are claimable at once,
+    /// and what runs for the slots missed meanwhile is each job's
+    /// [`CatchUp`](crate::CatchUp) policy. Cancel-safe as
+    /// [`Operator::resume`].
     pub async fn resume(&self, target: &PauseTarget) -> Result<Resumed> {
-        let shared = self.shared();
-        let resumed = shared.store.resume(target).await?;
-        shared.wake_target(target);
+        let resumed = self.operator()?.resume(target).await?;
+        self.shared().wake_target(target);
         Ok(resumed)
     }
 

@@ -171,3 +171,46 @@ async fn a_forget_is_recorded_and_the_record_outlives_the_row() {
         )]
     );
 }
+
+/// A service that pauses, triggers and resumes through its `Runtime` is in
+/// the history like an operator: each action with its outcome, and the
+/// replica's holder id as who took it.
+#[tokio::test]
+async fn a_runtimes_own_trigger_pause_and_resume_are_recorded_with_its_holder_id() {
+    let db = support::db().await;
+    let store = leasehold::LeaseStore::new(db.pool.clone());
+    let runtime = support::replica(
+        &db,
+        "replica-1",
+        2,
+        vec![support::job(
+            "report:a",
+            support::quick(leasehold::Schedule::Manual, LONG),
+            |_| async { Ok(()) },
+        )],
+    )
+    .await;
+
+    runtime
+        .pause(&PauseTarget::key("report:a"), false)
+        .await
+        .expect("pause");
+    runtime.trigger("report:a").await.expect("trigger");
+    runtime.resume(&PauseTarget::key("report:a")).await.expect("resume");
+
+    let actions = store.actions("report:a", 10).await.expect("actions");
+    let seen: Vec<(&str, &str, bool)> = actions
+        .iter()
+        .map(|a| (a.action.as_str(), a.actor.as_str(), a.outcome.is_some()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("resume", "replica-1", true),
+            ("trigger", "replica-1", true),
+            ("pause", "replica-1", true),
+        ],
+        "newest first, each with its outcome"
+    );
+    runtime.shutdown().await;
+}
