@@ -23,6 +23,10 @@ type RegisterRow = (
     Option<DateTime<Utc>>,
 );
 
+/// A lease row's `expires_at` and `next_due_at`: what the scheduler files a
+/// key by.
+type RowTimes = (DateTime<Utc>, Option<DateTime<Utc>>);
+
 /// What one registration statement answered, in the order the keys were
 /// sent to it.
 struct Answer {
@@ -40,7 +44,7 @@ pub(crate) struct Registered {
     server_now: Option<DateTime<Utc>>,
     /// Per key: its row's `expires_at` and `next_due_at`; `None` when not
     /// known (another replica inserted it meanwhile: look at it at once).
-    rows: Vec<Option<(DateTime<Utc>, Option<DateTime<Utc>>)>>,
+    rows: Vec<Option<RowTimes>>,
 }
 
 impl Registered {
@@ -126,7 +130,7 @@ impl LeaseStore {
         // Every key not found there is one this answer inserted — free (it
         // expired 1 µs after it was "acquired", before server_now) and due
         // at the time sent — if the counts add up.
-        let mut rows: Vec<Option<(DateTime<Utc>, Option<DateTime<Utc>>)>> = if complete {
+        let mut rows: Vec<Option<RowTimes>> = if complete {
             keys.iter().map(|k| Some((answer.server_now, Some(k.2)))).collect()
         } else {
             vec![None; keys.len()]
