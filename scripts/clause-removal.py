@@ -139,7 +139,7 @@ batch_mutations = [
   "SKIP LOCKED", "",
   "scheduler::batch_claim::a_release_meeting_a_locked_row_does_not_hold_up_the_others"),
  ("register_many.existing_kept", "register_many: an existing row's schedule reset at every start",
-  "WHERE NOT EXISTS (SELECT 1 FROM existing AS e WHERE e.key = t.key) ON CONFLICT (key) DO NOTHING",
+  "WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease AS l WHERE l.key = t.key) ON CONFLICT (key) DO NOTHING",
   "ON CONFLICT (key) DO UPDATE SET next_due_at = EXCLUDED.next_due_at", "runtime:: scheduler::"),
  ("forget.expiry", "forget: expiry clause removed (a live lease is deleted)", "expires_at <= clock_timestamp()", "true",
   "scheduler::forget"),

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use crate::report::{ms, progress, table};
-use crate::setup::{Bench, TenantJob, check_tenant_slot, drop_db, fresh_db, runtime_timed};
+use crate::setup::{Bench, TenantJob, check_tenant_slot, drop_db, fresh_db, runtime_timed_cpu};
 use crate::stats::{ANY_SQL, reset_statement_stats, statement_totals};
 
 /// Connections in each runtime's pool.
@@ -25,7 +25,9 @@ pub(crate) async fn startup(b: &Bench) {
          the jobs and registering them with the builder are not included). Statements: `pg_stat_statements` \
          calls in the database from just before `start()` until read just after it returned, so they may include \
          the first scheduling statements the runtime sent before that read; not counted while another runtime \
-         runs. The first two runtimes are shut down, in that order, before the third starts.\n"
+         runs. Their server time is `pg_stat_statements`' execution time of those statements (load-robust: the \
+         server's own clock, not the client's waits); the bench process CPU is this process's user + system time \
+         during `start()` (every thread, the other runtimes' included). The first two runtimes are shut down, in that order, before the third starts.\n"
     );
     check_tenant_slot(Duration::from_secs(3600));
     let mut rows = Vec::new();
@@ -36,17 +38,20 @@ pub(crate) async fn startup(b: &Bench) {
             reset_statement_stats(&db.pool).await;
         }
         let pool = db.pool_with(POOL).await;
-        let (rt, took) = runtime_timed(pool.clone(), holder, None, TenantJob::many(n)).await;
-        let statements = if stats && alone {
-            statement_totals(&db.pool, ANY_SQL).await.calls.to_string()
+        let (rt, took, cpu) = runtime_timed_cpu(pool.clone(), holder, None, TenantJob::many(n)).await;
+        let (statements, server) = if stats && alone {
+            let totals = statement_totals(&db.pool, ANY_SQL).await;
+            (totals.calls.to_string(), format!("{:.0} ms", totals.exec_ms))
         } else {
-            "–".into()
+            ("–".into(), "–".into())
         };
         rows.push(vec![
             case.to_owned(),
             ms(took),
             format!("{:.0}", n as f64 / took.as_secs_f64()),
+            ms(cpu),
             statements,
+            server,
         ]);
         (rt, pool)
     };
@@ -68,7 +73,14 @@ pub(crate) async fn startup(b: &Bench) {
     let third = start("startup-c", "third runtime, rows already there, no other runtime", true).await;
     stop(third, "third").await;
     table(
-        &["`start()`", "time", "keys/s", "statements until just after `start()`"],
+        &[
+            "`start()`",
+            "time",
+            "keys/s",
+            "bench process CPU during `start()`",
+            "statements until just after `start()`",
+            "their server time",
+        ],
         &rows,
     );
     println!("`shutdown()` took: {}.\n", shutdowns.join(", "));

@@ -26,6 +26,7 @@ use chrono::{DateTime, Utc};
 pub(crate) use claim_due::Candidate;
 pub(crate) use finish::{Finish, Released};
 pub(crate) use poll::Polled;
+pub(crate) use register::Registered;
 
 /// What the server says about one key the scheduler asked about: enough to
 /// know when to look at it again.

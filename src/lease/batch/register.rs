@@ -7,82 +7,217 @@ use chrono::{DateTime, Utc};
 
 use super::Sighting;
 use crate::connection;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lease::{LeaseStore, WAKE_CHANNEL};
 use crate::validate;
 
+/// One row of [`LeaseStore::register_many`]'s answer: either the summary
+/// (`ord` NULL: how many rows the statement inserted, and the server's
+/// clock), or a row that was there already (`ord`: its key's 1-based place
+/// in the keys sent).
+type RegisterRow = (
+    Option<i64>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<i64>,
+    Option<DateTime<Utc>>,
+);
+
+/// A lease row's `expires_at` and `next_due_at`: what the scheduler files a
+/// key by.
+type RowTimes = (DateTime<Utc>, Option<DateTime<Utc>>);
+
+/// What one registration statement answered, in the order the keys were
+/// sent to it.
+struct Answer {
+    server_now: DateTime<Utc>,
+    inserted: usize,
+    /// The rows that were there already: (place in the keys sent,
+    /// expires_at, next_due_at).
+    existing: Vec<(usize, DateTime<Utc>, Option<DateTime<Utc>>)>,
+}
+
+/// What [`LeaseStore::register_all`] learned about each key, in the order
+/// the caller gave them.
+pub(crate) struct Registered {
+    /// `None` when no key was sent (no statement either).
+    server_now: Option<DateTime<Utc>>,
+    /// Per key: its row's `expires_at` and `next_due_at`; `None` when not
+    /// known (another replica inserted it meanwhile: look at it at once).
+    rows: Vec<Option<RowTimes>>,
+}
+
+impl Registered {
+    /// What the server says about the `i`-th key, its `key` left empty (the
+    /// caller has it); `None` when not known.
+    pub(crate) fn sighting(&self, i: usize) -> Option<Sighting> {
+        let (expires_at, next_due_at) = (*self.rows.get(i)?)?;
+        Some(Sighting {
+            key: String::new(),
+            expires_at,
+            next_due_at,
+            server_now: self.server_now?,
+            paused: false,
+        })
+    }
+
+    /// The server's clock when it answered (`None` if no key was sent).
+    pub(crate) fn server_now(&self) -> Option<DateTime<Utc>> {
+        self.server_now
+    }
+}
+
 impl LeaseStore {
-    /// Creates the rows of `keys` that do not exist yet — a free lease due at
-    /// the paired time — and returns every key's row, in **one** statement.
-    /// Existing rows keep their schedule: a restart never resets it.
+    /// [`LeaseStore::register_all`], answered as the sightings of the keys
+    /// whose row is known, each with its key.
     pub(crate) async fn register_many(
         &self,
         holder: &str,
         keys: &[(&str, &str, DateTime<Utc>)],
     ) -> Result<Vec<Sighting>> {
+        let registered = self.register_all(holder, keys).await?;
+        Ok(keys
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (key, ..))| {
+                registered.sighting(i).map(|seen| Sighting {
+                    key: (*key).to_owned(),
+                    ..seen
+                })
+            })
+            .collect())
+    }
+
+    /// Creates the rows of `keys` that do not exist yet — a free lease due at
+    /// the paired time — and returns every key's row, in one statement (two
+    /// when another replica inserted some of the same keys at the same
+    /// moment). Existing rows keep their schedule: a restart never resets it.
+    /// A key whose row another replica inserted during the second
+    /// statement too is not known (look at it at once). Keys sorted by name
+    /// are sent as they are; others are sorted first.
+    pub(crate) async fn register_all(&self, holder: &str, keys: &[(&str, &str, DateTime<Utc>)]) -> Result<Registered> {
         validate::holder(holder)?;
-        let mut sorted: Vec<(&str, &str, DateTime<Utc>)> = keys.to_vec();
-        for (key, job, _) in &sorted {
+        for (key, job, _) in keys {
             validate::key(key)?;
             validate::job_name(job)?;
         }
+        if keys.is_empty() {
+            return Ok(Registered {
+                server_now: None,
+                rows: Vec::new(),
+            });
+        }
         // One order for every replica: concurrent inserts of overlapping
         // key sets then wait for each other instead of deadlocking.
-        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let mut names = Vec::with_capacity(sorted.len());
-        let mut jobs = Vec::with_capacity(sorted.len());
-        let mut dues = Vec::with_capacity(sorted.len());
-        for (key, job, due) in sorted {
-            names.push(key);
-            jobs.push(job);
-            dues.push(due);
+        let order: Option<Vec<usize>> = (!keys.is_sorted_by(|a, b| a.0 <= b.0)).then(|| {
+            let mut order: Vec<usize> = (0..keys.len()).collect();
+            order.sort_unstable_by(|&a, &b| keys[a].0.cmp(keys[b].0));
+            order
+        });
+        let sent = |place: usize| order.as_ref().map_or(place, |order| order[place]);
+        let names: Vec<&str> = (0..keys.len()).map(|p| keys[sent(p)].0).collect();
+        let jobs: Vec<&str> = (0..keys.len()).map(|p| keys[sent(p)].1).collect();
+        let dues: Vec<DateTime<Utc>> = (0..keys.len()).map(|p| keys[sent(p)].2).collect();
+        let mut answer = self.register_sorted(holder, &names, &dues, &jobs).await?;
+        let mut complete = answer.inserted + answer.existing.len() == keys.len();
+        if !complete {
+            // Another replica inserted some of these keys after this
+            // statement's snapshot: they are in neither half of the answer,
+            // and which ones is not known. Once more: they are there now.
+            answer = self.register_sorted(holder, &names, &dues, &jobs).await?;
+            complete = answer.inserted + answer.existing.len() == keys.len();
         }
-        // $1 holder, $2 keys, $3 first due times, $4 the wake-up channel,
-        // $5 job names.
+        // Every key not found there is one this answer inserted — free (it
+        // expired 1 µs after it was "acquired", before server_now) and due
+        // at the time sent — if the counts add up.
+        let mut rows: Vec<Option<RowTimes>> = if complete {
+            keys.iter().map(|k| Some((answer.server_now, Some(k.2)))).collect()
+        } else {
+            vec![None; keys.len()]
+        };
+        for (place, expires_at, next_due_at) in answer.existing {
+            if place < keys.len() {
+                rows[sent(place)] = Some((expires_at, next_due_at));
+            }
+        }
+        Ok(Registered {
+            server_now: Some(answer.server_now),
+            rows,
+        })
+    }
+
+    /// One registration statement for keys sorted by name.
+    async fn register_sorted(
+        &self,
+        holder: &str,
+        names: &[&str],
+        dues: &[DateTime<Utc>],
+        jobs: &[&str],
+    ) -> Result<Answer> {
+        // $1 holder, $2 keys (sorted), $3 first due times, $4 the wake-up
+        // channel, $5 job names.
         // - The new row expires 1 µs after it was "acquired", from one clock
         //   reading: free, valid for the CHECK, and marked never run
         //   (`never_claimed`). Its fence still comes from the sequence.
-        // - `existing` reads the rows already there once (a hash join, the
-        //   same cost per key at a million keys as at ten), and only the
-        //   other keys are inserted: on a restart nothing is, and no key
-        //   pays for a conflict check. An anti-join, not `NOT IN`: a large
-        //   `NOT IN` list that outgrows work_mem is searched row by row.
-        // - ON CONFLICT DO NOTHING: a row another replica inserted after
-        //   this statement's snapshot keeps its schedule too (it is in
-        //   neither half of the answer: the caller looks at it at once).
-        // - A new row due already wakes the listeners (the notify half).
+        // - `NOT EXISTS` skips the keys whose row is there in the
+        //   statement's snapshot (an anti-join: the same cost per key at a
+        //   million keys as at ten), so only new keys pay for the
+        //   conflict check; ON CONFLICT DO NOTHING keeps the schedule of a
+        //   row another replica inserted after the snapshot. Together:
+        //   a restart never resets a schedule.
+        // - A new row due already wakes the listeners (`woken`).
+        // - The answer is one summary row (how many rows were inserted, the
+        //   server's clock) and the rows that were there, by their key's
+        //   place in $2: the caller knows the keys and the rows it inserted,
+        //   so neither a key's text nor a new row travels back. The final
+        //   SELECT reads the snapshot, which the INSERT's rows are not in.
         const REGISTER_MANY: &str = "
-            WITH t AS (
-                SELECT * FROM unnest($2::text[], $3::timestamptz[], $5::text[]) AS t(key, first_due, job)
-            ), existing AS (
-                SELECT l.key, l.expires_at, l.next_due_at FROM leasehold_lease AS l JOIN t ON t.key = l.key
-            ), inserted AS (
+            WITH inserted AS (
                 INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)
                 SELECT t.key, $1, leasehold_next_fence(), c.now, c.now + interval '1 microsecond',
                        t.first_due, t.first_due, t.job
-                  FROM t, (SELECT clock_timestamp() AS now) AS c
-                 /* guard:register_many.existing_kept */ WHERE NOT EXISTS (SELECT 1 FROM existing AS e WHERE e.key = t.key)
+                  FROM unnest($2::text[], $3::timestamptz[], $5::text[]) AS t(key, first_due, job),
+                       (SELECT clock_timestamp() AS now) AS c
+                 /* guard:register_many.existing_kept */ WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease AS l WHERE l.key = t.key)
                 ON CONFLICT (key) DO NOTHING
-                RETURNING key, expires_at, next_due_at
+                RETURNING key, next_due_at
             ), woken AS (
                 SELECT count(*) AS n FROM (
                     SELECT pg_notify($4, i.key) FROM inserted AS i
                      WHERE i.next_due_at <= clock_timestamp()) AS notified
             )
-            SELECT i.key, i.expires_at, i.next_due_at, clock_timestamp() AS server_now
-              FROM inserted AS i, woken
+            SELECT NULL::bigint, NULL::timestamptz, NULL::timestamptz,
+                   (SELECT count(*) FROM inserted), clock_timestamp()
+              FROM woken
             UNION ALL
-            SELECT e.key, e.expires_at, e.next_due_at, clock_timestamp() FROM existing AS e";
-        if names.is_empty() {
-            return Ok(Vec::new());
-        }
-        connection::run!(&self.conns, |conn| sqlx::query_as(REGISTER_MANY)
+            SELECT e.ord, l.expires_at, l.next_due_at, NULL, NULL
+              FROM unnest($2::text[]) WITH ORDINALITY AS e(key, ord)
+              JOIN leasehold_lease AS l ON l.key = e.key";
+        let rows: Vec<RegisterRow> = connection::run!(&self.conns, |conn| sqlx::query_as(REGISTER_MANY)
             .bind(holder)
-            .bind(&names)
-            .bind(&dues)
+            .bind(names)
+            .bind(dues)
             .bind(WAKE_CHANNEL)
-            .bind(&jobs)
-            .fetch_all(conn))
+            .bind(jobs)
+            .fetch_all(conn))?;
+        let mut summary = None;
+        let mut existing = Vec::with_capacity(rows.len().saturating_sub(1));
+        for (ord, expires_at, next_due_at, inserted, server_now) in rows {
+            match (ord, expires_at) {
+                (Some(ord), Some(expires_at)) => {
+                    let place = usize::try_from(ord.saturating_sub(1)).unwrap_or(usize::MAX);
+                    existing.push((place, expires_at, next_due_at));
+                }
+                _ => summary = server_now.map(|now| (now, inserted.unwrap_or(0))),
+            }
+        }
+        // The summary row always comes (`woken` is one aggregate row).
+        let (server_now, inserted) = summary.ok_or(Error::Database(sqlx::Error::RowNotFound))?;
+        Ok(Answer {
+            server_now,
+            inserted: usize::try_from(inserted).unwrap_or(0),
+            existing,
+        })
     }
 
     /// A key this runtime removed `away` ago comes back: if no replica

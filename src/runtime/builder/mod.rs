@@ -179,8 +179,9 @@ impl RuntimeBuilder {
     /// configuration), exclusion still holds — a claim for a new run never
     /// takes a live lease, whoever holds it, and renewals and releases are
     /// scoped to each run's own fence — but `start` logs a warning when it
-    /// finds live leases under this id. A process restarted with its old
-    /// id claims its keys again once their old leases expire.
+    /// finds live leases under this id (it looks only for an id set here:
+    /// the default one is new with the process). A process restarted with
+    /// its old id claims its keys again once their old leases expire.
     pub fn holder(mut self, holder: impl Into<String>) -> Self {
         self.holder = Some(holder.into());
         self

@@ -15,7 +15,7 @@ use super::{Connections, MAX_HISTORY, MAX_OWNED_CONNECTIONS, RuntimeBuilder};
 use crate::error::{Error, Result};
 use crate::health::Tracker;
 use crate::job::JobSettings;
-use crate::lease::{DEFAULT_OWNED_CONNECTIONS, LeaseStore, Sighting};
+use crate::lease::{DEFAULT_OWNED_CONNECTIONS, LeaseStore, Registered};
 use crate::metrics;
 use crate::runtime::fleet::KindEntry;
 use crate::runtime::handle::{Runtime, Tasks};
@@ -49,8 +49,13 @@ struct Parts {
 }
 
 pub(super) async fn start(mut builder: RuntimeBuilder) -> Result<Runtime> {
+    let began = Instant::now();
+    // A holder id the builder generated is new with this process: no other
+    // process uses it, and no lease can be held under it yet.
+    let chosen = builder.holder.is_some();
     let holder = builder.check_settings()?;
     let checked = builder.check_jobs()?;
+    let checked_at = Instant::now();
     builder.check_kinds()?;
     #[cfg(feature = "prometheus")]
     if let Some(addr) = &builder.prometheus {
@@ -60,9 +65,18 @@ pub(super) async fn start(mut builder: RuntimeBuilder) -> Result<Runtime> {
     // Also the first connect of an owned pool: a server that takes the
     // service's pool but refuses more connections fails `start` here.
     let server_now = store.server_now().await?;
-    warn_live_leases(&store, &holder).await?;
     let covered = covered_clock_rate(&checked.jobs);
-    let rows = register(&store, &holder, &checked.jobs, server_now).await?;
+    let registering = Instant::now();
+    // The check reads the whole table (no index on holder): only for a
+    // holder id the service chose, and alongside the registration, whose
+    // rows are free and so never count as live.
+    let (rows, ()) = tokio::try_join!(register(&store, &holder, &checked.jobs, server_now), async {
+        if chosen {
+            warn_live_leases(&store, &holder).await?;
+        }
+        Ok(())
+    })?;
+    let registered = Instant::now();
     for name in &checked.names {
         metrics::prime(name);
     }
@@ -81,11 +95,20 @@ pub(super) async fn start(mut builder: RuntimeBuilder) -> Result<Runtime> {
         tick,
         finishes,
     };
-    let shared = Arc::new(builder.shared(parts, checked.registry, &rows));
+    let shared = Arc::new(builder.shared(parts, checked.registry, &checked.jobs, &rows));
     drop(rows);
     metrics::concurrency_limit(shared.max_concurrent_runs);
     let kinds: Vec<Arc<KindEntry>> = builder.kinds.into_iter().map(Arc::new).collect();
     let tasks = start_services(&shared, builder.listen, server_now, kinds, requests);
+    // Where a slow start went, for the operator who turns debug on.
+    tracing::debug!(
+        keys = shared.registry().len(),
+        checked_ms = (checked_at - began).as_millis(),
+        connected_ms = (registering - checked_at).as_millis(),
+        registered_ms = (registered - registering).as_millis(),
+        built_ms = registered.elapsed().as_millis(),
+        "leasehold runtime start: jobs checked, schema and clock read, keys registered, state built"
+    );
     tracing::info!(
         holder = %shared.holder,
         jobs = shared.registry().len(),
@@ -162,6 +185,10 @@ impl RuntimeBuilder {
             }
             jobs.push(job);
         }
+        // In key order: the order the registration sends them in (so it
+        // need not sort them) and the due queue's order among keys due at
+        // one instant (so it is built presorted).
+        jobs.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         Ok(Checked {
             registry,
             jobs,
@@ -200,8 +227,9 @@ impl RuntimeBuilder {
     }
 
     /// The shared state: the registry filed at the times the registration's
-    /// rows say (nothing listens yet, so no wake-up came in between).
-    fn shared(&self, parts: Parts, mut registry: RegistryBuild, rows: &[Sighting]) -> Shared {
+    /// rows say (nothing listens yet, so no wake-up came in between); `rows`
+    /// answers for `jobs`, in order.
+    fn shared(&self, parts: Parts, mut registry: RegistryBuild, jobs: &[Arc<JobEntry>], rows: &Registered) -> Shared {
         let Parts {
             holder,
             store,
@@ -215,16 +243,14 @@ impl RuntimeBuilder {
             store.poisoned().clone(),
         );
         let clock = ServerClock::default();
-        clock.observed(rows.last().map_or(server_now, |row| row.server_now));
-        registry.file(
-            rows,
-            &Reading {
-                now: Instant::now(),
-                listening: false,
-                poll_interval: self.poll_interval,
-                clock: &clock,
-            },
-        );
+        clock.observed(rows.server_now().unwrap_or(server_now));
+        let reading = Reading {
+            now: Instant::now(),
+            listening: false,
+            poll_interval: self.poll_interval,
+            clock: &clock,
+        };
+        registry.file(jobs, |i| rows.sighting(i).map(|row| reading.look_again(&row)));
         Shared::new(Setup {
             holder,
             store,
@@ -262,18 +288,19 @@ fn covered_clock_rate(jobs: &[Arc<JobEntry>]) -> Option<f64> {
         .reduce(f64::min)
 }
 
-/// Registers every key in one statement; the rows as they now are.
+/// Registers every key in one statement; the rows as they now are, in
+/// the order of `jobs`.
 async fn register(
     store: &LeaseStore,
     holder: &str,
     jobs: &[Arc<JobEntry>],
     server_now: DateTime<Utc>,
-) -> Result<Vec<Sighting>> {
+) -> Result<Registered> {
     let keys: Vec<(&str, &str, DateTime<Utc>)> = jobs
         .iter()
         .map(|j| (&*j.key, &*j.name, first_due(&j.settings.schedule, server_now)))
         .collect();
-    store.register_many(holder, &keys).await
+    store.register_all(holder, &keys).await
 }
 
 /// Spawns the services, each with the token that stops it.

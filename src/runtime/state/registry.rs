@@ -48,16 +48,21 @@ pub(crate) struct Registry {
 pub(crate) struct WakeMark(u64);
 
 /// The registry of a runtime being started: every key added, then filed
-/// at the time its row says, then queued in one pass — the due queue is
-/// built sorted once, not entry by entry, and no key is moved.
+/// at the time its row says, in one pass that also lines up the due queue,
+/// then queued in one sorted build — no key is moved. Filed in key order
+/// (the order the registration sends), keys due at one instant are queued
+/// presorted.
 pub(crate) struct RegistryBuild {
     slots: HashMap<Arc<str>, Slot>,
+    /// The due queue's entries in the order filed.
+    queue: Vec<(Instant, Arc<str>)>,
 }
 
 impl RegistryBuild {
     pub(crate) fn with_capacity(keys: usize) -> Self {
         RegistryBuild {
             slots: HashMap::with_capacity(keys),
+            queue: Vec::new(),
         }
     }
 
@@ -79,28 +84,40 @@ impl RegistryBuild {
         }
     }
 
-    /// Each key the registration answered about is next worth a claim at
-    /// the time `reading` says; a key without an answer stays at `now`
-    /// (its row was inserted by another replica meanwhile: look at once).
-    /// Nothing listens yet, so no wake-up can have come in between.
-    pub(crate) fn file(&mut self, seen: &[Sighting], reading: &Reading<'_>) {
-        for sighting in seen {
-            if let Some(slot) = self.slots.get_mut(sighting.key.as_str()) {
-                slot.at = Some(reading.look_again(sighting));
+    /// Files every added key, once: the `i`-th of `jobs` is next worth a
+    /// claim at `at(i)`, or stays at `now` when that is `None` (its row was
+    /// inserted by another replica meanwhile: look at once). Nothing
+    /// listens yet, so no wake-up can have come in between.
+    pub(crate) fn file(&mut self, jobs: &[Arc<JobEntry>], mut at: impl FnMut(usize) -> Option<Instant>) {
+        self.queue.reserve_exact(jobs.len());
+        for (i, job) in jobs.iter().enumerate() {
+            if let Some(slot) = self.slots.get_mut(&job.key) {
+                if let Some(when) = at(i) {
+                    slot.at = Some(when);
+                }
+                if let Some(when) = slot.at {
+                    self.queue.push((when, job.key.clone()));
+                }
             }
         }
     }
 
     /// The registry, its due queue built in one sorted pass.
     pub(crate) fn finish(self) -> Registry {
-        let queue = self
-            .slots
-            .values()
-            .filter_map(|slot| Some((slot.at?, slot.job.key.clone())))
-            .collect();
+        let mut queue = self.queue;
+        if queue.len() != self.slots.len() {
+            // Not every key was filed: queue them from the slots.
+            queue = self
+                .slots
+                .values()
+                .filter_map(|slot| Some((slot.at?, slot.job.key.clone())))
+                .collect();
+        }
+        // Stable, so a queue filed in order costs one pass to check.
+        queue.sort();
         Registry {
             slots: self.slots,
-            queue,
+            queue: queue.into_iter().collect(),
             ..Registry::default()
         }
     }

@@ -79,3 +79,52 @@ async fn an_idle_runtime_stays_healthy() {
     );
     rt.shutdown().await;
 }
+
+/// Another replica inserts one of the same new keys while this one registers
+/// them (its transaction commits after this registration's snapshot, the
+/// registration waiting on that key): its row keeps the other replica's
+/// schedule, every key has one row, and this replica still learns every
+/// key's due time — none of the keys, due in an hour or in a day, is
+/// proposed for a claim (a key whose due time it did not learn would be).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_another_replica_inserts_during_registration_keeps_its_schedule_and_nothing_is_claimed() {
+    let db = support::db().await;
+    let hourly = quick(Schedule::every(Duration::from_secs(3600)), Duration::from_secs(30));
+    let tenants: Vec<_> = (0..100)
+        .map(|k| job(&format!("tenant:{k}"), hourly.clone(), |_| async { Ok(()) }))
+        .collect();
+    let mut other = db.pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at)
+         VALUES ('tenant:7', 'other', nextval('leasehold_fence_seq'), clock_timestamp(),
+                 clock_timestamp() + interval '1 microsecond', now() + interval '1 day', now() + interval '1 day')",
+    )
+    .execute(&mut *other)
+    .await
+    .unwrap();
+    support::reset_statement_stats(&db.pool).await;
+    let poll = Duration::from_millis(100);
+    let starting = tokio::spawn(support::replica_on(db.pool.clone(), "a", poll, tenants));
+    support::until_a_session_waits_for_a_lock(&db.pool).await;
+    other.commit().await.unwrap();
+    let a = starting.await.unwrap();
+
+    let (rows, theirs): (i64, bool) = sqlx::query_as(
+        "SELECT count(*), bool_or(key = 'tenant:7' AND holder = 'other' AND next_due_at > now() + interval '23 hours')
+           FROM leasehold_lease",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows, 100, "one row per key");
+    assert!(theirs, "the other replica's row keeps its holder and schedule");
+    // Three polls later, still no claim: every key was filed at its due time.
+    support::eventually_async(Duration::from_secs(10), || async {
+        let polls = support::statement_calls(&db.pool, "leasehold_timeline_id() AS timeline").await;
+        (polls >= 3).then_some(())
+    })
+    .await;
+    let claims = support::statement_calls(&db.pool, "SKIP LOCKED\n            ), claimed AS").await;
+    assert_eq!(claims, 0, "no key is due: no claim is sent");
+    a.shutdown().await;
+}

@@ -229,10 +229,14 @@ async fn a_registry_being_built_files_every_key_in_one_pass() {
     let clock = ServerClock::default();
     let now = Instant::now();
     let mut build = RegistryBuild::with_capacity(2);
-    assert!(build.add(entry("held"), now));
-    assert!(build.add(entry("fresh"), now));
+    let (held, fresh) = (entry("held"), entry("fresh"));
+    assert!(build.add(held.clone(), now));
+    assert!(build.add(fresh.clone(), now));
     assert!(!build.add(entry("held"), now), "added twice");
-    build.file(&[held_elsewhere("held")], &listening(now, &clock));
+    let reading = listening(now, &clock);
+    build.file(&[fresh, held], |i| {
+        (i == 1).then(|| reading.look_again(&held_elsewhere("held")))
+    });
     let registry = build.finish();
 
     assert_eq!(registry.len(), 2);
