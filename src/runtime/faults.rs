@@ -1,15 +1,17 @@
 //! Fault injection for tests and chaos runs (feature `test-util`), reached
-//! through `Runtime::faults`. Nothing here is needed in production, and
-//! without the feature none of it is compiled.
+//! through `Runtime::faults`, and counters of the services' progress, so a
+//! test can wait for the runtime's own decisions (two polls, three
+//! heartbeat ticks) instead of a guessed stretch of wall time. Nothing here
+//! is needed in production, and without the feature none of it is compiled.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// Fault injection for tests and chaos runs, reached through
-/// [`Runtime::faults`](crate::Runtime::faults). Needs the `test-util`
-/// feature.
+/// Fault injection for tests and chaos runs, and counters of the runtime's
+/// progress, reached through [`Runtime::faults`](crate::Runtime::faults).
+/// Needs the `test-util` feature.
 #[derive(Debug, Default)]
 pub struct Faults {
     stall_heartbeats: AtomicBool,
@@ -18,6 +20,10 @@ pub struct Faults {
     claim_answers_let_go: Notify,
     claim_answers_held: AtomicU64,
     notifications_heard: AtomicU64,
+    polls_begun: AtomicU64,
+    polls_done: AtomicU64,
+    heartbeats_begun: AtomicU64,
+    heartbeats_done: AtomicU64,
 }
 
 impl Faults {
@@ -91,5 +97,49 @@ impl Faults {
 
     pub(crate) fn notification_heard(&self) {
         self.notifications_heard.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many scheduler passes have begun with a poll (`due_since`) so far.
+    /// Passes run one at a time, so once [`Faults::polls_done`] reaches this
+    /// reading plus `n`, `n` whole passes that began after the reading have
+    /// ended.
+    pub fn polls_begun(&self) -> u64 {
+        self.polls_begun.load(Ordering::SeqCst)
+    }
+
+    /// How many scheduler passes that polled have ended: the poll answered
+    /// (or failed), and every key then due here was proposed in a claim and
+    /// its run, if claimed, spawned.
+    pub fn polls_done(&self) -> u64 {
+        self.polls_done.load(Ordering::SeqCst)
+    }
+
+    /// How many heartbeat ticks have begun to renew (stalled ticks, which
+    /// send nothing, are not counted).
+    pub fn heartbeats_begun(&self) -> u64 {
+        self.heartbeats_begun.load(Ordering::SeqCst)
+    }
+
+    /// How many heartbeat ticks have ended: their renewal answered (or
+    /// failed, or there was nothing to renew), and each loss it reported
+    /// cancelled its run.
+    pub fn heartbeats_done(&self) -> u64 {
+        self.heartbeats_done.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn poll_begins(&self) {
+        self.polls_begun.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn poll_done(&self) {
+        self.polls_done.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn heartbeat_begins(&self) {
+        self.heartbeats_begun.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn heartbeat_done(&self) {
+        self.heartbeats_done.fetch_add(1, Ordering::SeqCst);
     }
 }

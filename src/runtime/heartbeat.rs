@@ -43,7 +43,13 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         if shared.heartbeats_stalled() {
             continue;
         }
+        // Counted for tests, so a test can wait for whole ticks (feature
+        // `test-util`).
+        #[cfg(feature = "test-util")]
+        shared.faults.heartbeat_begins();
         beat(&shared, tick).await;
+        #[cfg(feature = "test-util")]
+        shared.faults.heartbeat_done();
     }
 }
 

@@ -30,7 +30,8 @@
 //! - `finish.rs`: releases in batches;
 //! - `heartbeat.rs`: renewals;
 //! - `listen.rs`: `LISTEN`/`NOTIFY` wake-ups, with polling as the fallback;
-//! - `faults.rs`: fault injection (feature `test-util`).
+//! - `faults.rs`: fault injection, and counters of polls and heartbeat
+//!   ticks for tests to wait on (feature `test-util`).
 //!
 //! # The local safety deadline, and why its margin is safe
 //!

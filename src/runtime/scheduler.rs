@@ -102,8 +102,24 @@ impl Scheduler {
     /// One pass: poll if it is time, register missing rows, claim what is
     /// due. Returns how long to sleep unless woken.
     async fn step(&mut self, shared: &Arc<Shared>) -> Duration {
-        let asked = shared.take_poll_request();
-        if asked || Instant::now() >= self.next_poll {
+        let polls = shared.take_poll_request() || Instant::now() >= self.next_poll;
+        // Counted for tests: a pass that polled, from its poll to its last
+        // claim, so a test can wait for whole passes (feature `test-util`).
+        #[cfg(feature = "test-util")]
+        if polls {
+            shared.faults.poll_begins();
+        }
+        let wait = self.pass(shared, polls).await;
+        #[cfg(feature = "test-util")]
+        if polls {
+            shared.faults.poll_done();
+        }
+        wait
+    }
+
+    /// [`Scheduler::step`], polling first if `polls`.
+    async fn pass(&mut self, shared: &Arc<Shared>, polls: bool) -> Duration {
+        if polls {
             if let Err(pause) = self.poll(shared).await {
                 return pause;
             }

@@ -175,8 +175,11 @@ async fn fail_over(synchronous: bool) -> Outcome {
         (first.len() == KEYS).then(|| first.values().map(|t| *t - switched).max().unwrap_or_default())
     })
     .await;
-    // A little longer, so late runs of the old tenures show up too.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Two more polls of each replica, so late runs of the old tenures show
+    // up too.
+    for rt in [&a, &b] {
+        crate::support::wait_polls(rt, 2).await;
+    }
     // Every replica's polls see the promoted server's new timeline (the
     // gauge, and a warning in its log).
     let timelines_after = eventually_async(Duration::from_secs(5), || async {

@@ -315,7 +315,8 @@ async fn a_stolen_lease_is_counted_once_as_stolen() {
     })
     .await;
     eventually(Duration::from_secs(5), || (held(m, name) == Some(0.0)).then_some(())).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Two more heartbeat ticks do not count the loss again.
+    support::wait_heartbeats(&rt, 2).await;
     assert_lost_once(m, name, "stolen");
     assert_runs(m, name, &[("cancelled", 1)]);
     assert!(m.counter_sum(names::HEARTBEATS, &[("outcome", "lost")]) >= 1);
@@ -391,7 +392,7 @@ async fn each_run_outcome_is_counted_once() {
         (done == 3 && held(m, "metrics_cancel") == Some(1.0)).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    support::wait_polls(&rt, 2).await;
     assert_runs(m, "metrics_ok", &[("succeeded", 1)]);
     assert_runs(m, "metrics_fail", &[("failed", 1)]);
     assert_runs(m, "metrics_panic", &[("panicked", 1)]);

@@ -272,12 +272,77 @@ impl Gate {
     }
 }
 
+// ---------------------------------------------------------------------------
+// Windows measured in the runtime's own decisions
+// ---------------------------------------------------------------------------
+
+/// Waits until `n` scheduler passes of `rt` that poll the server, each
+/// begun after this call, have ended: every key that was due here, or that
+/// the server said became due, has been proposed in a claim by then, and
+/// each run claimed has been spawned. The window for "this must not run":
+/// as long as the runtime needs to act, however slow the machine, instead
+/// of a guessed sleep.
+pub async fn wait_polls(rt: &Runtime, n: u64) {
+    let faults = rt.faults();
+    wait_counted("scheduler polls", n, faults.polls_begun(), || faults.polls_done()).await
+}
+
+/// Waits until `n` heartbeat ticks of `rt`, each begun after this call,
+/// have ended: each renewal answered (or failed), and each loss reported
+/// cancelled its run. The window for "this lease must not be renewed".
+pub async fn wait_heartbeats(rt: &Runtime, n: u64) {
+    let faults = rt.faults();
+    wait_counted("heartbeat ticks", n, faults.heartbeats_begun(), || {
+        faults.heartbeats_done()
+    })
+    .await
+}
+
+/// Waits until `done()` reaches `begun + n`: the counted steps run one at a
+/// time, so the `n` steps begun after `begun` was read have ended.
+async fn wait_counted(what: &str, n: u64, begun: u64, done: impl Fn() -> u64) {
+    let target = begun + n;
+    let reached = leasehold_testkit::wait_for(Duration::from_secs(30), Duration::from_millis(5), || {
+        (done() >= target).then_some(())
+    })
+    .await;
+    assert!(
+        reached.is_some(),
+        "{what}: {} of {n} ended within 30 s",
+        (done() + n).saturating_sub(target)
+    );
+}
+
+/// Whether `check` holds within `within` (checked every
+/// [`leasehold_testkit::wait::EVENTUALLY_EVERY`]): for an outcome that must
+/// come within a bound the scenario states, asserted by the caller with its
+/// own message.
+pub async fn holds_within(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    leasehold_testkit::wait_for(within, leasehold_testkit::wait::EVENTUALLY_EVERY, || {
+        check().then_some(())
+    })
+    .await
+    .is_some()
+}
+
 /// Waits until the lease of `key` is free (its run released), and returns
 /// the row then.
 pub async fn until_free(store: &LeaseStore, key: &str) -> leasehold::LeaseInfo {
     eventually_async(Duration::from_secs(10), || async {
         let info = store.get(key).await.expect("read the row").expect("a row");
         (!info.is_held()).then_some(info)
+    })
+    .await
+}
+
+/// Waits until `key` is due by the server's clock (its next slot has come),
+/// and returns the row then.
+pub async fn until_due(store: &LeaseStore, key: &str) -> leasehold::LeaseInfo {
+    eventually_async(Duration::from_secs(10), || async {
+        let info = store.get(key).await.expect("read the row").expect("a row");
+        info.next_due_at
+            .is_some_and(|due| due <= info.server_now)
+            .then_some(info)
     })
     .await
 }

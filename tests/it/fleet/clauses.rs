@@ -62,7 +62,7 @@ async fn a_new_schedule_reaches_a_running_replica() {
     store.add_keys(&[tenant("k", "basic", "manual")]).await.unwrap();
     let a = replica(&db, "a", &kind, Duration::from_millis(100), true).await;
     support::eventually(Duration::from_secs(5), || (a.health().registered == 1).then_some(())).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    support::wait_polls(&a, 3).await;
     assert!(runs_of(&kind.log, "k").is_empty(), "manual: never run untriggered");
     store.update_key(&tenant("k", "basic", "every 1s")).await.unwrap();
     support::eventually(Duration::from_secs(5), || {
@@ -132,8 +132,9 @@ async fn a_new_schedule_never_postpones_a_due_run() {
     store.pause(&key, false, "test").await.unwrap();
     store.trigger("k").await.unwrap();
     store.update_key(&tenant("k", "basic", "every 1h")).await.unwrap();
-    // A has synced the new schedule (its next poll at the latest).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A has synced the new schedule (its next poll at the latest), and
+    // proposed the due key in a claim.
+    support::wait_polls(&a, 2).await;
     assert!(runs_of(&kind.log, "k").is_empty(), "paused");
     store.resume(&key).await.unwrap();
     support::eventually(Duration::from_secs(5), || {

@@ -19,7 +19,9 @@ async fn a_key_added_through_a_runs_on_b_when_a_is_gone() {
     let a = replica(&db, "a", &kind, Duration::from_millis(200), true).await;
     let b = replica(&db, "b", &kind, Duration::from_millis(200), true).await;
     // Both are running (and have loaded the kind, empty) before the add.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    for rt in [&a, &b] {
+        support::wait_polls(rt, 1).await;
+    }
 
     let added = a
         .store()

@@ -33,11 +33,14 @@ const CHILD_USER: &str = "LEASEHOLD_FROZEN_CHILD_USER";
 
 /// The job both replicas run: one fenced write of its fence, then (in the
 /// child) the transaction held open for `hold`, then COMMIT. It prints
-/// `IN_TX <fence>` once the write is in, so the parent knows when to stop it.
+/// `IN_TX <fence>` once the write is in, so the parent knows when to stop it,
+/// and `ENDED <fence>` when the run is over, whether it returned or was
+/// dropped at its deadline, so the parent knows when to look.
 fn writer(pool: PgPool, hold: Duration) -> impl Fn(FenceGuard) -> support::BoxedRun + Send + Sync + 'static {
     move |guard: FenceGuard| {
         let pool = pool.clone();
         Box::pin(async move {
+            let _ended = Ended(guard.fence());
             let mut tx = guard.begin_fenced(&pool).await?;
             sqlx::query("INSERT INTO frozen_write (fence, holder) VALUES ($1, $2)")
                 .bind(guard.fence())
@@ -50,6 +53,15 @@ fn writer(pool: PgPool, hold: Duration) -> impl Fn(FenceGuard) -> support::Boxed
             println!("COMMITTED {}", guard.fence());
             Ok(())
         })
+    }
+}
+
+/// Prints `ENDED <fence>` when dropped: the end of a run, however it ends.
+struct Ended(i64);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        println!("ENDED {}", self.0);
     }
 }
 
@@ -133,6 +145,22 @@ impl ChildReplica {
                 .expect("the child's run writes within its deadline");
             if let Some(fence) = line.strip_prefix("IN_TX ") {
                 return fence.trim().parse().expect("a fence");
+            }
+        }
+    }
+
+    /// Waits until the child's run of `fence` is over (`ENDED <fence>`).
+    fn ended(&self, fence: i64, within: Duration) {
+        let deadline = std::time::Instant::now() + within;
+        let ended = format!("ENDED {fence}");
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("the child's run of fence {fence} did not end within {within:?}"));
+            if line.trim() == ended {
+                return;
             }
         }
     }
@@ -239,8 +267,22 @@ async fn a_replica_stopped_inside_its_fenced_transaction_neither_stalls_its_succ
 
     tokio::time::sleep(FREEZE.saturating_sub(stopped.elapsed())).await;
     frozen_replica.signal("-CONT");
-    // The resumed run goes straight to its COMMIT (its sleep is over).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The resumed run goes straight to its COMMIT (its sleep is over), or is
+    // dropped at its deadline, maybe with its COMMIT sent: it ends, and then
+    // no backend is still inside a COMMIT.
+    frozen_replica.ended(frozen, Duration::from_secs(10));
+    support::eventually_async(Duration::from_secs(10), || async {
+        let committing: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND pid <> pg_backend_pid()
+                AND state = 'active' AND query ILIKE 'COMMIT%'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .expect("read pg_stat_activity");
+        (committing == 0).then_some(())
+    })
+    .await;
     assert_eq!(
         written_at(&db.pool, frozen).await,
         None,

@@ -112,7 +112,18 @@ async fn a_shorter_idle_timeout_of_the_service_is_kept() {
     let pool = db.pool_with(2).await;
     let (rt, guard) = held_guard_for(&db, "a", "billing", Duration::from_secs(10)).await;
     let mut tx = guard.begin_fenced(&pool).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Within 3 s (far below the lease's bound), the server has ended it.
+    let _ = leasehold_testkit::wait_for_async(
+        Duration::from_secs(3),
+        leasehold_testkit::wait::EVENTUALLY_EVERY,
+        || async {
+            support::backends_in_transaction(&db.pool)
+                .await
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
     let ended = sqlx::query("UPDATE account SET balance = 1 WHERE id = 1")
         .execute(&mut *tx)
         .await;

@@ -73,8 +73,20 @@ async fn down_for_five_slots(
     (fleet, store, latest)
 }
 
-async fn settle(fleet: Vec<Runtime>) {
-    tokio::time::sleep(Duration::from_secs(2)).await;
+/// Waits until the catch-up is over — the lease free and the next run due
+/// at the next future slot, after `latest` — and then for two polls of
+/// every replica, in which any run still owed would have been claimed;
+/// shuts the fleet down.
+async fn settle(fleet: Vec<Runtime>, store: &LeaseStore, latest: DateTime<Utc>) {
+    let next = Some(latest + TimeDelta::minutes(1));
+    support::eventually_async(Duration::from_secs(10), || async {
+        let row = store.get("minutely").await.expect("read the row").expect("a row");
+        (!row.is_held() && row.next_due_at == next).then_some(())
+    })
+    .await;
+    for rt in &fleet {
+        support::wait_polls(rt, 2).await;
+    }
     for rt in fleet {
         rt.shutdown().await;
     }
@@ -87,7 +99,7 @@ async fn once_runs_the_missed_stretch_once() {
     let db = support::db().await;
     let slots = Slots::default();
     let (fleet, store, latest) = down_for_five_slots(&db, &slots, CatchUp::Once).await;
-    settle(fleet).await;
+    settle(fleet, &store, latest).await;
     assert_eq!(slots.all(), vec![Some(latest)]);
     let row = store.get("minutely").await.unwrap().unwrap();
     assert_eq!(row.next_due_at, Some(latest + TimeDelta::minutes(1)));
@@ -100,7 +112,7 @@ async fn skip_runs_nothing_for_missed_slots() {
     let db = support::db().await;
     let slots = Slots::default();
     let (fleet, store, latest) = down_for_five_slots(&db, &slots, CatchUp::Skip).await;
-    settle(fleet).await;
+    settle(fleet, &store, latest).await;
     assert_eq!(slots.all(), vec![], "no run for missed slots");
     let row = store.get("minutely").await.unwrap().unwrap();
     assert_eq!(row.next_due_at, Some(latest + TimeDelta::minutes(1)));
@@ -117,7 +129,7 @@ async fn all_runs_each_missed_slot_up_to_its_bound_oldest_first() {
     let db = support::db().await;
     let slots = Slots::default();
     let (fleet, store, latest) = down_for_five_slots(&db, &slots, CatchUp::all(3)).await;
-    settle(fleet).await;
+    settle(fleet, &store, latest).await;
     let expected: Vec<_> = (0..3)
         .rev()
         .map(|back| Some(latest - TimeDelta::minutes(back)))
@@ -153,13 +165,13 @@ async fn a_failed_catch_up_run_is_retried_for_the_same_slot() {
         },
     );
     let slots = Slots::default();
-    let (fleet, _store, latest) = down_for_five_slots(&db, &slots, CatchUp::all(2)).await;
+    let (fleet, store, latest) = down_for_five_slots(&db, &slots, CatchUp::all(2)).await;
     for rt in fleet {
         rt.shutdown().await;
     }
     support::owe_slot(&db.pool, "minutely", latest - TimeDelta::minutes(1)).await;
     let rt = support::replica(&db, "r3", 2, vec![flaky]).await;
-    settle(vec![rt]).await;
+    settle(vec![rt], &store, latest).await;
     let prev = Some(latest - TimeDelta::minutes(1));
     assert_eq!(*seen.lock().unwrap(), vec![prev, prev, Some(latest)]);
 }

@@ -20,9 +20,9 @@ fn per_slot(runs: &[crate::support::RunRecord]) -> BTreeMap<i64, usize> {
     slots
 }
 
-/// Three replicas run one every-second key. Paused, it runs nowhere for
-/// five slots; resumed, it runs again, at most once per slot, in (nearly)
-/// every slot.
+/// Three replicas run one every-second key. Paused, it runs nowhere: its
+/// next slot comes, and every replica polls twice after it, without a run;
+/// resumed, it runs again, at most once per slot, in (nearly) every slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_key_runs_on_no_replica_until_resumed() {
     let db = support::db().await;
@@ -38,10 +38,22 @@ async fn a_paused_key_runs_on_no_replica_until_resumed() {
 
     let pause = store.pause(&PauseTarget::key("nightly"), false, "test").await.unwrap();
     assert_eq!((pause.keys, pause.cancel), (1, false));
-    // A run claimed just before the pause committed may still start.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = runs.all().len();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // A run claimed just before the pause committed may still start: one
+    // whole pass of each replica begun after the pause, and that run's end.
+    for rt in &fleet {
+        support::wait_polls(rt, 1).await;
+    }
+    let before = support::eventually(Duration::from_secs(5), || {
+        let all = runs.all();
+        all.iter().all(|r| r.ended.is_some()).then_some(all.len())
+    })
+    .await;
+    // The key's next slot comes while it is paused (by the server's clock),
+    // and each replica polls twice after it.
+    support::until_due(&store, "nightly").await;
+    for rt in &fleet {
+        support::wait_polls(rt, 2).await;
+    }
     let during = runs.all().len() - before;
     assert_eq!(during, 0, "runs while paused: {:?}", &runs.all()[before..]);
     assert!(matches!(
@@ -66,8 +78,12 @@ async fn a_paused_key_runs_on_no_replica_until_resumed() {
             .then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let after: Vec<_> = runs.all().into_iter().filter(|r| r.started >= resumed_at).collect();
+    // Four slots with a run, within the 4 s after the first one.
+    let after = support::eventually(Duration::from_secs(4), || {
+        let after: Vec<_> = runs.all().into_iter().filter(|r| r.started >= resumed_at).collect();
+        (per_slot(&after).len() >= 4).then_some(after)
+    })
+    .await;
     let slots = per_slot(&after);
     assert!(
         slots.values().all(|&n| n == 1),
@@ -147,9 +163,10 @@ async fn a_pause_lets_the_run_finish_unless_it_cancels_it() {
     let short_history = store.history("short:a", 10).await.unwrap();
     assert_eq!(short_history[0].outcome, RunOutcome::Succeeded);
 
-    // Neither runs again while paused, trigger or not.
+    // Neither runs again while paused, trigger or not: the trigger wakes
+    // the key here, and two passes of the scheduler propose it in vain.
     rt.trigger("short:a").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::wait_polls(&rt, 2).await;
     assert_eq!(runs.all().len(), 2);
     rt.shutdown().await;
 }
@@ -177,7 +194,20 @@ async fn a_paused_job_pauses_all_its_keys_and_nothing_else() {
     rt.add(job("tenant:c", settings(), runs.body(Duration::from_millis(10))))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    // The keys share one schedule: once "other" has run in two slots since
+    // the last key was added, every tenant key was due in those slots too,
+    // and a last poll after them proposes whatever is due.
+    let added = Instant::now();
+    support::eventually(Duration::from_secs(5), || {
+        let others = runs
+            .all()
+            .iter()
+            .filter(|r| r.key == "other" && r.started >= added)
+            .count();
+        (others >= 2).then_some(())
+    })
+    .await;
+    support::wait_polls(&rt, 2).await;
     let keys: Vec<String> = runs.all().into_iter().map(|r| r.key).collect();
     assert!(keys.iter().any(|k| k == "other"), "the other job runs: {keys:?}");
     assert!(keys.iter().all(|k| k == "other"), "a paused job's key ran: {keys:?}");

@@ -37,7 +37,11 @@ async fn triggers_during_a_run_lead_to_one_more_run_after_it() {
     gate.finish_one();
     let row = support::until_free(&store, "export").await;
     assert!(row.due_only_when_triggered(), "manual again: {row:?}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Two polls of each replica after the release: a third run would have
+    // been claimed by then.
+    for rt in [&a, &b] {
+        support::wait_polls(rt, 2).await;
+    }
     assert_eq!(
         gate.runs().all().len(),
         2,
@@ -72,7 +76,7 @@ async fn a_trigger_during_a_run_of_a_scheduled_key_runs_it_once_more_then_the_sc
         "next due at the next hourly slot: {row:?}"
     );
     assert_eq!(next.timestamp() % 3600, 0, "an hourly slot: {next}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::wait_polls(&rt, 2).await;
     assert_eq!(gate.runs().all().len(), 2, "{:?}", gate.runs().all());
     rt.shutdown().await;
 }

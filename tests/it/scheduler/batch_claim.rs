@@ -133,7 +133,10 @@ async fn a_batch_claim_never_takes_a_live_lease() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let before = runs.all().len();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The key is due (by the server's clock) while the outsider holds it,
+    // and two polls propose it.
+    support::until_due(&outsider, "held").await;
+    support::wait_polls(&rt, 2).await;
     assert_eq!(runs.all().len(), before, "no run while the outsider holds the lease");
     assert!(outsider.release("held", "outsider", taken.fence).await.unwrap());
     let after = runs.wait_started(before + 1, Duration::from_secs(5)).await;
@@ -173,12 +176,21 @@ async fn a_locked_row_does_not_hold_up_the_other_keys_of_a_batch() {
     let lock = support::lock_lease_row(&db.pool, "locked").await;
     let locked_at = Instant::now();
     let before = runs.all().len();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let during: Vec<_> = runs.all()[before..]
-        .iter()
-        .filter(|r| r.started > locked_at)
-        .map(|r| r.key.clone())
-        .collect();
+    // Within 3 s, the free keys run in two slots each (the locked key,
+    // on the same schedule, is due in them too); then two more polls.
+    let in_lock = || -> Vec<String> {
+        runs.all()[before..]
+            .iter()
+            .filter(|r| r.started > locked_at)
+            .map(|r| r.key.clone())
+            .collect()
+    };
+    support::holds_within(Duration::from_secs(3), || {
+        in_lock().iter().filter(|k| k.starts_with("free")).count() >= 4
+    })
+    .await;
+    support::wait_polls(&rt, 2).await;
+    let during = in_lock();
     drop(lock);
     rt.shutdown().await;
     let free_runs = during.iter().filter(|k| k.starts_with("free")).count();
@@ -216,12 +228,15 @@ async fn a_release_meeting_a_locked_row_does_not_hold_up_the_others() {
     .await;
     let lock = support::lock_lease_row(&db.pool, "locked").await;
     let locked_at = Instant::now();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let free_runs = runs
-        .all()
-        .iter()
-        .filter(|r| r.key.starts_with("free") && r.started > locked_at)
-        .count();
+    // Within 3 s of the lock, the free keys run four times.
+    let free_runs = || {
+        runs.all()
+            .iter()
+            .filter(|r| r.key.starts_with("free") && r.started > locked_at)
+            .count()
+    };
+    support::holds_within(Duration::from_secs(3), || free_runs() >= 4).await;
+    let free_runs = free_runs();
     drop(lock);
     rt.shutdown().await;
     assert!(

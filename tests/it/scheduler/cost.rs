@@ -44,7 +44,15 @@ async fn a_thousand_keys_register_in_one_statement_and_idle_for_almost_nothing()
         .unwrap();
     assert_eq!(rows, 1000);
 
-    tokio::time::sleep(Duration::from_secs(1)).await; // listeners settle
+    // Listeners settle: both listen, and the poll each asks for once it
+    // listens has ended.
+    support::eventually(Duration::from_secs(10), || {
+        (a.health().listening && b.health().listening).then_some(())
+    })
+    .await;
+    for rt in [&a, &b] {
+        support::wait_polls(rt, 1).await;
+    }
     support::reset_statement_stats(&db.pool).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let idle = all_statements(&db.pool).await;

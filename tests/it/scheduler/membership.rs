@@ -67,7 +67,18 @@ async fn keys_added_and_removed_while_running() {
     assert!(!rt.remove("tenant:a").await.unwrap(), "no longer registered");
     assert!(matches!(rt.trigger("tenant:a").await, Err(Error::UnknownJob(_))));
 
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Two slots of the same schedule come and go (tenant:b runs in them:
+    // tenant:a would have been due there too), then two polls.
+    support::eventually(Duration::from_secs(5), || {
+        let all = runs.all();
+        (all.iter()
+            .filter(|r| r.key == "tenant:b" && r.started > removed)
+            .count()
+            >= 2)
+            .then_some(())
+    })
+    .await;
+    support::wait_polls(&rt, 2).await;
     let later_a = runs
         .all()
         .iter()
@@ -188,7 +199,7 @@ async fn a_new_key_added_at_run_time_is_first_due_at_its_next_slot() {
     let row = store.get("tenant:new").await.unwrap().expect("its row");
     assert!(row.never_run(), "{row:?}");
     assert!(row.due_in() > Duration::ZERO, "due at its next slot, not now: {row:?}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::wait_polls(&rt, 2).await;
     assert!(runs.all().is_empty(), "{:?}", runs.all());
     rt.shutdown().await;
 }
@@ -221,7 +232,7 @@ async fn a_removed_key_added_back_is_first_due_at_its_next_slot() {
             "{key}: due at its next slot: {row:?}"
         );
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::wait_polls(&rt, 2).await;
     assert_eq!(runs.all().len(), 1, "no catch-up run: {:?}", runs.all());
     rt.shutdown().await;
 }
@@ -294,7 +305,9 @@ async fn a_key_added_back_while_another_replica_runs_it_keeps_that_runs_schedule
 
     let row = support::until_free(&store, "tenant:acme").await;
     assert!(row.due_in() > Duration::ZERO, "next due at its next slot: {row:?}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    for rt in [&a, &b] {
+        support::wait_polls(rt, 2).await;
+    }
     assert_eq!(gate.runs().all().len(), 1, "{:?}", gate.runs().all());
     a.shutdown().await;
     b.shutdown().await;
