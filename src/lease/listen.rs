@@ -23,10 +23,16 @@ impl LeaseStore {
     /// session keeps its pid and never shares it; through a transaction
     /// pooler, the pooled transaction usually lands on the backend the
     /// listener just used (PgBouncer hands out the most recently used
-    /// server connection first), or the listener moves. Three rounds.
+    /// server connection first), or the listener moves. A round is fooled
+    /// when another client takes that backend in between and gives it back
+    /// before the listener's second read, which a busy fleet starting up
+    /// does now and then; it must be fooled in every one of
+    /// `SESSION_CHECK_ROUNDS` rounds (a few milliseconds in all) before the
+    /// listener trusts its session.
     pub(crate) async fn is_own_session(&self, listener: &mut sqlx::postgres::PgListener) -> Result<bool> {
         const PID: &str = "SELECT pg_backend_pid()";
-        for _ in 0..3 {
+        const SESSION_CHECK_ROUNDS: usize = 8;
+        for _ in 0..SESSION_CHECK_ROUNDS {
             let before: i32 = sqlx::query_scalar(PID).fetch_one(&mut *listener).await?;
             let mut tx = connection::begin(&self.conns).await?;
             let pooled: i32 = sqlx::query_scalar(PID).fetch_one(&mut *tx).await?;
