@@ -82,7 +82,7 @@ pub use history::{KeyFilter, KeyPage, KeyState, KeyStatus, RunRecord};
 pub(crate) use history::{RunReport, truncate_error};
 pub(crate) use keys::{KIND_CHANNEL, KeyRow, KindGenerations, StoredArgs};
 pub use keys::{KindStatus, MAX_ARGS_BYTES, NewKey, StoredKey};
-pub(crate) use listen::WAKE_CHANNEL;
+pub(crate) use listen::{SESSION_MARK, WAKE_CHANNEL, is_pooler_refusal};
 pub(crate) use release::NextDue;
 pub use renew::{Renewal, RenewedMany};
 pub use revoke::{Revoke, Revoked};

@@ -20,6 +20,7 @@ pub struct Faults {
     claim_answers_let_go: Notify,
     claim_answers_held: AtomicU64,
     notifications_heard: AtomicU64,
+    pooler_found: AtomicBool,
     polls_begun: AtomicU64,
     polls_done: AtomicU64,
     heartbeats_begun: AtomicU64,
@@ -93,6 +94,17 @@ impl Faults {
                 _ = stopping.cancelled() => return,
             }
         }
+    }
+
+    /// Whether the listener has found a connection pooler between it and
+    /// the server (its session mark refused or missing, or its session
+    /// shared) and given up listening for good.
+    pub fn pooler_found(&self) -> bool {
+        self.pooler_found.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn pooler_detected(&self) {
+        self.pooler_found.store(true, Ordering::SeqCst);
     }
 
     pub(crate) fn notification_heard(&self) {

@@ -10,10 +10,13 @@
 //!   transaction (or statement) mode, `LISTEN` is not just useless, it is
 //!   harmful: the server connection it ran on returns to PgBouncer's pool
 //!   still listening, and the next client given it — the service itself —
-//!   fails with "unexpected message: NotificationResponse". So before
-//!   `LISTEN`, the listener checks that its connection is a session of its
-//!   own (`LeaseStore::is_own_session`, side-effect free); if not, it never
-//!   listens and the runtime polls (logged once).
+//!   fails with "unexpected message: NotificationResponse". So the
+//!   listener's connection carries a mark in its startup options
+//!   (`lease::SESSION_MARK`), which a pooler refuses or drops, and before
+//!   `LISTEN` the listener checks that its connection is a session of its
+//!   own (`LeaseStore::is_own_session`, side-effect free); if not, or if a
+//!   pooler refused the mark, it never listens and the runtime polls
+//!   (logged once).
 //! - **Proved before trusted**: after `LISTEN`, it sends itself a probe
 //!   through the runtime's statement pool and waits for it; if it never arrives, the
 //!   runtime keeps polling. Off entirely with `RuntimeBuilder::listen(false)`.
@@ -32,7 +35,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::state::Shared;
-use crate::lease::{KIND_CHANNEL, WAKE_CHANNEL};
+use crate::lease::{KIND_CHANNEL, SESSION_MARK, WAKE_CHANNEL, is_pooler_refusal};
 
 /// How long the probe notification may take to come back.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -42,8 +45,12 @@ const MAX_RETRY: Duration = Duration::from_secs(60);
 /// Runs until `stop` is cancelled.
 pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     // A pool of at most one connection, only to get PgListener's
-    // reconnection; it shares nothing with the service's pool.
-    let options = (*shared.store.pool().connect_options()).clone();
+    // reconnection; it shares nothing with the service's pool. Its
+    // connections carry this runtime's session mark.
+    let mark = format!("{:016x}", rand::random::<u64>());
+    let options = (*shared.store.pool().connect_options())
+        .clone()
+        .options([(SESSION_MARK, &mark)]);
     let own = PgPoolOptions::new()
         .max_connections(1)
         .min_connections(0)
@@ -55,7 +62,7 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     loop {
         let outcome = tokio::select! {
             _ = stop.cancelled() => break,
-            outcome = listen(&shared, &own) => outcome,
+            outcome = listen(&shared, &own, &mark) => outcome,
         };
         if shared.set_listening(false) {
             failures = 0; // it worked for a while: a fresh streak
@@ -63,6 +70,8 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         failures += 1;
         let pause = match outcome {
             Stopped::Pooled => {
+                #[cfg(feature = "test-util")]
+                shared.faults.pooler_detected();
                 tracing::warn!(holder = %shared.holder,
                     "the database connection is not a session of its own (PgBouncer in transaction mode?): \
                      LISTEN/NOTIFY wake-ups are off, the runtime polls every poll interval; set \
@@ -106,13 +115,14 @@ enum Stopped {
 
 /// Listens, proves it works, then wakes keys as notifications arrive —
 /// until the connection is lost or an error ends it.
-async fn listen(shared: &Shared, own: &sqlx::PgPool) -> Stopped {
+async fn listen(shared: &Shared, own: &sqlx::PgPool, mark: &str) -> Stopped {
     let mut listener = match PgListener::connect_with(own).await {
         Ok(listener) => listener,
+        Err(error) if is_pooler_refusal(&error) => return Stopped::Pooled,
         Err(error) => return Stopped::Failed(error),
     };
     listener.ignore_pool_close_event(true);
-    match shared.store.is_own_session(&mut listener).await {
+    match shared.store.is_own_session(&mut listener, mark).await {
         Ok(true) => {}
         Ok(false) => return Stopped::Pooled,
         Err(error) => return Stopped::Failed(sqlx::Error::Protocol(format!("session check failed: {error}"))),

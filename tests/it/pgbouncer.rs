@@ -398,8 +398,9 @@ async fn sqlx_prepared_statements_need_pgbouncer_1_21() {
 /// The runtime through PgBouncer ≥ 1.21 in transaction mode: claims by two
 /// replicas, heartbeats that keep a lease past its length, a fenced
 /// transaction and a fenced column write, and a shutdown that releases.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runtime_works_through_pgbouncer_transaction_mode() {
+/// A PgBouncer that can serve sqlx in transaction mode (≥ 1.21), or the
+/// test fails saying how to get one.
+fn pgbouncer_for_sqlx() -> (PathBuf, (u32, u32)) {
     let (bin, version) = pgbouncer();
     assert!(
         version >= (1, 21),
@@ -412,6 +413,12 @@ async fn runtime_works_through_pgbouncer_transaction_mode() {
         version.1,
         bin.display()
     );
+    (bin, version)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_works_through_pgbouncer_transaction_mode() {
+    let (bin, version) = pgbouncer_for_sqlx();
     let db = support::db().await;
     support::accounts(&db.pool).await;
     sqlx::raw_sql("CREATE TABLE bounced (fence BIGINT NOT NULL, holder TEXT NOT NULL, step INT NOT NULL);")
@@ -555,6 +562,10 @@ async fn runtime_works_through_pgbouncer_transaction_mode() {
     // how this test failed before the listener checked for it). The
     // listeners saw they are not sessions of their own and the runtimes poll.
     assert!(!a.health().listening && !b.health().listening);
+    assert!(
+        a.faults().pooler_found() && b.faults().pooler_found(),
+        "PgBouncer refused the listeners' session mark: they gave up listening for good"
+    );
 
     let report_a = a.shutdown().await;
     let report_b = b.shutdown().await;
@@ -630,4 +641,44 @@ async fn a_silent_fenced_transaction_behind_pgbouncer_is_ended_within_a_lease() 
     assert_eq!(one, 1, "PgBouncer still serves its other clients");
     b_rt.shutdown().await;
     a.shutdown().await;
+}
+
+/// A listener behind PgBouncer never listens, even where PgBouncer lets its
+/// session mark through silently (`options` in `ignore_startup_parameters`)
+/// instead of refusing it: the server connection its statements land on
+/// never started with the mark, so the session check says "pooled" however
+/// PgBouncer happens to hand its server connections out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_behind_pgbouncer_that_ignores_its_mark_never_listens() {
+    let (bin, _) = pgbouncer_for_sqlx();
+    let db = support::db().await;
+    let bouncer = start(
+        &bin,
+        &db.options,
+        2,
+        "max_prepared_statements = 200\n\
+         ignore_startup_parameters = extra_float_digits,options",
+    );
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy_with(via(&bouncer, &db.options));
+    let rt = Runtime::builder(pool)
+        .holder("marked")
+        .poll_interval(Duration::from_secs(60))
+        .register(job(
+            "marked:job",
+            quick(Schedule::Manual, Duration::from_secs(5)),
+            |_| async { Ok(()) },
+        ))
+        .start()
+        .await
+        .expect("runtime starts through pgbouncer");
+
+    eventually(Duration::from_secs(20), || rt.faults().pooler_found().then_some(())).await;
+    assert!(
+        !rt.health().listening,
+        "a listener behind a transaction pooler never listens"
+    );
+    rt.shutdown().await;
 }
