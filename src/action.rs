@@ -180,6 +180,11 @@ impl Outcome for Resumed {}
 /// The words the history records for a revoke, e.g. `ended the tenure of
 /// web-1 (fence 7, held: its run is cancelled at its next heartbeat); new
 /// fence 12` or `refused: held by web-1 (fence 7)`.
+///
+/// ```
+/// use leasehold::operator::Revoked;
+/// assert_eq!(Revoked::NotFound.to_string(), "not found: no lease row");
+/// ```
 impl fmt::Display for Revoked {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
