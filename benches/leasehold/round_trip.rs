@@ -64,8 +64,10 @@ impl Op {
             | Op::ClaimReleaseShared
             | Op::ClaimRunRelease
             | Op::ClaimRunReleaseBatched
-            | Op::ClaimRunReleaseRecorded => 2,
-            Op::Select1 | Op::LosingClaim => 1,
+            | Op::ClaimRunReleaseRecorded
+            // The claim's `UPDATE` alone, then the whole claim for the answer.
+            | Op::LosingClaim => 2,
+            Op::Select1 => 1,
         }
     }
 }

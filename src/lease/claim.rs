@@ -64,48 +64,31 @@ pub(crate) struct ClaimRow {
     pub(crate) row: LeaseRow,
 }
 
-impl LeaseStore {
-    /// The re-entrant claim (invariant 3): acquire `key` for `holder` for `ttl`
-    /// if it is free or expired; if `holder` already holds it, extend it and
-    /// keep the same fence.
-    ///
-    /// Exactly one of any number of concurrent claimers of a free key gets
-    /// [`Claim::Acquired`]. Use [`LeaseStore::claim_run`] to start a new
-    /// *run* (it always takes a fresh fence).
-    ///
-    /// Cancel-safe as described on [`LeaseStore`].
-    pub async fn claim(&self, key: &str, holder: &str, ttl: Duration) -> Result<Claim> {
-        validate::key(key)?;
-        validate::holder(holder)?;
-        let secs = validate::lease_secs("lease duration", ttl)?;
-        // $1 key, $2 holder, $3 ttl seconds. A plain UPDATE of the row
-        // with its guards in the WHERE, and the INSERT only for a key
-        // without a row: taking a row over writes one WAL record (an
-        // `ON CONFLICT DO UPDATE` locks the row first, a second record).
-        // - WHERE of `updated` (invariant 3): take the row over only if we
-        //   already hold it (re-entrant) or it has expired by the server
-        //   clock. A row locked by a concurrent claim is waited for, and the
-        //   WHERE evaluated again on its latest version; a lease plainly
-        //   held by another holder is not written (no lock, no WAL, no
-        //   fence drawn).
-        // - SET times use clock_timestamp() *after* that wait, so a claim
-        //   that waited is not dated before it won.
-        // - CASE: a holder re-claiming its own live lease keeps its tenure
-        //   (same fence, same acquired_at); any other takeover starts a new
-        //   tenure with a fresh fence from the sequence (invariant 4: a
-        //   deleted or released row can never make a fence repeat).
-        // - `inserted` only for a key with no row on the statement's
-        //   snapshot: a claim of an existing key draws no fence there.
-        //   ON CONFLICT DO NOTHING: a row committed after the snapshot
-        //   is never overwritten (that claim lost; `claim_outcome` says so).
-        // - Paused (invariant 8): a key paused by name, or (row's job_name) by
-        //   job, is never claimed — neither inserted nor taken over.
-        // - `lost_claim_answer!` (pause_rule.rs) reports the current row
-        //   when the claim lost, so the caller learns who holds it in the
-        //   same round trip.
-        const CLAIM: &str = concat!(
+/// The write of the re-entrant claim ([`LeaseStore::claim`]): the guarded
+/// `UPDATE` of the key's row, without its `RETURNING`. Written once, and
+/// sent on its own first and again inside the whole claim, so the two
+/// cannot apply different guards. $1 key, $2 holder, $3 ttl seconds.
+///
+/// A plain UPDATE with its guards in the WHERE: taking a row over writes
+/// one WAL record (an `ON CONFLICT DO UPDATE` locks the row first, a
+/// second record).
+/// - WHERE (invariant 3): take the row over only if we already hold it
+///   (re-entrant) or it has expired by the server clock. A row locked by
+///   a concurrent claim is waited for, and the WHERE evaluated again on
+///   its latest version; a lease plainly held by another holder is not
+///   written (no lock, no WAL, no fence drawn).
+/// - SET times use clock_timestamp() *after* that wait, so a claim that
+///   waited is not dated before it won.
+/// - CASE: a holder re-claiming its own live lease keeps its tenure (same
+///   fence, same acquired_at); any other takeover starts a new tenure with
+///   a fresh fence from the sequence (invariant 4: a deleted or released
+///   row can never make a fence repeat).
+/// - Paused (invariant 8): a key paused by name, or (row's job_name) by
+///   job, is never taken over.
+macro_rules! claim_update {
+    () => {
+        concat!(
             "
-            WITH updated AS (
                 UPDATE leasehold_lease AS l
                    SET holder      = $2,
                        expires_at  = clock_timestamp() + make_interval(secs => $3),
@@ -117,7 +100,59 @@ impl LeaseStore {
                    AND /* guard:claim.takeover */ (/* guard:claim.reentrant */ l.holder = $2
                         /* guard:claim.expiry */ OR l.expires_at <= clock_timestamp())
                    AND NOT ",
-            /* guard:claim.pause */ paused!(key = "l.key", jobs = "l.job_name"),
+            /* guard:claim.pause */ paused!(key = "l.key", jobs = "l.job_name")
+        )
+    };
+}
+
+impl LeaseStore {
+    /// The re-entrant claim (invariant 3): acquire `key` for `holder` for `ttl`
+    /// if it is free or expired; if `holder` already holds it, extend it and
+    /// keep the same fence.
+    ///
+    /// Exactly one of any number of concurrent claimers of a free key gets
+    /// [`Claim::Acquired`]. Use [`LeaseStore::claim_run`] to start a new
+    /// *run* (it always takes a fresh fence).
+    ///
+    /// Takes an existing row in one statement; a key without a row, or a
+    /// claim that loses, costs a second statement, which inserts the row
+    /// or says who holds the key (or that it is paused).
+    ///
+    /// Cancel-safe as described on [`LeaseStore`]. Each statement is its own
+    /// implicit transaction, so dropping the future between the two leaves
+    /// the first one's answer standing: it took the row (a lease that then
+    /// expires on its own) or changed nothing.
+    pub async fn claim(&self, key: &str, holder: &str, ttl: Duration) -> Result<Claim> {
+        validate::key(key)?;
+        validate::holder(holder)?;
+        let secs = validate::lease_secs("lease duration", ttl)?;
+        // $1 key, $2 holder, $3 ttl seconds. The common case first: the
+        // row exists and the claim takes it (free, expired, or re-entrant),
+        // with `claim_update!` alone. Its answer is the taken row.
+        const CLAIM_TAKE: &str = concat!(
+            claim_update!(),
+            "
+                RETURNING l.*, clock_timestamp() AS server_now"
+        );
+        // Only when that took no row (a key without a row, a live lease of
+        // another holder, a paused key, or a row that changed in between):
+        // the whole claim, which tries the row again, inserts a missing
+        // one, and otherwise answers with the current row.
+        // - `updated`: `claim_update!` again. Between the two statements the
+        //   lease may have expired, or its holder released it; the claim
+        //   then takes it here, as one statement sent a moment later would.
+        // - `inserted` only for a key with no row on the statement's
+        //   snapshot: a claim of an existing key draws no fence there.
+        //   ON CONFLICT DO NOTHING: a row committed after the snapshot
+        //   is never overwritten (that claim lost; `claim_outcome` says so).
+        // - Paused (invariant 8): a key paused by name is never inserted.
+        // - `lost_claim_answer!` (pause_rule.rs) reports the current row
+        //   when the claim lost, so the caller learns who holds it in the
+        //   same round trip.
+        const CLAIM: &str = concat!(
+            "
+            WITH updated AS (",
+            claim_update!(),
             "
                 RETURNING l.*
             ), inserted AS (
@@ -135,6 +170,14 @@ impl LeaseStore {
             )",
             lost_claim_answer!()
         );
+        let taken: Option<LeaseRow> = connection::run!(&self.conns, |conn| sqlx::query_as(CLAIM_TAKE)
+            .bind(key)
+            .bind(holder)
+            .bind(secs)
+            .fetch_optional(conn))?;
+        if let Some(row) = taken {
+            return Ok(Claim::Acquired(row.into_lease()));
+        }
         let row: Option<ClaimRow> = connection::run!(&self.conns, |conn| sqlx::query_as(CLAIM)
             .bind(key)
             .bind(holder)

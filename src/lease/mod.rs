@@ -12,8 +12,10 @@
 //!    computing the next cron slot from the server's own `now`.
 //! 2. *One round trip*: claim, renew and release are one statement each on
 //!    a pooled connection, returned to the pool before the method returns
-//!    (a claim that returns no row costs a second read, to say why; `list`
-//!    reads twice; a release meeting a locked row retries).
+//!    (the re-entrant claim sends its `UPDATE` alone first and the whole
+//!    claim only when that took no row; a claim that returns no row costs
+//!    a further read, to say why; `list` reads twice; a release meeting a
+//!    locked row retries).
 //! 3. *Claim* succeeds iff the row is absent, expired, or (re-entrant claim
 //!    only) held by the same holder: the `WHERE` of the statement's write
 //!    (`claim`'s `UPDATE`, `claim_run`'s `ON CONFLICT DO UPDATE`,

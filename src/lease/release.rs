@@ -73,6 +73,12 @@ impl LeaseStore {
     /// - A released key that is due wakes the listeners, as the runtime's
     ///   release does.
     /// - No row: the tenure was not the current one any more.
+    ///
+    /// One statement for every answer, on purpose: a plain `UPDATE … WHERE
+    /// key, holder, fence` costs about 0.7× its server time but waits on a
+    /// row locked elsewhere, and the forms that keep `SKIP LOCKED` and leave
+    /// the `busy` answer to a second statement save under 15 % of it, about
+    /// 1 % of a claim + release round trip.
     const RELEASE: &str = "
         WITH mine AS (
             SELECT l.key FROM leasehold_lease AS l
