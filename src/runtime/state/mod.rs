@@ -38,6 +38,8 @@
 //!   for that same end.
 
 use std::collections::HashMap;
+
+use crate::fast_hash::FastMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -121,7 +123,7 @@ pub(crate) struct Shared {
     pub(crate) health: Tracker,
     registry: Mutex<Registry>,
     /// The tenures to renew: runs from claim until just before release.
-    held: Mutex<HashMap<Arc<str>, Arc<Tenure>>>,
+    held: Mutex<FastMap<Arc<str>, Arc<Tenure>>>,
     /// Runs in progress, counted until their release is done (what the
     /// concurrency limit counts). Changed only by [`RunSlot`].
     in_progress: AtomicUsize,
@@ -173,7 +175,7 @@ impl Shared {
             faults: Default::default(),
             health: setup.health,
             registry: Mutex::new(setup.registry),
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(FastMap::default()),
             in_progress: AtomicUsize::new(0),
             removing: Mutex::default(),
             stopping: CancellationToken::new(),
