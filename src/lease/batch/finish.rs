@@ -132,7 +132,7 @@ impl LeaseStore {
         //   key's first `ring` runs, whose places do not exist yet. A place
         //   that exists — holding a newer run (a late release), or inserted
         //   by another transaction after this statement's snapshot — is a
-        //   conflict, resolved by the same rule: replaced only by an older
+        //   conflict, resolved by the same rule: replaced only by a newer
         //   run. (Filtering on `overwritten`'s answer, not on a lookup of
         //   the place, costs no second index probe per run.)
         const FINISH_MANY: &str = "
