@@ -225,11 +225,14 @@ impl LeaseStore {
             .collect();
         Ok(items
             .iter()
-            .map(|item| match done.get(&(item.borrow().key.as_str(), item.borrow().fence)) {
-                Some((false, false)) => Released::Yes,
-                Some((false, true)) => Released::StillDue,
-                Some((true, _)) => Released::Busy,
-                None => Released::NotCurrent,
+            .map(|item| {
+                let item: &Finish = item.borrow();
+                match done.get(&(item.key.as_str(), item.fence)) {
+                    Some((false, false)) => Released::Yes,
+                    Some((false, true)) => Released::StillDue,
+                    Some((true, _)) => Released::Busy,
+                    None => Released::NotCurrent,
+                }
             })
             .collect())
     }

@@ -234,7 +234,10 @@ impl Shared {
     /// pile up claimed keys waiting for their release.
     pub(crate) fn room(&self) -> usize {
         let bodies = self.max_concurrent_runs.saturating_sub(self.active());
-        let leases = self.max_concurrent_runs.saturating_mul(2).saturating_sub(self.running());
+        let leases = self
+            .max_concurrent_runs
+            .saturating_mul(2)
+            .saturating_sub(self.running());
         bodies.min(leases)
     }
 

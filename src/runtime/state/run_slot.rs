@@ -200,7 +200,11 @@ mod tests {
 
         slot.stop_renewing();
         assert!(shared.held().is_empty(), "no renewal races the release");
-        assert_eq!(shared.running(), 1, "the run counts as running until the release is done");
+        assert_eq!(
+            shared.running(),
+            1,
+            "the run counts as running until the release is done"
+        );
         let hour = Instant::now() + Duration::from_secs(3600);
         let sent = shared.registry().mark();
         slot.requeue(hour, sent);
