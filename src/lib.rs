@@ -74,6 +74,7 @@ pub mod console;
 mod error;
 #[cfg(feature = "prometheus")]
 mod exporter;
+mod fast_hash;
 mod guard;
 mod health;
 mod job;

@@ -18,6 +18,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (5, include_str!("../migrations/0005_fence_tenure.sql")),
     (6, include_str!("../migrations/0006_fence_timeline.sql")),
     (7, include_str!("../migrations/0007_fleet_keys.sql")),
+    (8, include_str!("../migrations/0008_run_ring_room.sql")),
 ];
 
 /// The schema version this library needs and knows.

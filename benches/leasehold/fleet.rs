@@ -12,7 +12,10 @@ use leasehold_testkit::TestDb;
 
 use crate::report::ms;
 use crate::setup::{Bench, ScriptedJob, job, runtime, wait_for};
-use crate::stats::{ANY_SQL, CLAIM_SQL, CpuWindow, RELEASE_SQL, RENEW_SQL, reset_statement_stats, statement_totals};
+use crate::stats::{
+    ANY_SQL, CLAIM_SQL, CpuWindow, RELEASE_SQL, RENEW_SQL, ServerCpu, Wal, process_cpu, reset_statement_stats,
+    statement_totals, wal,
+};
 
 /// One run as its job saw it.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +62,14 @@ pub(crate) struct FleetOutcome {
     pub(crate) triggers: Vec<Duration>,
     pub(crate) probe_missed: usize,
     pub(crate) cpu: String,
+    /// WAL the server wrote in the window (`pg_stat_wal`, the whole
+    /// cluster: nothing else runs on it).
+    pub(crate) wal: Option<Wal>,
+    /// CPU time of this process (every runtime of the fleet) in the window.
+    pub(crate) client_cpu: Duration,
+    /// CPU time of the server's processes in the window (`None` when they
+    /// cannot be read from /proc).
+    pub(crate) server_cpu: Option<Duration>,
 }
 
 impl FleetOutcome {
@@ -169,6 +180,9 @@ pub(crate) async fn fleet(db: &TestDb, stats: bool, spec: &Fleet<'_>) -> FleetOu
     if stats {
         reset_statement_stats(&db.pool).await;
     }
+    let wal0 = if stats { wal(&db.pool).await } else { None };
+    let server = ServerCpu::start(&db.pool).await;
+    let client0 = process_cpu();
     let cpu = CpuWindow::start();
     let w0 = Instant::now();
     let w0_wall = Utc::now().timestamp_millis();
@@ -200,6 +214,12 @@ pub(crate) async fn fleet(db: &TestDb, stats: bool, spec: &Fleet<'_>) -> FleetOu
     let w1 = Instant::now();
     let w1_wall = Utc::now().timestamp_millis();
     let cpu = cpu.end();
+    let client_cpu = process_cpu().saturating_sub(client0);
+    let server_cpu = server.map(|s| s.used());
+    let wal = match (wal0, if stats { wal(&db.pool).await } else { None }) {
+        (Some(a), Some(b)) => Some(b.since(&a)),
+        _ => None,
+    };
     let (claims, releases, renewals, statements) = if stats {
         (
             Some(statement_totals(&db.pool, CLAIM_SQL).await),
@@ -265,6 +285,9 @@ pub(crate) async fn fleet(db: &TestDb, stats: bool, spec: &Fleet<'_>) -> FleetOu
         triggers,
         probe_missed,
         cpu,
+        wal,
+        client_cpu,
+        server_cpu,
     }
 }
 

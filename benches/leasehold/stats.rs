@@ -120,11 +120,15 @@ impl ServerCpu {
 
     /// Cores the server used since [`ServerCpu::start`].
     pub(crate) fn cores(&self) -> f64 {
-        let used: Duration = server_processes(self.postmaster)
+        self.used().as_secs_f64() / self.t0.elapsed().as_secs_f64()
+    }
+
+    /// CPU time the server used since [`ServerCpu::start`].
+    pub(crate) fn used(&self) -> Duration {
+        server_processes(self.postmaster)
             .into_iter()
             .map(|(pid, cpu)| cpu.saturating_sub(self.before.get(&pid).copied().unwrap_or_default()))
-            .sum();
-        used.as_secs_f64() / self.t0.elapsed().as_secs_f64()
+            .sum()
     }
 }
 
@@ -165,4 +169,34 @@ fn page_size() -> u64 {
             })
         })
         .map_or(4096, |kb| kb * 1024)
+}
+
+/// The server's WAL counters (`pg_stat_wal`, cumulative for the cluster).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wal {
+    pub(crate) records: i64,
+    /// Full-page images among the records.
+    pub(crate) fpi: i64,
+    pub(crate) bytes: i64,
+}
+
+impl Wal {
+    /// What was written between `earlier` and this reading.
+    pub(crate) fn since(&self, earlier: &Wal) -> Wal {
+        Wal {
+            records: self.records - earlier.records,
+            fpi: self.fpi - earlier.fpi,
+            bytes: self.bytes - earlier.bytes,
+        }
+    }
+}
+
+/// Reads `pg_stat_wal` (`None` if the server does not have it, before 14).
+pub(crate) async fn wal(pool: &PgPool) -> Option<Wal> {
+    let (records, fpi, bytes): (i64, i64, i64) =
+        sqlx::query_as("SELECT wal_records, wal_fpi, wal_bytes::int8 FROM pg_stat_wal")
+            .fetch_one(pool)
+            .await
+            .ok()?;
+    Some(Wal { records, fpi, bytes })
 }

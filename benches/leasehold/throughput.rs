@@ -70,7 +70,9 @@ pub(crate) async fn throughput(b: &Bench) {
          call until the probe's body starts. Due → start: each run's start (wall clock) minus the start of the \
          slot its claim consumed — every key falls due at the same instant, so this is the time to get through a \
          whole slot's keys. Claims, releases and renewals per run are `pg_stat_statements` calls ÷ runs; server \
-         ms per run is the statements' total execution time ÷ runs. {SLOT_CHECKS}\n",
+         ms per run is the statements' total execution time ÷ runs. WAL per run is `pg_stat_wal` over the window ÷ \
+         runs (records, of which full-page images, and bytes). CPU per run is this process's CPU time (every \
+         runtime and the bench) and the PostgreSQL processes' CPU time over the window ÷ runs. {SLOT_CHECKS}\n",
         window.as_secs(),
         warmup.as_secs_f64()
     );
@@ -86,6 +88,8 @@ pub(crate) async fn throughput(b: &Bench) {
             "renewals per run",
             "statements/s",
             "server ms per run: claim / release / all",
+            "WAL per run: records / full pages / bytes",
+            "CPU µs per run: client / server",
             "due → start p50 / p99",
             "max runs in one (key, slot)",
             "certain double runs",
@@ -149,6 +153,20 @@ fn row(what: &str, keys: usize, demand: f64, o: &FleetOutcome, load: String) -> 
         per_run(o.renewals, o.runs_in_window),
         o.statements.map_or("n/a".into(), |s| format!("{:.0}", s as f64 / secs)),
         format!("{} / {} / {}", per(o.claim_ms), per(o.release_ms), per(o.statement_ms)),
+        o.wal.map_or("n/a".into(), |w| {
+            format!(
+                "{:.2} / {:.3} / {:.0}",
+                w.records as f64 / runs,
+                w.fpi as f64 / runs,
+                w.bytes as f64 / runs
+            )
+        }),
+        format!(
+            "{:.1} / {}",
+            o.client_cpu.as_secs_f64() * 1e6 / runs,
+            o.server_cpu
+                .map_or("n/a".into(), |s| format!("{:.1}", s.as_secs_f64() * 1e6 / runs))
+        ),
         format!("{} / {}", ms(late50), ms(late99)),
         o.max_per_slot.to_string(),
         o.certain_doubles.to_string(),

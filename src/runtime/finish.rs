@@ -79,8 +79,10 @@ async fn release(shared: &Shared, batch: Vec<FinishRequest>) -> Vec<FinishReques
     if batch.is_empty() {
         return Vec::new();
     }
-    let finishes: Vec<Finish> = batch.iter().map(|r| r.finish.clone()).collect();
-    match bounded(TIMEOUT, "release", shared.store.finish_many(&finishes)).await {
+    let finishes: Vec<&Finish> = batch.iter().map(|r| &r.finish).collect();
+    let answer = bounded(TIMEOUT, "release", shared.store.finish_many(&finishes)).await;
+    drop(finishes);
+    match answer {
         Ok(outcomes) => {
             shared.health.database_answered();
             let mut busy = Vec::new();
@@ -95,7 +97,7 @@ async fn release(shared: &Shared, batch: Vec<FinishRequest>) -> Vec<FinishReques
             busy
         }
         Err(error) => {
-            tracing::warn!(holder = %shared.holder, runs = finishes.len(), %error,
+            tracing::warn!(holder = %shared.holder, runs = batch.len(), %error,
                 "release failed; those leases will expire on their own");
             // Nothing released: each run's lease expires on its own.
             for request in batch {

@@ -29,7 +29,6 @@
 //! that notified, so a key woken meanwhile is claimed again at once instead
 //! of being filed at the time the answer says (`Registry::file`).
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +39,7 @@ use super::fleet::{self, FleetSync, KindEntry};
 use super::state::{JobEntry, Shared};
 use super::supervise;
 use crate::connection::bounded;
+use crate::fast_hash::{FastMap, FastSet};
 use crate::lease::{Candidate, Polled, Sighting};
 use crate::metrics::{self, ClaimOutcome};
 use crate::schedule::first_due;
@@ -265,9 +265,9 @@ impl Scheduler {
         }
         let claimed = self.answered(shared, answer)?;
         let mut started = 0;
-        let by_key: HashMap<&str, &Arc<JobEntry>> = jobs.iter().map(|j| (&*j.key, j)).collect();
+        let by_key: FastMap<&str, &Arc<JobEntry>> = jobs.iter().map(|j| (&*j.key, j)).collect();
         // Candidates the server answered for; the others have no row.
-        let mut answered: HashSet<&str> = HashSet::with_capacity(jobs.len());
+        let mut answered: FastSet<&str> = FastSet::with_capacity_and_hasher(jobs.len(), Default::default());
         for run in claimed.acquired {
             let lease = &run.lease;
             let Some(job) = by_key.get(lease.key.as_str()).map(|j| Arc::clone(j)) else {

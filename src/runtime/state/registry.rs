@@ -1,6 +1,8 @@
 //! The registered keys and the due queue.
 
 use std::collections::{BTreeSet, HashMap};
+
+use crate::fast_hash::FastMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +33,7 @@ struct Slot {
 /// The registered keys and the due queue.
 #[derive(Default)]
 pub(crate) struct Registry {
-    slots: HashMap<Arc<str>, Slot>,
+    slots: FastMap<Arc<str>, Slot>,
     queue: BTreeSet<(Instant, Arc<str>)>,
     /// Keys `Runtime::remove` unregistered here, and when: a key added
     /// back comes back like a new one unless some replica ran it since
@@ -53,7 +55,7 @@ pub(crate) struct WakeMark(u64);
 /// (the order the registration sends), keys due at one instant are queued
 /// presorted.
 pub(crate) struct RegistryBuild {
-    slots: HashMap<Arc<str>, Slot>,
+    slots: FastMap<Arc<str>, Slot>,
     /// The due queue's entries in the order filed.
     queue: Vec<(Instant, Arc<str>)>,
 }
@@ -61,7 +63,7 @@ pub(crate) struct RegistryBuild {
 impl RegistryBuild {
     pub(crate) fn with_capacity(keys: usize) -> Self {
         RegistryBuild {
-            slots: HashMap::with_capacity(keys),
+            slots: FastMap::with_capacity_and_hasher(keys, Default::default()),
             queue: Vec::new(),
         }
     }

@@ -235,3 +235,33 @@ async fn a_failed_runs_error_says_each_cause_once() {
     assert_eq!(error.matches("error returned from database").count(), 1, "{error}");
     assert_eq!(error.matches("does not exist").count(), 1, "{error}");
 }
+
+/// A place of the ring that another release inserted after this release's
+/// snapshot (its key's first runs, released concurrently) is still replaced
+/// only by a newer run: a late record of run 50 waits for the concurrent
+/// insert of run 150 at the same place, then leaves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_run_never_overwrites_a_place_inserted_concurrently() {
+    let (db, store) = support::store().await;
+    let mut concurrent = db.pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO leasehold_run (key, slot, run_no, job_name, fence, holder, started_at, ended_at, outcome)
+         VALUES ('first', 50, 150, 'test', 150, 'other', clock_timestamp(), clock_timestamp(), 'succeeded')",
+    )
+    .execute(&mut *concurrent)
+    .await
+    .unwrap();
+    let late = tokio::spawn({
+        let store = store.clone();
+        async move { store.record_runs_for_test("first", 50..=50, 100).await }
+    });
+    // The late record found no row at place 50 in its snapshot and waits
+    // for the uncommitted insert to decide its conflict.
+    support::until_a_session_waits_for_a_lock(&db.pool).await;
+    concurrent.commit().await.unwrap();
+    late.await.unwrap().unwrap();
+
+    let history = store.history("first", 10).await.unwrap();
+    let numbers: Vec<i64> = history.iter().map(|r| r.run_no).collect();
+    assert_eq!(numbers, vec![150], "an older run overwrote a newer one");
+}
