@@ -124,7 +124,7 @@ impl LeaseStore {
         // - `overwritten` writes the places that exist: once a key's ring is
         //   full, every place does. A plain UPDATE of columns no index
         //   covers, so a HOT update in the page's free space (fillfactor
-        //   80), with no arbiter lookup and no separate row lock as
+        //   50 since schema v8), with no arbiter lookup and no separate row lock as
         //   `INSERT … ON CONFLICT DO UPDATE` takes. The run-number check is
         //   evaluated on the row's latest version, so a newer run recorded
         //   concurrently is kept.
