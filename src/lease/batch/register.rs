@@ -214,7 +214,9 @@ impl LeaseStore {
             Err(error) if unique_violation(&error) => {}
             optimistic => return optimistic,
         }
-        let answer = self.register_sorted(Check::Conflicts, holder, names, dues, jobs).await?;
+        let answer = self
+            .register_sorted(Check::Conflicts, holder, names, dues, jobs)
+            .await?;
         if answer.inserted + answer.existing.len() == names.len() {
             return Ok(answer);
         }
@@ -288,8 +290,7 @@ impl LeaseStore {
             };
         }
         const REGISTER_NEW: &str = register!("");
-        const REGISTER_MANY: &str =
-            register!(/* guard:register.conflict_kept */ "ON CONFLICT (key) DO NOTHING");
+        const REGISTER_MANY: &str = register!(/* guard:register.conflict_kept */ "ON CONFLICT (key) DO NOTHING");
         let statement = match check {
             Check::None => REGISTER_NEW,
             Check::Conflicts => REGISTER_MANY,
