@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures::{StreamExt, TryStreamExt, stream};
 
 use super::Sighting;
 use crate::connection;
@@ -22,6 +23,40 @@ type RegisterRow = (
     Option<i64>,
     Option<DateTime<Utc>>,
 );
+
+/// Fewer keys than this register in one statement; more are split into
+/// [`REGISTER_PARALLEL`] chunks of consecutive keys, one statement each,
+/// sent at once: the server inserts on as many backends (cores) at once,
+/// and the client encodes a chunk while the server inserts the other. Not
+/// more chunks: each statement's anti-join and join read the whole table
+/// (a hash of every row, the cheapest plan at this size), so with the rows
+/// there ten chunks would cost ten times that.
+pub(crate) const REGISTER_SPLIT_FROM: usize = 50_000;
+
+/// Registration statements in flight at once (at most the pool's size).
+pub(crate) const REGISTER_PARALLEL: usize = 2;
+
+/// Whether a registration statement checks for rows another replica
+/// inserted after its snapshot.
+#[derive(Clone, Copy)]
+enum Check {
+    /// No: a conflict fails the statement (SQLSTATE 23505), with no effect.
+    None,
+    /// `ON CONFLICT DO NOTHING`: such a row is kept and left out of the
+    /// answer.
+    Conflicts,
+}
+
+/// Whether `error` is a unique violation (SQLSTATE 23505).
+fn unique_violation(error: &Error) -> bool {
+    match error {
+        Error::Database(error) => error
+            .as_database_error()
+            .and_then(|e| e.code())
+            .is_some_and(|code| code == "23505"),
+        _ => false,
+    }
+}
 
 /// A lease row's `expires_at` and `next_due_at`: what the scheduler files a
 /// key by.
@@ -89,12 +124,18 @@ impl LeaseStore {
     }
 
     /// Creates the rows of `keys` that do not exist yet — a free lease due at
-    /// the paired time — and returns every key's row, in one statement (two
-    /// when another replica inserted some of the same keys at the same
-    /// moment). Existing rows keep their schedule: a restart never resets it.
-    /// A key whose row another replica inserted during the second
-    /// statement too is not known (look at it at once). Keys sorted by name
-    /// are sent as they are; others are sorted first.
+    /// the paired time — and returns every key's row. Existing rows keep
+    /// their schedule: a restart never resets it. One statement, or one per
+    /// chunk sent at once from [`REGISTER_SPLIT_FROM`] keys on; a chunk
+    /// takes more statements only when another replica inserts some of its
+    /// keys at the same moment, and a key whose row another replica
+    /// inserted during the last of them too is not known (look at it at
+    /// once). Keys sorted by name are sent as they are; others are sorted
+    /// first.
+    ///
+    /// Cancel-safe: a chunk whose statement committed keeps its rows, the
+    /// others insert nothing; either way a later registration of the same
+    /// keys finds what it would have inserted.
     pub(crate) async fn register_all(&self, holder: &str, keys: &[(&str, &str, DateTime<Utc>)]) -> Result<Registered> {
         validate::holder(holder)?;
         for (key, job, _) in keys {
@@ -107,8 +148,11 @@ impl LeaseStore {
                 rows: Vec::new(),
             });
         }
-        // One order for every replica: concurrent inserts of overlapping
-        // key sets then wait for each other instead of deadlocking.
+        // One order for every replica and every chunk: concurrent inserts of
+        // overlapping key sets then wait for each other instead of
+        // deadlocking (each statement inserts in this order, so a chain of
+        // waits only ever goes to greater keys), and the chunks of one
+        // replica are disjoint.
         let order: Option<Vec<usize>> = (!keys.is_sorted_by(|a, b| a.0 <= b.0)).then(|| {
             let mut order: Vec<usize> = (0..keys.len()).collect();
             order.sort_unstable_by(|&a, &b| keys[a].0.cmp(keys[b].0));
@@ -118,37 +162,77 @@ impl LeaseStore {
         let names: Vec<&str> = (0..keys.len()).map(|p| keys[sent(p)].0).collect();
         let jobs: Vec<&str> = (0..keys.len()).map(|p| keys[sent(p)].1).collect();
         let dues: Vec<DateTime<Utc>> = (0..keys.len()).map(|p| keys[sent(p)].2).collect();
-        let mut answer = self.register_sorted(holder, &names, &dues, &jobs).await?;
-        let mut complete = answer.inserted + answer.existing.len() == keys.len();
-        if !complete {
-            // Another replica inserted some of these keys after this
-            // statement's snapshot: they are in neither half of the answer,
-            // and which ones is not known. Once more: they are there now.
-            answer = self.register_sorted(holder, &names, &dues, &jobs).await?;
-            complete = answer.inserted + answer.existing.len() == keys.len();
-        }
-        // Every key not found there is one this answer inserted — free (it
-        // expired 1 µs after it was "acquired", before server_now) and due
-        // at the time sent — if the counts add up.
-        let mut rows: Vec<Option<RowTimes>> = if complete {
-            keys.iter().map(|k| Some((answer.server_now, Some(k.2)))).collect()
+        let parallel = REGISTER_PARALLEL.min(self.conns.pool().options().get_max_connections().max(1) as usize);
+        let chunk = if keys.len() < REGISTER_SPLIT_FROM {
+            keys.len()
         } else {
-            vec![None; keys.len()]
+            keys.len().div_ceil(parallel)
         };
-        for (place, expires_at, next_due_at) in answer.existing {
-            if place < keys.len() {
-                rows[sent(place)] = Some((expires_at, next_due_at));
+        let mut chunks = stream::iter((0..keys.len()).step_by(chunk).map(|first| {
+            let sent = first..keys.len().min(first + chunk);
+            let (names, dues, jobs) = (&names[sent.clone()], &dues[sent.clone()], &jobs[sent]);
+            async move { Ok::<_, Error>((first, self.register_chunk(holder, names, dues, jobs).await?)) }
+        }))
+        .buffer_unordered(parallel);
+        let mut rows: Vec<Option<RowTimes>> = vec![None; keys.len()];
+        let mut server_now = None;
+        while let Some((first, answer)) = chunks.try_next().await? {
+            // The latest clock reading for every key: a sighting read
+            // earlier is then taken for a little older than it is, so the
+            // key is looked at again early, never late.
+            server_now = server_now.max(Some(answer.server_now));
+            // Every key not found there is one this answer inserted — free
+            // (it expired 1 µs after it was "acquired", before server_now)
+            // and due at the time sent — if the counts add up.
+            let sent_here = chunk.min(keys.len() - first);
+            if answer.inserted + answer.existing.len() == sent_here {
+                for place in first..first + sent_here {
+                    rows[sent(place)] = Some((answer.server_now, Some(dues[place])));
+                }
+            }
+            for (place, expires_at, next_due_at) in answer.existing {
+                if place < sent_here {
+                    rows[sent(first + place)] = Some((expires_at, next_due_at));
+                }
             }
         }
-        Ok(Registered {
-            server_now: Some(answer.server_now),
-            rows,
-        })
+        Ok(Registered { server_now, rows })
     }
 
-    /// One registration statement for keys sorted by name.
+    /// Registers one chunk of keys sorted by name: first without the
+    /// conflict check, which only a key another replica inserts meanwhile
+    /// needs; if one did, that statement had no effect and the chunk goes
+    /// again with the check (then twice if the counts do not add up).
+    async fn register_chunk(
+        &self,
+        holder: &str,
+        names: &[&str],
+        dues: &[DateTime<Utc>],
+        jobs: &[&str],
+    ) -> Result<Answer> {
+        match self.register_sorted(Check::None, holder, names, dues, jobs).await {
+            Err(error) if unique_violation(&error) => {}
+            optimistic => return optimistic,
+        }
+        let answer = self
+            .register_sorted(Check::Conflicts, holder, names, dues, jobs)
+            .await?;
+        if answer.inserted + answer.existing.len() == names.len() {
+            return Ok(answer);
+        }
+        // Another replica inserted some of these keys after this
+        // statement's snapshot: they are in neither half of the answer, and
+        // which ones is not known. Once more: they are there now.
+        self.register_sorted(Check::Conflicts, holder, names, dues, jobs).await
+    }
+
+    /// One registration statement for keys sorted by name. Without the
+    /// conflict check (`Check::None`) it fails with SQLSTATE 23505, having
+    /// done nothing, when another replica inserted one of the keys after
+    /// its snapshot.
     async fn register_sorted(
         &self,
+        check: Check,
         holder: &str,
         names: &[&str],
         dues: &[DateTime<Utc>],
@@ -161,25 +245,34 @@ impl LeaseStore {
         //   (`never_claimed`). Its fence still comes from the sequence.
         // - `NOT EXISTS` skips the keys whose row is there in the
         //   statement's snapshot (an anti-join: the same cost per key at a
-        //   million keys as at ten), so only new keys pay for the
-        //   conflict check; ON CONFLICT DO NOTHING keeps the schedule of a
-        //   row another replica inserted after the snapshot. Together:
-        //   a restart never resets a schedule.
+        //   million keys as at ten), so a restart never resets a schedule
+        //   and only new keys are inserted.
+        // - A row another replica inserted after the snapshot: the unique
+        //   index makes `REGISTER_NEW` fail (23505) and undo everything, so
+        //   it never overwrites; `REGISTER_MANY`'s `ON CONFLICT DO NOTHING`
+        //   skips it. The check costs a speculative insertion per new row
+        //   (about a third of the statement at a million new keys), so it
+        //   is paid only after a conflict.
         // - A new row due already wakes the listeners (`woken`).
         // - The answer is one summary row (how many rows were inserted, the
         //   server's clock) and the rows that were there, by their key's
         //   place in $2: the caller knows the keys and the rows it inserted,
         //   so neither a key's text nor a new row travels back. The final
         //   SELECT reads the snapshot, which the INSERT's rows are not in.
-        const REGISTER_MANY: &str = "
+        macro_rules! register {
+            ($on_conflict:literal) => {
+                concat!(
+                    "
             WITH inserted AS (
                 INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)
                 SELECT t.key, $1, leasehold_next_fence(), c.now, c.now + interval '1 microsecond',
                        t.first_due, t.first_due, t.job
                   FROM unnest($2::text[], $3::timestamptz[], $5::text[]) AS t(key, first_due, job),
                        (SELECT clock_timestamp() AS now) AS c
-                 /* guard:register_many.existing_kept */ WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease AS l WHERE l.key = t.key)
-                ON CONFLICT (key) DO NOTHING
+                 /* guard:register.existing_kept */ WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease AS l WHERE l.key = t.key)
+                ",
+                    $on_conflict,
+                    "
                 RETURNING key, next_due_at
             ), woken AS (
                 SELECT count(*) AS n FROM (
@@ -192,8 +285,17 @@ impl LeaseStore {
             UNION ALL
             SELECT e.ord, l.expires_at, l.next_due_at, NULL, NULL
               FROM unnest($2::text[]) WITH ORDINALITY AS e(key, ord)
-              JOIN leasehold_lease AS l ON l.key = e.key";
-        let rows: Vec<RegisterRow> = connection::run!(&self.conns, |conn| sqlx::query_as(REGISTER_MANY)
+              JOIN leasehold_lease AS l ON l.key = e.key"
+                )
+            };
+        }
+        const REGISTER_NEW: &str = register!("");
+        const REGISTER_MANY: &str = register!(/* guard:register.conflict_kept */ "ON CONFLICT (key) DO NOTHING");
+        let statement = match check {
+            Check::None => REGISTER_NEW,
+            Check::Conflicts => REGISTER_MANY,
+        };
+        let rows: Vec<RegisterRow> = connection::run!(&self.conns, |conn| sqlx::query_as(statement)
             .bind(holder)
             .bind(names)
             .bind(dues)

@@ -69,10 +69,12 @@ pub(super) async fn start(mut builder: RuntimeBuilder) -> Result<Runtime> {
     let registering = Instant::now();
     // The check reads the whole table (no index on holder): only for a
     // holder id the service chose, and alongside the registration, whose
-    // rows are free and so never count as live.
+    // rows are free and so never count as live. It reads on the service's
+    // pool (like the schema check): a large registration uses every owned
+    // connection at once.
     let (rows, ()) = tokio::try_join!(register(&store, &holder, &checked.jobs, server_now), async {
         if chosen {
-            warn_live_leases(&store, &holder).await?;
+            warn_live_leases(&LeaseStore::new(builder.pool.clone()), &holder).await?;
         }
         Ok(())
     })?;
@@ -288,8 +290,9 @@ fn covered_clock_rate(jobs: &[Arc<JobEntry>]) -> Option<f64> {
         .reduce(f64::min)
 }
 
-/// Registers every key in one statement; the rows as they now are, in
-/// the order of `jobs`.
+/// Registers every key ([`LeaseStore::register_all`]: one statement, or a
+/// few at once for many keys); the rows as they now are, in the order of
+/// `jobs`.
 async fn register(
     store: &LeaseStore,
     holder: &str,

@@ -7,6 +7,9 @@ use leasehold::Schedule;
 
 use crate::support::{self, job, quick};
 
+/// The text only the registration statement with the conflict check has.
+const CONFLICT_CHECKED: &str = "ON CONFLICT (key) DO NOTHING\n                RETURNING key, next_due_at";
+
 /// Statements run in this database since the last reset, all kinds.
 async fn all_statements(pool: &sqlx::PgPool) -> i64 {
     support::statement_calls(pool, "").await
@@ -38,6 +41,10 @@ async fn a_thousand_keys_register_in_one_statement_and_idle_for_almost_nothing()
         registrations, 2,
         "one registration statement per replica for 1,000 keys"
     );
+    // Nobody else inserts these keys meanwhile: neither start pays the
+    // conflict check, the second (every row there) no more than the first.
+    let checked = support::statement_calls(&db.pool, CONFLICT_CHECKED).await;
+    assert_eq!(checked, 0, "no registration statement needed the conflict check");
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_lease")
         .fetch_one(&db.pool)
         .await
@@ -127,6 +134,107 @@ async fn a_key_another_replica_inserts_during_registration_keeps_its_schedule_an
     assert_eq!(rows, 100, "one row per key");
     assert!(theirs, "the other replica's row keeps its holder and schedule");
     // Three polls later, still no claim: every key was filed at its due time.
+    support::eventually_async(Duration::from_secs(10), || async {
+        let polls = support::statement_calls(&db.pool, "leasehold_timeline_id() AS timeline").await;
+        (polls >= 3).then_some(())
+    })
+    .await;
+    let claims = support::statement_calls(&db.pool, "SKIP LOCKED\n            ), claimed AS").await;
+    assert_eq!(claims, 0, "no key is due: no claim is sent");
+    a.shutdown().await;
+}
+
+/// The transaction id of `tx`, as `pg_locks` shows it.
+async fn xid(tx: &mut sqlx::PgConnection) -> String {
+    sqlx::query_scalar("SELECT pg_current_xact_id()::text")
+        .fetch_one(tx)
+        .await
+        .unwrap()
+}
+
+/// Waits until some session waits for transaction `xid` to end.
+async fn until_a_session_waits_for(pool: &sqlx::PgPool, xid: &str) {
+    support::eventually_async(Duration::from_secs(10), || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid' AND transactionid::text = $1",
+        )
+        .bind(xid)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        (waiting > 0).then_some(())
+    })
+    .await;
+}
+
+/// Another replica's row for a new key, inserted in `tx` (not committed).
+async fn insert_elsewhere(tx: &mut sqlx::PgConnection, key: &str) {
+    sqlx::query(
+        "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at)
+         VALUES ($1, 'other', nextval('leasehold_fence_seq'), clock_timestamp(),
+                 clock_timestamp() + interval '1 microsecond', now() + interval '1 day', now() + interval '1 day')",
+    )
+    .bind(key)
+    .execute(tx)
+    .await
+    .unwrap();
+}
+
+/// Other replicas insert two of the same new keys while this one registers
+/// them, one during each kind of registration statement: the first
+/// statement (no conflict check) meets `tenant:1` committed after its
+/// snapshot and fails, having inserted nothing; the second (with the check)
+/// finds `tenant:1` there and meets `tenant:7`, committed after its own
+/// snapshot, which it skips. Both rows keep the other replicas' holder and
+/// schedule, every key has one row, and this replica still learns every
+/// key's due time: none of the keys, due in an hour or in a day, is
+/// proposed for a claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_other_replicas_insert_during_both_registration_statements_keep_their_schedule() {
+    let db = support::db().await;
+    let hourly = quick(Schedule::every(Duration::from_secs(3600)), Duration::from_secs(30));
+    let tenants: Vec<_> = (0..100)
+        .map(|k| job(&format!("tenant:{k}"), hourly.clone(), |_| async { Ok(()) }))
+        .collect();
+    // Keys go in byte order: tenant:1 (met first) before tenant:7.
+    let mut first = db.pool.begin().await.unwrap();
+    insert_elsewhere(&mut first, "tenant:1").await;
+    let first_xid = xid(&mut first).await;
+    let mut second = db.pool.begin().await.unwrap();
+    insert_elsewhere(&mut second, "tenant:7").await;
+    let second_xid = xid(&mut second).await;
+    support::reset_statement_stats(&db.pool).await;
+    let poll = Duration::from_millis(100);
+    let starting = tokio::spawn(support::replica_on(db.pool.clone(), "a", poll, tenants));
+    until_a_session_waits_for(&db.pool, &first_xid).await;
+    first.commit().await.unwrap();
+    // The first statement failed on tenant:1; the second waits on tenant:7.
+    until_a_session_waits_for(&db.pool, &second_xid).await;
+    second.commit().await.unwrap();
+    let a = starting.await.unwrap();
+
+    let others: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT key, next_due_at > now() + interval '23 hours' FROM leasehold_lease
+          WHERE holder = 'other' ORDER BY key",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        others,
+        vec![("tenant:1".to_owned(), true), ("tenant:7".to_owned(), true)],
+        "both rows other replicas inserted keep their holder and schedule"
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_lease")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 100, "one row per key");
+    let checked = support::statement_calls(&db.pool, CONFLICT_CHECKED).await;
+    assert_eq!(
+        checked, 2,
+        "the conflict-checked statement ran, and ran again to learn the row it skipped"
+    );
     support::eventually_async(Duration::from_secs(10), || async {
         let polls = support::statement_calls(&db.pool, "leasehold_timeline_id() AS timeline").await;
         (polls >= 3).then_some(())
