@@ -1,6 +1,7 @@
 //! What registering and idling cost: one statement to register every key,
 //! and a few statements per poll interval however many keys.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::Schedule;
@@ -243,4 +244,67 @@ async fn rows_other_replicas_insert_during_both_registration_statements_keep_the
     let claims = support::statement_calls(&db.pool, "SKIP LOCKED\n            ), claimed AS").await;
     assert_eq!(claims, 0, "no key is due: no claim is sent");
     a.shutdown().await;
+}
+
+/// Fifty thousand keys register in two chunks sent at once, one per owned
+/// connection, and every key's answer reaches its own key: a replica
+/// starting where the rows are already there learns from them that two
+/// keys — one in each chunk — are overdue, and runs exactly those at once,
+/// with no poll to find them (the poll interval is a minute, and a poll
+/// looks only for keys that fall due after the start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_thousand_keys_register_in_two_chunks_and_each_keys_row_reaches_its_key() {
+    const KEYS: usize = 50_000;
+    let db = support::db().await;
+    support::reset_statement_stats(&db.pool).await;
+    let ran: Arc<Mutex<Vec<String>>> = Default::default();
+    let hourly = quick(Schedule::every(Duration::from_secs(3600)), Duration::from_secs(30));
+    let tenants = || -> Vec<_> {
+        (0..KEYS)
+            .map(|k| {
+                let ran = ran.clone();
+                job(&format!("tenant:{k:05}"), hourly.clone(), move |guard| {
+                    let ran = ran.clone();
+                    async move {
+                        ran.lock().unwrap().push(guard.key().to_owned());
+                        Ok(())
+                    }
+                })
+            })
+            .collect()
+    };
+    let poll = Duration::from_secs(60);
+    let a = support::replica_on(db.pool.clone(), "a", poll, tenants()).await;
+    let registrations = support::statement_calls(
+        &db.pool,
+        "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)",
+    )
+    .await;
+    assert_eq!(registrations, 2, "one statement per chunk");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_lease WHERE next_due_at IS NOT NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, KEYS as i64, "every key of both chunks has its row and schedule");
+    a.shutdown().await;
+
+    // One overdue key in each chunk (keys are sent sorted, halves in order).
+    let overdue = ["tenant:00007", "tenant:49993"];
+    sqlx::query("UPDATE leasehold_lease SET next_due_at = clock_timestamp() - interval '1 second' WHERE key = ANY($1)")
+        .bind(&overdue[..])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    support::reset_statement_stats(&db.pool).await;
+    let b = support::replica_on(db.pool.clone(), "b", poll, tenants()).await;
+    assert_eq!(
+        support::statement_calls(&db.pool, CONFLICT_CHECKED).await,
+        0,
+        "the rows were there: no conflict to check"
+    );
+    support::eventually(Duration::from_secs(20), || (ran.lock().unwrap().len() >= 2).then_some(())).await;
+    let mut keys = ran.lock().unwrap().clone();
+    keys.sort();
+    assert_eq!(keys, overdue, "exactly the overdue keys ran, each once");
+    b.shutdown().await;
 }
