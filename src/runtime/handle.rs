@@ -130,10 +130,9 @@ pub struct Health {
     /// How long ago the database last answered a claim, heartbeat or
     /// release.
     pub last_database_contact: Option<Duration>,
-    /// Runs in progress on this replica, each until its release is
-    /// answered (at most twice `max_concurrent_runs`).
+    /// Runs in progress on this replica.
     pub running: usize,
-    /// At most this many job bodies at once on this replica
+    /// At most this many runs at once on this replica
     /// ([`RuntimeBuilder::max_concurrent_runs`](crate::RuntimeBuilder::max_concurrent_runs)).
     pub max_concurrent_runs: usize,
     /// Keys registered on this replica.

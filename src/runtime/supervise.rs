@@ -63,9 +63,6 @@ async fn supervise(mut slot: RunSlot, run_no: i64, pending: Option<DateTime<Utc>
             (ending, error, None)
         }
     };
-    // The body is over: its place under `max_concurrent_runs` goes to the
-    // next run now, not after the release's round trip.
-    slot.body_ended();
     let after = ending.aftermath();
     let next = next_due(&shared, &job, &tenure, &after, planned);
     // Stop renewing before releasing, so a renewal never races the release.

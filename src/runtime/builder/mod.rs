@@ -206,11 +206,9 @@ impl RuntimeBuilder {
         self
     }
 
-    /// At most `runs` job bodies at once on this replica (default 100).
-    /// The scheduler claims only as many keys as it has room for and
-    /// leaves the rest to other replicas. A run's place goes to the next
-    /// run when its body ends, while its release is on its way, so at most
-    /// twice `runs` runs hold a lease here at once. `Runtime::health` and the
+    /// At most `runs` runs at once on this replica (default
+    /// 100). The scheduler claims only as many keys as it has room for and
+    /// leaves the rest to other replicas; `Runtime::health` and the
     /// `leasehold_runs_in_progress` / `leasehold_max_concurrent_runs` gauges
     /// show how full it is. Must be at least 1.
     pub fn max_concurrent_runs(mut self, runs: usize) -> Self {

@@ -26,18 +26,12 @@
 //!   and an answer about a key woken after that mark never files the key
 //!   later than now: it is claimed again at once, and that claim sees the
 //!   commit. Cost: at most one more claim per such wake-up, none when idle.
-//! - Runs whose body may still be running never exceed
-//!   `max_concurrent_runs`, and runs holding a lease here (their release
-//!   not answered yet) never exceed twice that: the scheduler asks for at
-//!   most the room left under both. A run counts against the limit from its
-//!   claim until its body has ended ([`RunSlot::body_ended`]), so the next
-//!   run starts while the release is on its way, not after its round trip;
-//!   it holds its lease — and its key stays out of the due queue — until
-//!   the release is answered. A run holds a [`RunSlot`] from claim to
-//!   release; dropping it — at the run's end, or when its task panics or is
-//!   dropped — gives back whatever it still counts for, the key's `held`
-//!   entry and the key's place in the due queue, so no path leaks a slot or
-//!   strands a key as running.
+//! - Runs in progress never exceed `max_concurrent_runs`: the scheduler asks
+//!   for at most the room left, and a run counts until its release is done.
+//!   A run holds a [`RunSlot`] from claim to release; dropping it — at the
+//!   run's end, or when its task panics or is dropped — gives back the slot,
+//!   the key's `held` entry and the key's place in the due queue, so no path
+//!   leaks a slot or strands a key as running.
 //! - A key removed while it runs is in `removing` from the moment it leaves
 //!   the registry until its run has ended and been released (or the wait
 //!   for that gave up): every `Runtime::remove` of the key meanwhile waits
@@ -130,13 +124,9 @@ pub(crate) struct Shared {
     registry: Mutex<Registry>,
     /// The tenures to renew: runs from claim until just before release.
     held: Mutex<FastMap<Arc<str>, Arc<Tenure>>>,
-    /// Runs in progress, counted from claim until their release is done.
-    /// Changed only by [`RunSlot`].
+    /// Runs in progress, counted until their release is done (what the
+    /// concurrency limit counts). Changed only by [`RunSlot`].
     in_progress: AtomicUsize,
-    /// Runs whose body may still run: counted from claim until the body
-    /// returned or was aborted (what `max_concurrent_runs` limits). Changed
-    /// only by [`RunSlot`].
-    active: AtomicUsize,
     /// Keys removed while running, until their run has ended and been
     /// released: cancelled (through its `Arc`, which tells one removal from
     /// a later one of the same key) when it has.
@@ -187,7 +177,6 @@ impl Shared {
             registry: Mutex::new(setup.registry),
             held: Mutex::new(FastMap::default()),
             in_progress: AtomicUsize::new(0),
-            active: AtomicUsize::new(0),
             removing: Mutex::default(),
             stopping: CancellationToken::new(),
             poll_interval: setup.poll_interval,
@@ -222,23 +211,9 @@ impl Shared {
         self.in_progress.load(Ordering::SeqCst)
     }
 
-    /// Runs whose body may still be running: from claim until the body
-    /// ended (a release may still be on its way).
-    pub(crate) fn active(&self) -> usize {
-        self.active.load(Ordering::SeqCst)
-    }
-
-    /// How many more runs may start now: at most `max_concurrent_runs`
-    /// bodies at once, and at most twice that many runs holding a lease
-    /// (the others' releases on their way), so a slow database cannot
-    /// pile up claimed keys waiting for their release.
+    /// How many more runs may start now under `max_concurrent_runs`.
     pub(crate) fn room(&self) -> usize {
-        let bodies = self.max_concurrent_runs.saturating_sub(self.active());
-        let leases = self
-            .max_concurrent_runs
-            .saturating_mul(2)
-            .saturating_sub(self.running());
-        bodies.min(leases)
+        self.max_concurrent_runs.saturating_sub(self.running())
     }
 
     pub(crate) fn removing(&self) -> MutexGuard<'_, HashMap<Arc<str>, Arc<CancellationToken>>> {

@@ -1,7 +1,7 @@
 //! A run's hold on a concurrency slot, from claim to release: taken when the
-//! run starts, its body's share given back when the body ends, the rest when
-//! the hold is dropped — whether the run ended, its task panicked, or its
-//! future was dropped — like a semaphore permit held by a response future.
+//! run starts, given back when the hold is dropped — whether the run ended,
+//! its task panicked, or its future was dropped — like a semaphore permit
+//! held by a response future.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -15,11 +15,9 @@ use crate::tenure::Tenure;
 /// A run in progress here.
 ///
 /// Guarantees, from [`RunSlot::take`] until it is dropped: the run counts
-/// in `Shared::running` and its key is out of the due queue; until
-/// [`RunSlot::body_ended`] (or the drop) it also counts against
-/// `max_concurrent_runs` (`Shared::active`). Its tenure is renewed until
-/// [`RunSlot::stop_renewing`] (or the drop). On drop whatever it still
-/// counts for is given back, the scheduler woken, the tenure's `ended`
+/// against `max_concurrent_runs`, and its key is out of the due queue. Its
+/// tenure is renewed until [`RunSlot::stop_renewing`] (or the drop). On
+/// drop the slot is given back, the scheduler woken, the tenure's `ended`
 /// token cancelled, and the key — unless [`RunSlot::requeue`] filed it
 /// already, or it was removed meanwhile — is due again at once: the server
 /// decides whether it is claimable, so a run lost to a panic costs one
@@ -29,8 +27,6 @@ pub(crate) struct RunSlot {
     job: Arc<JobEntry>,
     tenure: Arc<Tenure>,
     requeued: bool,
-    /// Whether the body's share of the limit was given back.
-    body_ended: bool,
 }
 
 impl RunSlot {
@@ -40,26 +36,12 @@ impl RunSlot {
         lock(&shared.held).insert(job.key.clone(), tenure.clone());
         metrics::held(&job.name, 1.0);
         shared.in_progress.fetch_add(1, Ordering::SeqCst);
-        shared.active.fetch_add(1, Ordering::SeqCst);
         metrics::runs_in_progress(1.0);
         RunSlot {
             shared,
             job,
             tenure,
             requeued: false,
-            body_ended: false,
-        }
-    }
-
-    /// The run's body has ended (or never started): it stops counting
-    /// against `max_concurrent_runs`, and the scheduler is woken to use the
-    /// room, while the key stays out of the due queue and its lease held
-    /// until the release is answered. Idempotent.
-    pub(crate) fn body_ended(&mut self) {
-        if !self.body_ended {
-            self.body_ended = true;
-            self.shared.active.fetch_sub(1, Ordering::SeqCst);
-            self.shared.wake_scheduler();
         }
     }
 
@@ -105,9 +87,6 @@ impl Drop for RunSlot {
             let mut registry = self.shared.registry();
             let sent = registry.mark();
             registry.finish(&self.job.key, now, sent, now);
-        }
-        if !self.body_ended {
-            self.shared.active.fetch_sub(1, Ordering::SeqCst);
         }
         self.shared.in_progress.fetch_sub(1, Ordering::SeqCst);
         metrics::runs_in_progress(-1.0);
@@ -200,11 +179,7 @@ mod tests {
 
         slot.stop_renewing();
         assert!(shared.held().is_empty(), "no renewal races the release");
-        assert_eq!(
-            shared.running(),
-            1,
-            "the run counts as running until the release is done"
-        );
+        assert_eq!(shared.running(), 1, "the slot counts until the release is done");
         let hour = Instant::now() + Duration::from_secs(3600);
         let sent = shared.registry().mark();
         slot.requeue(hour, sent);
@@ -213,55 +188,5 @@ mod tests {
         assert_eq!(shared.room(), 1);
         assert_eq!(shared.registry().next_at(), Some(hour));
         assert!(tenure.ended.is_cancelled());
-    }
-
-    /// A run whose body ended gives its place under the limit to the next
-    /// run at once, while its release is on its way: the key stays out of
-    /// the due queue and the run still counts as running until the release
-    /// is answered; a drop after that gives back the rest, once.
-    #[tokio::test(start_paused = true)]
-    async fn a_body_that_ended_gives_its_room_back_before_the_release() {
-        let (shared, job) = one_run("k");
-        let tenure = tenure(&shared, &job);
-        let mut slot = RunSlot::take(shared.clone(), job.clone(), tenure.clone());
-        assert_eq!((shared.running(), shared.active(), shared.room()), (1, 1, 0));
-
-        slot.body_ended();
-        slot.body_ended();
-        assert_eq!(shared.room(), 1, "the next run may start during the release");
-        assert_eq!((shared.running(), shared.active()), (1, 0), "counted once");
-        assert!(
-            shared.registry().due(Instant::now(), 8).is_empty(),
-            "the key is not claimed again before its release is answered"
-        );
-
-        drop(slot);
-        assert_given_back(&shared, &job, tenure.ended.is_cancelled());
-        assert_eq!(shared.active(), 0, "the body's share is not given back twice");
-    }
-
-    /// At most twice `max_concurrent_runs` runs hold a lease here: runs
-    /// whose releases are slow to come back stop further claims.
-    #[tokio::test(start_paused = true)]
-    async fn releases_on_their_way_bound_the_room_too() {
-        let jobs: Vec<_> = ["a", "b", "c"].into_iter().map(entry).collect();
-        let mut registry = Registry::default();
-        for job in &jobs {
-            registry.insert(job.clone(), Instant::now());
-            assert!(registry.start(job));
-        }
-        let shared = shared(1, registry);
-        let mut first = RunSlot::take(shared.clone(), jobs[0].clone(), tenure(&shared, &jobs[0]));
-        first.body_ended();
-        let mut second = RunSlot::take(shared.clone(), jobs[1].clone(), tenure(&shared, &jobs[1]));
-        second.body_ended();
-        assert_eq!(
-            (shared.running(), shared.active(), shared.room()),
-            (2, 0, 0),
-            "no body runs, yet two releases are out: no room"
-        );
-        drop(first);
-        assert_eq!(shared.room(), 1);
-        drop(second);
     }
 }
