@@ -4,12 +4,24 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::Schedule;
+use leasehold::{JobSettings, Schedule};
 
-use crate::support::{self, job, quick};
+use crate::support::{self, ScriptedJob, job, quick};
 
 /// The text only the registration statement with the conflict check has.
 const CONFLICT_CHECKED: &str = "ON CONFLICT (key) DO NOTHING\n                RETURNING key, next_due_at";
+
+/// A job due every hour, on a 30 s lease.
+fn hourly() -> JobSettings {
+    quick(Schedule::every(Duration::from_secs(3600)), Duration::from_secs(30))
+}
+
+/// Keys `tenant:0` … `tenant:{n-1}`, due hourly, whose runs do nothing.
+fn hourly_tenants(n: usize) -> Vec<ScriptedJob> {
+    (0..n)
+        .map(|k| job(&format!("tenant:{k}"), hourly(), |_| async { Ok(()) }))
+        .collect()
+}
 
 /// Statements run in this database since the last reset, all kinds.
 async fn all_statements(pool: &sqlx::PgPool) -> i64 {
@@ -24,15 +36,9 @@ async fn all_statements(pool: &sqlx::PgPool) -> i64 {
 async fn a_thousand_keys_register_in_one_statement_and_idle_for_almost_nothing() {
     let db = support::db().await;
     support::reset_statement_stats(&db.pool).await;
-    let hourly = quick(Schedule::every(Duration::from_secs(3600)), Duration::from_secs(30));
-    let tenants = || -> Vec<_> {
-        (0..1000)
-            .map(|k| job(&format!("tenant:{k}"), hourly.clone(), |_| async { Ok(()) }))
-            .collect()
-    };
     let poll = Duration::from_millis(500);
-    let a = support::replica_on(db.pool.clone(), "a", poll, tenants()).await;
-    let b = support::replica_on(db.pool.clone(), "b", poll, tenants()).await;
+    let a = support::replica_on(db.pool.clone(), "a", poll, hourly_tenants(1000)).await;
+    let b = support::replica_on(db.pool.clone(), "b", poll, hourly_tenants(1000)).await;
     let registrations = support::statement_calls(
         &db.pool,
         "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)",
@@ -105,10 +111,7 @@ async fn an_idle_runtime_stays_healthy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_another_replica_inserts_during_registration_keeps_its_schedule_and_nothing_is_claimed() {
     let db = support::db().await;
-    let hourly = quick(Schedule::every(Duration::from_secs(3600)), Duration::from_secs(30));
-    let tenants: Vec<_> = (0..100)
-        .map(|k| job(&format!("tenant:{k}"), hourly.clone(), |_| async { Ok(()) }))
-        .collect();
+    let tenants = hourly_tenants(100);
     let mut other = db.pool.begin().await.unwrap();
     sqlx::query(
         "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at)
@@ -193,10 +196,7 @@ async fn insert_elsewhere(tx: &mut sqlx::PgConnection, key: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_other_replicas_insert_during_both_registration_statements_keep_their_schedule() {
     let db = support::db().await;
-    let hourly = quick(Schedule::every(Duration::from_secs(3600)), Duration::from_secs(30));
-    let tenants: Vec<_> = (0..100)
-        .map(|k| job(&format!("tenant:{k}"), hourly.clone(), |_| async { Ok(()) }))
-        .collect();
+    let tenants = hourly_tenants(100);
     // Keys go in byte order: tenant:1 (met first) before tenant:7.
     let mut first = db.pool.begin().await.unwrap();
     insert_elsewhere(&mut first, "tenant:1").await;
@@ -258,12 +258,11 @@ async fn fifty_thousand_keys_register_in_two_chunks_and_each_keys_row_reaches_it
     let db = support::db().await;
     support::reset_statement_stats(&db.pool).await;
     let ran: Arc<Mutex<Vec<String>>> = Default::default();
-    let hourly = quick(Schedule::every(Duration::from_secs(3600)), Duration::from_secs(30));
     let tenants = || -> Vec<_> {
         (0..KEYS)
             .map(|k| {
                 let ran = ran.clone();
-                job(&format!("tenant:{k:05}"), hourly.clone(), move |guard| {
+                job(&format!("tenant:{k:05}"), hourly(), move |guard| {
                     let ran = ran.clone();
                     async move {
                         ran.lock().unwrap().push(guard.key().to_owned());
@@ -307,4 +306,7 @@ async fn fifty_thousand_keys_register_in_two_chunks_and_each_keys_row_reaches_it
     keys.sort();
     assert_eq!(keys, overdue, "exactly the overdue keys ran, each once");
     b.shutdown().await;
+    // A key whose row did not reach it would have been proposed at once.
+    let claims = support::statement_calls(&db.pool, "SKIP LOCKED\n            ), claimed AS").await;
+    assert!(claims <= 2, "only the overdue keys were proposed: {claims} claims");
 }
