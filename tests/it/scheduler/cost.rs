@@ -249,9 +249,11 @@ async fn rows_other_replicas_insert_during_both_registration_statements_keep_the
 /// Fifty thousand keys register in two chunks sent at once, one per owned
 /// connection, and every key's answer reaches its own key: a replica
 /// starting where the rows are already there learns from them that two
-/// keys — one in each chunk — are overdue, and runs exactly those at once,
-/// with no poll to find them (the poll interval is a minute, and a poll
-/// looks only for keys that fall due after the start).
+/// keys — one in each chunk — are an hour overdue, and runs exactly those
+/// at once. Only the registration's answer can tell it: the poll interval
+/// is a minute, and a poll looks for keys that fell due since shortly
+/// before the start. (Were one chunk's rows filed under the other chunk's
+/// keys, an overdue key would wait for its next hourly slot.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_thousand_keys_register_in_two_chunks_and_each_keys_row_reaches_its_key() {
     const KEYS: usize = 50_000;
@@ -289,7 +291,7 @@ async fn fifty_thousand_keys_register_in_two_chunks_and_each_keys_row_reaches_it
 
     // One overdue key in each chunk (keys are sent sorted, halves in order).
     let overdue = ["tenant:00007", "tenant:49993"];
-    sqlx::query("UPDATE leasehold_lease SET next_due_at = clock_timestamp() - interval '1 second' WHERE key = ANY($1)")
+    sqlx::query("UPDATE leasehold_lease SET next_due_at = clock_timestamp() - interval '1 hour' WHERE key = ANY($1)")
         .bind(&overdue[..])
         .execute(&db.pool)
         .await
@@ -301,7 +303,10 @@ async fn fifty_thousand_keys_register_in_two_chunks_and_each_keys_row_reaches_it
         0,
         "the rows were there: no conflict to check"
     );
-    support::eventually(Duration::from_secs(20), || (ran.lock().unwrap().len() >= 2).then_some(())).await;
+    support::eventually(Duration::from_secs(20), || {
+        (ran.lock().unwrap().len() >= 2).then_some(())
+    })
+    .await;
     let mut keys = ran.lock().unwrap().clone();
     keys.sort();
     assert_eq!(keys, overdue, "exactly the overdue keys ran, each once");
