@@ -50,10 +50,7 @@ enum Check {
 /// Whether `error` is a unique violation (SQLSTATE 23505).
 fn unique_violation(error: &Error) -> bool {
     match error {
-        Error::Database(error) => error
-            .as_database_error()
-            .and_then(|e| e.code())
-            .is_some_and(|code| code == "23505"),
+        Error::Database(error) => error.as_database_error().is_some_and(|e| e.is_unique_violation()),
         _ => false,
     }
 }

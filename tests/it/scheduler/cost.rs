@@ -23,6 +23,21 @@ fn hourly_tenants(n: usize) -> Vec<ScriptedJob> {
         .collect()
 }
 
+/// Text only the scheduler's batch claim has.
+const CLAIM_DUE: &str = "SKIP LOCKED\n            ), claimed AS";
+
+/// Three polls later, still no claim sent: every key was filed at its due
+/// time (a key whose due time the replica did not learn would be proposed).
+async fn no_claim_after_three_polls(pool: &sqlx::PgPool) {
+    support::eventually_async(Duration::from_secs(10), || async {
+        let polls = support::statement_calls(pool, "leasehold_timeline_id() AS timeline").await;
+        (polls >= 3).then_some(())
+    })
+    .await;
+    let claims = support::statement_calls(pool, CLAIM_DUE).await;
+    assert_eq!(claims, 0, "no key is due: no claim is sent");
+}
+
 /// Statements run in this database since the last reset, all kinds.
 async fn all_statements(pool: &sqlx::PgPool) -> i64 {
     support::statement_calls(pool, "").await
@@ -70,7 +85,7 @@ async fn a_thousand_keys_register_in_one_statement_and_idle_for_almost_nothing()
     support::reset_statement_stats(&db.pool).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let idle = all_statements(&db.pool).await;
-    let claims = support::statement_calls(&db.pool, "SKIP LOCKED\n            ), claimed AS").await;
+    let claims = support::statement_calls(&db.pool, CLAIM_DUE).await;
     println!("measured: 2 replicas × 1,000 keys idle for 3 s at a 500 ms poll: {idle} statements, {claims} claims");
     assert_eq!(claims, 0, "nothing is due: no claim is sent");
     assert!(
@@ -137,14 +152,7 @@ async fn a_key_another_replica_inserts_during_registration_keeps_its_schedule_an
     .unwrap();
     assert_eq!(rows, 100, "one row per key");
     assert!(theirs, "the other replica's row keeps its holder and schedule");
-    // Three polls later, still no claim: every key was filed at its due time.
-    support::eventually_async(Duration::from_secs(10), || async {
-        let polls = support::statement_calls(&db.pool, "leasehold_timeline_id() AS timeline").await;
-        (polls >= 3).then_some(())
-    })
-    .await;
-    let claims = support::statement_calls(&db.pool, "SKIP LOCKED\n            ), claimed AS").await;
-    assert_eq!(claims, 0, "no key is due: no claim is sent");
+    no_claim_after_three_polls(&db.pool).await;
     a.shutdown().await;
 }
 
@@ -236,13 +244,7 @@ async fn rows_other_replicas_insert_during_both_registration_statements_keep_the
         checked, 2,
         "the conflict-checked statement ran, and ran again to learn the row it skipped"
     );
-    support::eventually_async(Duration::from_secs(10), || async {
-        let polls = support::statement_calls(&db.pool, "leasehold_timeline_id() AS timeline").await;
-        (polls >= 3).then_some(())
-    })
-    .await;
-    let claims = support::statement_calls(&db.pool, "SKIP LOCKED\n            ), claimed AS").await;
-    assert_eq!(claims, 0, "no key is due: no claim is sent");
+    no_claim_after_three_polls(&db.pool).await;
     a.shutdown().await;
 }
 
@@ -312,6 +314,6 @@ async fn fifty_thousand_keys_register_in_two_chunks_and_each_keys_row_reaches_it
     assert_eq!(keys, overdue, "exactly the overdue keys ran, each once");
     b.shutdown().await;
     // A key whose row did not reach it would have been proposed at once.
-    let claims = support::statement_calls(&db.pool, "SKIP LOCKED\n            ), claimed AS").await;
+    let claims = support::statement_calls(&db.pool, CLAIM_DUE).await;
     assert!(claims <= 2, "only the overdue keys were proposed: {claims} claims");
 }
