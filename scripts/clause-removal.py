@@ -17,7 +17,7 @@ in a scratch worktree of HEAD and run the scenario tests named with it
 (`lease::` unless a mutation names others); every mutation must make at
 least one named test fail.
 
-    python3 scripts/clause-removal.py            # all mutations (~8 s each on 2 cores)
+    python3 scripts/clause-removal.py            # all mutations
     python3 scripts/clause-removal.py finish_many claim_due   # only mutations whose name contains one of these
     python3 scripts/clause-removal.py --check    # only check markers and mutations name each other
 
@@ -43,6 +43,21 @@ mutation names a marker that is missing (a guard whose marker was lost), a
 marker is in the code but no mutation names it (a guard without a
 mutation), a marker appears twice, or `old` no longer follows its marker.
 
+On the wire first. Building a mutant is most of the cost, so each
+mutation is first tried on one unmutated build whose statements pass
+through the testkit's rewriter (testkit/src/mutation.rs): a proxy in front
+of the test clusters that applies the mutation to the SQL text on its way
+to the server, with the same rule as `apply` below (other markers removed,
+the clause matched word by word after the named marker). Only markers
+written inside the SQL text reach the wire, so a mutation counts there only
+when the rewriter reports it applied and never found a named marker
+without its clause; the scenarios then ran exactly the statements the
+mutant build would send. Everything else is built from source: markers
+before a macro, clauses written with Rust quoting, the failover scenarios
+(their standby is reached past the rewriter), and any mutation the wire run
+did not catch, so "not caught" is always the verdict of a real build. The
+baseline scenarios run through the rewriter, unmutated, before anything.
+
 Builds in target/clause-removal, a target dir of its own, without debug
 info (smaller, faster links); CLAUSE_REMOVAL_TARGET_DIR names another, but
 never one a checkout builds in: cargo names the scratch tree's artifacts as
@@ -54,7 +69,8 @@ in either, and the build selects the whole workspace like `cargo test
 built again. The copy is safe in this direction: the scratch tree's files
 are newer than every build copied, so cargo rebuilds whatever they feed.
 Never touches the working tree. The next mutant builds while the last one's
-scenarios run (CLAUSE_REMOVAL_JOBS mutants run at once, 2 by default). Exits 1 if a mutation is not caught or a check fails.
+scenarios run (CLAUSE_REMOVAL_JOBS mutants run at once, 2 by default, on
+the wire as built). Exits 1 if a mutation is not caught or a check fails.
 """
 import json, os, re, shutil, signal, subprocess, sys, tempfile, time
 
@@ -516,6 +532,20 @@ def verdict(name, out, took):
     return False, f"{name} -> NOT CAUGHT {took}"
 
 
+# Scenario filters whose tests reach a server past the rewriter (the
+# failover tests' standby and the proxy in front of it): their mutations
+# are always built from source.
+NOT_ON_THE_WIRE = ("failover::",)
+
+
+def wire_env(run_env, markers, old, new, report):
+    """The environment of a test binary whose statements go through the
+    testkit's rewriter (testkit/src/mutation.rs), which applies the mutation
+    on the wire and writes what it did to `report`."""
+    return {**run_env, "LEASEHOLD_MUTATION_MARKERS": markers, "LEASEHOLD_MUTATION_OLD": old,
+            "LEASEHOLD_MUTATION_NEW": new, "LEASEHOLD_MUTATION_REPORT": report}
+
+
 def main():
     FILES = files()
     check_only = "--check" in sys.argv
@@ -526,7 +556,11 @@ def main():
         print(f"{total} mutations on {len(markers)} guard markers: {len(problems)} problem(s)")
         return 1 if problems else 0
     only = [a for a in sys.argv[1:] if not a.startswith("-")]
+    chosen = [(path, markers, name, old, new, (filters[0] if filters else "lease::").split())
+              for path, muts in FILES for markers, name, old, new, *filters in muts
+              if not only or any(o in name for o in only)]
     uncaught = 0
+    by_wire = by_build = 0
     # Stopped from outside (a timeout, Ctrl-C), the scratch worktree is
     # still removed; one an earlier killed run left registered is pruned.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -540,17 +574,16 @@ def main():
                    "CARGO_PROFILE_DEV_DEBUG": "0", "RUST_BACKTRACE": "0"}
             seed(env["CARGO_TARGET_DIR"])
             run_env = test_env(env)
-            # Unmutated, every scenario named below must pass: otherwise a
-            # failing scenario would count every mutation as caught.
-            baseline = sorted({n for _, muts in FILES for _, name, _, _, *f in muts
-                               if not only or any(o in name for o in only)
-                               for n in (f[0] if f else "lease::").split()})
-            exe, diagnostics = build(wt, env, tmp, "baseline")
-            if exe is None:
+            # Unmutated, every scenario named below must pass, and through
+            # the rewriter too: otherwise a failing scenario would count
+            # every mutation as caught.
+            baseline = sorted({n for *_, names in chosen for n in names})
+            unmutated, diagnostics = build(wt, env, tmp, "baseline")
+            if unmutated is None:
                 print(f"!! the unmutated tree does not build:\n{diagnostics[-4000:]}")
                 return 1
-            r = subprocess.run([exe, "-q", *baseline], cwd=wt, capture_output=True, text=True, env=run_env)
-            os.remove(exe)
+            r = subprocess.run([unmutated, "-q", *baseline], cwd=wt, capture_output=True, text=True,
+                               env=wire_env(run_env, "none.none", "", "", os.path.join(tmp, "baseline.report")))
             if r.returncode != 0:
                 failed = re.findall(r"^    (\w+::\S+)$", r.stdout, re.M)
                 print(f"!! unmutated, these scenarios already fail: {', '.join(failed) or r.stderr[-2000:]}")
@@ -559,51 +592,85 @@ def main():
                 for panic in re.findall(r"^thread '.*' .*panicked at .*\n(?:.*\n){0,6}", r.stdout + r.stderr, re.M):
                     print(panic.rstrip())
                 return 1
-            print(f"baseline: the {len(baseline)} scenario filters pass unmutated", flush=True)
+            print(f"baseline: the {len(baseline)} scenario filters pass unmutated, through the rewriter too",
+                  flush=True)
 
-            running = []  # (name, began, process, binary), oldest first
+            running = []  # (mutation, began, process, output file, report file or None), oldest first
+            to_build = []
 
             def finish_oldest():
-                nonlocal uncaught
-                name, began, proc, exe = running.pop(0)
+                nonlocal uncaught, by_wire, by_build
+                mutation, began, proc, out_path, report = running.pop(0)
+                name = mutation[2]
                 proc.wait()
                 took = f"[{time.monotonic() - began:.0f} s]"
                 # A file, not a pipe: a mutant that prints a lot must not
                 # block on a full pipe while an older one is waited for.
-                with open(exe + ".out", errors="replace") as f:
+                with open(out_path, errors="replace") as f:
                     out = f.read()
-                os.remove(exe)
-                os.remove(exe + ".out")
+                os.remove(out_path)
                 caught, line = verdict(name, out, took)
+                if report is not None:
+                    events = open(report).read().split() if os.path.exists(report) else []
+                    # Trusted only when the rewriter applied the clause and
+                    # never met a named marker without it; a mutation not
+                    # caught on the wire is built from source before it is
+                    # called uncaught.
+                    if "applied" in events and "mismatch" not in events and caught:
+                        by_wire += 1
+                        print(f"{line} (on the wire)", flush=True)
+                    else:
+                        to_build.append(mutation)
+                    return
+                os.remove(out_path.removesuffix(".out"))
+                by_build += 1
                 uncaught += not caught
-                print(line, flush=True)
+                print(f"{line} (built)", flush=True)
 
-            for index, (path, muts) in enumerate(FILES):
+            # First every mutation on the wire, on the unmutated build:
+            # no build at all for a clause written in the SQL text.
+            for number, mutation in enumerate(chosen):
+                path, markers, name, old, new, names = mutation
+                if any(n.startswith(NOT_ON_THE_WIRE) for n in names):
+                    to_build.append(mutation)
+                    continue
+                while len(running) >= JOBS:
+                    finish_oldest()
+                out_path = os.path.join(tmp, f"wire-{number}.out")
+                report = os.path.join(tmp, f"wire-{number}.report")
+                with open(out_path, "w") as out:
+                    proc = subprocess.Popen([unmutated, "-q", *names], cwd=wt, stdout=out, stderr=subprocess.STDOUT,
+                                            env=wire_env(run_env, markers, old, new, report))
+                running.append((mutation, time.monotonic(), proc, out_path, report))
+            while running:
+                finish_oldest()
+
+            # Then the rest from source, one build each: the next mutant
+            # builds while the last one's scenarios run.
+            for number, mutation in enumerate(to_build):
+                path, markers, name, old, new, names = mutation
                 base = open(os.path.join(wt, path)).read()
-                for number, (markers, name, old, new, *filters) in enumerate(muts):
-                    if only and not any(o in name for o in only):
-                        continue
-                    open(os.path.join(wt, path), "w").write(apply(base, markers, old, new))
-                    names = (filters[0] if filters else "lease::").split()
-                    began = time.monotonic()
-                    exe, diagnostics = build(wt, env, tmp, f"{index}-{number}")
-                    if exe is None:
-                        uncaught += 1
-                        print(f"{name} -> NOT CAUGHT (build error)\n{diagnostics[-2000:]}", flush=True)
-                        continue
-                    while len(running) >= JOBS:
-                        finish_oldest()
-                    with open(exe + ".out", "w") as out:
-                        proc = subprocess.Popen([exe, "-q", *names], cwd=wt, stdout=out,
-                                                stderr=subprocess.STDOUT, env=run_env)
-                    running.append((name, began, proc, exe))
+                open(os.path.join(wt, path), "w").write(apply(base, markers, old, new))
+                began = time.monotonic()
+                exe, diagnostics = build(wt, env, tmp, f"mutant-{number}")
                 open(os.path.join(wt, path), "w").write(base)
+                if exe is None:
+                    uncaught += 1
+                    by_build += 1
+                    print(f"{name} -> NOT CAUGHT (build error)\n{diagnostics[-2000:]}", flush=True)
+                    continue
+                while len(running) >= JOBS:
+                    finish_oldest()
+                with open(exe + ".out", "w") as out:
+                    proc = subprocess.Popen([exe, "-q", *names], cwd=wt, stdout=out,
+                                            stderr=subprocess.STDOUT, env=run_env)
+                running.append((mutation, began, proc, exe + ".out", None))
             while running:
                 finish_oldest()
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", wt], cwd=ROOT)
-    ran = sum(1 for _, muts in FILES for _, name, *_ in muts if not only or any(o in name for o in only))
-    print(f"{ran - uncaught} of {ran} mutations caught")
+    print(f"{len(chosen) - uncaught} of {len(chosen)} mutations caught "
+          f"({by_wire} on the wire of one build, {by_build} built from source)")
     return 1 if uncaught else 0
 
 

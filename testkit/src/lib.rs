@@ -35,6 +35,8 @@
 //!   when it does not start.
 //! - [`stats`]: `pg_stat_statements` of one database (reset, calls and
 //!   totals of the statements matching a pattern).
+//! - [`mutation`]: the clause-removal script's mutations applied on the
+//!   wire, without a build per mutation.
 //! - [`standby`]: a primary with a streaming standby and the steps of a
 //!   failover (cut replication, crash, promote, switch the clients).
 //! - `jobs` (feature `jobs`, which adds a dependency on `leasehold`):
@@ -46,6 +48,7 @@
 pub mod child;
 #[cfg(feature = "jobs")]
 pub mod jobs;
+pub mod mutation;
 pub mod proxy;
 pub mod standby;
 pub mod stats;
@@ -355,10 +358,12 @@ impl PgCluster {
     }
 
     /// Options to connect to the `postgres` database as the superuser.
+    /// While clause removal runs a mutation ([`mutation`]), the port is
+    /// that of a proxy rewriting the statements on their way.
     pub fn options(&self) -> PgConnectOptions {
         PgConnectOptions::new()
             .host("127.0.0.1")
-            .port(self.port)
+            .port(mutation::front(self.port))
             .username("postgres")
             .database("postgres")
     }
