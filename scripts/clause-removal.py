@@ -72,7 +72,7 @@ Never touches the working tree. The next mutant builds while the last one's
 scenarios run (CLAUSE_REMOVAL_JOBS mutants run at once, 2 by default, on
 the wire as built). Exits 1 if a mutation is not caught or a check fails.
 """
-import json, os, re, shutil, signal, subprocess, sys, tempfile, time
+import json, os, re, shutil, signal, subprocess, sys, tempfile, threading, time
 
 ROOT = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True).stdout.strip()
 
@@ -522,7 +522,7 @@ def build(wt, env, tmp, label):
 
 def verdict(name, out, took):
     """One line for a finished mutant, and whether it was caught."""
-    failed = re.findall(r"^    (\w+::\S+)$", out, re.M)
+    failed = FAILED.findall(out)
     if "syntax error at or near" in out:
         # Failing because the SQL no longer parses proves nothing about the
         # clause: the mutation is wrong.
@@ -530,6 +530,41 @@ def verdict(name, out, took):
     if failed:
         return True, f"{name} -> FAILS: {', '.join(failed)} {took}"
     return False, f"{name} -> NOT CAUGHT {took}"
+
+
+FAILED = re.compile(r"^test (\S+) \.\.\. FAILED$", re.M)
+
+
+class Scenarios:
+    """The test binary `exe` running the scenarios `names` for one mutant,
+    stopped at the first one that fails: one failure is the verdict, and
+    the others would only add their time. Their output is not captured
+    (`--nocapture`), so a failure's panic message, printed when it
+    happens, is in the output before the stop."""
+
+    def __init__(self, exe, names, cwd, env):
+        self.exe = exe
+        self.began = time.monotonic()
+        self.lines = []
+        self.proc = subprocess.Popen([exe, "--nocapture", *names], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, errors="replace")
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if FAILED.match(line.rstrip("\n")) and self.proc.poll() is None:
+                # The test binary alone: its clusters' watchdogs stop them.
+                self.proc.kill()
+        self.proc.wait()
+
+    def done(self):
+        return not self.reader.is_alive()
+
+    def output(self):
+        self.reader.join()
+        return "".join(self.lines)
 
 
 # Scenario filters whose tests reach a server past the rewriter (the
@@ -595,20 +630,20 @@ def main():
             print(f"baseline: the {len(baseline)} scenario filters pass unmutated, through the rewriter too",
                   flush=True)
 
-            running = []  # (mutation, began, process, output file, report file or None), oldest first
+            running = []  # (mutation, scenarios, report file or None), oldest first
             to_build = []
 
-            def finish_oldest():
+            def finish_one():
+                """Waits for a mutant's scenarios to end (the first one that
+                has, else the oldest) and says what it showed."""
                 nonlocal uncaught, by_wire, by_build
-                mutation, began, proc, out_path, report = running.pop(0)
+                while not any(r[1].done() for r in running):
+                    running[0][1].reader.join(0.1)
+                mutation, scenarios, report = running.pop(next(
+                    (i for i, r in enumerate(running) if r[1].done()), 0))
                 name = mutation[2]
-                proc.wait()
-                took = f"[{time.monotonic() - began:.0f} s]"
-                # A file, not a pipe: a mutant that prints a lot must not
-                # block on a full pipe while an older one is waited for.
-                with open(out_path, errors="replace") as f:
-                    out = f.read()
-                os.remove(out_path)
+                out = scenarios.output()
+                took = f"[{time.monotonic() - scenarios.began:.0f} s]"
                 caught, line = verdict(name, out, took)
                 if report is not None:
                     events = open(report).read().split() if os.path.exists(report) else []
@@ -622,7 +657,7 @@ def main():
                     else:
                         to_build.append(mutation)
                     return
-                os.remove(out_path.removesuffix(".out"))
+                os.remove(scenarios.exe)
                 by_build += 1
                 uncaught += not caught
                 print(f"{line} (built)", flush=True)
@@ -635,15 +670,12 @@ def main():
                     to_build.append(mutation)
                     continue
                 while len(running) >= JOBS:
-                    finish_oldest()
-                out_path = os.path.join(tmp, f"wire-{number}.out")
+                    finish_one()
                 report = os.path.join(tmp, f"wire-{number}.report")
-                with open(out_path, "w") as out:
-                    proc = subprocess.Popen([unmutated, "-q", *names], cwd=wt, stdout=out, stderr=subprocess.STDOUT,
-                                            env=wire_env(run_env, markers, old, new, report))
-                running.append((mutation, time.monotonic(), proc, out_path, report))
+                running.append((mutation, Scenarios(unmutated, names, wt, wire_env(run_env, markers, old, new, report)),
+                                report))
             while running:
-                finish_oldest()
+                finish_one()
 
             # Then the rest from source, one build each: the next mutant
             # builds while the last one's scenarios run.
@@ -660,13 +692,12 @@ def main():
                     print(f"{name} -> NOT CAUGHT (build error)\n{diagnostics[-2000:]}", flush=True)
                     continue
                 while len(running) >= JOBS:
-                    finish_oldest()
-                with open(exe + ".out", "w") as out:
-                    proc = subprocess.Popen([exe, "-q", *names], cwd=wt, stdout=out,
-                                            stderr=subprocess.STDOUT, env=run_env)
-                running.append((mutation, began, proc, exe + ".out", None))
+                    finish_one()
+                scenarios = Scenarios(exe, names, wt, run_env)
+                scenarios.began = began
+                running.append((mutation, scenarios, None))
             while running:
-                finish_oldest()
+                finish_one()
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", wt], cwd=ROOT)
     print(f"{len(chosen) - uncaught} of {len(chosen)} mutations caught "
