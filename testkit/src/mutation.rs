@@ -138,7 +138,9 @@ fn requests(mut client: &TcpStream, mut server: &TcpStream) -> io::Result<()> {
         client.read_exact(&mut body)?;
         server.write_all(&(len as u32).to_be_bytes())?;
         server.write_all(&body)?;
-        let code = body.get(..4).map_or(0, |c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+        let code = body
+            .get(..4)
+            .map_or(0, |c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
         match code {
             SSL_REQUEST | GSSENC_REQUEST => continue,
             CANCEL_REQUEST => return Ok(()),
@@ -290,7 +292,8 @@ mod tests {
 
     #[test]
     fn a_named_clause_is_replaced_and_other_markers_go() {
-        let sql = "UPDATE t SET x = 1 WHERE (/* guard:a.one */ l.holder = $2 OR\n   /* guard:a.two */ l.expires_at <= now())";
+        let sql =
+            "UPDATE t SET x = 1 WHERE (/* guard:a.one */ l.holder = $2 OR\n   /* guard:a.two */ l.expires_at <= now())";
         let (out, events) = rewrite(sql, &mutation("a.one", "l.holder = $2 OR", ""));
         assert_eq!(out, "UPDATE t SET x = 1 WHERE (\n   l.expires_at <= now())");
         assert_eq!(events, ["applied"]);
