@@ -6,7 +6,7 @@
 //! for every mutation is most of that script's time, so it first tries a
 //! mutation here, on one unmutated build: with `LEASEHOLD_MUTATION_MARKERS`
 //! set, [`crate::server_options`] and [`crate::PgCluster::options`] hand out
-//! the address of a [`Rewriter`] instead of the server's, and the rewriter
+//! the address of a rewriting proxy instead of the server's, which
 //! replaces the clause on the wire exactly as the script does in the
 //! source:
 //!
