@@ -52,7 +52,8 @@ the clause matched word by word after the named marker). Only markers
 written inside the SQL text reach the wire, so a mutation counts there only
 when the rewriter reports it applied and never found a named marker
 without its clause; the scenarios then ran exactly the statements the
-mutant build would send. Everything else is built from source: markers
+mutant build would send. Everything else is built from source (and its
+scenarios still pass the rewriter, which then mutates nothing): markers
 before a macro, clauses written with Rust quoting, the failover scenarios
 (their standby is reached past the rewriter), and any mutation the wire run
 did not catch, so "not caught" is always the verdict of a real build. The
@@ -693,7 +694,9 @@ def main():
                     continue
                 while len(running) >= JOBS:
                     finish_one()
-                scenarios = Scenarios(exe, names, wt, run_env)
+                # Through the rewriter too, mutating nothing: the baseline
+                # above ran that way.
+                scenarios = Scenarios(exe, names, wt, wire_env(run_env, "none.none", "", "", os.devnull))
                 scenarios.began = began
                 running.append((mutation, scenarios, None))
             while running:
