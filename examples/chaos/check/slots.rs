@@ -141,7 +141,11 @@ pub fn quiet_tail_ran_once(h: &History, s: &Schedule) -> (Check, QuietTail) {
             };
             match ran.len() {
                 1 => {}
-                0 => check.fail(format!("{key}: tail slot {k} (at {}) ran 0 times{others}", h.t(k * p))),
+                0 => check.fail(format!(
+                    "{key}: tail slot {k} (at {}) ran 0 times{others}; around it: {}",
+                    h.t(k * p),
+                    around(h, key, (k - 1) * p, (k + 2) * p)
+                )),
                 n => check.fail(format!(
                     "{key}: tail slot {k} (at {}) ran {n} times, fences {ran:?}{others}",
                     h.t(k * p)
@@ -155,4 +159,31 @@ pub fn quiet_tail_ran_once(h: &History, s: &Schedule) -> (Check, QuietTail) {
         attempts,
     };
     (check, tail)
+}
+
+/// What the lease audit and the replicas' logs say of `key` in
+/// `[from, to)`: enough to tell from the verdict alone whether a missed
+/// slot was never claimed, claimed late, or claimed by a run that wrote
+/// nothing.
+fn around(h: &History, key: &str, from: i64, to: i64) -> String {
+    let within = |at: i64| from <= at && at < to;
+    let mut seen: Vec<(i64, String)> = h
+        .input
+        .lease_writes
+        .iter()
+        .filter(|w| w.key == key && within(w.at))
+        .map(|w| (w.at, format!("{} {} {} fence {}", h.t(w.at), w.what, w.holder, w.fence)))
+        .chain(
+            h.input
+                .events
+                .iter()
+                .filter(|e| e.key == key && within(e.at))
+                .map(|e| (e.at, format!("{} {} fence {} {}", h.t(e.at), e.kind, e.fence, e.detail))),
+        )
+        .collect();
+    seen.sort();
+    if seen.is_empty() {
+        return "nothing".to_owned();
+    }
+    seen.into_iter().map(|(_, s)| s).collect::<Vec<_>>().join("; ")
 }

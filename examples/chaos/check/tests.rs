@@ -403,11 +403,19 @@ fn no_completed_run_after_the_last_fault_violates_liveness() {
 fn a_tail_slot_without_a_successful_run_violates_the_quiet_tail() {
     let mut input = healthy();
     input.events.retain(|e| !(e.kind == "done" && e.fence == 121));
-    assert_violates(
+    let verdict = assert_violates(
         &input,
         &[TAIL],
-        "a: tail slot 21 (at 11.000s) ran 0 times; other attempts: fence 121: 2 of 2 steps",
+        "a: tail slot 21 (at 11.000s) ran 0 times; other attempts: fence 121: 2 of 2 steps; around it: ",
     );
+    // The lease audit around the slot, so the verdict alone says whether
+    // the slot was claimed at all.
+    let line = verdict
+        .text
+        .lines()
+        .find(|l| l.contains("tail slot 21"))
+        .unwrap_or_default();
+    assert!(line.contains(" claim ") && line.contains("fence 121"), "{line}");
 }
 
 /// Check 10: a tail slot that two runs completed and their replicas
