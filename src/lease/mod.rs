@@ -68,6 +68,7 @@ mod release;
 mod renew;
 mod revoke;
 mod row;
+mod session;
 
 pub(crate) use crate::outcome::RunOutcome;
 pub use audit::ActionRecord;
@@ -156,7 +157,9 @@ impl LeaseStore {
     /// [`DEFAULT_OWNED_CONNECTIONS`] opened from `options`, used by nothing
     /// else. Opens one connection before returning, so a bad address or
     /// password fails here, and the first claim does not wait for a
-    /// connect. The schema must exist ([`crate::migrate`]).
+    /// connect. The schema must exist ([`crate::migrate`]). Each connection
+    /// draws one fence as it opens, so the server's once-per-session check
+    /// of its timeline is not paid by the first claim sent on it.
     ///
     /// Nothing else sends on these connections, so none can be left inside
     /// a transaction: statements run without the check [`LeaseStore::new`]
@@ -196,6 +199,12 @@ impl LeaseStore {
             .acquire_timeout(Duration::from_secs(10))
             .idle_timeout(Duration::from_secs(600))
             .max_lifetime(Duration::from_secs(1800))
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    session::prepare(conn).await;
+                    Ok(())
+                })
+            })
             .connect_lazy_with(options);
         LeaseStore {
             conns: Conns::owned(pool),

@@ -655,6 +655,55 @@ async fn losing_claims_draw_no_fence() {
     assert_eq!(next.fence, held.fence + 1, "the twenty losing claims drew no fence");
 }
 
+/// A connection of a store's own checks its session's WAL timeline as it
+/// opens, so the first claim it sends is not the one that pays for the
+/// check (`leasehold_first_fence_of_session()`: PL/pgSQL compiled and
+/// planned in that backend). The check still guards that claim: its fence
+/// is above the one the check drew. A store opened before the schema
+/// exists still connects, and leaves the check to the first claim.
+#[tokio::test]
+async fn an_owned_connection_checks_its_timeline_as_it_opens() {
+    let db = support::db().await;
+    let store = LeaseStore::connect((*db.pool.connect_options()).clone())
+        .await
+        .expect("the store connects");
+    const TIMELINE: &str = "SELECT current_setting('leasehold.fence_timeline', true)";
+    let mut conn = store.pool().acquire().await.expect("a connection of the store");
+    let checked: Option<String> = sqlx::query_scalar(TIMELINE)
+        .fetch_one(&mut *conn)
+        .await
+        .expect("the setting reads");
+    let drawn: i64 = sqlx::query_scalar("SELECT last_value FROM leasehold_fence_seq")
+        .fetch_one(&mut *conn)
+        .await
+        .expect("the sequence reads");
+    drop(conn);
+    assert!(
+        checked.as_deref().is_some_and(|tl| !tl.is_empty()),
+        "no claim yet, but the session checked its timeline: {checked:?}"
+    );
+    let lease = acquired(store.claim("k", "a", LONG).await.unwrap());
+    assert!(
+        lease.fence > drawn,
+        "fence {} after the check drew {drawn}",
+        lease.fence
+    );
+
+    let bare = leasehold_testkit::test_db().await;
+    let store = LeaseStore::connect((*bare.pool.connect_options()).clone())
+        .await
+        .expect("a store connects before the schema exists");
+    let mut conn = store.pool().acquire().await.expect("a connection of the store");
+    let unchecked: Option<String> = sqlx::query_scalar(TIMELINE)
+        .fetch_one(&mut *conn)
+        .await
+        .expect("the setting reads");
+    assert!(
+        unchecked.as_deref().is_none_or(str::is_empty),
+        "no schema, no check: {unchecked:?}"
+    );
+}
+
 /// The due clause is re-checked on the latest row after the lock wait: a
 /// replica that finished the slot and moved the due time while a scheduled
 /// claim was waiting for the row must not see that claim succeed.
