@@ -20,8 +20,8 @@ use sqlx::{Executor, PgConnection};
 /// and a connection lives for up to half an hour. Errors are ignored, and
 /// leave the check to the session's first claim as before: a server in
 /// recovery draws no fence (nor can a session there check its timeline: it
-/// checks at its first fence once promoted), and a store may connect before
-/// the schema exists (`leasehold migrate`).
+/// checks at its first fence once promoted), and `LeaseStore::connect` does
+/// not check that the schema exists, so a store may open before it does.
 pub(crate) async fn prepare(conn: &mut PgConnection) {
     const FIRST_FENCE: &str = "SELECT leasehold_next_fence()";
     if let Err(error) = conn.execute(FIRST_FENCE).await {
