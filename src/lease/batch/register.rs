@@ -236,14 +236,20 @@ impl LeaseStore {
         jobs: &[&str],
     ) -> Result<Answer> {
         // $1 holder, $2 keys (sorted), $3 first due times, $4 the wake-up
-        // channel, $5 job names.
+        // channel, $5 job names, $6 and $7 the least and the greatest key
+        // sent (byte order).
+        // - `seen` looks every key up once (a hash join: the same cost per
+        //   key at a million keys as at ten): the rows there in the
+        //   statement's snapshot, which the insert skips and the answer
+        //   returns. The range, compared byte-wise (`COLLATE "C"`, Rust's
+        //   order, whatever the database's collation), only narrows which
+        //   rows are hashed: a chunk hashes its own share of the table, not
+        //   all of it. Every key sent is in it, and so is its row.
         // - The new row expires 1 µs after it was "acquired", from one clock
         //   reading: free, valid for the CHECK, and marked never run
         //   (`never_claimed`). Its fence still comes from the sequence.
-        // - `NOT EXISTS` skips the keys whose row is there in the
-        //   statement's snapshot (an anti-join: the same cost per key at a
-        //   million keys as at ten), so a restart never resets a schedule
-        //   and only new keys are inserted.
+        // - A key whose row is there is not inserted, so a restart never
+        //   resets a schedule and only new keys are inserted.
         // - A row another replica inserted after the snapshot: the unique
         //   index makes `REGISTER_NEW` fail (23505) and undo everything, so
         //   it never overwrites; `REGISTER_MANY`'s `ON CONFLICT DO NOTHING`
@@ -254,19 +260,23 @@ impl LeaseStore {
         // - The answer is one summary row (how many rows were inserted, the
         //   server's clock) and the rows that were there, by their key's
         //   place in $2: the caller knows the keys and the rows it inserted,
-        //   so neither a key's text nor a new row travels back. The final
-        //   SELECT reads the snapshot, which the INSERT's rows are not in.
+        //   so neither a key's text nor a new row travels back. Those rows
+        //   are `seen`'s, as the snapshot has them.
         macro_rules! register {
             ($on_conflict:literal) => {
                 concat!(
                     "
-            WITH inserted AS (
+            WITH seen AS MATERIALIZED (
+                SELECT t.key, t.first_due, t.job, t.ord, l.key IS NOT NULL AS there, l.expires_at, l.next_due_at
+                  FROM unnest($2::text[], $3::timestamptz[], $5::text[]) WITH ORDINALITY AS t(key, first_due, job, ord)
+                  LEFT JOIN leasehold_lease AS l
+                    ON l.key = t.key AND l.key COLLATE \"C\" BETWEEN $6 AND $7
+            ), inserted AS (
                 INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)
-                SELECT t.key, $1, leasehold_next_fence(), c.now, c.now + interval '1 microsecond',
-                       t.first_due, t.first_due, t.job
-                  FROM unnest($2::text[], $3::timestamptz[], $5::text[]) AS t(key, first_due, job),
-                       (SELECT clock_timestamp() AS now) AS c
-                 /* guard:register.existing_kept */ WHERE NOT EXISTS (SELECT 1 FROM leasehold_lease AS l WHERE l.key = t.key)
+                SELECT s.key, $1, leasehold_next_fence(), c.now, c.now + interval '1 microsecond',
+                       s.first_due, s.first_due, s.job
+                  FROM seen AS s, (SELECT clock_timestamp() AS now) AS c
+                 /* guard:register.existing_kept */ WHERE NOT s.there
                 ",
                     $on_conflict,
                     "
@@ -280,14 +290,17 @@ impl LeaseStore {
                    (SELECT count(*) FROM inserted), clock_timestamp()
               FROM woken
             UNION ALL
-            SELECT e.ord, l.expires_at, l.next_due_at, NULL, NULL
-              FROM unnest($2::text[]) WITH ORDINALITY AS e(key, ord)
-              JOIN leasehold_lease AS l ON l.key = e.key"
+            SELECT s.ord, s.expires_at, s.next_due_at, NULL, NULL
+              FROM seen AS s WHERE s.there"
                 )
             };
         }
         const REGISTER_NEW: &str = register!("");
         const REGISTER_MANY: &str = register!(/* guard:register.conflict_kept */ "ON CONFLICT (key) DO NOTHING");
+        // The bounds of `seen`'s range, from the keys themselves: right
+        // even if a caller's keys were not sorted.
+        let least = names.iter().min().copied().unwrap_or_default();
+        let greatest = names.iter().max().copied().unwrap_or_default();
         let statement = match check {
             Check::None => REGISTER_NEW,
             Check::Conflicts => REGISTER_MANY,
@@ -298,6 +311,8 @@ impl LeaseStore {
             .bind(dues)
             .bind(WAKE_CHANNEL)
             .bind(jobs)
+            .bind(least)
+            .bind(greatest)
             .fetch_all(conn))?;
         let mut summary = None;
         let mut existing = Vec::with_capacity(rows.len().saturating_sub(1));
