@@ -96,6 +96,50 @@ async fn a_thousand_keys_register_in_one_statement_and_idle_for_almost_nothing()
     b.shutdown().await;
 }
 
+/// In a database whose keys sort by a linguistic collation (here the
+/// column takes ICU's `en-US`, as every text column of a database created
+/// with `LOCALE_PROVIDER icu` does), where `Tenant:1` sorts after
+/// `tenant:1` but bytes put it first: the second replica's start still
+/// finds every row there in its one statement, and needs no conflict
+/// check — registration's key range is compared byte-wise, the order the
+/// client sent the keys in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_in_a_linguistically_collated_database_register_in_one_statement_each() {
+    let db = support::db().await;
+    sqlx::query(r#"ALTER TABLE leasehold_lease ALTER COLUMN key TYPE text COLLATE "en-US-x-icu""#)
+        .execute(&db.pool)
+        .await
+        .expect("the ICU collation en-US (PostgreSQL built with ICU, as Debian's is)");
+    let mixed_case = || -> Vec<ScriptedJob> {
+        (0..500)
+            .flat_map(|k| [format!("tenant:{k}"), format!("Tenant:{k}")])
+            .map(|key| job(&key, hourly(), |_| async { Ok(()) }))
+            .collect()
+    };
+    support::reset_statement_stats(&db.pool).await;
+    let poll = Duration::from_secs(60);
+    let a = support::replica_on(db.pool.clone(), "a", poll, mixed_case()).await;
+    let b = support::replica_on(db.pool.clone(), "b", poll, mixed_case()).await;
+    let registrations = support::statement_calls(
+        &db.pool,
+        "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)",
+    )
+    .await;
+    let checked = support::statement_calls(&db.pool, CONFLICT_CHECKED).await;
+    assert_eq!(
+        (registrations, checked),
+        (2, 0),
+        "one registration statement per replica and no conflict check: the second found every row"
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_lease")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1000);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
 /// An idle runtime — nothing due, nothing held, so no claim and no
 /// heartbeat — still hears from the database at every poll (100 ms) and
 /// stays healthy long past the health window (3 × the longer of heartbeat
