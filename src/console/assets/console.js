@@ -5,7 +5,7 @@
 "use strict";
 (function () {
   // An action's result (`done=…`) is shown once: the address bar drops it,
-  // so a reload or the refresh below shows the page without it.
+  // so a reload shows the page without it; the refresh below keeps it.
   if (window.URL && history.replaceState) {
     var url = new URL(location.href);
     if (url.searchParams.has("done")) {
@@ -32,6 +32,14 @@
         var doc = new DOMParser().parseFromString(text, "text/html");
         var next = doc.querySelector("main");
         var main = document.querySelector("main");
+        // The address no longer asks for the action's message, so the
+        // fresh <main> lacks it: carry it over, or it would vanish after
+        // one refresh period, before a slow reader has seen it.
+        var flash = main && main.querySelector("#flash");
+        if (next && flash && !next.querySelector("#flash")) {
+          var title = next.querySelector("h1");
+          if (title) title.after(flash); else next.prepend(flash);
+        }
         if (next && main) main.replaceWith(next);
         var viewer = doc.getElementById("viewer");
         var shown = document.getElementById("viewer");

@@ -9,8 +9,9 @@
 //! records who did it; a job paused and resumed from its page holds its
 //! key back meanwhile (its timeline draws its key's runs and the pause);
 //! keys that are HTML stay text, in their timelines' SVG too, and nothing
-//! they carry runs. A third shows an action's message once and follows a
-//! change of who is acting without a reload.
+//! they carry runs. A third shows an action's message once (kept by the
+//! auto-refresh, gone on a reload) and follows a change of who is acting
+//! without a reload.
 //!
 //! A second scenario plays the other web service on the same host: the
 //! browser hands it the console's cookie, which it cannot use, and a name
@@ -85,9 +86,11 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
         ),
     ];
     let long_running = Runs::default();
+    // Nothing waits for this lease to expire: a long one keeps a stall of
+    // a loaded machine from moving the run the pages are checked against.
     jobs.push(job(
         LONG_RUNNING,
-        quick(Schedule::every(Duration::from_secs(1)), Duration::from_secs(2)),
+        quick(Schedule::every(Duration::from_secs(1)), Duration::from_secs(30)),
         long_running.body(Duration::from_secs(3600)),
     ));
     let fleet = [
@@ -303,7 +306,9 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_from_the_browser_and_keys_
         assert!(row.contains("replica-"), "{row}");
         rows.push(row);
     }
-    let run = &long_running.all()[0];
+    let long_runs = long_running.all();
+    assert_eq!(long_runs.len(), 1, "the long run lost its lease: {long_runs:?}");
+    let run = &long_runs[0];
     assert!(
         rows.iter().any(|r| r.contains(&run.holder) && r.contains(LONG_RUNNING)),
         "the fleet page shows {} running {LONG_RUNNING}: {rows:?}",
@@ -551,9 +556,25 @@ async fn an_actions_message_shows_once_and_the_header_follows_who_acts() {
         .await
         .expect("open the key page");
     act(c, "pause").await;
-    assert!(text(c, Locator::Id("flash")).await.starts_with("Paused"));
     let url = c.current_url().await.expect("url");
     assert!(!url.as_str().contains("done="), "the address keeps the message: {url}");
+    // The auto-refresh replaces <main> (marked here, so that its
+    // replacement shows) and keeps the message, however slowly it is read.
+    c.execute("document.querySelector('main').dataset.old = 'yes'", vec![])
+        .await
+        .expect("mark the page's <main>");
+    eventually_async(WITHIN, || async {
+        let fresh = c
+            .execute("return document.querySelector('main').dataset.old !== 'yes'", vec![])
+            .await
+            .ok()?;
+        (fresh == true).then_some(())
+    })
+    .await;
+    assert!(
+        text(c, Locator::Id("flash")).await.starts_with("Paused"),
+        "the refresh keeps the action's message"
+    );
     c.refresh().await.expect("reload");
     c.wait()
         .at_most(WITHIN)
