@@ -159,7 +159,8 @@ impl LeaseStore {
     /// password fails here, and the first claim does not wait for a
     /// connect. The schema must exist ([`crate::migrate`]). Each connection
     /// draws one fence as it opens, so the server's once-per-session check
-    /// of its timeline is not paid by the first claim sent on it.
+    /// of its timeline is not paid by the first claim sent on it, and
+    /// prepares the statements of every run (claim, heartbeat, release).
     ///
     /// Nothing else sends on these connections, so none can be left inside
     /// a transaction: statements run without the check [`LeaseStore::new`]

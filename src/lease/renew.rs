@@ -115,7 +115,7 @@ impl LeaseStore {
     /// `stop` (invariant 8) reports a renewed tenure whose key or job was
     /// paused with cancellation: the lease is still renewed — the run is
     /// legitimately the holder until it stops and releases.
-    const RENEW_MANY: &str = concat!(
+    pub(crate) const RENEW_MANY: &str = concat!(
         "
     WITH t AS (
         SELECT * FROM unnest($2::text[], $3::int8[], $4::float8[]) AS t(key, fence, ttl)

@@ -10,10 +10,25 @@
 //! new connection sends — the takeover in a graceful handover, or the
 //! first run after a reconnect — so it is paid here instead, off the path
 //! of any run.
+//!
+//! The same goes for the statements every run sends: the first execution
+//! of a statement on a connection first parses it (a round trip of its own
+//! through sqlx's statement cache, and over a millisecond of the server's
+//! parse and analysis for statements of this size), so they are prepared
+//! here, and a run's claim and release on a fresh connection pay only
+//! their execution.
 
-use sqlx::{Executor, PgConnection};
+use sqlx::{Connection, Executor, PgConnection};
 
-/// Draws one fence and drops it, so the session's timeline check is done.
+use super::LeaseStore;
+
+/// The statements on the path of every run: its claim, its heartbeat, its
+/// release. Prepared into the connection's statement cache, where the
+/// queries that run them find them by their text.
+const EVERY_RUN: [&str; 3] = [LeaseStore::CLAIM_DUE, LeaseStore::RENEW_MANY, LeaseStore::FINISH_MANY];
+
+/// Draws one fence and drops it, so the session's timeline check is done,
+/// and prepares the statements of every run.
 ///
 /// The fence is wasted, which the lease invariants allow (fences must only
 /// grow, and a sequence never repeats a value): one per connection opened,
@@ -26,5 +41,20 @@ pub(crate) async fn prepare(conn: &mut PgConnection) {
     const FIRST_FENCE: &str = "SELECT leasehold_next_fence()";
     if let Err(error) = conn.execute(FIRST_FENCE).await {
         tracing::debug!(%error, "a new connection left its timeline check to its first claim");
+    }
+    for statement in EVERY_RUN {
+        let cached = conn.cached_statements_size();
+        // Before the schema exists this fails, and the first execution
+        // prepares the statement as it would have.
+        if let Err(error) = conn.prepare(sqlx::SqlStr::from_static(statement)).await {
+            tracing::debug!(%error, "a new connection left a statement to be prepared by its first use");
+            break;
+        }
+        // With the statement cache off (`statement_cache_capacity(0)`) a
+        // query would not find it: nothing to gain, and each would stay
+        // prepared on the server for the connection's life.
+        if conn.cached_statements_size() == cached {
+            break;
+        }
     }
 }

@@ -704,6 +704,75 @@ async fn an_owned_connection_checks_its_timeline_as_it_opens() {
     );
 }
 
+/// A connection of a store's own prepares the statements of every run —
+/// the claim of due keys, the heartbeat, the release — as it opens, and
+/// the queries find them there: a heartbeat on that connection prepares
+/// nothing more. A store opened before the schema exists still connects,
+/// and leaves each statement to its first use.
+#[tokio::test]
+async fn an_owned_connection_prepares_the_statements_of_every_run_as_it_opens() {
+    let db = support::db().await;
+    let store = LeaseStore::connect((*db.pool.connect_options()).clone())
+        .await
+        .expect("the store connects");
+    let opened = prepared(&store).await;
+    assert!(!opened.is_empty(), "the store has a connection open");
+    for statements in &opened {
+        assert_eq!(statements.len(), 3, "claim, heartbeat and release: {statements:#?}");
+        for (statement, fragment) in [
+            ("the claim of due keys", "), pick AS ("),
+            ("the heartbeat", "), renewed AS ("),
+            ("the release", "), woken AS ("),
+        ] {
+            assert!(
+                statements.iter().any(|s| s.contains(fragment)),
+                "{statement} is not prepared: {statements:#?}"
+            );
+        }
+    }
+    let lease = acquired(store.claim("k", "a", LONG).await.unwrap());
+    assert!(matches!(
+        store.renew(&lease, LONG).await.expect("renew"),
+        Renewal::Renewed(_)
+    ));
+    let after = prepared(&store).await;
+    let added = after.iter().map(Vec::len).sum::<usize>() - 3 * after.len();
+    assert_eq!(
+        added, 1,
+        "the claim's statement is added, the heartbeat's found: {after:#?}"
+    );
+
+    let bare = leasehold_testkit::test_db().await;
+    let store = LeaseStore::connect((*bare.pool.connect_options()).clone())
+        .await
+        .expect("a store connects before the schema exists");
+    let bare_prepared = prepared(&store).await;
+    assert!(
+        bare_prepared.iter().all(Vec::is_empty),
+        "no schema, nothing prepared: {bare_prepared:#?}"
+    );
+}
+
+/// The statements prepared on each open connection of `store`, oldest
+/// first (read unprepared, so that reading adds none).
+async fn prepared(store: &LeaseStore) -> Vec<Vec<String>> {
+    // Held together, so that each idle connection is read once.
+    let mut held = Vec::new();
+    while held.is_empty() || store.pool().num_idle() > 0 {
+        held.push(store.pool().acquire().await.expect("a connection of the store"));
+    }
+    let mut each = Vec::new();
+    for conn in &mut held {
+        let statements = sqlx::query_scalar("SELECT statement FROM pg_prepared_statements ORDER BY prepare_time")
+            .persistent(false)
+            .fetch_all(&mut **conn)
+            .await
+            .expect("the prepared statements read");
+        each.push(statements);
+    }
+    each
+}
+
 /// The due clause is re-checked on the latest row after the lock wait: a
 /// replica that finished the slot and moved the due time while a scheduled
 /// claim was waiting for the row must not see that claim succeed.

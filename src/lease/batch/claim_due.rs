@@ -52,58 +52,38 @@ pub(crate) struct Claimed {
 }
 
 impl LeaseStore {
-    /// Claims, for new runs of `holder`, up to `limit` of `candidates`
-    /// `(key, lease)` that are free and due, in **one** statement: each
-    /// claimed key gets its own fresh fence. Rows another transaction has
-    /// locked are skipped, not waited for. The candidates not claimed come
-    /// back as the snapshot saw them; a candidate without a row is in
-    /// neither list.
-    pub(crate) async fn claim_due(&self, holder: &str, candidates: &[Candidate<'_>], limit: usize) -> Result<Claimed> {
-        validate::holder(holder)?;
-        let mut keys = Vec::with_capacity(candidates.len());
-        let mut jobs = Vec::with_capacity(candidates.len());
-        let mut ttls = Vec::with_capacity(candidates.len());
-        for candidate in candidates {
-            validate::key(candidate.key)?;
-            validate::job_name(candidate.job_name)?;
-            keys.push(candidate.key);
-            jobs.push(candidate.job_name);
-            ttls.push(validate::lease_secs("lease duration", candidate.lease)?);
-        }
-        if keys.is_empty() || limit == 0 {
-            return Ok(Claimed::default());
-        }
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        // $1 holder, $2 keys, $3 lease seconds, $4 how many to claim at most,
-        // $5 job names.
-        // `pick` decides, with the guards of `claim_run` (invariant 3, no
-        // re-entrance), evaluated on the latest row version once locked:
-        // - expires_at <= now: the lease is free by the server clock —
-        //   whoever held it, this holder id included (two processes may
-        //   share one id);
-        // - next_due_at <= now: the key is due by the server clock, so
-        //   replicas whose timers fire at different moments still start one
-        //   run per slot;
-        // - FOR UPDATE SKIP LOCKED: a row another claimer (or any other
-        //   transaction) has locked is left to it, never waited for;
-        // - not paused (invariant 8): neither the key, nor its job — by the
-        //   row's job_name or the one this runtime registers it under.
-        // `claimed` writes: a fresh fence per row (invariants 4 and 5),
-        // times from clock_timestamp() after the locks were taken, so
-        // acquired_at is never before the due time it consumed; the run's
-        // number (its history slot), the job's name, and the slot it owes.
-        // The UNION half reports the unclaimed candidates, paused or not, so
-        // the caller learns when to look again in the same round trip; it
-        // leaves out the claimed ones by the candidate's key (`t.key`), so
-        // the filter runs before the row lookup, not after it.
-        // A claimed stored key comes back with its kind, arguments and
-        // version as this statement's snapshot has them: the run starts
-        // with the version its claim saw (an update committed before the
-        // claim reaches this run, a later one the next run), with no
-        // statement of its own; a key removed meanwhile has none and is
-        // not run.
-        const CLAIM_DUE: &str = concat!(
-            "
+    /// The statement of [`LeaseStore::claim_due`], prepared on each connection
+    /// of leasehold's own as it opens (`session::prepare`).
+    // $1 holder, $2 keys, $3 lease seconds, $4 how many to claim at most,
+    // $5 job names.
+    // `pick` decides, with the guards of `claim_run` (invariant 3, no
+    // re-entrance), evaluated on the latest row version once locked:
+    // - expires_at <= now: the lease is free by the server clock —
+    //   whoever held it, this holder id included (two processes may
+    //   share one id);
+    // - next_due_at <= now: the key is due by the server clock, so
+    //   replicas whose timers fire at different moments still start one
+    //   run per slot;
+    // - FOR UPDATE SKIP LOCKED: a row another claimer (or any other
+    //   transaction) has locked is left to it, never waited for;
+    // - not paused (invariant 8): neither the key, nor its job — by the
+    //   row's job_name or the one this runtime registers it under.
+    // `claimed` writes: a fresh fence per row (invariants 4 and 5),
+    // times from clock_timestamp() after the locks were taken, so
+    // acquired_at is never before the due time it consumed; the run's
+    // number (its history slot), the job's name, and the slot it owes.
+    // The UNION half reports the unclaimed candidates, paused or not, so
+    // the caller learns when to look again in the same round trip; it
+    // leaves out the claimed ones by the candidate's key (`t.key`), so
+    // the filter runs before the row lookup, not after it.
+    // A claimed stored key comes back with its kind, arguments and
+    // version as this statement's snapshot has them: the run starts
+    // with the version its claim saw (an update committed before the
+    // claim reaches this run, a later one the next run), with no
+    // statement of its own; a key removed meanwhile has none and is
+    // not run.
+    pub(crate) const CLAIM_DUE: &str = concat!(
+        "
             WITH t AS (
                 SELECT * FROM unnest($2::text[], $3::float8[], $5::text[]) AS t(key, ttl, job)
             ), pick AS (
@@ -111,8 +91,8 @@ impl LeaseStore {
                  WHERE /* guard:claim_due.expiry */ l.expires_at <= clock_timestamp()
                    AND /* guard:claim_due.due */ (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
                    AND NOT ",
-            /* guard:claim_due.pause */ paused!(key = "l.key", jobs = "l.job_name, t.job"),
-            "
+        /* guard:claim_due.pause */ paused!(key = "l.key", jobs = "l.job_name, t.job"),
+        "
                  ORDER BY l.next_due_at NULLS FIRST, l.key
                  LIMIT /* guard:claim_due.limit */ $4
                    FOR UPDATE OF l /* guard:claim_due.skip_locked */ SKIP LOCKED
@@ -135,13 +115,36 @@ impl LeaseStore {
             UNION ALL
             SELECT false,
                    ",
-            paused!(key = "l.key", jobs = "l.job_name, t.job"),
-            ",
+        paused!(key = "l.key", jobs = "l.job_name, t.job"),
+        ",
                    l.*, clock_timestamp(), NULL, NULL, NULL
               FROM leasehold_lease AS l JOIN t ON t.key = l.key
              WHERE t.key NOT IN (SELECT key FROM claimed)"
-        );
-        let rows: Vec<DueRow> = connection::run!(&self.conns, |conn| sqlx::query_as(CLAIM_DUE)
+    );
+
+    /// Claims, for new runs of `holder`, up to `limit` of `candidates`
+    /// `(key, lease)` that are free and due, in **one** statement: each
+    /// claimed key gets its own fresh fence. Rows another transaction has
+    /// locked are skipped, not waited for. The candidates not claimed come
+    /// back as the snapshot saw them; a candidate without a row is in
+    /// neither list.
+    pub(crate) async fn claim_due(&self, holder: &str, candidates: &[Candidate<'_>], limit: usize) -> Result<Claimed> {
+        validate::holder(holder)?;
+        let mut keys = Vec::with_capacity(candidates.len());
+        let mut jobs = Vec::with_capacity(candidates.len());
+        let mut ttls = Vec::with_capacity(candidates.len());
+        for candidate in candidates {
+            validate::key(candidate.key)?;
+            validate::job_name(candidate.job_name)?;
+            keys.push(candidate.key);
+            jobs.push(candidate.job_name);
+            ttls.push(validate::lease_secs("lease duration", candidate.lease)?);
+        }
+        if keys.is_empty() || limit == 0 {
+            return Ok(Claimed::default());
+        }
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows: Vec<DueRow> = connection::run!(&self.conns, |conn| sqlx::query_as(Self::CLAIM_DUE)
             .bind(holder)
             .bind(&keys)
             .bind(&ttls)

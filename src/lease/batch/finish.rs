@@ -47,95 +47,63 @@ impl Released {
 }
 
 impl LeaseStore {
-    /// Releases many runs' tenures and records when each key is next due,
-    /// in **one** statement. Says, per item, whether that tenure was
-    /// released (and whether its key is due now), was not the current one
-    /// any more (a late release of an older tenure changes nothing), or is
-    /// busy: its row is locked by
-    /// another transaction, which a release does not wait for — retry it.
-    /// A key left due by its release wakes the listeners.
-    pub(crate) async fn finish_many<F: Borrow<Finish> + Sync>(&self, items: &[F]) -> Result<Vec<Released>> {
-        let mut keys = Vec::with_capacity(items.len());
-        let mut holders = Vec::with_capacity(items.len());
-        let mut fences = Vec::with_capacity(items.len());
-        let mut ats: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(items.len());
-        let mut afters: Vec<Option<f64>> = Vec::with_capacity(items.len());
-        let mut h = HistoryColumns::with_capacity(items.len());
-        for item in items {
-            let item: &Finish = item.borrow();
-            h.push(item.report.as_ref());
-            validate::key(&item.key)?;
-            validate::holder(&item.holder)?;
-            validate::fence(item.fence)?;
-            keys.push(item.key.as_str());
-            holders.push(item.holder.as_str());
-            fences.push(item.fence);
-            let (at, after) = match item.next {
-                NextDue::Unchanged => (None, None),
-                NextDue::At(at) => (Some(at), None),
-                NextDue::After(delay) => (None, Some(delay.as_secs_f64())),
-            };
-            ats.push(at);
-            afters.push(after);
-        }
-        if items.is_empty() {
-            return Ok(Vec::new());
-        }
-        // $1 keys, $2 holders, $3 fences, $4 next due (absolute), $5 next due
-        // (seconds from now), $6 the wake-up channel; the runs' history:
-        // $7 job names, $8 run numbers, $9 slots run for, $10 start times,
-        // $11 outcomes (NULL: record nothing), $12 reasons, $13 errors,
-        // $14 ring lengths.
-        // - `mine` (invariant 7): holder and fence scope each release to the
-        //   caller's own tenure, so a late release — after a takeover, or of
-        //   the same holder's earlier run — never frees a newer one.
-        // - FOR UPDATE SKIP LOCKED: a row locked elsewhere (a service's
-        //   `SELECT … FOR UPDATE`, another claimer) is reported `busy`, not
-        //   waited for, so one locked row never holds up the batch. `busy`
-        //   filters on the item's key (`t.key`) before it looks the row up:
-        //   most items are `mine`, and need no second lookup.
-        // - Expiring at "now" rather than deleting keeps the schedule;
-        //   GREATEST keeps the CHECK true even if the server clock stepped
-        //   back. A new due time is also the slot the next run owes; a
-        //   retry (`after`) or no change keeps the slot still owed.
-        // - A release that records nothing about the schedule (`at` and
-        //   `after` NULL: `LeaseStore::release`, a cancelled run) leaves the
-        //   due time as it is, a trigger included. A tenure claimed without
-        //   the due check (`claim`, `claim_run` with `Due::Now`) may hold a
-        //   key not due yet: its release must not take that for a trigger.
-        // - A trigger accepted after this run's claim is never overwritten:
-        //   a scheduled claim consumes a due time no later than its
-        //   `acquired_at`, so a due time *after* it was written by a
-        //   trigger during the run (`LeaseStore::trigger`). The key is then
-        //   due again at the release — one more run, however many triggers
-        //   came — while `slot_at` still records the next slot, so the
-        //   schedule goes on after that run. Due at the release's time,
-        //   not the trigger's, so pollers' windows (`due_since`) see it.
-        // - A released key that is still due (a cancelled run, a trigger
-        //   during the run) is claimable at once: `woken` tells listeners,
-        //   and `due` tells the releasing runtime.
-        // - `history` (invariant 9) is each run's history row, written in
-        //   this same statement: a run whose tenure was released, and one
-        //   that had lost it already (its release changes nothing else),
-        //   but not a busy one — it is recorded when its release goes
-        //   through. The row goes to its key's ring at run_no mod ring (the
-        //   newest run of the batch for each place), and replaces only an
-        //   *older* run there, so a late release never erases a newer run.
-        // - `overwritten` writes the places that exist: once a key's ring is
-        //   full, every place does. A plain UPDATE of columns no index
-        //   covers, so a HOT update in the page's free space (fillfactor
-        //   50 since schema v8), with no arbiter lookup and no separate row lock as
-        //   `INSERT … ON CONFLICT DO UPDATE` takes. The run-number check is
-        //   evaluated on the row's latest version, so a newer run recorded
-        //   concurrently is kept.
-        // - `recorded` inserts the places `overwritten` did not write: a
-        //   key's first `ring` runs, whose places do not exist yet. A place
-        //   that exists — holding a newer run (a late release), or inserted
-        //   by another transaction after this statement's snapshot — is a
-        //   conflict, resolved by the same rule: replaced only by a newer
-        //   run. (Filtering on `overwritten`'s answer, not on a lookup of
-        //   the place, costs no second index probe per run.)
-        const FINISH_MANY: &str = "
+    /// The statement of [`LeaseStore::finish_many`], prepared on each connection
+    /// of leasehold's own as it opens (`session::prepare`).
+    // $1 keys, $2 holders, $3 fences, $4 next due (absolute), $5 next due
+    // (seconds from now), $6 the wake-up channel; the runs' history:
+    // $7 job names, $8 run numbers, $9 slots run for, $10 start times,
+    // $11 outcomes (NULL: record nothing), $12 reasons, $13 errors,
+    // $14 ring lengths.
+    // - `mine` (invariant 7): holder and fence scope each release to the
+    //   caller's own tenure, so a late release — after a takeover, or of
+    //   the same holder's earlier run — never frees a newer one.
+    // - FOR UPDATE SKIP LOCKED: a row locked elsewhere (a service's
+    //   `SELECT … FOR UPDATE`, another claimer) is reported `busy`, not
+    //   waited for, so one locked row never holds up the batch. `busy`
+    //   filters on the item's key (`t.key`) before it looks the row up:
+    //   most items are `mine`, and need no second lookup.
+    // - Expiring at "now" rather than deleting keeps the schedule;
+    //   GREATEST keeps the CHECK true even if the server clock stepped
+    //   back. A new due time is also the slot the next run owes; a
+    //   retry (`after`) or no change keeps the slot still owed.
+    // - A release that records nothing about the schedule (`at` and
+    //   `after` NULL: `LeaseStore::release`, a cancelled run) leaves the
+    //   due time as it is, a trigger included. A tenure claimed without
+    //   the due check (`claim`, `claim_run` with `Due::Now`) may hold a
+    //   key not due yet: its release must not take that for a trigger.
+    // - A trigger accepted after this run's claim is never overwritten:
+    //   a scheduled claim consumes a due time no later than its
+    //   `acquired_at`, so a due time *after* it was written by a
+    //   trigger during the run (`LeaseStore::trigger`). The key is then
+    //   due again at the release — one more run, however many triggers
+    //   came — while `slot_at` still records the next slot, so the
+    //   schedule goes on after that run. Due at the release's time,
+    //   not the trigger's, so pollers' windows (`due_since`) see it.
+    // - A released key that is still due (a cancelled run, a trigger
+    //   during the run) is claimable at once: `woken` tells listeners,
+    //   and `due` tells the releasing runtime.
+    // - `history` (invariant 9) is each run's history row, written in
+    //   this same statement: a run whose tenure was released, and one
+    //   that had lost it already (its release changes nothing else),
+    //   but not a busy one — it is recorded when its release goes
+    //   through. The row goes to its key's ring at run_no mod ring (the
+    //   newest run of the batch for each place), and replaces only an
+    //   *older* run there, so a late release never erases a newer run.
+    // - `overwritten` writes the places that exist: once a key's ring is
+    //   full, every place does. A plain UPDATE of columns no index
+    //   covers, so a HOT update in the page's free space (fillfactor
+    //   50 since schema v8), with no arbiter lookup and no separate row lock as
+    //   `INSERT … ON CONFLICT DO UPDATE` takes. The run-number check is
+    //   evaluated on the row's latest version, so a newer run recorded
+    //   concurrently is kept.
+    // - `recorded` inserts the places `overwritten` did not write: a
+    //   key's first `ring` runs, whose places do not exist yet. A place
+    //   that exists — holding a newer run (a late release), or inserted
+    //   by another transaction after this statement's snapshot — is a
+    //   conflict, resolved by the same rule: replaced only by a newer
+    //   run. (Filtering on `overwritten`'s answer, not on a lookup of
+    //   the place, costs no second index probe per run.)
+    pub(crate) const FINISH_MANY: &str = "
             WITH t AS (
                 SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::timestamptz[], $5::float8[],
                                      $7::text[], $8::int8[], $9::timestamptz[], $10::timestamptz[],
@@ -201,22 +169,58 @@ impl LeaseStore {
               FROM released AS r, woken
             UNION ALL
             SELECT b.key, b.fence, true, false FROM busy AS b";
-        let done: Vec<(String, i64, bool, bool)> = connection::run!(&self.conns, |conn| sqlx::query_as(FINISH_MANY)
-            .bind(&keys)
-            .bind(&holders)
-            .bind(&fences)
-            .bind(&ats)
-            .bind(&afters)
-            .bind(WAKE_CHANNEL)
-            .bind(&h.jobs)
-            .bind(&h.run_nos)
-            .bind(&h.slots)
-            .bind(&h.started)
-            .bind(&h.outcomes)
-            .bind(&h.reasons)
-            .bind(&h.errors)
-            .bind(&h.rings)
-            .fetch_all(conn))?;
+
+    /// Releases many runs' tenures and records when each key is next due,
+    /// in **one** statement. Says, per item, whether that tenure was
+    /// released (and whether its key is due now), was not the current one
+    /// any more (a late release of an older tenure changes nothing), or is
+    /// busy: its row is locked by
+    /// another transaction, which a release does not wait for — retry it.
+    /// A key left due by its release wakes the listeners.
+    pub(crate) async fn finish_many<F: Borrow<Finish> + Sync>(&self, items: &[F]) -> Result<Vec<Released>> {
+        let mut keys = Vec::with_capacity(items.len());
+        let mut holders = Vec::with_capacity(items.len());
+        let mut fences = Vec::with_capacity(items.len());
+        let mut ats: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(items.len());
+        let mut afters: Vec<Option<f64>> = Vec::with_capacity(items.len());
+        let mut h = HistoryColumns::with_capacity(items.len());
+        for item in items {
+            let item: &Finish = item.borrow();
+            h.push(item.report.as_ref());
+            validate::key(&item.key)?;
+            validate::holder(&item.holder)?;
+            validate::fence(item.fence)?;
+            keys.push(item.key.as_str());
+            holders.push(item.holder.as_str());
+            fences.push(item.fence);
+            let (at, after) = match item.next {
+                NextDue::Unchanged => (None, None),
+                NextDue::At(at) => (Some(at), None),
+                NextDue::After(delay) => (None, Some(delay.as_secs_f64())),
+            };
+            ats.push(at);
+            afters.push(after);
+        }
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let done: Vec<(String, i64, bool, bool)> =
+            connection::run!(&self.conns, |conn| sqlx::query_as(Self::FINISH_MANY)
+                .bind(&keys)
+                .bind(&holders)
+                .bind(&fences)
+                .bind(&ats)
+                .bind(&afters)
+                .bind(WAKE_CHANNEL)
+                .bind(&h.jobs)
+                .bind(&h.run_nos)
+                .bind(&h.slots)
+                .bind(&h.started)
+                .bind(&h.outcomes)
+                .bind(&h.reasons)
+                .bind(&h.errors)
+                .bind(&h.rings)
+                .fetch_all(conn))?;
         // Looked up by (key, fence), not searched: a batch can hold a
         // thousand releases.
         let done: FastMap<(&str, i64), (bool, bool)> = done
