@@ -664,9 +664,7 @@ async fn losing_claims_draw_no_fence() {
 #[tokio::test]
 async fn an_owned_connection_checks_its_timeline_as_it_opens() {
     let db = support::db().await;
-    let store = LeaseStore::connect((*db.pool.connect_options()).clone())
-        .await
-        .expect("the store connects");
+    let store = support::store_in(leasehold::Connections::default(), &db.pool).await;
     const TIMELINE: &str = "SELECT current_setting('leasehold.fence_timeline', true)";
     let mut conn = store.pool().acquire().await.expect("a connection of the store");
     let checked: Option<String> = sqlx::query_scalar(TIMELINE)
@@ -706,15 +704,13 @@ async fn an_owned_connection_checks_its_timeline_as_it_opens() {
 
 /// A connection of a store's own prepares the statements of every run —
 /// the claim of due keys, the heartbeat, the release — as it opens, and
-/// the queries find them there: a heartbeat on that connection prepares
+/// the queries find them there: a heartbeat after a claim prepares
 /// nothing more. A store opened before the schema exists still connects,
 /// and leaves each statement to its first use.
 #[tokio::test]
 async fn an_owned_connection_prepares_the_statements_of_every_run_as_it_opens() {
     let db = support::db().await;
-    let store = LeaseStore::connect((*db.pool.connect_options()).clone())
-        .await
-        .expect("the store connects");
+    let store = support::store_in(leasehold::Connections::default(), &db.pool).await;
     let opened = prepared(&store).await;
     assert!(!opened.is_empty(), "the store has a connection open");
     for statements in &opened {
@@ -736,10 +732,19 @@ async fn an_owned_connection_prepares_the_statements_of_every_run_as_it_opens() 
         Renewal::Renewed(_)
     ));
     let after = prepared(&store).await;
+    for statements in &after {
+        let distinct: std::collections::HashSet<&String> = statements.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            statements.len(),
+            "a statement prepared twice: {statements:#?}"
+        );
+    }
+    // `claim` sends two statements of its own (take a row, else insert).
     let added = after.iter().map(Vec::len).sum::<usize>() - 3 * after.len();
     assert_eq!(
-        added, 1,
-        "the claim's statement is added, the heartbeat's found: {after:#?}"
+        added, 2,
+        "the claim's statements are added, the heartbeat's found: {after:#?}"
     );
 
     let bare = leasehold_testkit::test_db().await;
@@ -756,9 +761,10 @@ async fn an_owned_connection_prepares_the_statements_of_every_run_as_it_opens() 
 /// The statements prepared on each open connection of `store`, oldest
 /// first (read unprepared, so that reading adds none).
 async fn prepared(store: &LeaseStore) -> Vec<Vec<String>> {
-    // Held together, so that each idle connection is read once.
+    // Held together until every connection of the pool is held, so that
+    // each is read once, one still on its way back to the pool included.
     let mut held = Vec::new();
-    while held.is_empty() || store.pool().num_idle() > 0 {
+    while held.len() < store.pool().size().max(1) as usize {
         held.push(store.pool().acquire().await.expect("a connection of the store"));
     }
     let mut each = Vec::new();
