@@ -51,8 +51,9 @@ pub(crate) async fn prepare(conn: &mut PgConnection) {
             break;
         }
         // With the statement cache off (`statement_cache_capacity(0)`) a
-        // query would not find it: nothing to gain, and each would stay
-        // prepared on the server for the connection's life.
+        // query would not find it: nothing to gain, and what is prepared
+        // stays on the server for the connection's life (sqlx offers no
+        // way to close it), so stop after this first one.
         if conn.cached_statements_size() == cached {
             break;
         }

@@ -706,7 +706,8 @@ async fn an_owned_connection_checks_its_timeline_as_it_opens() {
 /// the claim of due keys, the heartbeat, the release — as it opens, and
 /// the queries find them there: a heartbeat after a claim prepares
 /// nothing more. A store opened before the schema exists still connects,
-/// and leaves each statement to its first use.
+/// and leaves each statement to its first use; so does one whose options
+/// turn sqlx's statement cache off, after the first.
 #[tokio::test]
 async fn an_owned_connection_prepares_the_statements_of_every_run_as_it_opens() {
     let db = support::db().await;
@@ -755,6 +756,16 @@ async fn an_owned_connection_prepares_the_statements_of_every_run_as_it_opens() 
     assert!(
         bare_prepared.iter().all(Vec::is_empty),
         "no schema, nothing prepared: {bare_prepared:#?}"
+    );
+
+    let options = (*db.pool.connect_options()).clone().statement_cache_capacity(0);
+    let store = LeaseStore::connect(options)
+        .await
+        .expect("a store without a statement cache connects");
+    let uncached = prepared(&store).await;
+    assert!(
+        uncached.iter().all(|statements| statements.len() <= 1),
+        "no cache for queries to find them in: the warm-up stops at the first: {uncached:#?}"
     );
 }
 
