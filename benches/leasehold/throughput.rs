@@ -6,6 +6,9 @@
 //! `LEASEHOLD_BENCH_HALF_KEYS=<keys per runtime>` sets the size of the last
 //! fleet instead of deriving it from the measured ceiling: two builds
 //! compared back to back then face the same demand.
+//! `LEASEHOLD_BENCH_RUNTIMES=<n>` runs every fleet with `n` runtimes instead
+//! of 4: whether a cost per run comes from the runtimes' contention shows in
+//! one runtime's figures.
 
 use std::time::Duration;
 
@@ -13,10 +16,20 @@ use crate::fleet::{Fleet, FleetOutcome, SLOT_CHECKS, fleet, per_run};
 use crate::report::{loadavg, ms, p50_p99, progress, table};
 use crate::setup::{Bench, drop_db, fresh_db};
 
-/// Runtimes in every fleet of this scenario.
+/// Runtimes in every fleet of this scenario, unless `LEASEHOLD_BENCH_RUNTIMES` says otherwise.
 const RUNTIMES: usize = 4;
 
+/// How many runtimes each fleet has (`LEASEHOLD_BENCH_RUNTIMES`, else [`RUNTIMES`]).
+fn runtimes() -> usize {
+    std::env::var("LEASEHOLD_BENCH_RUNTIMES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(RUNTIMES)
+}
+
 pub(crate) async fn throughput(b: &Bench) {
+    let runtimes = runtimes();
     progress("6. throughput");
     let (db, stats) = fresh_db(&b.server).await;
     let (sizes, ceiling, warmup, window): (&[usize], usize, Duration, Duration) = if b.smoke {
@@ -28,11 +41,11 @@ pub(crate) async fn throughput(b: &Bench) {
     let per_s = |keys: usize| keys as f64 / period.as_secs_f64();
     let mut rows = Vec::new();
     let mut measure = async |what: &str, tag: &str, keys: usize, probe: bool| -> FleetOutcome {
-        progress(&format!("   {what}: {RUNTIMES} × {keys} keys"));
+        progress(&format!("   {what}: {runtimes} × {keys} keys"));
         let load = loadavg();
         let spec = Fleet {
             tag,
-            runtimes: RUNTIMES,
+            runtimes,
             keys,
             period,
             body_sleep: None,
@@ -59,9 +72,9 @@ pub(crate) async fn throughput(b: &Bench) {
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or_else(|| ((achieved / 2.0 / per_s(1) / 100.0).round() as usize * 100).max(100));
     let at_half = measure("half the ceiling, with a probe", "tphalf", half, true).await;
-    println!("## 6. Throughput: short runs per second on one PostgreSQL, {RUNTIMES} runtimes\n");
+    println!("## 6. Throughput: short runs per second on one PostgreSQL, {runtimes} runtimes\n");
     println!(
-        "{RUNTIMES} runtimes (default settings, own pool of 4 each) all register the same keys, \
+        "{runtimes} runtimes (default settings, own pool of 4 each) all register the same keys, \
          `Schedule::every(100ms)`, lease 10 s, trivial body. Demand = keys × 10 runs/s; measured over {} s after \
          a {} s warm-up, with client and server sharing this machine's CPUs. The \"ceiling\" row demands far more \
          than the machine can do: its runs/s is the ceiling. The last row demands about half of it, and during its \
@@ -112,7 +125,7 @@ pub(crate) async fn throughput(b: &Bench) {
             "max",
         ],
         &[vec![
-            format!("{RUNTIMES} × {half} keys"),
+            format!("{runtimes} × {half} keys"),
             format!("{:.0}", per_s(half)),
             format!("{:.0}", at_half.runs_in_window as f64 / at_half.window.as_secs_f64()),
             at_half.triggers.len().to_string(),
@@ -123,7 +136,7 @@ pub(crate) async fn throughput(b: &Bench) {
         ]],
     );
     println!(
-        "**Ceiling: {achieved:.0} short fenced runs/s** ({RUNTIMES} × {ceiling} keys demanding {:.0}/s; certain \
+        "**Ceiling: {achieved:.0} short fenced runs/s** ({runtimes} × {ceiling} keys demanding {:.0}/s; certain \
          double runs {}); trigger → start at half of it: p50 {}, p99 {}.\n",
         per_s(ceiling),
         top.certain_doubles,
@@ -141,7 +154,7 @@ fn row(what: &str, keys: usize, demand: f64, o: &FleetOutcome, load: String) -> 
     let (late50, late99) = p50_p99(&o.late);
     vec![
         what.to_owned(),
-        format!("{RUNTIMES} × {keys}"),
+        format!("{} × {keys}", o.per_runtime.len()),
         format!("{demand:.0}"),
         format!("{:.0}", o.runs_in_window as f64 / secs),
         format!(
