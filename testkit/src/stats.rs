@@ -43,6 +43,8 @@ pub async fn reset_statement_stats(pool: &PgPool) {
 pub struct StatementTotals {
     /// Times the statements ran.
     pub calls: i64,
+    /// Rows they returned or changed, all calls together.
+    pub rows: i64,
     /// Their total execution time, in milliseconds.
     pub exec_ms: f64,
     /// WAL records they wrote.
@@ -55,8 +57,8 @@ pub struct StatementTotals {
 /// `LIKE` pattern `like`, since [`reset_statement_stats`] (the statistics
 /// queries themselves are left out).
 pub async fn statement_totals(pool: &PgPool, like: &str) -> StatementTotals {
-    let row: (i64, f64, i64, f64) = sqlx::query_as(
-        "SELECT COALESCE(sum(s.calls), 0)::int8, COALESCE(sum(s.total_exec_time), 0)::float8,
+    let row: (i64, i64, f64, i64, f64) = sqlx::query_as(
+        "SELECT COALESCE(sum(s.calls), 0)::int8, COALESCE(sum(s.rows), 0)::int8, COALESCE(sum(s.total_exec_time), 0)::float8,
                 COALESCE(sum(s.wal_records), 0)::int8, COALESCE(sum(s.wal_bytes), 0)::float8
            FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
           WHERE d.datname = current_database() AND s.query LIKE $1
@@ -68,9 +70,10 @@ pub async fn statement_totals(pool: &PgPool, like: &str) -> StatementTotals {
     .expect("read pg_stat_statements");
     StatementTotals {
         calls: row.0,
-        exec_ms: row.1,
-        wal_records: row.2,
-        wal_bytes: row.3,
+        rows: row.1,
+        exec_ms: row.2,
+        wal_records: row.3,
+        wal_bytes: row.4,
     }
 }
 

@@ -71,8 +71,8 @@ pub async fn operator_delete(pool: &PgPool, key: &str) {
         .expect("delete lease");
 }
 
-// pg_stat_statements of one database: `reset_statement_stats`, `statement_calls`.
-pub use leasehold_testkit::stats::{reset_statement_stats, statement_calls};
+// pg_stat_statements of one database: `reset_statement_stats`, `statement_calls`, `statement_totals`.
+pub use leasehold_testkit::stats::{reset_statement_stats, statement_calls, statement_totals};
 
 /// A pool that cannot reach any server: proves no SQL is sent, or that a
 /// transport error stays an error.

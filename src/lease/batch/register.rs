@@ -13,13 +13,15 @@ use crate::lease::{LeaseStore, WAKE_CHANNEL};
 use crate::validate;
 
 /// One row of [`LeaseStore::register_many`]'s answer: either the summary
-/// (`ord` NULL: how many rows the statement inserted, and the server's
-/// clock), or a row that was there already (`ord`: its key's 1-based place
-/// in the keys sent).
+/// (`ord` NULL: how many rows the statement inserted, how many were there
+/// already, and the server's clock), or a row that was there already, due
+/// at another time than the key's first due time (`ord`: its key's 1-based
+/// place in the keys sent).
 type RegisterRow = (
     Option<i64>,
     Option<DateTime<Utc>>,
     Option<DateTime<Utc>>,
+    Option<i64>,
     Option<i64>,
     Option<DateTime<Utc>>,
 );
@@ -64,8 +66,10 @@ type RowTimes = (DateTime<Utc>, Option<DateTime<Utc>>);
 struct Answer {
     server_now: DateTime<Utc>,
     inserted: usize,
-    /// The rows that were there already: (place in the keys sent,
-    /// expires_at, next_due_at).
+    /// How many of the keys sent had their row there already.
+    there: usize,
+    /// Those of them whose row is due at another time than the first due
+    /// time sent: (place in the keys sent, expires_at, next_due_at).
     existing: Vec<(usize, DateTime<Utc>, Option<DateTime<Utc>>)>,
 }
 
@@ -178,11 +182,13 @@ impl LeaseStore {
             // earlier is then taken for a little older than it is, so the
             // key is looked at again early, never late.
             server_now = server_now.max(Some(answer.server_now));
-            // Every key not found there is one this answer inserted — free
+            // Every key not in `existing` is one this answer inserted — free
             // (it expired 1 µs after it was "acquired", before server_now)
-            // and due at the time sent — if the counts add up.
+            // and due at the time sent — or one whose row was there, due at
+            // that same time (whether it is still held then, its claim
+            // learns): if the counts add up.
             let sent_here = chunk.min(keys.len() - first);
-            if answer.inserted + answer.existing.len() == sent_here {
+            if answer.inserted + answer.there == sent_here {
                 for place in first..first + sent_here {
                     rows[sent(place)] = Some((answer.server_now, Some(dues[place])));
                 }
@@ -214,7 +220,7 @@ impl LeaseStore {
         let answer = self
             .register_sorted(Check::Conflicts, holder, names, dues, jobs)
             .await?;
-        if answer.inserted + answer.existing.len() == names.len() {
+        if answer.inserted + answer.there == names.len() {
             return Ok(answer);
         }
         // Another replica inserted some of these keys after this
@@ -257,11 +263,19 @@ impl LeaseStore {
         //   (about a third of the statement at a million new keys), so it
         //   is paid only after a conflict.
         // - A new row due already wakes the listeners (`woken`).
-        // - The answer is one summary row (how many rows were inserted, the
-        //   server's clock) and the rows that were there, by their key's
-        //   place in $2: the caller knows the keys and the rows it inserted,
-        //   so neither a key's text nor a new row travels back. Those rows
-        //   are `seen`'s, as the snapshot has them.
+        // - The answer is one summary row (how many rows were inserted and
+        //   how many were there, the server's clock) and, by their key's
+        //   place in $2, the rows that were there due at another time than
+        //   the one sent: the caller knows the keys and the rows it inserted,
+        //   so neither a key's text nor a new row travels back. Nor does a
+        //   row that was there and is due at the first due time sent — a
+        //   restart's usual row, since every replica computes the same next
+        //   slot: the caller files it at that time, as it files an inserted
+        //   one. Its row's due time is then known exactly, and nothing is
+        //   worth a claim before it, held or not; whether it is still held
+        //   then, that claim learns (a lease still held is filed at its
+        //   expiry: one claim more at most). A row due at another time (a
+        //   slot owed, a trigger) comes back as the snapshot has it.
         macro_rules! register {
             ($on_conflict:literal) => {
                 concat!(
@@ -287,11 +301,12 @@ impl LeaseStore {
                      WHERE i.next_due_at <= clock_timestamp()) AS notified
             )
             SELECT NULL::bigint, NULL::timestamptz, NULL::timestamptz,
-                   (SELECT count(*) FROM inserted), clock_timestamp()
+                   (SELECT count(*) FROM inserted), (SELECT count(*) FROM seen WHERE there), clock_timestamp()
               FROM woken
             UNION ALL
-            SELECT s.ord, s.expires_at, s.next_due_at, NULL, NULL
-              FROM seen AS s WHERE s.there"
+            SELECT s.ord, s.expires_at, s.next_due_at, NULL, NULL, NULL
+              FROM seen AS s
+             WHERE s.there AND s.next_due_at IS DISTINCT FROM s.first_due"
                 )
             };
         }
@@ -316,20 +331,21 @@ impl LeaseStore {
             .fetch_all(conn))?;
         let mut summary = None;
         let mut existing = Vec::with_capacity(rows.len().saturating_sub(1));
-        for (ord, expires_at, next_due_at, inserted, server_now) in rows {
+        for (ord, expires_at, next_due_at, inserted, there, server_now) in rows {
             match (ord, expires_at) {
                 (Some(ord), Some(expires_at)) => {
                     let place = usize::try_from(ord.saturating_sub(1)).unwrap_or(usize::MAX);
                     existing.push((place, expires_at, next_due_at));
                 }
-                _ => summary = server_now.map(|now| (now, inserted.unwrap_or(0))),
+                _ => summary = server_now.map(|now| (now, inserted.unwrap_or(0), there.unwrap_or(0))),
             }
         }
         // The summary row always comes (`woken` is one aggregate row).
-        let (server_now, inserted) = summary.ok_or(Error::Database(sqlx::Error::RowNotFound))?;
+        let (server_now, inserted, there) = summary.ok_or(Error::Database(sqlx::Error::RowNotFound))?;
         Ok(Answer {
             server_now,
             inserted: usize::try_from(inserted).unwrap_or(0),
+            there: usize::try_from(there).unwrap_or(0),
             existing,
         })
     }

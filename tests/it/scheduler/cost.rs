@@ -23,6 +23,10 @@ fn hourly_tenants(n: usize) -> Vec<ScriptedJob> {
         .collect()
 }
 
+/// Text only the registration statements have.
+const REGISTRATION: &str =
+    "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)";
+
 /// Text only the scheduler's batch claim has.
 const CLAIM_DUE: &str = "SKIP LOCKED\n            ), claimed AS";
 
@@ -54,11 +58,7 @@ async fn a_thousand_keys_register_in_one_statement_and_idle_for_almost_nothing()
     let poll = Duration::from_millis(500);
     let a = support::replica_on(db.pool.clone(), "a", poll, hourly_tenants(1000)).await;
     let b = support::replica_on(db.pool.clone(), "b", poll, hourly_tenants(1000)).await;
-    let registrations = support::statement_calls(
-        &db.pool,
-        "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)",
-    )
-    .await;
+    let registrations = support::statement_calls(&db.pool, REGISTRATION).await;
     assert_eq!(
         registrations, 2,
         "one registration statement per replica for 1,000 keys"
@@ -120,11 +120,7 @@ async fn keys_in_a_linguistically_collated_database_register_in_one_statement_ea
     let poll = Duration::from_secs(60);
     let a = support::replica_on(db.pool.clone(), "a", poll, mixed_case()).await;
     let b = support::replica_on(db.pool.clone(), "b", poll, mixed_case()).await;
-    let registrations = support::statement_calls(
-        &db.pool,
-        "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)",
-    )
-    .await;
+    let registrations = support::statement_calls(&db.pool, REGISTRATION).await;
     let checked = support::statement_calls(&db.pool, CONFLICT_CHECKED).await;
     assert_eq!(
         (registrations, checked),
@@ -299,7 +295,10 @@ async fn rows_other_replicas_insert_during_both_registration_statements_keep_the
 /// at once. Only the registration's answer can tell it: the poll interval
 /// is a minute, and a poll looks for keys that fell due since shortly
 /// before the start. (Were one chunk's rows filed under the other chunk's
-/// keys, an overdue key would wait for its next hourly slot.)
+/// keys, an overdue key would wait for its next hourly slot.) That answer
+/// carries only those two rows besides each chunk's summary: the other
+/// rows are due at the slot the replica sent, so nothing about them needs
+/// to travel back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_thousand_keys_register_in_two_chunks_and_each_keys_row_reaches_its_key() {
     const KEYS: usize = 50_000;
@@ -322,11 +321,7 @@ async fn fifty_thousand_keys_register_in_two_chunks_and_each_keys_row_reaches_it
     };
     let poll = Duration::from_secs(60);
     let a = support::replica_on(db.pool.clone(), "a", poll, tenants()).await;
-    let registrations = support::statement_calls(
-        &db.pool,
-        "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)",
-    )
-    .await;
+    let registrations = support::statement_calls(&db.pool, REGISTRATION).await;
     assert_eq!(registrations, 2, "one statement per chunk");
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_lease WHERE next_due_at IS NOT NULL")
         .fetch_one(&db.pool)
@@ -348,6 +343,12 @@ async fn fifty_thousand_keys_register_in_two_chunks_and_each_keys_row_reaches_it
         support::statement_calls(&db.pool, CONFLICT_CHECKED).await,
         0,
         "the rows were there: no conflict to check"
+    );
+    let answer = support::statement_totals(&db.pool, &format!("%{REGISTRATION}%")).await;
+    assert_eq!(
+        (answer.calls, answer.rows),
+        (2, 4),
+        "two statements answering a summary each and the two overdue rows"
     );
     support::eventually(Duration::from_secs(20), || {
         (ran.lock().unwrap().len() >= 2).then_some(())
