@@ -19,17 +19,19 @@ use crate::setup::{Bench, drop_db, fresh_db};
 /// Runtimes in every fleet of this scenario, unless `LEASEHOLD_BENCH_RUNTIMES` says otherwise.
 const RUNTIMES: usize = 4;
 
-/// How many runtimes each fleet has (`LEASEHOLD_BENCH_RUNTIMES`, else [`RUNTIMES`]).
-fn runtimes() -> usize {
-    std::env::var("LEASEHOLD_BENCH_RUNTIMES")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(RUNTIMES)
+/// A positive count from the environment variable `name`, if set; a value
+/// that is not one stops the bench, naming it (a typo must not measure the
+/// default under the name of the setting).
+fn env_count(name: &str) -> Option<usize> {
+    let value = std::env::var(name).ok()?;
+    match value.parse::<usize>() {
+        Ok(n) if n > 0 => Some(n),
+        _ => panic!("{name}={value:?}: give a whole number of at least 1, or unset it"),
+    }
 }
 
 pub(crate) async fn throughput(b: &Bench) {
-    let runtimes = runtimes();
+    let runtimes = env_count("LEASEHOLD_BENCH_RUNTIMES").unwrap_or(RUNTIMES);
     progress("6. throughput");
     let (db, stats) = fresh_db(&b.server).await;
     let (sizes, ceiling, warmup, window): (&[usize], usize, Duration, Duration) = if b.smoke {
@@ -67,9 +69,7 @@ pub(crate) async fn throughput(b: &Bench) {
     // Half the ceiling: keys × 10 runs/s ≈ achieved ÷ 2, in hundreds of keys.
     // `LEASEHOLD_BENCH_HALF_KEYS` fixes it instead, so that two builds
     // compared back to back face the same demand.
-    let half = std::env::var("LEASEHOLD_BENCH_HALF_KEYS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
+    let half = env_count("LEASEHOLD_BENCH_HALF_KEYS")
         .unwrap_or_else(|| ((achieved / 2.0 / per_s(1) / 100.0).round() as usize * 100).max(100));
     let at_half = measure("half the ceiling, with a probe", "tphalf", half, true).await;
     println!("## 6. Throughput: short runs per second on one PostgreSQL, {runtimes} runtimes\n");

@@ -22,10 +22,16 @@ psql -q "$PGURL/floor" -v ON_ERROR_STOP=1 \
       SELECT 'k' || g, s, 0, 'j', 0, 'h', now(), now(), now(), 'succeeded'
         FROM generate_series(0, 15999) g, generate_series(0, 9) s"
 psql -q "$PGURL/floor" -v ON_ERROR_STOP=1 -f fns.sql
+# Each round starts from the same rows: run numbers from 0 again, in the
+# leases and in the ring, so leasehold's ring-order check (a place is only
+# overwritten by a newer run) lets every run's history row through, as in
+# a fleet; with the ring left at an earlier round's numbers, its writes
+# would all take the conflict path instead.
 reset() {
   psql -q "$PGURL/floor" \
     -c "UPDATE leasehold_lease SET holder = 'h', runs = 0, acquired_at = now() - interval '1 h',
                expires_at = now() - interval '1 h' + interval '1 s', next_due_at = now() - interval '1 h'" \
+    -c "UPDATE leasehold_run SET run_no = 0" \
     -c "VACUUM ANALYZE leasehold_lease" -c "VACUUM ANALYZE leasehold_run"
 }
 # Each transaction of the scripts is 100 runs: a claim of 100 keys, a read
