@@ -21,6 +21,10 @@ pub enum CancelReason {
     /// An operator paused the key (or its job) and asked for the runs in
     /// progress to stop (`leasehold pause --cancel`).
     Paused,
+    /// The key was removed while it ran: from this runtime
+    /// ([`Runtime::remove`](crate::Runtime::remove)), or as a key of a job
+    /// kind removed fleet-wide (`remove_key`, `leasehold kind remove`).
+    Removed,
 }
 
 impl CancelReason {
@@ -32,6 +36,7 @@ impl CancelReason {
             CancelReason::Deadline => "deadline",
             CancelReason::Shutdown => "shutdown",
             CancelReason::Paused => "paused",
+            CancelReason::Removed => "removed",
         }
     }
 }

@@ -18,6 +18,11 @@ pub enum RunOutcome {
     /// Not run: its slot was missed and the job's catch-up policy is
     /// [`CatchUp::Skip`](crate::CatchUp::Skip).
     Skipped,
+    /// The run ended without a release: its replica crashed, froze past
+    /// its lease, or could not write its release. Recorded by the claim
+    /// that took the key over, with the tenure's holder, fence and start,
+    /// ended at the lease's expiry (reason `expired`).
+    Lost,
 }
 
 impl RunOutcome {
@@ -29,6 +34,7 @@ impl RunOutcome {
             RunOutcome::Cancelled => "cancelled",
             RunOutcome::Panicked => "panicked",
             RunOutcome::Skipped => "skipped",
+            RunOutcome::Lost => "lost",
         }
     }
 
@@ -39,6 +45,7 @@ impl RunOutcome {
             "failed" => RunOutcome::Failed,
             "panicked" => RunOutcome::Panicked,
             "skipped" => RunOutcome::Skipped,
+            "lost" => RunOutcome::Lost,
             _ => RunOutcome::Cancelled,
         }
     }

@@ -189,7 +189,7 @@ impl Tenure {
     pub(crate) fn wants_renewal(&self) -> bool {
         matches!(
             self.reason(),
-            None | Some(CancelReason::Shutdown | CancelReason::Paused)
+            None | Some(CancelReason::Shutdown | CancelReason::Paused | CancelReason::Removed)
         )
     }
 

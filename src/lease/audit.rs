@@ -100,7 +100,7 @@ impl LeaseStore {
     pub(crate) async fn record_outcomes(&self, outcomes: &[(i64, String, Option<i64>)]) -> Result<()> {
         let ids: Vec<i64> = outcomes.iter().map(|o| o.0).collect();
         // The column's limit is the history's error limit.
-        let texts: Vec<String> = outcomes.iter().map(|o| super::truncate_error(o.1.clone())).collect();
+        let texts: Vec<String> = outcomes.iter().map(|o| super::storable_text(o.1.clone())).collect();
         let fences: Vec<Option<i64>> = outcomes.iter().map(|o| o.2).collect();
         // `outcome IS NULL`: a late or repeated call never rewrites history.
         const OUTCOME: &str = "

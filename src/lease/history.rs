@@ -89,8 +89,17 @@ pub(crate) struct RunReport {
     pub(crate) ring: u32,
 }
 
-/// Cuts `message` to [`HISTORY_ERROR_BYTES`] at a character boundary.
-pub(crate) fn truncate_error(mut message: String) -> String {
+/// `message` as a text column can store it: each NUL (which PostgreSQL's
+/// `text` refuses, failing the whole statement — every run released with
+/// it) shown as `␀` (U+2400), then cut to [`HISTORY_ERROR_BYTES`] at a
+/// character boundary. What a job or an operator's tool wrote never fails
+/// the statement that records it.
+pub(crate) fn storable_text(message: String) -> String {
+    let mut message = if message.contains('\0') {
+        message.replace('\0', "\u{2400}")
+    } else {
+        message
+    };
     if message.len() > HISTORY_ERROR_BYTES {
         let mut end = HISTORY_ERROR_BYTES - '…'.len_utf8();
         while !message.is_char_boundary(end) {
@@ -563,9 +572,17 @@ mod tests {
     #[test]
     fn long_errors_are_cut_at_a_character_boundary() {
         let long = "é".repeat(HISTORY_ERROR_BYTES);
-        let cut = truncate_error(long);
+        let cut = storable_text(long);
         assert!(cut.len() <= HISTORY_ERROR_BYTES, "{}", cut.len());
         assert!(cut.ends_with('…'));
-        assert_eq!(truncate_error("short".into()), "short");
+        assert_eq!(storable_text("short".into()), "short");
+    }
+
+    #[test]
+    fn nul_bytes_are_shown_not_stored() {
+        assert_eq!(storable_text("a\0b\0".into()), "a\u{2400}b\u{2400}");
+        // A megabyte of NULs: shown, then cut to the column's limit.
+        let cut = storable_text("\0".repeat(1 << 20));
+        assert!(cut.len() <= HISTORY_ERROR_BYTES && !cut.contains('\0'), "{}", cut.len());
     }
 }

@@ -74,6 +74,7 @@ impl NewKey {
         schedule.validate()?;
         let args = serde_json::to_string(args)
             .map_err(|e| Error::invalid("job arguments", key, format!("they do not serialize as JSON: {e}")))?;
+        refuse_nul_in_args(key, &args)?;
         if args.len() > MAX_ARGS_BYTES {
             return Err(Error::invalid(
                 "job arguments",
@@ -112,6 +113,56 @@ impl NewKey {
     /// The arguments, as the JSON text stored.
     pub fn args_json(&self) -> &str {
         &self.args
+    }
+}
+
+/// Refuses arguments whose JSON holds a NUL character (`\u0000`) in a
+/// string or a field name: PostgreSQL's `jsonb` cannot store one, and would
+/// refuse the whole registration naming neither the key nor the field. The
+/// error names both. The JSON text is only searched for the escape; the
+/// field is looked up (one more parse) when it is there.
+fn refuse_nul_in_args(key: &str, json: &str) -> Result<()> {
+    if !json.contains("\\u0000") {
+        return Ok(());
+    }
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(json) else {
+        return Ok(());
+    };
+    match nul_path(&value, &mut String::from("$")) {
+        Some(path) => Err(Error::invalid(
+            "job arguments",
+            format!("key {key:?}, field {path}"),
+            "a NUL character (U+0000) cannot be stored in PostgreSQL's jsonb: remove it, or encode the \
+             value (e.g. base64) before it goes into the arguments",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The JSON path (`$.tenant.names[2]`) of the first string or field name
+/// that holds a NUL, if any.
+fn nul_path(value: &serde_json::Value, path: &mut String) -> Option<String> {
+    use serde_json::Value;
+    match value {
+        Value::String(s) if s.contains('\0') => Some(path.clone()),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
+            let len = path.len();
+            path.push_str(&format!("[{i}]"));
+            let found = nul_path(item, path);
+            path.truncate(len);
+            found
+        }),
+        Value::Object(fields) => fields.iter().find_map(|(name, item)| {
+            let len = path.len();
+            path.push_str(&format!(".{name:?}"));
+            if name.contains('\0') {
+                return Some(path.clone());
+            }
+            let found = nul_path(item, path);
+            path.truncate(len);
+            found
+        }),
+        _ => None,
     }
 }
 
@@ -516,13 +567,15 @@ impl LeaseStore {
     pub(crate) async fn report_args_error(&self, key: &str, version: i64, problem: &str) -> Result<bool> {
         // `version = $2`: a report is about the version read (an update
         // meanwhile cleared the error and must stay clear).
+        // The problem quotes what the job's deserializer read: it may hold a NUL.
+        let problem = super::storable_text(problem.to_owned());
         const REPORT: &str = "
             UPDATE leasehold_key SET args_error = $3
              WHERE key = $1 /* guard:report_args.version */ AND version = $2 AND args_error IS DISTINCT FROM $3";
         let done = connection::run!(&self.conns, |conn| sqlx::query(REPORT)
             .bind(key)
             .bind(version)
-            .bind(problem)
+            .bind(&problem)
             .execute(conn))?;
         Ok(done.rows_affected() > 0)
     }

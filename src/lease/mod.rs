@@ -82,7 +82,7 @@ pub use faults::LockedRow;
 pub use fleet::{Fleet, HolderSeen};
 pub use forget::Forgotten;
 pub use history::{KeyFilter, KeyPage, KeyState, KeyStatus, RunRecord};
-pub(crate) use history::{RunReport, truncate_error};
+pub(crate) use history::{RunReport, storable_text};
 pub(crate) use keys::{KIND_CHANNEL, KeyRow, KindGenerations, StoredArgs};
 pub use keys::{KindStatus, MAX_ARGS_BYTES, NewKey, StoredKey};
 pub(crate) use listen::{SESSION_MARK, WAKE_CHANNEL, is_pooler_refusal};

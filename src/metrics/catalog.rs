@@ -14,7 +14,7 @@ pub mod names {
     pub const HEARTBEATS: &str = "leasehold_heartbeats_total";
     /// Histogram: duration of one heartbeat statement, in seconds.
     pub const HEARTBEAT_DURATION: &str = "leasehold_heartbeat_duration_seconds";
-    /// Counter: finished runs by `job_name` and `outcome` (succeeded, failed, cancelled, panicked).
+    /// Counter: finished runs by `job_name` and `outcome` (succeeded, failed, cancelled, panicked, lost).
     pub const RUNS: &str = "leasehold_job_runs_total";
     /// Histogram: run duration by `job_name`, in seconds.
     pub const RUN_DURATION: &str = "leasehold_job_duration_seconds";
@@ -131,7 +131,7 @@ pub fn describe() {
     describe_counter!(
         names::RUNS,
         Unit::Count,
-        "Finished runs by job and outcome (succeeded, failed, cancelled, panicked)."
+        "Finished runs by job and outcome (succeeded, failed, cancelled, panicked; lost: ended without a release, counted by the replica that took the key over)."
     );
     describe_histogram!(
         names::RUN_DURATION,

@@ -10,7 +10,7 @@
 //! | `leasehold_lease_lost_total` | counter | job_name, reason | runs stopped because their lease was lost: `stolen`, `expired`, `deadline` |
 //! | `leasehold_heartbeats_total` | counter | outcome | heartbeat statements (one per tick for all leases): `renewed`, `lost`, `busy` (a lease row locked elsewhere, not renewed), `error` |
 //! | `leasehold_heartbeat_duration_seconds` | histogram | | duration of one heartbeat statement |
-//! | `leasehold_job_runs_total` | counter | job_name, outcome | finished runs: `succeeded`, `failed`, `cancelled`, `panicked` |
+//! | `leasehold_job_runs_total` | counter | job_name, outcome | finished runs: `succeeded`, `failed`, `cancelled`, `panicked`; and `lost`, counted by the replica whose claim took over a run that ended without a release (a crash, a freeze past its lease, a failed release) |
 //! | `leasehold_job_duration_seconds` | histogram | job_name | run duration, whatever the outcome |
 //! | `leasehold_leases_held` | gauge | job_name | leases this process holds right now |
 //! | `leasehold_lease_remaining_seconds` | gauge | job_name | server time left on the lease right after its last renewal |
@@ -204,6 +204,7 @@ pub(crate) fn prime(job: &str) {
         RunOutcome::Failed,
         RunOutcome::Cancelled,
         RunOutcome::Panicked,
+        RunOutcome::Lost,
     ] {
         counter!(names::RUNS, "job_name" => job.to_owned(), "outcome" => outcome.as_str()).increment(0);
     }
@@ -235,6 +236,13 @@ pub(crate) fn run_finished(job: &str, outcome: RunOutcome, took: Duration) {
             .unwrap_or_default();
         gauge!(names::LAST_SUCCESS, "job_name" => job.to_owned()).set(now.as_secs_f64());
     }
+}
+
+/// A run of `job` that ended without a release, as the claim that took its
+/// key over recorded it: counted with the finished runs, outcome `lost`
+/// (its duration is not known, so none is recorded).
+pub(crate) fn run_lost(job: &str) {
+    counter!(names::RUNS, "job_name" => job.to_owned(), "outcome" => RunOutcome::Lost.as_str()).increment(1);
 }
 
 pub(crate) fn held(job: &str, delta: f64) {

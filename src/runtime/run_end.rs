@@ -121,9 +121,9 @@ impl Ending {
             Ending::Cancelled(Some(
                 reason @ (CancelReason::Stolen | CancelReason::Expired | CancelReason::Deadline),
             )) => stopped(Some(reason), Streak::Extend, true),
-            Ending::Cancelled(Some(reason @ (CancelReason::Shutdown | CancelReason::Paused))) => {
-                stopped(Some(reason), Streak::Reset, false)
-            }
+            Ending::Cancelled(Some(
+                reason @ (CancelReason::Shutdown | CancelReason::Paused | CancelReason::Removed),
+            )) => stopped(Some(reason), Streak::Reset, false),
             Ending::Cancelled(None) => stopped(None, Streak::Reset, false),
         }
     }
@@ -135,7 +135,11 @@ impl Ending {
 /// business: its failure or panic is recorded as such.
 pub(crate) fn stop_explains_failure(reason: CancelReason) -> bool {
     match reason {
-        CancelReason::Stolen | CancelReason::Expired | CancelReason::Deadline | CancelReason::Paused => true,
+        CancelReason::Stolen
+        | CancelReason::Expired
+        | CancelReason::Deadline
+        | CancelReason::Paused
+        | CancelReason::Removed => true,
         CancelReason::Shutdown => false,
     }
 }
@@ -146,12 +150,13 @@ mod tests {
     use crate::cancel::CancelReason;
     use crate::outcome::RunOutcome;
 
-    const REASONS: [CancelReason; 5] = [
+    const REASONS: [CancelReason; 6] = [
         CancelReason::Stolen,
         CancelReason::Expired,
         CancelReason::Deadline,
         CancelReason::Shutdown,
         CancelReason::Paused,
+        CancelReason::Removed,
     ];
 
     #[test]

@@ -253,7 +253,9 @@ impl Scheduler {
         let answer = bounded(
             CLAIM_TIMEOUT,
             "claim",
-            shared.store.claim_due(&shared.holder, &candidates, room),
+            shared
+                .store
+                .claim_due(&shared.holder, &candidates, room, shared.history),
         )
         .await;
         #[cfg(feature = "test-util")]
@@ -274,6 +276,12 @@ impl Scheduler {
                 continue;
             };
             answered.insert(&*by_key[lease.key.as_str()].key);
+            if let Some(lost_job) = &run.lost_job {
+                tracing::warn!(key = %job.key, job = %lost_job, fence = lease.fence,
+                    "the key's previous run ended without a release (its replica crashed, froze past its lease \
+                     or could not write its release); recorded as lost");
+                metrics::run_lost(lost_job);
+            }
             shared
                 .clock
                 .observed(lease.expires_at - chrono::TimeDelta::from_std(lease.remaining).unwrap_or_default());

@@ -18,7 +18,7 @@ use crate::cancel::CancelReason;
 use crate::error::Error;
 use crate::guard::FenceGuard;
 use crate::job::JobError;
-use crate::lease::{Finish, NextDue, Released, RunOutcome, RunReport, truncate_error};
+use crate::lease::{Finish, NextDue, Released, RunOutcome, RunReport, storable_text};
 use crate::metrics;
 use crate::schedule::{SlotPlan, next_after_success, plan};
 use crate::tenure::Tenure;
@@ -74,7 +74,7 @@ async fn supervise(mut slot: RunSlot, run_no: i64, pending: Option<DateTime<Utc>
         started_at: tenure.acquired_at,
         outcome: after.outcome,
         reason: after.reason,
-        error: error.map(truncate_error),
+        error: error.map(storable_text),
         ring: shared.history,
     };
     // A wake-up heard while the release is out may announce a commit (a
@@ -179,7 +179,9 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (Ending, 
         // A run an operator's pause cancelled is recorded as cancelled even
         // if it returned Ok: most jobs return early when cancelled, and the
         // slot must stay owed so it runs again once resumed.
-        Some(Ok(Ok(()))) if tenure.reason() == Some(CancelReason::Paused) => (Ending::Cancelled(tenure.reason()), None),
+        Some(Ok(Ok(()))) if matches!(tenure.reason(), Some(CancelReason::Paused | CancelReason::Removed)) => {
+            (Ending::Cancelled(tenure.reason()), None)
+        }
         Some(Ok(Ok(()))) => (Ending::Succeeded, None),
         _ if tenure.reason().is_some_and(stop_explains_failure) => (Ending::Cancelled(tenure.reason()), None),
         Some(Ok(Err(error))) => {
@@ -243,7 +245,7 @@ fn record_end(span: &tracing::Span, after: &Aftermath, error: Option<&str>) {
                 .to_owned(),
         ),
         (RunOutcome::Cancelled, Some(reason)) if after.lease_lost => Some(format!("lease lost ({reason})")),
-        (RunOutcome::Cancelled | RunOutcome::Succeeded | RunOutcome::Skipped, _) => None,
+        (RunOutcome::Cancelled | RunOutcome::Succeeded | RunOutcome::Skipped | RunOutcome::Lost, _) => None,
     };
     if let Some(description) = status {
         span.record("otel.status_code", "ERROR");

@@ -1,6 +1,6 @@
 //! Unregistering a key on this replica: `Runtime::remove`, and the keys of
 //! job kinds removed fleet-wide (`fleet.rs`). A run of the key in progress
-//! here is cancelled (reason *shutdown*), given its grace, and released.
+//! here is cancelled (reason *removed*), given its grace, and released.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +31,7 @@ pub(crate) fn begin(shared: &Arc<Shared>, key: &str) -> Option<Arc<CancellationT
                 ended.cancel();
                 return Some(ended);
             };
-            tenure.cancel(CancelReason::Shutdown);
+            tenure.cancel(CancelReason::Removed);
             removing.insert(job.key.clone(), ended.clone());
             tokio::spawn(removed_run_ended(shared.clone(), job, tenure, ended.clone()));
             Some(ended)

@@ -6,6 +6,7 @@ mod support;
 
 mod console;
 mod derive;
+mod exit;
 mod failover;
 mod fenced;
 mod fleet;
@@ -16,6 +17,7 @@ mod metrics;
 mod migrate;
 mod operators;
 mod pgbouncer;
+mod record;
 mod runtime;
 mod scheduler;
 mod traces;

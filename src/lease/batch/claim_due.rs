@@ -22,6 +22,9 @@ pub(crate) struct ClaimedRun {
     /// A stored key's arguments as the claim saw them (`None`: the key is
     /// not a stored key, or not any more).
     pub(crate) args: Option<StoredArgs>,
+    /// The job of the key's previous run, when this claim recorded that
+    /// run as lost (it ended without a release).
+    pub(crate) lost_job: Option<String>,
 }
 
 /// One row of [`LeaseStore::claim_due`]'s answer.
@@ -32,6 +35,7 @@ struct DueRow {
     args_kind: Option<String>,
     args: Option<String>,
     args_version: Option<i64>,
+    lost_job: Option<String>,
 }
 
 /// One key to claim with [`LeaseStore::claim_due`].
@@ -55,7 +59,7 @@ impl LeaseStore {
     /// The statement of [`LeaseStore::claim_due`], prepared on each connection
     /// of leasehold's own as it opens (`session::prepare`).
     // $1 holder, $2 keys, $3 lease seconds, $4 how many to claim at most,
-    // $5 job names.
+    // $5 job names, $6 the history ring's length.
     // `pick` decides, with the guards of `claim_run` (invariant 3, no
     // re-entrance), evaluated on the latest row version once locked:
     // - expires_at <= now: the lease is free by the server clock —
@@ -76,6 +80,14 @@ impl LeaseStore {
     // the caller learns when to look again in the same round trip; it
     // leaves out the claimed ones by the candidate's key (`t.key`), so
     // the filter runs before the row lookup, not after it.
+    // `lost` (invariant 9) records the run whose tenure this claim takes
+    // over when that run was never released (`run_open`, read on the
+    // locked row): its replica crashed, froze past its lease or could not
+    // write its release. The row is the old tenure's, as the lease row
+    // still has it — holder, fence, slot, start — ended at its expiry, at
+    // its ring place ($6 long; 0 records nothing), replacing only an
+    // older run there, so a release that did record the run is never
+    // overwritten. The claimed row comes back with the lost run's job.
     // A claimed stored key comes back with its kind, arguments and
     // version as this statement's snapshot has them: the run starts
     // with the version its claim saw (an update committed before the
@@ -87,7 +99,9 @@ impl LeaseStore {
             WITH t AS (
                 SELECT * FROM unnest($2::text[], $3::float8[], $5::text[]) AS t(key, ttl, job)
             ), pick AS (
-                SELECT l.key FROM leasehold_lease AS l JOIN t ON t.key = l.key
+                SELECT l.key, l.run_open, l.runs, l.job_name, l.fence, l.holder, l.slot_at, l.acquired_at,
+                       l.expires_at
+                  FROM leasehold_lease AS l JOIN t ON t.key = l.key
                  WHERE /* guard:claim_due.expiry */ l.expires_at <= clock_timestamp()
                    AND /* guard:claim_due.due */ (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
                    AND NOT ",
@@ -104,20 +118,36 @@ impl LeaseStore {
                        expires_at  = clock_timestamp() + make_interval(secs => t.ttl),
                        job_name    = t.job,
                        runs        = l.runs + 1,
-                       slot_at     = COALESCE(l.slot_at, l.next_due_at)
+                       slot_at     = COALESCE(l.slot_at, l.next_due_at),
+                       run_open    = true
                   FROM pick, t
                  WHERE l.key = pick.key AND t.key = pick.key
                 RETURNING l.*
+            ), lost AS (
+                INSERT INTO leasehold_run AS r (key, slot, run_no, job_name, fence, holder, scheduled_for,
+                                                started_at, ended_at, outcome, reason, error)
+                SELECT p.key, (p.runs % $6::int8)::int, p.runs, p.job_name, p.fence, p.holder, p.slot_at,
+                       p.acquired_at, p.expires_at, 'lost', 'expired', 'lease expired without a release'
+                  FROM pick AS p
+                 WHERE /* guard:claim_due.lost_open */ p.run_open AND $6::int8 > 0
+                ON CONFLICT (key, slot) DO UPDATE
+                   SET run_no = EXCLUDED.run_no, job_name = EXCLUDED.job_name, fence = EXCLUDED.fence,
+                       holder = EXCLUDED.holder, scheduled_for = EXCLUDED.scheduled_for,
+                       started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
+                       outcome = EXCLUDED.outcome, reason = EXCLUDED.reason, error = EXCLUDED.error
+                 /* guard:claim_due.lost_ring_order */ WHERE r.run_no < EXCLUDED.run_no
+                RETURNING r.key, r.job_name
             )
             SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now,
-                   k.kind AS args_kind, k.args::text AS args, k.version AS args_version
+                   k.kind AS args_kind, k.args::text AS args, k.version AS args_version,
+                   (SELECT lo.job_name FROM lost AS lo WHERE lo.key = c.key) AS lost_job
               FROM claimed AS c LEFT JOIN leasehold_key AS k ON k.key = c.key
             UNION ALL
             SELECT false,
                    ",
         paused!(key = "l.key", jobs = "l.job_name, t.job"),
         ",
-                   l.*, clock_timestamp(), NULL, NULL, NULL
+                   l.*, clock_timestamp(), NULL, NULL, NULL, NULL
               FROM leasehold_lease AS l JOIN t ON t.key = l.key
              WHERE t.key NOT IN (SELECT key FROM claimed)"
     );
@@ -127,8 +157,16 @@ impl LeaseStore {
     /// claimed key gets its own fresh fence. Rows another transaction has
     /// locked are skipped, not waited for. The candidates not claimed come
     /// back as the snapshot saw them; a candidate without a row is in
-    /// neither list.
-    pub(crate) async fn claim_due(&self, holder: &str, candidates: &[Candidate<'_>], limit: usize) -> Result<Claimed> {
+    /// neither list. A claimed key whose previous run was never released
+    /// gets that run's history row, outcome `lost`, in a ring of `ring`
+    /// places (0: none).
+    pub(crate) async fn claim_due(
+        &self,
+        holder: &str,
+        candidates: &[Candidate<'_>],
+        limit: usize,
+        ring: u32,
+    ) -> Result<Claimed> {
         validate::holder(holder)?;
         let mut keys = Vec::with_capacity(candidates.len());
         let mut jobs = Vec::with_capacity(candidates.len());
@@ -150,6 +188,7 @@ impl LeaseStore {
             .bind(&ttls)
             .bind(limit)
             .bind(&jobs)
+            .bind(i64::from(ring))
             .fetch_all(conn))?;
         let mut claimed = Claimed::default();
         for DueRow {
@@ -157,6 +196,7 @@ impl LeaseStore {
             args_kind,
             args,
             args_version,
+            lost_job,
         } in rows
         {
             if acquired {
@@ -170,6 +210,7 @@ impl LeaseStore {
                     run_no,
                     pending_slot,
                     args,
+                    lost_job,
                 });
             } else {
                 claimed.seen.push(Sighting {

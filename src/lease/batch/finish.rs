@@ -62,6 +62,8 @@ impl LeaseStore {
     //   waited for, so one locked row never holds up the batch. `busy`
     //   filters on the item's key (`t.key`) before it looks the row up:
     //   most items are `mine`, and need no second lookup.
+    // - `run_open = false`: the run's release is written, so the claim
+    //   that takes the key next records no lost run (`claim_due`).
     // - Expiring at "now" rather than deleting keeps the schedule;
     //   GREATEST keeps the CHECK true even if the server clock stepped
     //   back. A new due time is also the slot the next run owes; a
@@ -121,7 +123,8 @@ impl LeaseStore {
                        next_due_at = CASE /* guard:finish_many.plain_release */ WHEN t.at IS NULL AND t.after IS NULL THEN l.next_due_at
                                           /* guard:finish_many.trigger_kept */ WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()
                                           ELSE COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after)) END,
-                       slot_at     = /* guard:finish_many.slot_owed */ COALESCE(t.at, l.slot_at, l.next_due_at)
+                       slot_at     = /* guard:finish_many.slot_owed */ COALESCE(t.at, l.slot_at, l.next_due_at),
+                       run_open    = false
                   FROM t
                  WHERE l.key = t.key
                    AND l.key IN (SELECT key FROM mine)
