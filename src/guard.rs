@@ -17,6 +17,12 @@ use crate::lease::fence::{self, Advance, Set};
 use crate::tenure::Tenure;
 use crate::{metrics, validate};
 
+/// How long a fenced transaction's fence advance may wait for the
+/// resource's row before leasehold says so in a WARN line: before sqlx's
+/// own slow-statement warning (1 s by default), which names neither the key
+/// nor the fence.
+const FENCE_WAIT_LOGGED: Duration = Duration::from_millis(500);
+
 /// A run's tenure: its lease key, holder and fencing token, its
 /// cancellation, and fenced writes.
 ///
@@ -240,8 +246,13 @@ impl FenceGuard {
     ///   a database statement (an HTTP call) outside the transaction.
     ///
     /// The wait for the resource's row lock is recorded in
-    /// `leasehold_fence_wait_seconds`, and one in progress for longer than a
-    /// quarter of the lease shows in [`Runtime::health`](crate::Runtime::health).
+    /// `leasehold_fence_wait_seconds`; one that lasts half a second is
+    /// logged (WARN, with the key, the fence and the resource, and an INFO
+    /// line when it is over), and one in progress for longer than a quarter
+    /// of the lease shows in [`Runtime::health`](crate::Runtime::health).
+    /// sqlx logs the same statement as a `slow statement` after 1 s; quiet
+    /// it with `sqlx::query=error` in your log filter, or raise its
+    /// threshold with `ConnectOptions::log_slow_statements`.
     ///
     /// The connection is checked before `BEGIN`: one that service code left
     /// inside a transaction is closed and another one taken.
@@ -272,7 +283,23 @@ impl FenceGuard {
             lease: t.ttl,
         };
         let waiting = t.fence_wait();
-        let advance = fence::advance(&mut tx, resource, tenure).await;
+        let advance = {
+            let advance = fence::advance(&mut tx, resource, tenure);
+            tokio::pin!(advance);
+            tokio::select! {
+            biased;
+            done = &mut advance => done,
+            () = tokio::time::sleep(FENCE_WAIT_LOGGED) => {
+                tracing::warn!(key = %t.key, fence = t.fence, resource = ?resource, waited_ms = FENCE_WAIT_LOGGED.as_millis() as u64,
+                    "fenced transaction waits for the resource's row: an older tenure's fenced transaction on it is \
+                     still open (the server ends it once it sits idle for a whole lease)");
+                let done = advance.await;
+                tracing::info!(key = %t.key, fence = t.fence, resource = ?resource,
+                    waited_ms = u64::try_from(waiting.waited().as_millis()).unwrap_or(u64::MAX), "fence wait over");
+                done
+            }
+            }
+        };
         drop(waiting);
         match advance? {
             Advance::Accepted => Ok(tx),

@@ -64,6 +64,13 @@ pub(crate) struct FenceWait<'a> {
     sent: Instant,
 }
 
+impl FenceWait<'_> {
+    /// How long it has waited so far.
+    pub(crate) fn waited(&self) -> Duration {
+        self.sent.elapsed()
+    }
+}
+
 impl Drop for FenceWait<'_> {
     fn drop(&mut self) {
         let mut waits = self.tenure.fence_waits.lock().unwrap_or_else(|p| p.into_inner());

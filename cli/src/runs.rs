@@ -7,10 +7,12 @@ use serde::Serialize;
 
 use crate::text;
 
-/// `succeeded`, `failed`, `cancelled (paused)`.
+/// `succeeded`, `failed`, `cancelled (paused)`, `lost (lease expired
+/// without a release)`.
 pub(crate) fn outcome_text(run: &RunRecord) -> String {
     match (run.outcome, run.reason.as_deref()) {
         (RunOutcome::Cancelled, Some(reason)) => format!("cancelled ({})", text::cell(reason)),
+        (RunOutcome::Lost, _) => "lost (lease expired without a release)".to_owned(),
         (outcome, _) => outcome.as_str().to_owned(),
     }
 }
@@ -27,10 +29,13 @@ pub(crate) struct RunJson<'a> {
     started_at: DateTime<Utc>,
     ended_at: DateTime<Utc>,
     duration_seconds: f64,
-    /// `succeeded`, `failed`, `cancelled`, `panicked` or `skipped`.
+    /// `succeeded`, `failed`, `cancelled`, `panicked`, `skipped`, or
+    /// `lost` (the run ended without a release: its replica crashed, froze
+    /// past its lease or could not write its release; recorded by the
+    /// replica that took the key over).
     outcome: &'static str,
     /// Why a cancelled run stopped: `stolen`, `expired`, `deadline`,
-    /// `shutdown`, `paused`.
+    /// `shutdown`, `paused`, `removed`; `expired` for a lost run.
     reason: Option<&'a str>,
     /// The job's error or panic message, in full (at most 2,000 bytes).
     error: Option<&'a str>,

@@ -133,3 +133,37 @@ async fn a_shorter_idle_timeout_of_the_service_is_kept() {
     );
     rt.shutdown().await;
 }
+
+/// A fence advance that waits for the fence row is logged by leasehold —
+/// WARN, naming the key and the fence — before sqlx's own slow-statement
+/// warning (1 s), and an INFO line says when the wait is over.
+#[tokio::test(flavor = "current_thread")]
+async fn a_fence_advance_waiting_for_the_row_is_logged_with_its_key_and_fence() {
+    let db = support::db().await;
+    accounts(&db.pool).await;
+    let (rt, guard) = held_guard_for(&db, "a", "billing", LEASE * 2).await;
+    let (logs, _capture) = support::LogCounts::capture("leasehold=info");
+    let first = guard.begin_fenced(&db.pool).await.unwrap();
+    let (second_guard, pool) = (guard.clone(), db.pool.clone());
+    let second = tokio::spawn(async move { second_guard.begin_fenced(&pool).await.map(drop) });
+    let warned = |logs: &support::LogCounts| {
+        logs.messages(tracing::Level::WARN)
+            .iter()
+            .any(|m| m.contains("waits for the resource's row"))
+    };
+    support::eventually_async(Duration::from_secs(5), || {
+        let logs = logs.clone();
+        async move { warned(&logs).then_some(()) }
+    })
+    .await;
+    first.commit().await.unwrap();
+    second.await.unwrap().unwrap();
+    assert!(
+        logs.messages(tracing::Level::INFO)
+            .iter()
+            .any(|m| m.contains("fence wait over")),
+        "{:?}",
+        logs.messages(tracing::Level::INFO)
+    );
+    rt.shutdown().await;
+}
