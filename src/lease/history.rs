@@ -45,7 +45,7 @@ pub struct RunRecord {
     /// How it ended.
     pub outcome: RunOutcome,
     /// Why a cancelled run stopped (`stolen`, `expired`, `deadline`,
-    /// `shutdown`, `paused`).
+    /// `shutdown`, `paused`, `removed`); `expired` for a lost run.
     pub reason: Option<String>,
     /// The job's error or panic message (at most 2,000 bytes).
     pub error: Option<String>,

@@ -81,7 +81,11 @@ async fn a_nul_or_a_megabyte_in_a_job_error_fails_no_release() {
         let error = run.error.as_deref().expect("the failure's error");
         assert!(!error.contains('\0') && error.contains('\u{2400}'), "{key}: {error:?}");
         if i == 2 {
-            assert!(error.len() <= 2000 && error.ends_with('…'), "{key}: {} bytes", error.len());
+            assert!(
+                error.len() <= 2000 && error.ends_with('…'),
+                "{key}: {} bytes",
+                error.len()
+            );
         } else {
             assert_eq!(error, format!("bad\u{2400}byte {i}"));
         }
@@ -187,7 +191,12 @@ async fn released_runs_and_plain_tenures_are_never_recorded_as_lost() {
         vec![job("plain", quick(Schedule::Manual, LONG), |_| async { Ok(()) })],
     )
     .await;
-    let plain = store.claim("plain", "ops", LONG).await.expect("claim").acquired().expect("free");
+    let plain = store
+        .claim("plain", "ops", LONG)
+        .await
+        .expect("claim")
+        .acquired()
+        .expect("free");
     assert!(store.release("plain", "ops", plain.fence).await.expect("release"));
     for n in 1..=2 {
         rt.trigger("plain").await.expect("trigger");
