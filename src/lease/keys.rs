@@ -405,7 +405,7 @@ impl LeaseStore {
     /// Removes `key`, a key of `kind`, fleet-wide; returns whether it
     /// existed. Every replica running the kind stops it at once (by
     /// notification) or within one poll interval: a run in progress is
-    /// cancelled (reason *shutdown*), given its grace, and released. Its
+    /// cancelled (reason *removed*), given its grace, and released. Its
     /// lease row and history stay until [`forget`](Self::forget).
     /// Cancel-safe as described on [`LeaseStore`].
     pub async fn remove_key(&self, kind: &str, key: &str) -> Result<bool> {

@@ -321,7 +321,7 @@ impl Runtime {
     }
 
     /// Unregisters `key` on this replica. A run of it in progress here is
-    /// cancelled (reason *shutdown*), given its grace period, and released;
+    /// cancelled (reason *removed*), given its grace period, and released;
     /// this returns once that is done. The key's row stays (other replicas
     /// may still run it); delete it with [`LeaseStore::forget`](crate::LeaseStore::forget)
     /// (`leasehold forget KEY`) once no replica registers it. Added back
