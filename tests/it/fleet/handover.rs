@@ -52,7 +52,7 @@ async fn a_key_added_through_a_runs_on_b_when_a_is_gone() {
 }
 
 /// A key runs on A (a long run, in progress); it is removed through B's
-/// store: A's run is cancelled for shutdown within a fraction of the poll
+/// store: A's run is cancelled (reason removed) within a fraction of the poll
 /// interval (by notification), and the key never runs again anywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_removed_through_b_stops_on_a_at_once_by_notification() {
@@ -87,7 +87,7 @@ async fn removed_through_b_stops_on_a(listen: bool, poll: Duration, within: Dura
     let removed = Instant::now();
     assert!(b.store().remove_key("tenant", "tenant:gone").await.unwrap());
     let why = support::eventually(within, || runs_of(&kind.log, "tenant:gone")[0].cancelled).await;
-    assert_eq!(why, CancelReason::Shutdown);
+    assert_eq!(why, CancelReason::Removed);
     let took = removed.elapsed();
     assert!(took < within, "stopped {took:?} after the removal");
     let row = support::until_free(&store, "tenant:gone").await;

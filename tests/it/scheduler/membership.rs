@@ -11,7 +11,7 @@ use crate::support::{self, Gate, Runs, job, quick};
 
 /// A runtime started with one key gets a second one at run time (it runs on
 /// its slots; adding it twice is refused), then loses the first while it is
-/// running: that run is cancelled for shutdown and released before `remove`
+/// running: that run is cancelled (reason removed) and released before `remove`
 /// returns, the key never runs here again, and its row stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_added_and_removed_while_running() {
@@ -57,7 +57,7 @@ async fn keys_added_and_removed_while_running() {
     assert!(rt.remove("tenant:a").await.unwrap(), "it was registered");
     let removed = Instant::now();
     let a = runs.all().into_iter().find(|r| r.fence == a_run.fence).unwrap();
-    assert_eq!(a.cancelled.map(|(_, why)| why), Some(CancelReason::Shutdown));
+    assert_eq!(a.cancelled.map(|(_, why)| why), Some(CancelReason::Removed));
     assert!(
         a.ended.is_some_and(|end| end <= removed),
         "the run ended before remove returned"
@@ -163,7 +163,7 @@ async fn two_removes_of_one_key_both_wait_for_its_run_to_end() {
     );
     assert!(first_at >= ended, "the first remove returned before the run ended");
     assert!(second_at >= ended, "the second remove returned before the run ended");
-    assert_eq!(run.cancelled.map(|(_, why)| why), Some(CancelReason::Shutdown));
+    assert_eq!(run.cancelled.map(|(_, why)| why), Some(CancelReason::Removed));
     assert!(!rt.remove("slow-stop").await.unwrap(), "no longer registered");
     rt.shutdown().await;
 }
