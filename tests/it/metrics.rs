@@ -167,7 +167,7 @@ impl Recorder for TestRecorder {
     }
 }
 
-const OUTCOMES: [&str; 4] = ["succeeded", "failed", "cancelled", "panicked"];
+const OUTCOMES: [&str; 5] = ["succeeded", "failed", "cancelled", "panicked", "lost"];
 const REASONS: [&str; 3] = ["stolen", "expired", "deadline"];
 
 /// Asserts the job's runs by outcome are exactly `expected` (outcomes not
@@ -199,7 +199,8 @@ fn held(m: &TestRecorder, job: &str) -> Option<f64> {
 /// A replica cut off from the database stops its run at the local deadline:
 /// one loss, reason `deadline`, in the metric and in health; the run counts
 /// as cancelled; the lease is no longer held; the renewals before it set the
-/// remaining-time gauge.
+/// remaining-time gauge. The replica that takes the key over counts the run,
+/// whose release never came, as `lost`, as the history records it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_loss_is_counted_once_with_its_reason() {
     let m = recorder();
@@ -277,6 +278,31 @@ async fn a_deadline_loss_is_counted_once_with_its_reason() {
         Some(leasehold::CancelReason::Deadline)
     );
 
+    // Its release could not be written: the replica that takes the key
+    // over records the run as lost, and counts it once.
+    let b = replica(
+        &db,
+        "b",
+        2,
+        vec![job(
+            name,
+            quick(Schedule::Manual, lease),
+            runs.body(Duration::from_secs(120)),
+        )],
+    )
+    .await;
+    b.trigger(name).await.unwrap();
+    runs.wait_started(2, Duration::from_secs(20)).await;
+    assert_runs(m, name, &[("cancelled", 1), ("lost", 1)]);
+    let store = leasehold::LeaseStore::new(db.pool.clone());
+    let recorded = store.history(name, 10).await.unwrap();
+    assert_eq!(
+        recorded.iter().map(|r| r.outcome).collect::<Vec<_>>(),
+        [leasehold::RunOutcome::Lost],
+        "the history says what the metric counts"
+    );
+
+    b.shutdown().await;
     rt.shutdown().await;
     assert_lost_once(m, name, "deadline");
     assert_eq!(held(m, name), Some(0.0));
