@@ -166,3 +166,76 @@ async fn history_shows_recorded_runs_newest_first() {
         stderr(&out)
     );
 }
+
+/// Holds its run until cancelled, with a short lease.
+struct HoldsUntilCancelled;
+
+impl FencedJob for HoldsUntilCancelled {
+    fn name(&self) -> &str {
+        "reports"
+    }
+
+    fn key(&self) -> String {
+        "reports:acme".to_owned()
+    }
+
+    fn settings(&self) -> JobSettings {
+        JobSettings::new(Schedule::Manual).lease(Duration::from_secs(2))
+    }
+
+    async fn run(&self, guard: FenceGuard) -> Result<(), JobError> {
+        guard.cancelled().await;
+        Ok(())
+    }
+}
+
+/// A run whose release never came (its replica cut off from the database)
+/// is recorded by the replica that takes the key over; `history` shows it
+/// as lost, with the holder that lost it, in the table and in JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_shows_a_run_whose_release_never_came_as_lost() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let store = LeaseStore::new(db.pool.clone());
+    let replica = |holder: &str| {
+        Runtime::builder(db.pool.clone())
+            .holder(holder)
+            .poll_interval(Duration::from_millis(100))
+            .register(HoldsUntilCancelled)
+            .start()
+    };
+    let cut_off = replica("web-1").await.expect("runtime starts");
+    cut_off.trigger("reports:acme").await.expect("trigger");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while store.get("reports:acme").await.unwrap().is_none_or(|l| !l.is_held()) {
+        assert!(tokio::time::Instant::now() < deadline, "the run starts within 10s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cut_off.faults().partition(true);
+    let successor = replica("web-2").await.expect("runtime starts");
+    successor.trigger("reports:acme").await.expect("trigger");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while store.history("reports:acme", 10).await.unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the lost run recorded within 20s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let out = leasehold(Some(&url), &["history", "reports:acme"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let lost = text
+        .lines()
+        .find(|l| l.contains("lost (lease expired without a release)"))
+        .unwrap_or_else(|| panic!("no lost run in\n{text}"));
+    assert!(lost.contains("web-1"), "the holder that lost it: {text}");
+    let out = leasehold(Some(&url), &["history", "reports:acme", "--json"]).await;
+    let run = json(&out)["runs"][0].clone();
+    assert_eq!(
+        (run["outcome"].as_str(), run["reason"].as_str(), run["holder"].as_str()),
+        (Some("lost"), Some("expired"), Some("web-1")),
+        "{run}"
+    );
+    successor.shutdown().await;
+    cut_off.faults().partition(false);
+    cut_off.shutdown().await;
+}
