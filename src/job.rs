@@ -211,19 +211,31 @@ impl JobSettings {
     /// Whether `other` is the same settings, so that keys may share one
     /// copy. Conservative: a cron schedule is never the same as another.
     pub(crate) fn same_as(&self, other: &JobSettings) -> bool {
-        let schedule = match (&self.schedule, &other.schedule) {
+        // Destructured rather than read field by field: a field added to
+        // `JobSettings` does not compile here until it is compared.
+        let JobSettings {
+            schedule,
+            lease,
+            heartbeat,
+            margin,
+            grace,
+            retry_initial,
+            retry_max,
+            catch_up,
+        } = self;
+        let same_schedule = match (schedule, &other.schedule) {
             (Schedule::Every(a), Schedule::Every(b)) => a == b,
             (Schedule::Manual, Schedule::Manual) => true,
             _ => false,
         };
-        schedule
-            && self.lease == other.lease
-            && self.heartbeat == other.heartbeat
-            && self.margin == other.margin
-            && self.grace == other.grace
-            && self.retry_initial == other.retry_initial
-            && self.retry_max == other.retry_max
-            && self.catch_up == other.catch_up
+        same_schedule
+            && *lease == other.lease
+            && *heartbeat == other.heartbeat
+            && *margin == other.margin
+            && *grace == other.grace
+            && *retry_initial == other.retry_initial
+            && *retry_max == other.retry_max
+            && *catch_up == other.catch_up
     }
 
     /// The heartbeat interval in effect (lease/3 unless set).
@@ -290,6 +302,33 @@ impl JobSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Settings that differ from the defaults in one field each are each
+    /// not the same as the defaults (nor a cron schedule as itself); equal
+    /// settings are.
+    #[test]
+    fn settings_differing_in_any_one_field_are_not_the_same() {
+        let base = every_second();
+        assert!(base.same_as(&every_second()));
+        let s = Duration::from_secs;
+        let variants = [
+            ("schedule", every_second().schedule(Schedule::every(s(2)))),
+            ("manual", every_second().schedule(Schedule::Manual)),
+            ("lease", every_second().lease(s(31))),
+            ("heartbeat", every_second().heartbeat(s(9))),
+            ("margin", every_second().margin(s(3))),
+            ("grace", every_second().grace(s(7))),
+            ("retry initial", every_second().retry(s(2), rules::DEFAULT_RETRY_MAX)),
+            ("retry max", every_second().retry(rules::DEFAULT_RETRY, s(3599))),
+            ("catch-up", every_second().catch_up(CatchUp::Skip)),
+        ];
+        for (field, variant) in &variants {
+            assert!(!base.same_as(variant) && !variant.same_as(&base), "{field}");
+            assert!(variant.same_as(&variant.clone()), "{field}");
+        }
+        let cron = JobSettings::new(Schedule::cron("0 3 * * *").expect("a valid cron"));
+        assert!(!cron.same_as(&cron.clone()), "a cron schedule is never shared");
+    }
 
     fn every_second() -> JobSettings {
         JobSettings::new(Schedule::every(Duration::from_secs(1)))

@@ -246,3 +246,111 @@ impl Tenure {
         self.deadline().saturating_duration_since(Instant::now())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The tenure's state transitions, on a paused clock and a store that
+    //! never connects (a tenure only holds it for the guard's writes).
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(30);
+    const MARGIN: Duration = Duration::from_secs(3);
+
+    fn lease(key: &str, fence: i64, remaining: Duration) -> Lease {
+        Lease {
+            key: key.to_owned(),
+            holder: "r1".to_owned(),
+            fence,
+            acquired_at: Utc::now(),
+            expires_at: Utc::now(),
+            remaining,
+        }
+    }
+
+    fn tenure() -> Tenure {
+        let store = LeaseStore::new(
+            sqlx::postgres::PgPoolOptions::new()
+                .connect_lazy("postgres://leasehold@127.0.0.1:1/never")
+                .expect("a lazy pool"),
+        );
+        Tenure::new(
+            "billing",
+            lease("billing", 7, LEASE),
+            Instant::now(),
+            LEASE,
+            MARGIN,
+            store,
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_is_a_margin_before_the_lease_and_only_moves_forward() {
+        let t = tenure();
+        let claimed = Instant::now();
+        assert_eq!(t.deadline(), claimed + LEASE - MARGIN);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        // A renewal sent now with the whole lease left moves it on.
+        let sent = Instant::now();
+        t.renewed(&lease("billing", 7, LEASE), sent);
+        assert_eq!(t.deadline(), sent + LEASE - MARGIN);
+        // An older answer (sent before, or with less left) never moves it back.
+        t.renewed(&lease("billing", 7, LEASE), claimed);
+        t.renewed(&lease("billing", 7, Duration::from_secs(1)), sent);
+        assert_eq!(t.deadline(), sent + LEASE - MARGIN);
+        assert_eq!(t.remaining(), LEASE - MARGIN);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_its_own_row_renews_it() {
+        let t = tenure();
+        let before = t.deadline();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        t.renewed(&lease("billing", 8, LEASE), Instant::now());
+        t.renewed(&lease("reports", 7, LEASE), Instant::now());
+        assert_eq!(t.deadline(), before, "another fence or key moves nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_reason_wins_and_is_set_before_the_token_is_cancelled() {
+        let t = tenure();
+        assert_eq!((t.reason(), t.token().is_cancelled()), (None, false));
+        assert!(t.cancel(CancelReason::Paused));
+        assert_eq!(
+            (t.reason(), t.token().is_cancelled()),
+            (Some(CancelReason::Paused), true)
+        );
+        assert!(!t.lose(CancelReason::Stolen), "a second reason does not count");
+        assert!(!t.cancel(CancelReason::Shutdown));
+        assert_eq!(t.reason(), Some(CancelReason::Paused));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_tenure_is_never_renewed_and_a_stopping_one_still_is() {
+        for reason in [CancelReason::Stolen, CancelReason::Expired, CancelReason::Deadline] {
+            let t = tenure();
+            let before = t.deadline();
+            assert!(t.lose(reason), "{reason}: the first loss counts");
+            assert!(!t.wants_renewal(), "{reason}");
+            tokio::time::advance(Duration::from_secs(10)).await;
+            t.renewed(&lease("billing", 7, LEASE), Instant::now());
+            assert_eq!(t.deadline(), before, "{reason}: a loss is never papered over");
+        }
+        for reason in [CancelReason::Shutdown, CancelReason::Paused, CancelReason::Removed] {
+            let t = tenure();
+            t.cancel(reason);
+            assert!(t.wants_renewal(), "{reason}: still holds its lease while it winds down");
+            tokio::time::advance(Duration::from_secs(10)).await;
+            let sent = Instant::now();
+            t.renewed(&lease("billing", 7, LEASE), sent);
+            assert_eq!(t.deadline(), sent + LEASE - MARGIN, "{reason}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tenure_gone_before_its_time_was_stolen_and_after_it_expired() {
+        let t = tenure();
+        assert_eq!(t.loss_reason(), CancelReason::Stolen);
+        tokio::time::advance(LEASE).await;
+        assert_eq!(t.loss_reason(), CancelReason::Expired);
+    }
+}
