@@ -357,8 +357,14 @@ keys_mutations = [
   "AND version = $2", "",
   "fleet::clauses::a_report_about_an_old_version_leaves_the_new_one_clear"),
  ("reschedule.due", "keys: a new schedule postpones a due run",
-  "AND (next_due_at IS NULL OR next_due_at > $2)", "",
+  "OR next_due_at IS NULL OR next_due_at > $2", "OR true",
   "fleet::clauses::a_new_schedule_never_postpones_a_due_run"),
+ ("reschedule.not_due", "keys: a new schedule moves an owed slot later",
+  "next_due_at > clock_timestamp() AND", "",
+  "scheduler::schedule_change::a_new_schedule_never_postpones_an_owed_slot"),
+ ("reschedule.not_retry", "keys: a new schedule moves a retry's back-off later",
+  "AND slot_at = next_due_at", "",
+  "scheduler::schedule_change::a_new_schedule_never_postpones_a_retry"),
 ]
 
 # The pause rule itself (src/lease/pause_rule.rs), which every statement

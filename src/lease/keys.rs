@@ -544,17 +544,30 @@ impl LeaseStore {
             .fetch_all(conn))
     }
 
-    /// A stored key got a new schedule whose next slot is `first`: its
-    /// lease row is due then, if that is sooner than the due time it has.
-    /// Whether it moved.
+    /// A stored key got a new schedule whose first slot after the change is
+    /// `first`: its lease row is due then, if that is sooner than the due
+    /// time it has, or if the row waits for a slot of the old schedule that
+    /// is not due yet. Whether it moved.
     pub(crate) async fn reschedule(&self, key: &str, first: DateTime<Utc>) -> Result<bool> {
-        // `next_due_at > $2`: only ever sooner. A later due time would
-        // postpone a slot the key owes (a missed slot its catch-up policy
-        // runs, a trigger), and a due time already sooner is the old
-        // schedule's last slot, run once more.
+        // Either arm moves the row:
+        // - a row waiting for a scheduled slot not due yet (the slot its
+        //   release or registration filed: `slot_at = next_due_at`, in the
+        //   future) waits for an old-schedule slot the new schedule may not
+        //   have, or one after the new schedule's first: moved there, later
+        //   or sooner. Not a due row (a missed slot its catch-up policy
+        //   runs, a trigger: `next_due_at <= now`), nor a retry's back-off
+        //   (its `slot_at` is the slot still owed, before `next_due_at`).
+        //   A run of the runtime holds a row it claimed due, so this arm
+        //   leaves it alone; its release files the next due time from the
+        //   new schedule (`supervise::next_due`);
+        // - otherwise `next_due_at > $2`: only ever sooner. A later due
+        //   time would postpone a slot the key owes or a trigger.
         const RESCHEDULE: &str = "
             UPDATE leasehold_lease SET next_due_at = $2, slot_at = $2
-             WHERE key = $1 /* guard:reschedule.due */ AND (next_due_at IS NULL OR next_due_at > $2)";
+             WHERE key = $1
+               AND ((/* guard:reschedule.not_due */ next_due_at > clock_timestamp()
+                     /* guard:reschedule.not_retry */ AND slot_at = next_due_at)
+                    /* guard:reschedule.due */ OR next_due_at IS NULL OR next_due_at > $2)";
         let done = connection::run!(&self.conns, |conn| sqlx::query(RESCHEDULE)
             .bind(key)
             .bind(first)

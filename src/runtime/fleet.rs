@@ -12,10 +12,14 @@
 //!   next slot), like `Runtime::add`;
 //! - a removed key is unregistered, a run in progress cancelled, like
 //!   `Runtime::remove`;
-//! - a key with a new schedule gets a new job entry at its next claim, and
-//!   its lease row is due at the new schedule's next slot if that is
-//!   sooner (a run in progress then writes the due time its old schedule
-//!   gives when it is released: the new one applies from the run after);
+//! - a key with a new schedule gets a new job entry, noting when (server
+//!   time); its lease row, if it waits for a slot not due yet, is due at
+//!   the new schedule's first slot after that instant instead — sooner or
+//!   later —, and a due slot or trigger only ever sooner
+//!   (`LeaseStore::reschedule`); a run in progress files, at its release,
+//!   the new schedule's first slot after the change (`supervise::next_due`),
+//!   so no slot of the new schedule is skipped and none of the old one is
+//!   kept;
 //!   new arguments need nothing here: each claim reads its key's
 //!   arguments (`LeaseStore::claim_due`), and the run starts with them;
 //! - a key whose arguments do not deserialize, or whose schedule does not
@@ -103,7 +107,14 @@ impl KindEntry {
     /// The job entry of one stored key of this kind. Its run starts with
     /// the arguments its claim read: an update reaches the next run
     /// wherever it is claimed, and a key removed meanwhile is not run.
-    fn entry(self: &Arc<Self>, key: &Arc<str>, schedule: Schedule, catch_up: CatchUp) -> JobEntry {
+    /// `changed_at`: when its schedule replaced the key's registered one.
+    fn entry(
+        self: &Arc<Self>,
+        key: &Arc<str>,
+        schedule: Schedule,
+        catch_up: CatchUp,
+        changed_at: Option<DateTime<Utc>>,
+    ) -> JobEntry {
         JobEntry {
             name: self.name.clone(),
             key: key.clone(),
@@ -112,6 +123,7 @@ impl KindEntry {
                 kind: self.clone(),
                 key: key.clone(),
             }),
+            changed_at,
         }
     }
 }
@@ -250,8 +262,13 @@ impl Loaded {
                 // Same schedule: the next run reads the new arguments.
                 Some((_, text, catch)) if *text == row.schedule && *catch == row.catch_up => {}
                 Some(_) => {
-                    let first = first_due(&schedule, server_now(shared).await?);
-                    let job = self.kind.entry(&key, schedule, catch_up);
+                    // From now on the new schedule applies: a run in
+                    // progress files its next due time from it when it is
+                    // released, and a waiting key's pending slot — unless
+                    // it is due already — moves to the new first slot.
+                    let changed_at = server_now(shared).await?;
+                    let first = first_due(&schedule, changed_at);
+                    let job = self.kind.entry(&key, schedule, catch_up, Some(changed_at));
                     shared.registry().replace(Arc::new(job));
                     if shared.store.reschedule(&key, first).await? {
                         shared.wake_key(&key);
@@ -269,7 +286,7 @@ impl Loaded {
                         .await;
                         continue;
                     }
-                    new.push(self.kind.entry(&key, schedule, catch_up));
+                    new.push(self.kind.entry(&key, schedule, catch_up, None));
                     self.bad.remove(&key);
                     pending.push((key, (row.version, row.schedule.clone(), row.catch_up.clone())));
                     continue;

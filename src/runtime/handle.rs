@@ -390,6 +390,14 @@ impl Runtime {
     /// Cancel-safe: the shutdown runs in a task of its own, so dropping this
     /// future does not interrupt it.
     ///
+    /// Once it returns, nothing of the runtime's holds the process: its own
+    /// pool and the listener's connection are closed, its services and runs
+    /// have ended, and nothing of it runs on Tokio's blocking pool, so the
+    /// service's `main` can return and exit at once. (The
+    /// Prometheus exporter of [`RuntimeBuilder::prometheus`](crate::RuntimeBuilder::prometheus)
+    /// is the process's, on a thread of its own: it serves until the process
+    /// exits, and does not delay that.)
+    ///
     /// Dropping the last [`Runtime`] handle without calling this starts the
     /// same shutdown in the background (no new claims, runs cancelled for
     /// shutdown, leases released when possible, otherwise left to expire);

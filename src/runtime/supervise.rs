@@ -20,7 +20,7 @@ use crate::guard::FenceGuard;
 use crate::job::JobError;
 use crate::lease::{Finish, NextDue, Released, RunOutcome, RunReport, storable_text};
 use crate::metrics;
-use crate::schedule::{SlotPlan, next_after_success, plan};
+use crate::schedule::{SlotPlan, next_after_change, next_after_success, plan};
 use crate::tenure::Tenure;
 
 /// How long a release may take before the lease is left to expire.
@@ -64,7 +64,7 @@ async fn supervise(mut slot: RunSlot, run_no: i64, pending: Option<DateTime<Utc>
         }
     };
     let after = ending.aftermath();
-    let next = next_due(&shared, &job, &tenure, &after, planned);
+    let (next, basis) = next_due(&shared, &job, &tenure, &after, planned);
     // Stop renewing before releasing, so a renewal never races the release.
     slot.stop_renewing();
     let report = RunReport {
@@ -81,6 +81,7 @@ async fn supervise(mut slot: RunSlot, run_no: i64, pending: Option<DateTime<Utc>
     // trigger) its answer does not see: then the key is claimed again at once.
     let sent = shared.registry().mark();
     let answer = release(&shared, &job, &tenure, next, report).await;
+    let next = refile_if_changed(&shared, &job, &tenure, &after, next, basis, answer).await;
     let released = answer.released();
     tracing::info!(job = %job.name, key = %job.key, fence = tenure.fence, outcome = after.outcome.as_str(), released,
         "run ended");
@@ -275,27 +276,114 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// What the release records about the schedule ([`Aftermath::next`]), and
-/// the failure streak. `planned` is the slot the catch-up plan named.
+/// the failure streak; with the key's job entry as registered when it was
+/// decided (`None`: removed), for [`refile_if_changed`]. `planned` is the
+/// slot the catch-up plan named.
+///
+/// A key whose schedule changed during the run (the sync replaced its
+/// entry, `Registry::replace`) is next due at the new schedule's first
+/// slot after the change ([`next_after_change`]): the old schedule's next
+/// slot may be one the new schedule does not have, or come after slots of
+/// the new one.
 fn next_due(
     shared: &Shared,
-    job: &JobEntry,
+    job: &Arc<JobEntry>,
     tenure: &Tenure,
     after: &Aftermath,
     planned: Option<DateTime<Utc>>,
-) -> NextDue {
-    let failures = shared.registry().update_failures(&job.key, after.failures).unwrap_or(1);
-    match after.next {
-        NextRule::NextSlot => NextDue::At(next_after_success(
+) -> (NextDue, Option<Arc<JobEntry>>) {
+    let (failures, current) = {
+        let mut registry = shared.registry();
+        let failures = registry.update_failures(&job.key, after.failures).unwrap_or(1);
+        (failures, registry.job(&job.key))
+    };
+    let next = match (after.next, after_change(job, current.as_ref(), tenure, after)) {
+        (NextRule::NextSlot | NextRule::Planned, Some(at)) => NextDue::At(at),
+        (NextRule::NextSlot, None) => NextDue::At(next_after_success(
             &job.settings.schedule,
             job.settings.get_catch_up(),
             tenure.slot(),
             tenure.acquired_at,
         )),
-        NextRule::Planned => planned.map_or(NextDue::Unchanged, NextDue::At),
-        NextRule::Backoff => NextDue::After(job.settings.backoff(failures.max(1))),
+        (NextRule::Planned, None) => planned.map_or(NextDue::Unchanged, NextDue::At),
+        // A retry is for the slot still owed, whatever the schedule now.
+        (NextRule::Backoff, _) => NextDue::After(job.settings.backoff(failures.max(1))),
         // Still due: the next claimer runs it again at once (see the trap
         // documented at `Ending::aftermath`).
-        NextRule::Unchanged => NextDue::Unchanged,
+        (NextRule::Unchanged, _) => NextDue::Unchanged,
+    };
+    (next, current)
+}
+
+/// The next due time after the run when `current`, the key's entry
+/// registered now, replaced the run's own (a stored key's new schedule):
+/// the new schedule's first slot after the change and after the run's
+/// slot ([`next_after_change`]; a skipped slot was not run, so from the
+/// claim). `None` if `current` is the run's entry, or the key was removed
+/// (or removed and added back: its run was cancelled).
+fn after_change(
+    job: &Arc<JobEntry>,
+    current: Option<&Arc<JobEntry>>,
+    tenure: &Tenure,
+    after: &Aftermath,
+) -> Option<DateTime<Utc>> {
+    let now = current.filter(|now| !Arc::ptr_eq(now, job))?;
+    let slot = if after.next == NextRule::NextSlot {
+        tenure.slot()
+    } else {
+        None
+    };
+    Some(next_after_change(
+        &now.settings.schedule,
+        now.settings.get_catch_up(),
+        slot,
+        tenure.acquired_at,
+        now.changed_at?,
+    ))
+}
+
+/// The next due time to file the key at, once its release answered.
+/// Usually `next` as the release sent it. But a schedule change the sync
+/// applied after [`next_due`] read the registry (`basis`) may have moved
+/// the row (`LeaseStore::reschedule`) before the release landed and
+/// overwrote it with a slot of the old schedule: then the release's next
+/// due time is decided again from the new entry and written the way the
+/// sync writes it (only to a pending slot not due yet, or sooner), and the
+/// key is filed at that. A failure to write it is logged: the key then
+/// runs once at the old schedule's slot, as before the change.
+async fn refile_if_changed(
+    shared: &Shared,
+    job: &Arc<JobEntry>,
+    tenure: &Tenure,
+    after: &Aftermath,
+    next: NextDue,
+    basis: Option<Arc<JobEntry>>,
+    answer: Released,
+) -> NextDue {
+    if !answer.released() || !matches!(next, NextDue::At(_)) {
+        return next;
+    }
+    let current = shared.registry().job(&job.key);
+    let moved = match (&basis, &current) {
+        (Some(basis), Some(current)) => !Arc::ptr_eq(basis, current),
+        _ => false,
+    };
+    let Some(again) = after_change(job, current.as_ref(), tenure, after).filter(|_| moved) else {
+        return next;
+    };
+    let limit = RELEASE_TIMEOUT.min(job.settings.lease);
+    match tokio::time::timeout(limit, shared.store.reschedule(&job.key, again)).await {
+        Ok(Ok(_)) => NextDue::At(again),
+        Ok(Err(error)) => {
+            tracing::warn!(job = %job.name, key = %job.key, %error,
+                "could not move the key's due time to its new schedule after its release");
+            next
+        }
+        Err(_) => {
+            tracing::warn!(job = %job.name, key = %job.key,
+                "moving the key's due time to its new schedule after its release did not complete");
+            next
+        }
     }
 }
 

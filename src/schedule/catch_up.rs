@@ -200,6 +200,27 @@ pub(crate) fn next_after_success(
     schedule.next_after(from).unwrap_or_else(never)
 }
 
+/// The next due slot after a run for `slot` (claimed at `claimed_at`)
+/// ended without a failure while its key's schedule changed, at
+/// `changed_at` (server time), to `schedule` with `catch_up`: the new
+/// schedule's first slot after the change and after the instant
+/// [`next_after_success`] counts from — so after the slot just run, no new
+/// slot the change came before is skipped, and no slot of the old schedule
+/// is kept. Never for a manual schedule.
+pub(crate) fn next_after_change(
+    schedule: &Schedule,
+    catch_up: CatchUp,
+    slot: Option<DateTime<Utc>>,
+    claimed_at: DateTime<Utc>,
+    changed_at: DateTime<Utc>,
+) -> DateTime<Utc> {
+    let from = match (catch_up, slot) {
+        (CatchUp::All { .. }, Some(slot)) => slot,
+        _ => claimed_at,
+    };
+    schedule.next_after(from.max(changed_at)).unwrap_or_else(never)
+}
+
 /// Whether the claim at `claimed_at` came too late for `slot` (see
 /// [`CatchUp::Skip`]).
 fn missed(schedule: &Schedule, slot: DateTime<Utc>, claimed_at: DateTime<Utc>) -> bool {
@@ -462,6 +483,46 @@ mod tests {
         let most = CatchUp::all(MAX_CATCH_UP).slots_to_run(&fast, due, due + TimeDelta::days(1));
         assert_eq!(most.len(), MAX_CATCH_UP as usize);
         assert_eq!(most.last(), Some(&(due + TimeDelta::days(1))));
+    }
+
+    /// A run for 12:00 on "every 3 min", claimed at 12:00:05, during which
+    /// the key went to every minute: the next slot is the new schedule's
+    /// first after the change — not 12:03, not 12:01 when the change came
+    /// after it — and never before the slot run; to every 5 minutes: 12:05,
+    /// never the old 12:03.
+    #[test]
+    fn after_a_change_the_next_slot_is_the_new_schedules_first_after_it() {
+        let (slot, claimed) = (Some(at("2026-11-30T12:00:00Z")), at("2026-11-30T12:00:05Z"));
+        let every = |min: u64| Schedule::every(Duration::from_secs(60 * min));
+        let next = |schedule: &Schedule, policy, changed: &str| {
+            next_after_change(schedule, policy, slot, claimed, at(changed))
+        };
+        for policy in ALL_POLICIES {
+            assert_eq!(
+                next(&every(1), policy, "2026-11-30T12:00:20Z"),
+                at("2026-11-30T12:01:00Z")
+            );
+            assert_eq!(
+                next(&every(1), policy, "2026-11-30T12:01:30Z"),
+                at("2026-11-30T12:02:00Z")
+            );
+            assert_eq!(
+                next(&every(5), policy, "2026-11-30T12:00:20Z"),
+                at("2026-11-30T12:05:00Z")
+            );
+            // A change before the claim (its sync came late): from the claim on.
+            assert_eq!(
+                next(&every(1), policy, "2026-11-30T11:58:00Z"),
+                at("2026-11-30T12:01:00Z")
+            );
+            assert_eq!(next(&Schedule::Manual, policy, "2026-11-30T12:00:20Z"), never());
+        }
+        // Under All, a change before the slot counts from the slot.
+        let late = at("2026-11-30T12:30:00Z");
+        assert_eq!(
+            next_after_change(&every(1), CatchUp::all(3), slot, late, at("2026-11-30T11:00:00Z")),
+            at("2026-11-30T12:01:00Z")
+        );
     }
 
     #[test]

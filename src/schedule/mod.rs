@@ -14,7 +14,8 @@
 // - `text.rs`: the text forms of both (`every 5m`, `cron 0 3 * * * in
 //   Europe/Paris`, `all(24)`), stored with the keys of job kinds;
 // - `catch_up.rs`: `CatchUp` and the slot planning the runtime does when
-//   it claims a key (`plan`, `next_after_success`).
+//   it claims a key (`plan`, `next_after_success`, and
+//   `next_after_change` for a run whose key's schedule changed meanwhile).
 
 mod catch_up;
 mod cron;
@@ -26,7 +27,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 pub use self::catch_up::{CatchUp, MAX_CATCH_UP};
-pub(crate) use self::catch_up::{SlotPlan, next_after_success, plan};
+pub(crate) use self::catch_up::{SlotPlan, next_after_change, next_after_success, plan};
 pub use self::cron::CronSchedule;
 use crate::error::Result;
 use crate::validate;

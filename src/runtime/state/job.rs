@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 
 use crate::error::{Error, Result};
@@ -31,6 +32,12 @@ pub(crate) struct JobEntry {
     /// fleet registers many keys of a few jobs.
     pub(crate) settings: Arc<JobSettings>,
     pub(crate) body: Arc<dyn Body>,
+    /// When (server time) the key's schedule changed to this entry's, for
+    /// an entry that replaced another one of the key's
+    /// (`Registry::replace`); `None` for a key registered with it. A run
+    /// that started under an earlier entry files its next due time from
+    /// this one's schedule, from this instant on (`supervise::next_due`).
+    pub(crate) changed_at: Option<DateTime<Utc>>,
 }
 
 impl JobEntry {
@@ -42,6 +49,7 @@ impl JobEntry {
             key,
             settings,
             body: Arc::new(job),
+            changed_at: None,
         }
     }
 

@@ -166,7 +166,9 @@ impl Registry {
 
     /// Gives a registered key a new job (a stored key's new schedule),
     /// keeping its place in the queue and its streaks. A run in progress
-    /// keeps the job it started with. False if the key is not registered.
+    /// keeps the job it started with, but its release files the key's next
+    /// due time from the new one's schedule (`supervise::next_due`). False
+    /// if the key is not registered.
     pub(crate) fn replace(&mut self, job: Arc<JobEntry>) -> bool {
         match self.slots.get_mut(&job.key) {
             Some(slot) => {

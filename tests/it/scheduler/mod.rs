@@ -8,5 +8,6 @@ mod concurrency_limit;
 mod cost;
 mod forget;
 mod membership;
+mod schedule_change;
 mod shutdown_under_load;
 mod wakeups;
