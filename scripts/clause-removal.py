@@ -5,7 +5,7 @@ statements and the run history in src/lease/batch/, forget in
 src/lease/forget.rs,
 the fence SQL in src/lease/fence.rs, the operator's revoke in
 src/lease/revoke.rs; pause, resume and trigger in control.rs, the pause
-rule enforced by mod.rs's and batch.rs's claims, written once in
+rule enforced by claim.rs's and batch/claim_due.rs's claims, written once in
 pause_rule.rs and expanded at each call site;
 what operators read and the record of their actions in history.rs,
 recent.rs, fleet.rs and audit.rs; the stored keys of job kinds in keys.rs;
