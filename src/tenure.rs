@@ -256,13 +256,15 @@ mod tests {
     const LEASE: Duration = Duration::from_secs(30);
     const MARGIN: Duration = Duration::from_secs(3);
 
+    /// A lease row as a claim or renewal answers it. Its server times are
+    /// for display only: the tenure decides on `remaining` and local time.
     fn lease(key: &str, fence: i64, remaining: Duration) -> Lease {
         Lease {
             key: key.to_owned(),
             holder: "r1".to_owned(),
             fence,
-            acquired_at: Utc::now(),
-            expires_at: Utc::now(),
+            acquired_at: DateTime::UNIX_EPOCH,
+            expires_at: DateTime::UNIX_EPOCH,
             remaining,
         }
     }
