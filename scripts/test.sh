@@ -15,6 +15,12 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql
 fi
 command -v runuser >/dev/null 2>&1 || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q util-linux
+# The CLI's TLS test (cli/tests/cli/tls.rs) makes its CA and server
+# certificate with the openssl command.
+if ! command -v openssl >/dev/null 2>&1; then
+    as_root apt-get update -q
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssl
+fi
 
 # The console's browser test (tests/it/console/browser.rs) drives Debian's
 # Chromium through chromedriver; it fails, naming this script, without them.

@@ -22,9 +22,11 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use leasehold::{Claim, Forgotten, LeaseStore, Renewal, Revoke};
+use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::{Failure, describe};
+use crate::out;
 use crate::text;
 
 /// Scratch keys start with this; a row left behind by a killed check can be
@@ -37,26 +39,85 @@ const SKEW_WARNING_SECS: f64 = 1.0;
 /// Clock samples; the one with the shortest round trip is kept.
 const CLOCK_SAMPLES: usize = 5;
 
-pub(crate) async fn run(db: &Db) -> Result<(), Failure> {
-    let mut failed = 0;
-    let mut report = |label: &str, outcome: Result<String, String>| match outcome {
-        Ok(line) => println!("{label:<8} ok    {line}"),
-        Err(line) => {
-            failed += 1;
-            println!("{label:<8} FAIL  {line}");
+/// Arguments of `leasehold check`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Print the checks as JSON on standard output (the exit code is the
+    /// same as without --json).
+    #[arg(long)]
+    json: bool,
+}
+
+/// `--json` output.
+#[derive(Serialize)]
+struct CheckJson<'a> {
+    /// `user@host:port/database`.
+    database: &'a str,
+    /// Every check passed (skipped ones aside).
+    passed: bool,
+    checks: Vec<CheckResult>,
+}
+
+/// One check in `--json` output.
+#[derive(Serialize)]
+struct CheckResult {
+    /// `server`, `schema`, `clock`, `lease` or `failover`.
+    check: &'static str,
+    /// `ok`, `fail` or `skip`.
+    status: &'static str,
+    /// What it found, as the text output says it (lines joined with `\n`).
+    detail: String,
+}
+
+/// The indentation of a detail's further lines in the text output.
+const CONTINUED: &str = "\n               ";
+
+pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
+    let mut checks = Vec::new();
+    let mut report = |check: &'static str, outcome: Result<String, String>| -> Result<(), Failure> {
+        let (status, detail) = match outcome {
+            Ok(detail) => ("ok", detail),
+            Err(detail) => ("fail", detail),
+        };
+        if !args.json {
+            let shown = if status == "ok" { "ok" } else { "FAIL" };
+            out::line(format_args!("{check:<8} {shown:<5} {detail}"))?;
         }
+        checks.push(CheckResult {
+            check,
+            status,
+            detail: detail.replace(CONTINUED, "\n"),
+        });
+        Ok(())
     };
 
-    report("server", server(db).await);
+    report("server", server(db).await)?;
     let schema = schema(db).await;
     let schema_ok = schema.is_ok();
-    report("schema", schema);
-    report("clock", clock(db).await);
+    report("schema", schema)?;
+    report("clock", clock(db).await)?;
     if schema_ok {
-        report("lease", lease_round_trip(db).await);
-        report("failover", failover(db).await);
-    } else {
-        println!("{:<8} skip  no usable schema (run `leasehold migrate`)", "lease");
+        report("lease", lease_round_trip(db).await)?;
+        report("failover", failover(db).await)?;
+    }
+    let skipped = "no usable schema (run `leasehold migrate`)";
+    if !schema_ok {
+        checks.push(CheckResult {
+            check: "lease",
+            status: "skip",
+            detail: skipped.to_owned(),
+        });
+        if !args.json {
+            out::line(format_args!("{:<8} skip  {skipped}", "lease"))?;
+        }
+    }
+    let failed = checks.iter().filter(|c| c.status == "fail").count();
+    if args.json {
+        out::json(&CheckJson {
+            database: &db.name,
+            passed: failed == 0,
+            checks,
+        })?;
     }
     if failed > 0 {
         return Err(Failure::error(format!(
@@ -65,7 +126,9 @@ pub(crate) async fn run(db: &Db) -> Result<(), Failure> {
             db.name
         )));
     }
-    println!("all checks passed on {}", db.name);
+    if !args.json {
+        out::line(format_args!("all checks passed on {}", db.name))?;
+    }
     Ok(())
 }
 

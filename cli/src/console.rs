@@ -43,9 +43,10 @@ pub(crate) struct Args {
     #[arg(long, value_name = "PATH")]
     token_file: Option<PathBuf>,
 
-    /// Seconds between automatic refreshes of open pages; 0 never.
-    #[arg(long, default_value_t = 5, value_name = "SECS")]
-    refresh: u64,
+    /// How often open pages reload, in whole seconds (e.g. 5s, 1m; at most
+    /// 1h), or `off`.
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = crate::duration::refresh)]
+    refresh: Duration,
 
     /// Page views served from the database at once (1 or 2, the CLI's
     /// connections); the others wait a moment for their turn, then get a
@@ -66,12 +67,6 @@ impl Args {
                  (plain HTTP, no TLS); pass --allow-remote to serve there anyway (behind a proxy with TLS \
                  and authentication), or listen on 127.0.0.1",
                 self.listen
-            )));
-        }
-        if self.refresh > 3600 {
-            return Err(Failure::usage(format!(
-                "--refresh {}: at most 3600 seconds (0 turns refreshing off)",
-                self.refresh
             )));
         }
         if !(1..=db::CONNECTIONS as usize).contains(&self.max_concurrent_reads) {
@@ -129,7 +124,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     let addr = args.addr()?;
     let token = args.token()?;
     let mut options = ConsoleOptions::new()
-        .refresh(Duration::from_secs(args.refresh))
+        .refresh(args.refresh)
         .max_concurrent_reads(args.max_concurrent_reads);
     let access = match token {
         Some(token) => {

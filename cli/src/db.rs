@@ -4,20 +4,90 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use serde::Serialize;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
 
 use crate::failure::{Failure, describe};
+use crate::out;
 
 /// Connections the CLI opens at most (its pool's size): a command runs one
 /// statement at a time, the console at most this many.
 pub(crate) const CONNECTIONS: u32 = 2;
 
-/// Where the CLI connects, parsed from the URL.
+/// Where the CLI connects: from the URL, or from the libpq variables.
 pub(crate) struct Target {
     options: PgConnectOptions,
     /// `user@host:port/database`, never the password.
     pub(crate) name: String,
+    /// Where the settings came from, for messages.
+    from: &'static str,
+}
+
+/// The libpq variables the CLI reads (sqlx reads them as libpq does): all
+/// the settings when no URL is given, the ones a URL leaves out otherwise.
+pub(crate) const PG_VARS: [&str; 7] = [
+    "PGHOST",
+    "PGPORT",
+    "PGUSER",
+    "PGPASSWORD",
+    "PGDATABASE",
+    "PGSSLMODE",
+    "PGSSLROOTCERT",
+];
+
+/// The variables that say which server: with none of them set and no URL,
+/// no database was given.
+const PG_SERVER_VARS: [&str; 5] = ["PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGDATABASE"];
+
+/// sqlx falls back to a default, silently, on a libpq variable it cannot
+/// read (`PGSSLMODE=verify_full` would connect without checking the
+/// certificate, `PGPORT=5433x` to port 5432): refuse those instead, naming
+/// the variable and what it takes.
+fn check_pg_vars() -> Result<(), Failure> {
+    for var in PG_VARS.iter().chain(&PG_SERVER_VARS) {
+        if let Err(std::env::VarError::NotUnicode(_)) = std::env::var(var) {
+            return Err(Failure::usage(format!("{var} is not valid UTF-8: fix or unset it")));
+        }
+    }
+    if let Ok(mode) = std::env::var("PGSSLMODE")
+        && sqlx::postgres::PgSslMode::from_str(mode.trim()).is_err()
+    {
+        return Err(Failure::usage(format!(
+            "PGSSLMODE={}: not an sslmode; set disable, allow, prefer, require, verify-ca or verify-full (or unset it)",
+            crate::text::cell(&crate::text::cut(&mode, 100))
+        )));
+    }
+    if let Ok(port) = std::env::var("PGPORT")
+        && port.parse::<u16>().is_err()
+    {
+        return Err(Failure::usage(format!(
+            "PGPORT={}: not a port number (1 to 65535); fix or unset it",
+            crate::text::cell(&crate::text::cut(&port, 100))
+        )));
+    }
+    Ok(())
+}
+
+/// Arguments of `leasehold migrate`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct MigrateArgs {
+    /// Print the outcome as JSON on standard output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `migrate --json`.
+#[derive(Serialize)]
+struct MigrateJson<'a> {
+    /// `user@host:port/database`.
+    database: &'a str,
+    /// The schema version before (`null`: no leasehold schema).
+    from: Option<i32>,
+    /// The schema version now.
+    to: i32,
+    /// Whether a migration was applied.
+    changed: bool,
 }
 
 /// A connected database.
@@ -35,6 +105,8 @@ impl Target {
                 "invalid database URL: expected postgres://user[:password]@host[:port]/database",
             ));
         }
+        // A URL's missing parts come from the libpq variables.
+        check_pg_vars()?;
         let options = PgConnectOptions::from_str(url).map_err(|e| {
             // The error may quote the URL, password included: do not repeat it.
             let why = match e {
@@ -45,6 +117,33 @@ impl Target {
                 "invalid database URL ({why}); expected postgres://user[:password]@host[:port]/database"
             ))
         })?;
+        Ok(Target::new(options, "DATABASE_URL (or --database-url)"))
+    }
+
+    /// From the libpq variables (`PGHOST`, `PGPORT`, `PGUSER`,
+    /// `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE`, `PGSSLROOTCERT`; a password
+    /// file as libpq reads it), for when no URL is given; `None` when none of
+    /// them says which server.
+    pub(crate) fn from_pg_vars() -> Result<Option<Target>, Failure> {
+        if !PG_SERVER_VARS.iter().any(|var| std::env::var_os(var).is_some()) {
+            return Ok(None);
+        }
+        check_pg_vars()?;
+        let mut options = PgConnectOptions::new();
+        // libpq takes a PGHOST that starts with `/` for a socket directory.
+        if let Ok(host) = std::env::var("PGHOST")
+            && host.starts_with('/')
+            && std::env::var_os("PGHOSTADDR").is_none()
+        {
+            options = options.socket(host);
+        }
+        Ok(Some(Target::new(
+            options,
+            "the PG* variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE)",
+        )))
+    }
+
+    fn new(options: PgConnectOptions, from: &'static str) -> Target {
         let options = options.application_name("leasehold-cli");
         let host = match options.get_socket() {
             Some(socket) => socket.display().to_string(),
@@ -57,7 +156,7 @@ impl Target {
             options.get_port(),
             options.get_database().unwrap_or(options.get_username()),
         );
-        Ok(Target { options, name })
+        Target { options, name, from }
     }
 
     /// Opens a small pool (the CLI needs at most two connections), failing
@@ -69,14 +168,23 @@ impl Target {
     pub(crate) async fn connect(self, timeout: Duration) -> Result<Db, Failure> {
         let cannot = |why: String| {
             Failure::error(format!(
-                "cannot connect to PostgreSQL at {}: {why}\n  check DATABASE_URL (or --database-url), \
-                 that the server is running and that it accepts this user",
-                self.name
+                "cannot connect to PostgreSQL at {}: {why}\n  check {}, that the server is running and that it \
+                 accepts this user",
+                self.name, self.from
             ))
         };
         match tokio::time::timeout(timeout, self.options.connect()).await {
             Ok(Ok(probe)) => {
                 let _ = probe.close().await;
+            }
+            Ok(Err(e)) if tls_failed(&e) => {
+                return Err(cannot(format!(
+                    "{}\n  TLS failed: sslmode=verify-ca and verify-full check the server's certificate against \
+                     sslrootcert=PATH in the URL (the CA that signed it) or else the system's trusted roots; \
+                     verify-full also needs the URL's host in the certificate; sslmode=require needs a server with \
+                     ssl = on",
+                    describe(&e)
+                )));
             }
             Ok(Err(e)) => return Err(cannot(describe(&e))),
             Err(_) => return Err(cannot(format!("no answer within {timeout:?} (--connect-timeout)"))),
@@ -88,6 +196,17 @@ impl Target {
             .await
             .map_err(|e| cannot(describe(&e)))?;
         Ok(Db { pool, name: self.name })
+    }
+}
+
+/// Whether a connection failed in the TLS handshake (an untrusted
+/// certificate, a host name it does not name, a server without TLS)
+/// rather than for another reason.
+fn tls_failed(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Tls(_) => true,
+        sqlx::Error::Io(io) => io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()),
+        _ => false,
     }
 }
 
@@ -134,29 +253,33 @@ impl Db {
     }
 
     /// `leasehold migrate`.
-    pub(crate) async fn migrate(&self) -> Result<(), Failure> {
+    pub(crate) async fn migrate(&self, args: &MigrateArgs) -> Result<(), Failure> {
         let before = self.schema_version().await?;
         leasehold::migrate(&self.pool).await.map_err(|e| self.failure(e))?;
-        let after = self.schema_version().await?;
-        match (before, after) {
-            (Some(b), Some(a)) if b == a => {
-                println!(
-                    "leasehold schema in {} is already at version {a}; nothing to do",
-                    self.name
-                )
-            }
-            (b, Some(a)) => println!(
-                "migrated the leasehold schema in {} from {} to version {a}",
+        let Some(after) = self.schema_version().await? else {
+            return Err(Failure::error(format!(
+                "migration ran but {} records no schema version",
+                self.name
+            )));
+        };
+        if args.json {
+            return out::json(&MigrateJson {
+                database: &self.name,
+                from: before,
+                to: after,
+                changed: before != Some(after),
+            });
+        }
+        match before {
+            Some(b) if b == after => out::line(format_args!(
+                "leasehold schema in {} is already at version {after}; nothing to do",
+                self.name
+            )),
+            b => out::line(format_args!(
+                "migrated the leasehold schema in {} from {} to version {after}",
                 self.name,
                 b.map_or("nothing".to_owned(), |b| format!("version {b}"))
-            ),
-            (_, None) => {
-                return Err(Failure::error(format!(
-                    "migration ran but {} records no schema version",
-                    self.name
-                )));
-            }
+            )),
         }
-        Ok(())
     }
 }

@@ -8,6 +8,9 @@ use crate::text;
 /// in the crate docs and `cli/README.md`; scripts rely on them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Code {
+    /// Standard output was closed by its reader (`leasehold status | head
+    /// -1`): not a failure, the command stops quietly with success.
+    Closed = 0,
     /// Anything that went wrong: database, schema, a failed check.
     Error = 1,
     /// The command line is wrong (clap uses 2 for its own usage errors too).
@@ -47,6 +50,14 @@ impl Failure {
         }
     }
 
+    /// Standard output was closed by its reader: stop, quietly, exit 0.
+    pub(crate) fn closed() -> Self {
+        Failure {
+            code: Code::Closed,
+            message: String::new(),
+        }
+    }
+
     pub(crate) fn not_found(message: impl Into<String>) -> Self {
         Failure {
             code: Code::NotFound,
@@ -54,9 +65,14 @@ impl Failure {
         }
     }
 
-    /// Prints the message and returns the exit code.
+    /// Prints the message (nothing when standard output was closed) and
+    /// returns the exit code. A closed standard error is ignored: the exit
+    /// code still tells.
     pub(crate) fn exit(self) -> ExitCode {
-        eprintln!("leasehold: {}", self.message);
+        if self.code != Code::Closed {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr().lock(), "leasehold: {}", self.message);
+        }
         ExitCode::from(self.code as u8)
     }
 }

@@ -23,6 +23,7 @@ use crate::db::Db;
 use crate::failure::Failure;
 use crate::failure::check_name;
 use crate::ops::{self, LeaseJson, Row, said};
+use crate::out;
 use crate::text;
 
 /// Arguments of `leasehold forget`.
@@ -65,9 +66,13 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
             if args.json {
                 print_json(&args.key, "deleted", None)?;
             } else {
-                println!("{line}");
-                println!("  a replica that still registers it creates it again, due at its next slot;");
-                println!("  its fences stay above every fence handed out so far (they come from a sequence)");
+                out::line(&line)?;
+                out::line(format_args!(
+                    "  a replica that still registers it creates it again, due at its next slot;"
+                ))?;
+                out::line(format_args!(
+                    "  its fences stay above every fence handed out so far (they come from a sequence)"
+                ))?;
             }
             Ok(())
         }
@@ -98,8 +103,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
 
 fn print_json(key: &str, outcome: &'static str, lease: Option<LeaseJson<'_>>) -> Result<(), Failure> {
     let doc = ForgetJson { key, outcome, lease };
-    let json = serde_json::to_string_pretty(&doc).map_err(|e| Failure::error(format!("writing JSON: {e}")))?;
-    println!("{json}");
+    out::json(&doc)?;
     Ok(())
 }
 

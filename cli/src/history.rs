@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::db::Db;
 use crate::failure::Failure;
 use crate::failure::check_name;
+use crate::out;
 use crate::runs::{RunJson, outcome_text};
 use crate::text::{self, Align};
 
@@ -73,8 +74,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
             server_now,
             runs: runs.iter().map(RunJson::from).collect(),
         };
-        let json = serde_json::to_string_pretty(&doc).map_err(|e| Failure::error(format!("writing JSON: {e}")))?;
-        println!("{json}");
+        out::json(&doc)?;
     }
     let key = text::cell(&format!("{:?}", args.key));
     if runs.is_empty() {
@@ -85,15 +85,15 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
             )));
         }
         if !args.json {
-            println!("no runs recorded for {key}");
+            out::line(format_args!("no runs recorded for {key}"))?;
         }
         return Ok(());
     }
     if !args.json {
-        print!(
+        out::print(format_args!(
             "{}",
             render(&key, &runs, args.limit, server_now, text::terminal_width())
-        );
+        ))?;
     }
     Ok(())
 }

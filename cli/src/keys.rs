@@ -4,10 +4,12 @@
 //! CLI prints; no SQL of its own).
 
 use leasehold::{CatchUp, NewKey, OperatorAction, PauseTarget, Schedule};
+use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::{Failure, check_name};
 use crate::ops::{operator, said};
+use crate::out;
 use crate::text;
 
 /// A key's kind and name.
@@ -17,6 +19,38 @@ pub(crate) struct KeyArgs {
     kind: String,
     /// The lease key.
     key: String,
+    /// Print the outcome as JSON on standard output (in every outcome; the
+    /// exit code is the same as without --json).
+    #[arg(long)]
+    json: bool,
+}
+
+/// `--json` output of `add`, `update` and `remove`.
+#[derive(Serialize)]
+struct KeyJson<'a> {
+    kind: &'a str,
+    key: &'a str,
+    /// `added` or `exists` (add), `updated` or `not-found` (update),
+    /// `removed` or `not-found` (remove).
+    outcome: &'static str,
+    /// The key's new arguments version, for `updated`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<i64>,
+}
+
+impl KeyArgs {
+    /// Prints the outcome as JSON when --json was given.
+    fn json(&self, outcome: &'static str, version: Option<i64>) -> Result<(), Failure> {
+        if !self.json {
+            return Ok(());
+        }
+        out::json(&KeyJson {
+            kind: &self.kind,
+            key: &self.key,
+            outcome,
+            version,
+        })
+    }
 }
 
 /// The arguments and schedule of `add` and `update`.
@@ -102,12 +136,15 @@ pub(crate) async fn add(db: &Db, args: &DefineArgs) -> Result<(), Failure> {
         &PauseTarget::key(key.key()),
         leasehold::operator::added(&key, added, 1),
     );
+    args.key.json(if added == 0 { "exists" } else { "added" }, None)?;
     if added == 0 {
         return Err(Failure::refused(format!(
             "{line}; it keeps its arguments and schedule (change them with `leasehold update`)"
         )));
     }
-    println!("{line}");
+    if !args.key.json {
+        out::line(&line)?;
+    }
     Ok(())
 }
 
@@ -121,13 +158,17 @@ pub(crate) async fn update(db: &Db, args: &DefineArgs) -> Result<(), Failure> {
         &PauseTarget::key(key.key()),
         leasehold::operator::updated(&key, version),
     );
+    args.key
+        .json(if version.is_some() { "updated" } else { "not-found" }, version)?;
     if version.is_none() {
         return Err(Failure::not_found(format!(
             "{line} in {} (see `leasehold status`)",
             db.name
         )));
     }
-    println!("{line}");
+    if !args.key.json {
+        out::line(&line)?;
+    }
     Ok(())
 }
 
@@ -143,12 +184,15 @@ pub(crate) async fn remove(db: &Db, args: &KeyArgs) -> Result<(), Failure> {
         &PauseTarget::key(args.key.as_str()),
         leasehold::operator::removed(&args.kind, removed),
     );
+    args.json(if removed { "removed" } else { "not-found" }, None)?;
     if !removed {
         return Err(Failure::not_found(format!(
             "{line} in {} (see `leasehold status`)",
             db.name
         )));
     }
-    println!("{line}");
+    if !args.json {
+        out::line(&line)?;
+    }
     Ok(())
 }

@@ -14,7 +14,7 @@
 //!
 //! | code | meaning |
 //! |---|---|
-//! | 0 | success |
+//! | 0 | success (also when standard output is closed early, as by `leasehold status \| head -1`) |
 //! | 1 | error: database unreachable, schema missing, a failed check, … |
 //! | 2 | usage: bad arguments, no database URL, an invalid URL |
 //! | 3 | refused: `revoke` of a lease that is held, without `--force`; `forget` of a held lease; `add` of a key that exists |
@@ -26,11 +26,13 @@
 mod check;
 mod console;
 mod db;
+mod duration;
 mod failure;
 mod forget;
 mod history;
 mod keys;
 mod ops;
+mod out;
 mod pause;
 mod revoke;
 mod runs;
@@ -47,9 +49,15 @@ use crate::failure::Failure;
 
 /// Operate leasehold's leases in a PostgreSQL database.
 ///
-/// Exit codes: 0 ok, 1 error, 2 usage, 3 refused (revoke of a held lease without --force, forget of a
-/// held lease), 4 not found (revoke, forget, trigger or history of a key without a row; resume of
-/// something not paused).
+/// Exit codes: 0 ok (also when standard output is closed early, as by `| head`), 1 error, 2 usage, 3
+/// refused (revoke of a held lease without --force, forget of a held lease, add of a key that exists),
+/// 4 not found (revoke, forget, trigger or history of a key without a row; resume of something not
+/// paused; update or remove of a key that is not a key of the kind).
+///
+/// The database: DATABASE_URL or --database-url; without either, the libpq variables (PGHOST, PGPORT,
+/// PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE). TLS: sslmode in the URL (or PGSSLMODE), with
+/// sslrootcert=PATH for verify-ca and verify-full. Durations take units: 250ms, 10s, 5m, 1h30m. Log
+/// lines go to standard error, filtered by RUST_LOG (default leasehold=warn).
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, about, long_about)]
 struct Cli {
@@ -65,9 +73,16 @@ struct Cli {
     )]
     database_url: Option<String>,
 
-    /// Seconds to wait for a database connection before giving up.
-    #[arg(long, global = true, default_value_t = 10.0, value_name = "SECS")]
-    connect_timeout: f64,
+    /// How long to wait for a database connection before giving up, e.g.
+    /// 10s, 1m (at most 1h).
+    #[arg(
+        long,
+        global = true,
+        default_value = "10s",
+        value_name = "DURATION",
+        value_parser = duration::connect_timeout
+    )]
+    connect_timeout: Duration,
 
     #[command(subcommand)]
     command: Command,
@@ -128,10 +143,10 @@ enum Command {
     /// is cancelled). Exits 4 if there is no such key of the kind.
     Remove(keys::KeyArgs),
     /// Create or upgrade leasehold's tables (safe while replicas run).
-    Migrate,
+    Migrate(db::MigrateArgs),
     /// Check the schema, the server clock against this machine's, and a
     /// claim/renew/release round trip on a scratch key.
-    Check,
+    Check(check::Args),
     /// Serve the operator web console (leases, keys, runs, the fleet) until
     /// Ctrl-C.
     ///
@@ -144,6 +159,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return Failure::error(format!("cannot start the async runtime: {e}")).exit(),
@@ -154,18 +170,55 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<(), Failure> {
-    let Some(url) = cli.database_url.as_deref() else {
-        return Err(Failure::usage(
-            "no database: set DATABASE_URL or pass --database-url postgres://user@host:5432/db",
-        ));
+/// The filter when `RUST_LOG` is unset: the library's warnings and errors
+/// (an action whose outcome could not be recorded, …), nothing else.
+const DEFAULT_LOG: &str = "leasehold=warn";
+
+/// Sends the library's log lines (`tracing`) to standard error, filtered by
+/// `RUST_LOG` (`RUST_LOG=leasehold=debug`, `RUST_LOG=sqlx=info,leasehold=info`);
+/// standard output stays the command's own. A `RUST_LOG` that is not a
+/// filter is named on standard error and the default is used.
+fn init_logging() {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+
+    let (filter, problem) = match std::env::var("RUST_LOG") {
+        Ok(value) if value.trim().is_empty() => (EnvFilter::new(DEFAULT_LOG), None),
+        Ok(value) => match EnvFilter::try_new(&value) {
+            Ok(filter) => (filter, None),
+            Err(e) => (
+                EnvFilter::new(DEFAULT_LOG),
+                Some(format!(
+                    "RUST_LOG={} is not a log filter ({}); using {DEFAULT_LOG}. Write it as \
+                     TARGET=LEVEL[,TARGET=LEVEL…], e.g. RUST_LOG=leasehold=debug",
+                    text::cell(&text::cut(&value, 200)),
+                    text::one_line(&text::cut(&e.to_string(), 300))
+                )),
+            ),
+        },
+        Err(std::env::VarError::NotPresent) => (EnvFilter::new(DEFAULT_LOG), None),
+        Err(std::env::VarError::NotUnicode(_)) => (
+            EnvFilter::new(DEFAULT_LOG),
+            Some(format!(
+                "RUST_LOG is not valid UTF-8; using {DEFAULT_LOG}. Write it as TARGET=LEVEL, e.g. \
+                 RUST_LOG=leasehold=debug"
+            )),
+        ),
     };
-    if !(cli.connect_timeout.is_finite() && cli.connect_timeout > 0.0 && cli.connect_timeout <= 3600.0) {
-        return Err(Failure::usage(format!(
-            "--connect-timeout {}: it must be between 0 and 3600 seconds",
-            cli.connect_timeout
-        )));
+    // Another subscriber cannot be installed already: nothing else sets one.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false)
+        .try_init();
+    if let Some(problem) = problem {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr().lock(), "leasehold: {problem}");
     }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
         Command::Revoke(args) => args.validate()?,
         Command::Forget(args) => args.validate()?,
@@ -176,10 +229,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Console(args) => args.validate()?,
         Command::Add(args) | Command::Update(args) => args.validate()?,
         Command::Remove(args) => args.validate()?,
-        Command::Status(_) | Command::Migrate | Command::Check => {}
+        Command::Status(_) | Command::Migrate(_) | Command::Check(_) => {}
     }
-    let target = db::Target::parse(url)?;
-    let db = target.connect(Duration::from_secs_f64(cli.connect_timeout)).await?;
+    let target = match cli.database_url.as_deref() {
+        Some(url) => db::Target::parse(url)?,
+        None => db::Target::from_pg_vars()?.ok_or_else(|| {
+            Failure::usage(
+                "no database: set DATABASE_URL or pass --database-url postgres://user@host:5432/db, or set the \
+                 libpq variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE)",
+            )
+        })?,
+    };
+    let db = target.connect(cli.connect_timeout).await?;
     match cli.command {
         Command::Status(args) => status::run(&db, &args).await,
         Command::Revoke(args) => revoke::run(&db, &args).await,
@@ -191,8 +252,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Add(args) => keys::add(&db, &args).await,
         Command::Update(args) => keys::update(&db, &args).await,
         Command::Remove(args) => keys::remove(&db, &args).await,
-        Command::Migrate => db.migrate().await,
-        Command::Check => check::run(&db).await,
+        Command::Migrate(args) => db.migrate(&args).await,
+        Command::Check(args) => check::run(&db, &args).await,
         Command::Console(args) => console::run(&db, &args).await,
     }
 }

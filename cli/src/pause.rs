@@ -13,6 +13,7 @@ use crate::db::Db;
 use crate::failure::Failure;
 use crate::failure::{check_actor, check_name};
 use crate::ops::{self, PauseJson, default_by, said};
+use crate::out;
 use crate::text;
 
 /// What to pause or resume: a key, or a job's keys (exactly one).
@@ -116,11 +117,10 @@ pub(crate) async fn pause(db: &Db, args: &PauseArgs) -> Result<(), Failure> {
             pause: PauseJson::from(&pause),
             already_paused: before.is_some(),
         };
-        let json = serde_json::to_string_pretty(&doc).map_err(|e| Failure::error(format!("writing JSON: {e}")))?;
-        println!("{json}");
+        out::json(&doc)?;
         return Ok(());
     }
-    print!("{}", pause_text(&pause, before.as_ref(), args.cancel));
+    out::print(format_args!("{}", pause_text(&pause, before.as_ref(), args.cancel)))?;
     Ok(())
 }
 
@@ -231,17 +231,19 @@ pub(crate) async fn resume(db: &Db, args: &ResumeArgs) -> Result<(), Failure> {
                 })?;
                 return Ok(());
             }
-            println!("{line}");
+            out::line(&line)?;
             let key = target.scope() == "key";
             match (&job_pause, key, woken) {
-                (Some(job), _, _) => println!("  but it stays paused: {}", job_note(job)),
-                (None, true, 0) => println!("  it runs at its next slot"),
-                (None, true, _) => println!("  it is claimable now (its job's catch-up policy decides what runs)"),
-                (None, false, 0) => println!("  each key runs at its next slot"),
-                (None, false, _) => println!(
+                (Some(job), _, _) => out::line(format_args!("  but it stays paused: {}", job_note(job)))?,
+                (None, true, 0) => out::line(format_args!("  it runs at its next slot"))?,
+                (None, true, _) => out::line(format_args!(
+                    "  it is claimable now (its job's catch-up policy decides what runs)"
+                ))?,
+                (None, false, 0) => out::line(format_args!("  each key runs at its next slot"))?,
+                (None, false, _) => out::line(format_args!(
                     "  the overdue keys are claimable now (the job's catch-up policy decides what runs); the others \
                      run at their next slot"
-                ),
+                ))?,
             }
             Ok(())
         }
@@ -298,7 +300,6 @@ async fn job_pause_of_key(db: &Db, store: &LeaseStore, target: &PauseTarget) -> 
 }
 
 fn print_json(doc: &impl Serialize) -> Result<(), Failure> {
-    let json = serde_json::to_string_pretty(doc).map_err(|e| Failure::error(format!("writing JSON: {e}")))?;
-    println!("{json}");
+    out::json(doc)?;
     Ok(())
 }

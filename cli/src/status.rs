@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::db::Db;
 use crate::failure::Failure;
 use crate::ops::{LeaseJson, PauseJson, Row};
+use crate::out;
 use crate::runs;
 use crate::text::{self, Align};
 
@@ -199,11 +200,10 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
                 })
                 .collect(),
         };
-        let json = serde_json::to_string_pretty(&doc).map_err(|e| Failure::error(format!("writing JSON: {e}")))?;
-        println!("{json}");
+        out::json(&doc)?;
         return Ok(());
     }
-    print!(
+    out::print(format_args!(
         "{}",
         render(
             &entries,
@@ -212,8 +212,8 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
             args.prefix.as_deref(),
             text::terminal_width()
         )
-    );
-    print!("{}", render_kinds(&kinds));
+    ))?;
+    out::print(render_kinds(&kinds))?;
     Ok(())
 }
 

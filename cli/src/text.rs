@@ -1,6 +1,7 @@
 //! Human-readable durations, times and aligned tables.
 
 use chrono::{DateTime, TimeDelta, Utc};
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 /// Seconds in a signed time difference, with microsecond precision.
 pub(crate) fn secs(d: TimeDelta) -> f64 {
@@ -100,13 +101,29 @@ pub(crate) fn one_line(value: &str) -> String {
     out
 }
 
-/// At most `max` characters (at least one), ending with `…` when cut.
+/// How many terminal columns `value` takes: two for a CJK character, none
+/// for a combining mark.
+pub(crate) fn width(value: &str) -> usize {
+    value.width()
+}
+
+/// At most `max` terminal columns (at least one), ending with `…` when
+/// cut; never cuts between a character and its combining marks.
 pub(crate) fn cut(value: &str, max: usize) -> String {
     let max = max.max(1);
-    if value.chars().count() <= max {
+    if width(value) <= max {
         return value.to_owned();
     }
-    let mut out: String = value.chars().take(max - 1).collect();
+    let mut out = String::new();
+    let mut used = 0;
+    for c in value.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w > max - 1 {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
     out.truncate(out.trim_end().len());
     out.push('…');
     out
@@ -128,25 +145,25 @@ pub(crate) fn terminal_width() -> Option<usize> {
 }
 
 /// [`table`], with the last column's cells cut (ending with `…`) so the
-/// lines fit `width` characters, leaving it at least 20; without a width,
-/// to `fallback` characters.
+/// lines fit `terminal` columns, leaving it at least 20; without a
+/// terminal width, to `fallback` columns.
 pub(crate) fn table_fitted(
     header: &[(&str, Align)],
     mut rows: Vec<Vec<String>>,
-    width: Option<usize>,
+    terminal: Option<usize>,
     fallback: usize,
 ) -> String {
     let last = header.len().saturating_sub(1);
-    let budget = match width {
-        Some(width) => {
-            let mut widths: Vec<usize> = header[..last].iter().map(|(h, _)| h.chars().count()).collect();
+    let budget = match terminal {
+        Some(terminal) => {
+            let mut widths: Vec<usize> = header[..last].iter().map(|(h, _)| width(h)).collect();
             for row in &rows {
                 for (w, value) in widths.iter_mut().zip(row) {
-                    *w = (*w).max(value.chars().count());
+                    *w = (*w).max(width(value));
                 }
             }
             let others: usize = widths.iter().map(|w| w + 2).sum();
-            width.saturating_sub(others).max(20)
+            terminal.saturating_sub(others).max(20)
         }
         None => fallback,
     };
@@ -165,19 +182,19 @@ pub(crate) enum Align {
     Right,
 }
 
-/// Renders rows under a header, columns separated by two spaces, trailing
-/// spaces trimmed.
+/// Renders rows under a header, columns separated by two spaces and
+/// measured in terminal columns ([`width`]), trailing spaces trimmed.
 pub(crate) fn table(header: &[(&str, Align)], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|(h, _)| h.chars().count()).collect();
+    let mut widths: Vec<usize> = header.iter().map(|(h, _)| width(h)).collect();
     for row in rows {
         for (w, value) in widths.iter_mut().zip(row) {
-            *w = (*w).max(value.chars().count());
+            *w = (*w).max(width(value));
         }
     }
     let line = |values: &mut dyn Iterator<Item = &str>| {
         let mut out = String::new();
-        for ((value, (_, align)), width) in values.zip(header).zip(&widths) {
-            let pad = width - value.chars().count();
+        for ((value, (_, align)), column) in values.zip(header).zip(&widths) {
+            let pad = column.saturating_sub(width(value));
             if !out.is_empty() {
                 out.push_str("  ");
             }
@@ -259,6 +276,20 @@ mod tests {
             out.lines().nth(1).unwrap().ends_with(&format!("{}…", "x".repeat(19))),
             "{out}"
         );
+    }
+
+    #[test]
+    fn wide_and_combining_characters_are_measured_as_displayed() {
+        assert_eq!(width("東京"), 4);
+        assert_eq!(width("e\u{301}"), 1);
+        assert_eq!(cut("東京大阪", 5), "東京…");
+        assert_eq!(cut("e\u{301}e\u{301}e\u{301}", 2), "e\u{301}…");
+        let header = [("KEY", Align::Left), ("FENCE", Align::Right)];
+        let rows = vec![
+            vec!["東京".to_owned(), "7".to_owned()],
+            vec!["cafe\u{301}".to_owned(), "12".to_owned()],
+        ];
+        assert_eq!(table(&header, &rows), "KEY   FENCE\n東京      7\ncafe\u{301}     12\n");
     }
 
     #[test]

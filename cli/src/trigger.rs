@@ -10,6 +10,7 @@ use crate::db::Db;
 use crate::failure::Failure;
 use crate::failure::check_name;
 use crate::ops::{self, said};
+use crate::out;
 
 /// Arguments of `leasehold trigger`.
 #[derive(Debug, clap::Args)]
@@ -63,8 +64,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
             outcome: name,
             paused,
         };
-        let json = serde_json::to_string_pretty(&doc).map_err(|e| Failure::error(format!("writing JSON: {e}")))?;
-        println!("{json}");
+        out::json(&doc)?;
     }
     if outcome == Triggered::NotFound {
         return Err(Failure::not_found(format!(
@@ -73,7 +73,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
         )));
     }
     if !args.json {
-        println!("{line}");
+        out::line(&line)?;
     }
     Ok(())
 }

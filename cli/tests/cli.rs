@@ -6,6 +6,8 @@
 mod check;
 #[path = "cli/console.rs"]
 mod console;
+#[path = "cli/conventions.rs"]
+mod conventions;
 #[path = "cli/errors.rs"]
 mod errors;
 #[path = "cli/forget.rs"]
@@ -14,12 +16,16 @@ mod forget;
 mod history;
 #[path = "cli/keys.rs"]
 mod keys;
+#[path = "cli/output.rs"]
+mod output;
 #[path = "cli/pause.rs"]
 mod pause;
 #[path = "cli/revoke.rs"]
 mod revoke;
 #[path = "cli/status.rs"]
 mod status;
+#[path = "cli/tls.rs"]
+mod tls;
 #[path = "cli/trigger.rs"]
 mod trigger;
 
@@ -69,15 +75,42 @@ async fn migrated_db() -> TestDb {
 
 /// Runs the binary with `DATABASE_URL` set to `url` (or removed when `None`).
 async fn leasehold(url: Option<&str>, args: &[&str]) -> Output {
+    leasehold_env(url, args, &[]).await
+}
+
+/// The binary, with `DATABASE_URL` set to `url` (or removed when `None`)
+/// and none of the variables that would change what it prints or where it
+/// connects from the test's own environment (`COLUMNS`, `RUST_LOG`, the
+/// libpq `PG*` ones).
+fn command(url: Option<&str>, args: &[&str]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
     cmd.args(args);
     // Tables cut their last column to the terminal's width when it is known:
     // not here, so the tests see the default.
     cmd.env_remove("COLUMNS");
+    cmd.env_remove("RUST_LOG");
+    for var in [
+        "PGHOST",
+        "PGPORT",
+        "PGUSER",
+        "PGPASSWORD",
+        "PGDATABASE",
+        "PGSSLMODE",
+        "PGSSLROOTCERT",
+    ] {
+        cmd.env_remove(var);
+    }
     match url {
         Some(url) => cmd.env("DATABASE_URL", url),
         None => cmd.env_remove("DATABASE_URL"),
     };
+    cmd
+}
+
+/// [`leasehold`] with these variables set.
+async fn leasehold_env(url: Option<&str>, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = command(url, args);
+    cmd.envs(env.iter().copied());
     tokio::time::timeout(Duration::from_secs(60), cmd.output())
         .await
         .expect("the CLI finished within 60s")

@@ -150,7 +150,7 @@ async fn console_serves_the_leases_page_on_loopback_until_stopped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_with_a_token_offers_a_login() {
     let db = migrated_db().await;
-    let served = Served::start(&url(&db), Some(TOKEN), &["--listen", "127.0.0.1:0", "--refresh", "0"]);
+    let served = Served::start(&url(&db), Some(TOKEN), &["--listen", "127.0.0.1:0", "--refresh", "off"]);
     assert!(served.banner.contains("after logging in"), "{}", served.banner);
     let (status, body) = served.get("/login");
     assert!(status.contains(" 200 "), "{status}\n{body}");
@@ -253,7 +253,7 @@ async fn console_under_a_flood_of_400_concurrent_views_answers_pages_or_busy() {
     // A pool timeout shorter than the queue such a flood builds up on 2
     // connections (about 6 s here): what a slower server shows at the
     // default 10 s.
-    let served = Served::start(&url(&db), None, &["--listen", "127.0.0.1:0", "--connect-timeout", "4"]);
+    let served = Served::start(&url(&db), None, &["--listen", "127.0.0.1:0", "--connect-timeout", "4s"]);
     let authority = served
         .url
         .trim_start_matches("http://")

@@ -19,7 +19,7 @@ async fn an_unreachable_database_is_a_clear_error() {
         &["trigger", "k"],
     ] {
         let mut all = args.to_vec();
-        all.extend(["--connect-timeout", "5"]);
+        all.extend(["--connect-timeout", "5s"]);
         let out = leasehold(Some(url), &all).await;
         assert_exit(&out, 1);
         let err = stderr(&out);

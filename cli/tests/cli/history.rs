@@ -216,7 +216,10 @@ async fn history_shows_a_run_whose_release_never_came_as_lost() {
     successor.trigger("reports:acme").await.expect("trigger");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while store.history("reports:acme", 10).await.unwrap().is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "the lost run recorded within 20s");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lost run recorded within 20s"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
