@@ -4,7 +4,8 @@
 //!
 //! [`check`] derives what the ledger says about runs once ([`History`],
 //! [`Schedule`]), runs the seventeen checks (numbered as in
-//! docs/operations.md, "Running the chaos harness"), and reports:
+//! docs/operations.md, "Running the chaos harness"), fails each that
+//! examined nothing ([`Check::require_something`]), and reports:
 //!
 //! | checks | where |
 //! |---|---|
@@ -90,6 +91,8 @@ pub struct Event {
     pub kind: String,
     pub key: String,
     pub fence: i64,
+    /// The replica's holder id (`r<n>-g<generation>`).
+    pub holder: String,
     pub detail: String,
 }
 
@@ -101,7 +104,7 @@ impl Event {
         let kind = f.next()?.to_owned();
         let key = f.next()?.to_owned();
         let fence = f.next()?.parse().ok()?;
-        let _holder = f.next()?;
+        let holder = f.next()?.to_owned();
         let _slot = f.next()?;
         let detail = f.next().unwrap_or("").to_owned();
         Some(Event {
@@ -109,8 +112,41 @@ impl Event {
             kind,
             key,
             fence,
+            holder,
             detail,
         })
+    }
+}
+
+/// Which jobs' runs a fault could reach: the jobs a replica had something
+/// to do with around the fault (see `check/history.rs`, `Schedule`), one
+/// key, or every job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reach {
+    /// PostgreSQL restarts and the promotion (every connection), a
+    /// `terminate` whose backends' replicas are unknown.
+    All,
+    /// A fault aimed at one replica; a `terminate`, the replicas whose
+    /// backends it ended.
+    Replicas(Vec<usize>),
+    /// `expire`: the key whose lease it expired.
+    Key(String),
+}
+
+impl Reach {
+    /// What a fault record (`faults.rs`) could reach, by its kind and
+    /// target: `r3 …` for a replica fault, `chaos:7` for `expire`,
+    /// `2 backends of r0,r3` for `terminate`.
+    pub fn of(kind: FaultKind, target: &str) -> Reach {
+        match kind {
+            FaultKind::PgFast | FaultKind::PgImmediate | FaultKind::Promote => Reach::All,
+            FaultKind::Expire => Reach::Key(target.to_owned()),
+            FaultKind::Terminate => target
+                .split_once(" of ")
+                .and_then(|(_, replicas)| replicas.split(',').map(Window::replica_of).collect::<Option<Vec<_>>>())
+                .map_or(Reach::All, Reach::Replicas),
+            _ => Window::replica_of(target).map_or(Reach::All, |r| Reach::Replicas(vec![r])),
+        }
     }
 }
 
@@ -120,6 +156,8 @@ pub struct Window {
     pub kind: FaultKind,
     /// The replica a replica fault aimed at (`None` for the others).
     pub replica: Option<usize>,
+    /// Which jobs' runs the fault could reach (check 8).
+    pub reach: Reach,
     /// Whether the fault also expired leases early on the server
     /// (`expire`, and a `begin-drop` marked `+expired`).
     pub expires_leases: bool,
@@ -134,7 +172,8 @@ impl Window {
         self.kind == FaultKind::Promote && self.expires_leases
     }
 
-    /// The replica a fault record's target names (`r3`, `r3 +120ms`, …).
+    /// The replica a fault record's target names (`r3`, `r3 +120ms`, …),
+    /// or a holder id (`r3-g2`) belongs to.
     pub fn replica_of(target: &str) -> Option<usize> {
         let digits: String = target
             .strip_prefix('r')?
@@ -196,12 +235,24 @@ pub struct Promotion {
 
 /// One check: its name, what it found, and its first examples (five,
 /// unless [`Check::listing`] raised the limit).
+///
+/// A check that examined nothing proved nothing, so it does not pass:
+/// [`Check::require_something`] makes `0 checked` a violation, with the
+/// check's own word on what the run lacked ([`Check::when_empty`]). Every
+/// check has something to look at in any run that ran jobs under faults
+/// (the CI run included), with one exception, said in the verdict: check
+/// 8 in a run too short to be sure to have calm slots
+/// ([`Check::not_required`], `check/slots.rs`).
 pub struct Check {
     name: &'static str,
     pub checked: usize,
     violations: usize,
     examples: Vec<String>,
     limit: usize,
+    /// What a run that gave the check nothing to examine lacked.
+    empty: &'static str,
+    /// Why examining nothing is no violation in this run, if it is not.
+    exempt: Option<String>,
 }
 
 impl Check {
@@ -212,7 +263,38 @@ impl Check {
             violations: 0,
             examples: Vec::new(),
             limit: 5,
+            empty: "the run left it nothing to look at",
+            exempt: None,
         }
+    }
+
+    /// Says what a run in which this check examined nothing lacked.
+    pub fn when_empty(self, why: &'static str) -> Check {
+        Check { empty: why, ..self }
+    }
+
+    /// Makes examining nothing no violation in this run, for `why` (which
+    /// the verdict prints instead of `ok`).
+    pub fn not_required(&mut self, why: String) {
+        self.exempt = Some(why);
+    }
+
+    /// `0 checked` is a violation (unless [`Check::not_required`]): an `ok`
+    /// over nothing would say nothing.
+    pub fn require_something(&mut self) {
+        if self.checked == 0 && self.exempt.is_none() {
+            self.fail(format!("examined nothing ({})", self.empty));
+        }
+    }
+
+    /// Whether the check examined nothing.
+    pub fn examined_nothing(&self) -> bool {
+        self.checked == 0
+    }
+
+    /// Why examining nothing is no violation in this run, if it is not.
+    pub fn exempt(&self) -> Option<&str> {
+        self.exempt.as_deref()
     }
 
     /// A check whose violations are worth listing one by one, up to `limit`.
@@ -249,7 +331,7 @@ pub fn check(input: &Input) -> Verdict {
     let (calm_slots, near_faults) = slots::calm_slots_ran_once(&history, &schedule);
     let (quiet_tail, tail) = slots::quiet_tail_ran_once(&history, &schedule);
     let mut overlaps = overlap::Overlaps::default();
-    let checks = [
+    let mut checks = [
         fences::commit_order(&history),
         fences::no_write_after_higher_fence(&history),
         fences::runs_never_interleave(&history),
@@ -268,5 +350,8 @@ pub fn check(input: &Input) -> Verdict {
         tenures::no_due_key_stalled(&history, &tenures, &mut measured),
         overlap::runs_never_overlap(input, &mut overlaps),
     ];
+    for c in &mut checks {
+        c.require_something();
+    }
     report::verdict(&history, &checks, &near_faults, &tail, (&tenures, &measured), &overlaps)
 }

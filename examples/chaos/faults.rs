@@ -514,29 +514,49 @@ impl Chaos {
                 self.release_replica(n);
             }
             FaultKind::Terminate => {
-                let pids = sqlx::query_scalar::<_, i32>(
-                    "SELECT pid FROM pg_stat_activity
+                let backends = sqlx::query_as::<_, (i32, String)>(
+                    "SELECT pid, application_name FROM pg_stat_activity
                       WHERE datname = current_database() AND application_name LIKE 'chaos-r%'
                         AND backend_type = 'client backend' ORDER BY pid",
                 )
                 .fetch_all(&self.admin)
                 .await
                 .unwrap_or_default();
-                if pids.is_empty() {
+                if backends.is_empty() {
                     return self.skip(kind);
                 }
                 let k = 1 + (pick % 4) as usize;
-                let first = ((pick >> 8) % pids.len() as u64) as usize;
+                let first = ((pick >> 8) % backends.len() as u64) as usize;
                 let mut killed = 0;
-                for i in 0..k.min(pids.len()) {
-                    let pid = pids[(first + i * 7) % pids.len()];
+                // Whose backends they were (`chaos-r3`, `chaos-r3-hold`),
+                // for the checker (`check::Reach`); `None` once one is not
+                // a replica's.
+                let mut replicas = Some(std::collections::BTreeSet::new());
+                for i in 0..k.min(backends.len()) {
+                    let (pid, name) = &backends[(first + i * 7) % backends.len()];
                     let done = sqlx::query_scalar::<_, bool>("SELECT pg_terminate_backend($1)")
                         .bind(pid)
                         .fetch_one(&self.admin)
                         .await;
-                    killed += usize::from(matches!(done, Ok(true)));
+                    if matches!(done, Ok(true)) {
+                        killed += 1;
+                        let replica = name
+                            .strip_prefix("chaos-r")
+                            .and_then(|n| n.split('-').next()?.parse::<usize>().ok());
+                        replicas = replicas.zip(replica).map(|(mut set, r)| {
+                            set.insert(r);
+                            set
+                        });
+                    }
                 }
-                self.record(kind, format!("{killed} backends"), start);
+                let of = match replicas {
+                    Some(set) if !set.is_empty() => {
+                        let names: Vec<String> = set.iter().map(|r| format!("r{r}")).collect();
+                        format!(" of {}", names.join(","))
+                    }
+                    _ => String::new(),
+                };
+                self.record(kind, format!("{killed} backends{of}"), start);
             }
             FaultKind::Expire => {
                 // Mid-run, like the replica faults; any live lease will do.

@@ -518,6 +518,7 @@ async fn gather(
         .map(|r| check::Window {
             kind: r.kind,
             replica: check::Window::replica_of(&r.target),
+            reach: check::Reach::of(r.kind, &r.target),
             // An asynchronous promotion loses the lag window's renewals.
             expires_leases: r.kind == FaultKind::Expire
                 || r.target.contains("+expired")

@@ -9,7 +9,8 @@ use super::{Check, Input};
 /// backend is idle in transaction (with its transaction open for at least
 /// the threshold `backends.rs` scans with).
 pub fn none_idle_in_transaction_at_end(input: &Input) -> Check {
-    let mut check = Check::listing("no replica backend idle in transaction at the end", 100);
+    let mut check = Check::listing("no replica backend idle in transaction at the end", 100)
+        .when_empty("the scan after the quiet tail found no replica backend on the database: no replica was up");
     check.checked = input.backends.backends.len();
     for b in &input.backends.stuck {
         check.fail(b.describe());
@@ -25,7 +26,8 @@ pub fn none_orphaned_during_run(h: &History) -> Check {
     let mut check = Check::listing(
         "no replica backend seen idle in transaction after an autocommit statement",
         20,
-    );
+    )
+    .when_empty("pg_stat_activity was never sampled during the run");
     check.checked = h.input.samples;
     for o in &h.input.orphans {
         check.fail(o.describe(|us| h.t(us)));

@@ -17,6 +17,7 @@ fn promoted(synchronous: bool) -> Input {
     input.windows.push(Window {
         kind: FaultKind::Promote,
         replica: None,
+        reach: Reach::All,
         expires_leases: !synchronous,
         start: 15 * S + 900 * MS,
         end: 16 * S + 900 * MS,

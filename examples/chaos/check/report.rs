@@ -190,17 +190,13 @@ pub fn verdict(
     );
     let violations: usize = checks.iter().map(|c| c.violations).sum();
     for c in checks {
-        let _ = writeln!(
-            s,
-            "| check: {} | {} ({} checked) |",
-            c.name,
-            if c.violations == 0 {
-                "ok".to_owned()
-            } else {
-                format!("**{} VIOLATIONS**", c.violations)
-            },
-            c.checked
-        );
+        let verdict = match (c.violations, c.examined_nothing(), c.exempt()) {
+            (0, true, Some(why)) => format!("examined nothing, not required: {why}"),
+            (0, _, _) => "ok".to_owned(),
+            (n, true, _) => format!("**{n} VIOLATIONS** — examined nothing"),
+            (n, false, _) => format!("**{n} VIOLATIONS**"),
+        };
+        let _ = writeln!(s, "| check: {} | {verdict} ({} checked) |", c.name, c.checked);
     }
     let _ = writeln!(s, "| **violations** | **{violations}** |");
     if !near.examples.is_empty() {

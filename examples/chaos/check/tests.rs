@@ -29,12 +29,13 @@ const STALLED: &str = "no due key waited more than two leases for its next fence
 const OVERLAP: &str = "no two runs of a key overlap in real time";
 
 /// One job `a`, two replicas, period, lease and poll interval 1 s, two
-/// steps per run, observed from 10 s to 26 s, one fault (replica 1 stopped)
-/// at [16 s, 16.5 s). So slots 10–13 are calm (check 8), 14–18 near the
-/// fault, and 19–23 the quiet tail (check 10). Slot k ran once, as fence
-/// 100 + k on replica 0: claimed at +50 ms (for a lease), steps at +100 and
-/// +300 ms (each a ledger row committed a millisecond later, and a counter
-/// write), released at +400 ms, reported done.
+/// steps per run, observed from 10 s to 26 s, one fault (replica 0, which
+/// runs job `a`, stopped) at [16 s, 16.5 s). So slots 10–13 are calm
+/// (check 8), 14–18 near the fault, and 19–23 the quiet tail (check 10).
+/// Slot k ran once, as fence 100 + k on replica 0: claimed at +50 ms (for
+/// a lease), steps at +100 and +300 ms (each a ledger row committed a
+/// millisecond later, and a counter write), released at +400 ms, reported
+/// done. The scan at the end found replica 0's backend idle.
 pub(super) fn healthy() -> Input {
     let mut input = Input {
         keys: vec!["a".to_owned()],
@@ -51,13 +52,17 @@ pub(super) fn healthy() -> Input {
         events: Vec::new(),
         windows: vec![Window {
             kind: FaultKind::Stop,
-            replica: Some(1),
+            replica: Some(0),
+            reach: Reach::Replicas(vec![0]),
             expires_leases: false,
             start: 16 * S,
             end: 16 * S + 500 * MS,
         }],
         skipped: Vec::new(),
-        backends: Scan::default(),
+        backends: Scan {
+            backends: vec![backend(4241, "idle")],
+            stuck: Vec::new(),
+        },
         orphans: Vec::new(),
         samples: 40,
         promotion: None,
@@ -119,6 +124,20 @@ fn row(id: i64, fence: i64, slot: i64, step: i32, at: i64) -> LedgerRow {
     }
 }
 
+/// A backend of replica 1's pool in `state`, at the end of the run.
+fn backend(pid: i32, state: &str) -> Backend {
+    Backend {
+        pid,
+        application_name: "chaos-r1".to_owned(),
+        state: state.to_owned(),
+        query: "UPDATE leasehold_lease SET expires_at = now()".to_owned(),
+        state_change: "2026-01-01 00:00:00+00".to_owned(),
+        xact_start: "2026-01-01 00:00:00+00".to_owned(),
+        xact_start_us: 25 * S,
+        xact_ms: 3000,
+    }
+}
+
 fn event(kind: &str, fence: i64, detail: &str) -> Event {
     event_at(0, kind, fence, detail)
 }
@@ -130,6 +149,7 @@ pub(super) fn event_at(at: i64, kind: &str, fence: i64, detail: &str) -> Event {
         kind: kind.to_owned(),
         key: "a".to_owned(),
         fence,
+        holder: "r0".to_owned(),
         detail: detail.to_owned(),
     }
 }
@@ -455,16 +475,7 @@ fn a_quiet_tail_too_short_to_check_is_a_violation() {
 #[test]
 fn a_backend_idle_in_transaction_at_the_end_is_a_violation() {
     let mut input = healthy();
-    let stuck = Backend {
-        pid: 4242,
-        application_name: "chaos-r1".to_owned(),
-        state: "idle in transaction".to_owned(),
-        query: "UPDATE leasehold_lease SET expires_at = now()".to_owned(),
-        state_change: "2026-01-01 00:00:00+00".to_owned(),
-        xact_start: "2026-01-01 00:00:00+00".to_owned(),
-        xact_start_us: 25 * S,
-        xact_ms: 3000,
-    };
+    let stuck = backend(4242, "idle in transaction");
     input.backends.backends.push(stuck.clone());
     input.backends.stuck.push(stuck);
     assert_violates(&input, &[IDLE], "pid 4242 (chaos-r1) \"idle in transaction\"");
@@ -622,6 +633,7 @@ fn a_wait_during_a_postgresql_restart_is_not_counted() {
     input.windows.push(Window {
         kind: FaultKind::PgFast,
         replica: None,
+        reach: Reach::All,
         expires_leases: false,
         start: 15 * S + 800 * MS,
         end: 16 * S + 800 * MS,
@@ -675,6 +687,7 @@ fn runs_that_overlap_in_real_time_are_caught_unless_a_freeze_excuses_them() {
     input.windows.push(Window {
         kind: FaultKind::BeginDrop,
         replica: Some(0),
+        reach: Reach::Replicas(vec![0]),
         expires_leases: true,
         start: 12 * S + 500 * MS,
         end: 12 * S + 600 * MS,
@@ -687,4 +700,172 @@ fn runs_that_overlap_in_real_time_are_caught_unless_a_freeze_excuses_them() {
     input.events.retain(|e| !(e.fence == 112 && e.kind == "done"));
     let verdict = check(&input);
     assert!(!violated(&verdict).contains(&OVERLAP), "{}", verdict.text);
+}
+
+/// The verdict table's row of check `name`.
+fn table_row<'v>(verdict: &'v Verdict, name: &str) -> &'v str {
+    let prefix = format!("| check: {name} | ");
+    verdict
+        .text
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no row for {name}: {}", verdict.text))
+}
+
+/// A fault at `[start, start + len)` whose record named `target`
+/// (`faults.rs`: `r1 …`, `chaos:3`, `2 backends of r0,r1`, `postgres`).
+fn window(kind: FaultKind, target: &str, start: i64, len: i64) -> Window {
+    Window {
+        kind,
+        replica: Window::replica_of(target),
+        reach: Reach::of(kind, target),
+        expires_leases: kind == FaultKind::Expire,
+        start,
+        end: start + len,
+    }
+}
+
+/// Hands slot `slot`'s run (its ledger rows, lease writes and log lines)
+/// to replica `r`.
+fn run_on(input: &mut Input, slot: i64, r: usize) {
+    let (fence, holder) = (100 + slot, format!("r{r}"));
+    for row in input.ledger.iter_mut().filter(|row| row.fence == fence) {
+        row.holder = holder.clone();
+    }
+    for w in input.lease_writes.iter_mut().filter(|w| w.fence == fence) {
+        w.holder = holder.clone();
+    }
+    for e in input.events.iter_mut().filter(|e| e.fence == fence) {
+        e.holder = holder.clone();
+    }
+}
+
+/// A check that examined nothing is a violation, not `ok (0 checked)`:
+/// PostgreSQL restarted every two seconds through an observation of more
+/// than five minutes before the quiet tail, so no slot of `a` is a margin
+/// away from a fault that reaches it, and check 8 has nothing to judge.
+/// In a short run (the 16 s of [`healthy`]) that is allowed, and the
+/// verdict says so instead of `ok`.
+#[test]
+fn a_calm_slot_check_with_no_calm_slot_fails() {
+    let restarts = |from: i64| {
+        let mut input = healthy();
+        input.observe_from = from;
+        for at in (from + 500 * MS..15 * S).step_by(2 * S as usize) {
+            input.windows.push(window(FaultKind::PgFast, "postgres", at, 100 * MS));
+        }
+        input
+    };
+    let verdict = assert_violates(
+        &restarts(10 * S - 300 * S),
+        &[CALM],
+        "examined nothing (every slot of every job before the quiet tail was within lease + period of a fault",
+    );
+    assert_eq!(verdict.violations, 1, "{}", verdict.text);
+    assert_eq!(
+        table_row(&verdict, CALM),
+        format!("| check: {CALM} | **1 VIOLATIONS** — examined nothing (0 checked) |"),
+    );
+
+    let verdict = check(&restarts(10 * S));
+    assert_eq!(verdict.violations, 0, "{}", verdict.text);
+    assert_eq!(
+        table_row(&verdict, CALM),
+        format!(
+            "| check: {CALM} | examined nothing, not required: the observation before the quiet tail lasted \
+             9.000s, under the 300 s from which check 8 must judge a slot (0 checked) |"
+        ),
+    );
+}
+
+/// The same for any check: the scan at the end found no replica backend
+/// (check 11 looked at nothing), which says nothing about them.
+#[test]
+fn a_check_that_examined_nothing_fails() {
+    let mut input = healthy();
+    input.backends = Scan::default();
+    let verdict = assert_violates(
+        &input,
+        &[IDLE],
+        "examined nothing (the scan after the quiet tail found no replica backend on the database",
+    );
+    assert_eq!(verdict.violations, 1, "{}", verdict.text);
+}
+
+/// Faults every second or two from 10 s to 16 s, each aimed at replica 1,
+/// which had nothing to do with job `a` (or at its backends, or at job
+/// `b`): none of them can
+/// reach `a`'s runs, so its slots 10–13 are still judged — with faults
+/// that frequent no slot is a margin away from every fault, and check 8
+/// used to examine nothing. A calm slot that completed twice is still a
+/// violation there.
+#[test]
+fn calm_slots_under_frequent_faults_elsewhere_are_checked() {
+    let mut input = healthy();
+    input.windows.extend([
+        window(FaultKind::ProxyDelay, "r1 +300ms", 10 * S + 200 * MS, 2 * S),
+        window(FaultKind::Terminate, "2 backends of r1", 11 * S + 500 * MS, 10 * MS),
+        window(FaultKind::Kill, "r1", 12 * S + 500 * MS, 200 * MS),
+        window(FaultKind::Expire, "b", 13 * S + 200 * MS, 10 * MS),
+        window(FaultKind::RawBegin, "r1", 14 * S, 100 * MS),
+        window(FaultKind::ProxyReset, "r1", 15 * S, 0),
+    ]);
+    let verdict = check(&input);
+    assert_eq!(verdict.violations, 0, "{}", verdict.text);
+    assert_eq!(table_row(&verdict, CALM), format!("| check: {CALM} | ok (4 checked) |"));
+
+    for r in input.ledger.iter_mut().filter(|r| r.slot == 11) {
+        r.slot = 10;
+    }
+    assert_violates(
+        &input,
+        &[CALM],
+        "a: slot 10 (at 0.000s) completed 2 times, fences [110, 111]",
+    );
+}
+
+/// A fault aimed at a replica reaches the jobs that replica had something
+/// to do with within a margin of it: replica 1 killed at 10 s reaches `a`
+/// when replica 1 ran `a`'s slot 11 (slots 10–12 are then near a fault,
+/// only 13 is calm), not when it ran slot 13 (slots 10–13 are calm). An
+/// `expire` reaches the key it expired, a `terminate` the jobs of the
+/// replicas whose backends it ended (all of them if it does not say).
+#[test]
+fn a_replica_fault_reaches_the_jobs_its_replica_had_to_do_with() {
+    let killed = |ran: i64| {
+        let mut input = healthy();
+        run_on(&mut input, ran, 1);
+        input.windows.push(window(FaultKind::Kill, "r1", 10 * S, 100 * MS));
+        check(&input)
+    };
+    let verdict = killed(11);
+    assert_eq!(verdict.violations, 0, "{}", verdict.text);
+    assert_eq!(table_row(&verdict, CALM), format!("| check: {CALM} | ok (1 checked) |"));
+    assert!(
+        verdict
+            .text
+            .contains("| slots near faults: checked loosely / completed twice | 8 / 0 |"),
+        "{}",
+        verdict.text
+    );
+    let verdict = killed(13);
+    assert_eq!(verdict.violations, 0, "{}", verdict.text);
+    assert_eq!(table_row(&verdict, CALM), format!("| check: {CALM} | ok (4 checked) |"));
+
+    // The key an `expire` expired, the backends of a `terminate` whose
+    // replica ran slot 11, and a `terminate` of backends nobody knows whose.
+    for (kind, target) in [
+        (FaultKind::Expire, "a"),
+        (FaultKind::Terminate, "1 backends of r0"),
+        (FaultKind::Terminate, "3 backends"),
+    ] {
+        let mut input = healthy();
+        input.windows.push(window(kind, target, 10 * S + 200 * MS, 10 * MS));
+        let verdict = check(&input);
+        assert_eq!(
+            table_row(&verdict, CALM),
+            format!("| check: {CALM} | ok (1 checked) |"),
+            "{target}"
+        );
+    }
 }
