@@ -11,11 +11,23 @@
 //!
 //! It serves on a loopback port, calls its own endpoints once (so it stops
 //! by itself), and prints what it got.
+//!
+//! Its server is a bare `axum::serve`, which bounds neither the connections
+//! open at once nor the time a client takes to send its headers (hyper's
+//! header timeout needs a timer that `axum::serve` does not set): fine on
+//! loopback for a demo, not on a port clients you do not control reach. A
+//! service that does (and one that mounts `leasehold::console::router`)
+//! serves with hyper's HTTP/1 builder given `hyper_util::rt::TokioTimer` and
+//! a `header_read_timeout` (10 s), a semaphore permit per connection taken
+//! before `accept` (256), and a timeout around each connection (2 min), as
+//! `leasehold console` does (`cli/src/console.rs`), or sits behind a proxy
+//! that enforces the same. Request bodies are capped here at 64 KiB
+//! (`DefaultBodyLimit`; axum's default is 2 MiB).
 
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use leasehold::sqlx::PgPool;
@@ -82,7 +94,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/ready", get(ready))
         .route("/jobs/{key}/trigger", post(trigger))
         .with_state(runtime.clone())
-        .route("/metrics", get(move || async move { metrics.render() }));
+        .route("/metrics", get(move || async move { metrics.render() }))
+        // None of these endpoints reads a body: refuse big ones early.
+        .layer(DefaultBodyLimit::max(64 * 1024));
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;

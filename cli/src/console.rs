@@ -10,7 +10,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::Semaphore;
 
 use leasehold::console::{self, ConsoleOptions};
 
@@ -54,7 +57,38 @@ pub(crate) struct Args {
     /// shares.
     #[arg(long, default_value_t = ConsoleOptions::DEFAULT_MAX_CONCURRENT_READS, value_name = "N")]
     max_concurrent_reads: usize,
+
+    /// Connections served at once. When all are taken, new ones wait in
+    /// the system's accept queue until one closes (they are not refused).
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    max_connections: usize,
+
+    /// Time a client has to send a request's headers, also the longest an
+    /// idle kept-alive connection stays open waiting for the next request
+    /// (e.g. 10s; at most 1h).
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = crate::duration::connect_timeout)]
+    header_timeout: Duration,
+
+    /// The longest a connection stays open, however busy (e.g. 2m; at most
+    /// 1h): bounds slow request bodies and slow readers of responses.
+    #[arg(long, default_value = "2m", value_name = "DURATION", value_parser = crate::duration::connect_timeout)]
+    connection_timeout: Duration,
 }
+
+/// `--max-connections` by default: far more than the operators of a fleet
+/// open at once, far fewer than a process's file descriptors (1,024 soft
+/// limit on most systems).
+const DEFAULT_MAX_CONNECTIONS: usize = 256;
+
+/// `--max-connections` at most.
+const MAX_CONNECTIONS: usize = 10_000;
+
+/// The largest request body read (a form post of the console is well under
+/// 1 KiB); larger ones get `413 Payload Too Large`.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// How long connections still open at Ctrl-C get to finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 impl Args {
     /// Checks the arguments before any connection: the address, and that
@@ -74,6 +108,12 @@ impl Args {
                 "--max-concurrent-reads {}: between 1 and {} (the connections the CLI opens)",
                 self.max_concurrent_reads,
                 db::CONNECTIONS
+            )));
+        }
+        if !(1..=MAX_CONNECTIONS).contains(&self.max_connections) {
+            return Err(Failure::usage(format!(
+                "--max-connections {}: between 1 and {MAX_CONNECTIONS}",
+                self.max_connections
             )));
         }
         Ok(())
@@ -159,12 +199,76 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
         ));
     }
     say(format_args!("  Ctrl-C stops it"));
-    axum::serve(listener, console::router(db.pool.clone(), options))
-        .with_graceful_shutdown(stop_signal())
-        .await
-        .map_err(|e| Failure::error(format!("serving the console on {local}: {e}")))?;
+    let router = console::router(db.pool.clone(), options).layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES));
+    serve(listener, router, args).await;
     say(format_args!("leasehold console stopped"));
     Ok(())
+}
+
+/// Accepts connections on `listener` and serves `router` on each until
+/// Ctrl-C (or SIGTERM), then gives open connections [`SHUTDOWN_GRACE`] to
+/// finish.
+///
+/// Unlike `axum::serve`, bounded against slow or idle clients: at most
+/// `--max-connections` at once (a permit per connection; without one it
+/// stops accepting, so the next clients wait in the kernel's accept queue
+/// instead of being refused, and no file descriptor is spent on them),
+/// each with `--header-timeout` to send its headers (and to send the next
+/// request on a kept-alive connection) and `--connection-timeout` in all.
+async fn serve(listener: tokio::net::TcpListener, router: axum::Router, args: &Args) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    let permits = Arc::new(Semaphore::new(args.max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(args.header_timeout);
+    let lifetime = args.connection_timeout;
+    let stop = stop_signal();
+    tokio::pin!(stop);
+    loop {
+        let permit = tokio::select! {
+            () = &mut stop => break,
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                // Never closed.
+                Err(_) => break,
+            },
+        };
+        let stream = tokio::select! {
+            () = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment
+                    // rather than spin (what axum::serve does).
+                    log_accept_error(&e);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone()));
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            // Errors (a client gone, a header timeout) concern that client
+            // only; a connection past its lifetime is dropped, which closes it.
+            let _ = tokio::time::timeout(lifetime, conn).await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
+}
+
+/// Logs a failed `accept` on standard error.
+fn log_accept_error(e: &std::io::Error) {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "leasehold console: accepting a connection: {e}"
+    );
 }
 
 /// The `Host` values the console answers to when serving on `local`: the

@@ -14,8 +14,11 @@
 //!   (an app on another port of the same host, which the browser also
 //!   sends the cookie to, reaches the console under another `Host`), for
 //!   at most `session_idle` without a request and `SESSION_MAX` in all;
-//! - failed logins are throttled per process, and the token comparison
-//!   takes a time that depends only on the token's length;
+//! - failed logins are throttled per user name given (so an attacker's
+//!   tries do not lock out the operator), under a ceiling for all names
+//!   together, and the token comparison takes a time that does not depend
+//!   on where the inputs differ;
+//! - refused logins and actions are logged (`warn`), without any token.
 //! - when the service's hook names users too, a token login is recorded as
 //!   `token:<name>`, so it cannot act as a user the hook names.
 
@@ -50,8 +53,27 @@ const SECURE_COOKIE: &str = "__Secure-leasehold_console";
 /// Failed logins allowed before each further one makes the next wait.
 const FREE_FAILURES: u32 = 5;
 
-/// The longest wait after failed logins.
-const MAX_LOCKOUT: Duration = Duration::from_secs(15 * 60);
+/// The longest wait after failed logins under one name: short, since
+/// anyone may fail logins under the operator's name.
+const MAX_LOCKOUT: Duration = Duration::from_secs(60);
+
+/// Failed logins, under any names, the whole console allows in a burst…
+const GLOBAL_BURST: u32 = 100;
+
+/// …and then one more per this long: about 86,000 a day, nothing against
+/// a 128-bit token, yet enough that wrong tokens under many names keep
+/// the login open to the operator unless someone sends more than one a
+/// second.
+const GLOBAL_REFILL: Duration = Duration::from_secs(1);
+
+/// Most user names whose failed logins are remembered at once (past it,
+/// the one whose lock ended first is forgotten).
+const MAX_THROTTLED_NAMES: usize = 10_000;
+
+/// Most actors with a CSRF token at once: past it, the one whose token
+/// was used least recently loses it (and gets a new one with their next
+/// page, so a form they had open is refused as stale).
+const MAX_CSRF_TOKENS: usize = 10_000;
 
 /// Longest name a login may give (it is recorded with each action).
 const MAX_NAME: usize = 64;
@@ -64,7 +86,42 @@ struct Session {
     last_seen: Instant,
 }
 
-/// The failed logins' throttle.
+/// The failed logins' throttles: one per user name given at the login
+/// (the console is served without the peer's address, and a name is not
+/// secret: it only stops one name's tries from locking out the others),
+/// and a ceiling on them all.
+struct Throttles {
+    names: HashMap<String, Throttle>,
+    /// Failures the ceiling still allows, as of `refilled`.
+    allowance: u32,
+    refilled: Instant,
+}
+
+impl Throttles {
+    fn new(now: Instant) -> Self {
+        Throttles {
+            names: HashMap::new(),
+            allowance: GLOBAL_BURST,
+            refilled: now,
+        }
+    }
+
+    /// Adds to the ceiling's allowance what the time since `refilled` earned.
+    fn refill(&mut self, now: Instant) {
+        let earned = now.duration_since(self.refilled).as_nanos() / GLOBAL_REFILL.as_nanos();
+        if earned > 0 {
+            let earned = u32::try_from(earned).unwrap_or(u32::MAX);
+            self.allowance = self.allowance.saturating_add(earned).min(GLOBAL_BURST);
+            self.refilled = if self.allowance == GLOBAL_BURST {
+                now
+            } else {
+                self.refilled + GLOBAL_REFILL * earned
+            };
+        }
+    }
+}
+
+/// One name's failed logins.
 #[derive(Default)]
 struct Throttle {
     /// Failures since the last successful login.
@@ -73,13 +130,47 @@ struct Throttle {
     locked_until: Option<Instant>,
 }
 
+/// The actors' CSRF tokens, at most [`MAX_CSRF_TOKENS`] of them.
+#[derive(Default)]
+struct CsrfTokens {
+    /// Actor name to (token, when it was last handed out).
+    tokens: HashMap<String, (String, u64)>,
+    /// Counts the hand-outs, for "when".
+    clock: u64,
+}
+
+impl CsrfTokens {
+    /// `name`'s token, made (evicting the least recently used one when
+    /// full) if `name` has none.
+    fn get(&mut self, name: &str) -> String {
+        self.clock += 1;
+        let now = self.clock;
+        if let Some((token, used)) = self.tokens.get_mut(name) {
+            *used = now;
+            return token.clone();
+        }
+        if self.tokens.len() >= MAX_CSRF_TOKENS
+            && let Some(oldest) = self
+                .tokens
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(name, _)| name.clone())
+        {
+            self.tokens.remove(&oldest);
+        }
+        let token = random_token();
+        self.tokens.insert(name.to_owned(), (token.clone(), now));
+        token
+    }
+}
+
 /// The console's sessions and CSRF tokens, in this process's memory: a
 /// restart logs everyone out, which is the safe direction.
 pub(super) struct Access {
     sessions: Mutex<HashMap<String, Session>>,
     /// One token per actor name; the empty name is the login form's.
-    csrf: Mutex<HashMap<String, String>>,
-    throttle: Mutex<Throttle>,
+    csrf: Mutex<CsrfTokens>,
+    throttle: Mutex<Throttles>,
     token_login: bool,
 }
 
@@ -87,8 +178,8 @@ impl Access {
     pub(super) fn new(options: &ConsoleOptions) -> Self {
         Access {
             sessions: Mutex::new(HashMap::new()),
-            csrf: Mutex::new(HashMap::new()),
-            throttle: Mutex::new(Throttle::default()),
+            csrf: Mutex::new(CsrfTokens::default()),
+            throttle: Mutex::new(Throttles::new(Instant::now())),
             token_login: options.token.is_some(),
         }
     }
@@ -133,34 +224,59 @@ impl Access {
         Some(session.name.clone())
     }
 
-    /// `Err(wait)` while failed logins keep the login closed.
-    fn login_open(&self) -> Result<(), Duration> {
-        let throttle = self.throttle.lock().unwrap_or_else(PoisonError::into_inner);
-        match throttle.locked_until {
-            Some(until) if until > Instant::now() => Err(until - Instant::now()),
+    /// `Err(wait)` while failed logins keep the login closed to `name`:
+    /// its own, or all of them past the ceiling.
+    fn login_open(&self, name: &str) -> Result<(), Duration> {
+        let mut throttles = self.throttle.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        throttles.refill(now);
+        if throttles.allowance == 0 {
+            return Err((throttles.refilled + GLOBAL_REFILL).saturating_duration_since(now));
+        }
+        match throttles.names.get(name).and_then(|t| t.locked_until) {
+            Some(until) if until > now => Err(until - now),
             _ => Ok(()),
         }
     }
 
-    /// Records a login's result: a success resets the count; beyond
-    /// [`FREE_FAILURES`], each failure closes the login for twice as long
-    /// as the one before (1 s, 2 s, 4 s… up to [`MAX_LOCKOUT`]).
-    fn login_result(&self, ok: bool) {
-        let mut throttle = self.throttle.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Records a login's result under `name`: a success resets its count;
+    /// beyond [`FREE_FAILURES`], each failure closes the login to `name`
+    /// for twice as long as the one before (1 s, 2 s, 4 s… up to
+    /// [`MAX_LOCKOUT`]), and every failure uses up one of the ceiling's
+    /// allowance.
+    fn login_result(&self, name: &str, ok: bool) {
+        let mut throttles = self.throttle.lock().unwrap_or_else(PoisonError::into_inner);
         if ok {
-            *throttle = Throttle::default();
+            throttles.names.remove(name);
             return;
         }
+        let now = Instant::now();
+        throttles.refill(now);
+        throttles.allowance = throttles.allowance.saturating_sub(1);
+        if !throttles.names.contains_key(name) && throttles.names.len() >= MAX_THROTTLED_NAMES {
+            throttles
+                .names
+                .retain(|_, t| t.locked_until.is_some_and(|until| until > now));
+            if throttles.names.len() >= MAX_THROTTLED_NAMES
+                && let Some(first) = throttles
+                    .names
+                    .iter()
+                    .min_by_key(|(_, t)| t.locked_until)
+                    .map(|(name, _)| name.clone())
+            {
+                throttles.names.remove(&first);
+            }
+        }
+        let throttle = throttles.names.entry(name.to_owned()).or_default();
         throttle.failures = throttle.failures.saturating_add(1);
         if let Some(over) = throttle.failures.checked_sub(FREE_FAILURES).filter(|n| *n > 0) {
             let wait = Duration::from_secs(1u64 << (over - 1).min(20)).min(MAX_LOCKOUT);
-            throttle.locked_until = Some(Instant::now() + wait);
+            throttle.locked_until = Some(now + wait);
         }
     }
 
     fn csrf_for(&self, name: &str) -> String {
-        let mut tokens = self.csrf.lock().unwrap_or_else(PoisonError::into_inner);
-        tokens.entry(name.to_owned()).or_insert_with(random_token).clone()
+        self.csrf.lock().unwrap_or_else(PoisonError::into_inner).get(name)
     }
 
     /// The checks of a POST: same-origin fetch, an actor, that actor's
@@ -177,6 +293,7 @@ impl Access {
         if let Some(site) = parts.headers.get("sec-fetch-site")
             && !matches!(site.as_bytes(), b"same-origin" | b"none")
         {
+            tracing::warn!("console POST refused: a cross-site fetch; {}", whence(parts));
             return Err(Box::new(layout::error(
                 base,
                 &viewer,
@@ -191,6 +308,11 @@ impl Access {
             return Err(Box::new(read_only(base, &viewer)));
         };
         if !constant_time_eq(csrf.as_bytes(), expected.as_bytes()) {
+            tracing::warn!(
+                "console POST refused: missing or wrong CSRF token, user {}; {}",
+                shown(name),
+                whence(parts)
+            );
             return Err(Box::new(layout::error(
                 base,
                 &viewer,
@@ -284,6 +406,15 @@ pub(super) async fn login(
         .get("sec-fetch-site")
         .is_none_or(|site| matches!(site.as_bytes(), b"same-origin" | b"none"));
     if !same_origin || !constant_time_eq(form.csrf.as_bytes(), expected.as_bytes()) {
+        tracing::warn!(
+            "console login refused: {}; {}",
+            if same_origin {
+                "missing or wrong CSRF token"
+            } else {
+                "a cross-site fetch"
+            },
+            whence(&parts)
+        );
         return layout::error(
             &base,
             &viewer,
@@ -302,7 +433,13 @@ pub(super) async fn login(
             ),
         );
     }
-    if let Err(wait) = console.access.login_open() {
+    if let Err(wait) = console.access.login_open(name) {
+        tracing::warn!(
+            "console login refused: paused after too many wrong tokens ({} s left), name {}; {}",
+            wait.as_secs() + 1,
+            shown(name),
+            whence(&parts)
+        );
         let mut refused = layout::error(
             &base,
             &viewer,
@@ -315,8 +452,13 @@ pub(super) async fn login(
         return refused;
     }
     let right = constant_time_eq(form.token.as_bytes(), token.as_bytes());
-    console.access.login_result(right);
+    console.access.login_result(name, right);
     if !right {
+        tracing::warn!(
+            "console login refused: wrong token, name {}; {}",
+            shown(name),
+            whence(&parts)
+        );
         return layout::error(&base, &viewer, StatusCode::FORBIDDEN, "Wrong token.");
     }
     // Beside the service's hook, a token login is named apart from the
@@ -445,19 +587,95 @@ fn cookie<'a>(parts: &'a Parts, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
+/// Longest piece of a request's text a log line shows.
+const MAX_SHOWN: usize = 100;
+
+/// `text` for a log line: its first [`MAX_SHOWN`] characters, quoted
+/// with control, invisible and text-direction characters escaped (it
+/// comes from the network).
+fn shown(text: &str) -> String {
+    let mut cut: String = text.chars().take(MAX_SHOWN).collect();
+    if cut.len() < text.len() {
+        cut.push('…');
+    }
+    format!("{cut:?}")
+}
+
+/// Where a refused request came from, for its log line: the `Host` it
+/// came through and its path (the console is served without the peer's
+/// address), both escaped.
+fn whence(parts: &Parts) -> String {
+    let path = parts
+        .extensions
+        .get::<axum::extract::OriginalUri>()
+        .map_or_else(|| parts.uri.path(), |uri| uri.0.path());
+    format!("host {}, path {}", shown(&request_host(parts)), shown(path))
+}
+
 /// 128 random bits, hex.
 fn random_token() -> String {
     let bytes: [u8; 16] = rand::random();
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Equality whose time depends only on `expected`'s length: not on where
-/// the inputs differ, nor on `given`'s length (every byte of `expected` is
-/// compared, with a missing byte of `given` as 0).
+/// Equality whose time does not depend on where the inputs differ
+/// (`subtle` compares every byte); inputs of different lengths are unequal
+/// (the length check alone is not secret: the token's length is public).
 fn constant_time_eq(given: &[u8], expected: &[u8]) -> bool {
-    let mut diff = u8::from(given.len() != expected.len());
-    for (i, e) in expected.iter().enumerate() {
-        diff |= given.get(i).copied().unwrap_or(0) ^ e;
+    use subtle::ConstantTimeEq;
+    bool::from(given.ct_eq(expected))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_csrf_tokens_are_bounded_and_the_least_recently_used_goes() {
+        let access = Access::new(&ConsoleOptions::new());
+        let first = access.csrf_for("first");
+        let busy = access.csrf_for("busy");
+        for i in 0..MAX_CSRF_TOKENS + 1000 {
+            access.csrf_for(&format!("user-{i}"));
+            if i % 100 == 0 {
+                assert_eq!(access.csrf_for("busy"), busy, "a user in use keeps their token");
+            }
+        }
+        let held = access.csrf.lock().unwrap_or_else(PoisonError::into_inner).tokens.len();
+        assert!(held <= MAX_CSRF_TOKENS, "{held} tokens held");
+        assert_eq!(access.csrf_for("busy"), busy);
+        assert_ne!(access.csrf_for("first"), first, "evicted: a new token");
     }
-    diff == 0
+
+    #[test]
+    fn wrong_tokens_under_many_names_meet_the_ceiling() {
+        let access = Access::new(&ConsoleOptions::new());
+        for i in 0..GLOBAL_BURST {
+            let name = format!("name-{i}");
+            assert_eq!(access.login_open(&name), Ok(()), "{name}");
+            access.login_result(&name, false);
+        }
+        let wait = access.login_open("alice").expect_err("the ceiling closes every name");
+        assert!(wait <= GLOBAL_REFILL, "{wait:?}");
+        let mut throttles = access.throttle.lock().unwrap_or_else(PoisonError::into_inner);
+        let later = throttles.refilled + GLOBAL_REFILL * 3;
+        throttles.refill(later);
+        assert_eq!(throttles.allowance, 3, "one more per {GLOBAL_REFILL:?}");
+    }
+
+    #[test]
+    fn network_text_is_logged_escaped_and_cut() {
+        let shown = shown(&format!("\u{202e}nimda\n\u{200b}{}", "x".repeat(200)));
+        assert!(!shown.contains(['\u{202e}', '\n', '\u{200b}']), "{shown}");
+        assert!(shown.contains("\\u{202e}nimda\\n"), "{shown}");
+        assert!(shown.chars().count() < 120, "{shown}");
+    }
+
+    #[test]
+    fn tokens_of_other_lengths_or_contents_differ() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        for given in [&b""[..], b"ab", b"abd", b"abcd", b"xbc"] {
+            assert!(!constant_time_eq(given, b"abc"), "{given:?}");
+        }
+    }
 }

@@ -107,11 +107,17 @@ impl ConsoleOptions {
     /// The token must be hard to guess: [`Error::InvalidInput`](crate::Error::InvalidInput)
     /// (which never shows it) when it has fewer than
     /// [`MIN_TOKEN_BITS`](Self::MIN_TOKEN_BITS) bits of entropy by its
-    /// length and alphabet: 32 hex digits, 22 letters and digits, or 20
-    /// characters mixing in symbols. Make one with `openssl rand -hex 32`.
-    /// Failed logins are slowed down per process (a few tries, then a
-    /// doubling wait), and the comparison takes the same time whatever is
-    /// typed.
+    /// length and alphabet (32 hex digits, 22 letters and digits, or 20
+    /// characters mixing in symbols), or fewer than 96 once repetition
+    /// counts once and runs of 4 or more consecutive characters (`4567`,
+    /// `dcba`, `aaaa`) count as one: `0123456789abcdef0123456789abcdef`
+    /// and `Password1!Password1!…` are refused. Make one with
+    /// `openssl rand -hex 32` (`-hex 16` is just enough).
+    /// Failed logins are slowed down per name given at the login (a few
+    /// tries, then a doubling wait up to a minute), so wrong tokens under
+    /// one name do not lock out the operator under theirs, with a ceiling
+    /// for all names together (100, then one a second); the comparison
+    /// takes a time that does not depend on where the inputs differ.
     ///
     /// When [`authorize`](Self::authorize) is set too, a token login is
     /// recorded as `token:<name>`, so it can never act as (or take the CSRF
@@ -119,14 +125,16 @@ impl ConsoleOptions {
     pub fn token(mut self, token: impl Into<String>) -> crate::Result<Self> {
         let token = token.into();
         if !token.is_empty() {
-            let bits = token_bits(&token);
-            if bits < Self::MIN_TOKEN_BITS {
+            let raw = token_bits(&token);
+            let patterned = patterned_bits(&token);
+            if raw < Self::MIN_TOKEN_BITS || patterned < MIN_PATTERNED_BITS {
+                let bits = raw.min(patterned);
                 return Err(crate::Error::invalid(
                     "console token",
                     format_args!("<{} characters, not shown>", token.chars().count()),
                     format!(
-                        "it has about {bits} bits of entropy, at least {} are needed: make one with \
-                         `openssl rand -hex 32`",
+                        "it has about {bits} bits of entropy (repeated or consecutive characters count for \
+                         little), at least {} are needed: make one with `openssl rand -hex 32`",
                         Self::MIN_TOKEN_BITS
                     ),
                 ));
@@ -223,31 +231,100 @@ impl ConsoleOptions {
     }
 }
 
-/// A token's entropy in bits, estimated from its length and the alphabet
-/// its characters come from: hex digits 4 bits each, letters and digits
-/// about 5.95, anything broader 6.55. A token made of fewer than 8
-/// distinct characters counts only what those allow.
-fn token_bits(token: &str) -> u32 {
-    let chars: Vec<char> = token.chars().collect();
-    let alphabet: f64 = if chars.iter().all(char::is_ascii_hexdigit) {
+/// The fewest bits a [`token`](ConsoleOptions::token) must keep once
+/// repetition and runs are discounted ([`patterned_bits`]): below
+/// [`MIN_TOKEN_BITS`](ConsoleOptions::MIN_TOKEN_BITS), because a random
+/// token has the odd run by chance (`…4567…` in hex), which must not
+/// refuse it, while a made-up one (`0123…`, a word repeated) keeps far
+/// fewer.
+const MIN_PATTERNED_BITS: u32 = 96;
+
+/// Consecutive characters that count as one in [`patterned_bits`]: code
+/// points going up by one (`4567`, `defg`), down by one, or staying the
+/// same (`aaaa`).
+const MIN_RUN: usize = 4;
+
+/// The bits of a token of `len` characters drawn from `alphabet`.
+fn bits(len: usize, alphabet: f64) -> u32 {
+    // Truncation is the intent: the estimate rounds down.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let bits = (len as f64 * alphabet.log2()).floor() as u32;
+    bits
+}
+
+/// The size of the alphabet a token's characters come from: hex digits
+/// 16, letters and digits 62, anything broader 94; a token made of fewer
+/// than 8 distinct characters counts only those.
+fn alphabet(chars: &[char]) -> f64 {
+    let mut distinct = chars.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() < 8 {
+        #[allow(clippy::cast_precision_loss)]
+        return distinct.len() as f64;
+    }
+    if chars.iter().all(char::is_ascii_hexdigit) {
         16.0
     } else if chars.iter().all(char::is_ascii_alphanumeric) {
         62.0
     } else {
         94.0
+    }
+}
+
+/// A token's entropy in bits, estimated from its length and the alphabet
+/// its characters come from: hex digits 4 bits each, letters and digits
+/// about 5.95, anything broader 6.55.
+fn token_bits(token: &str) -> u32 {
+    let chars: Vec<char> = token.chars().collect();
+    bits(chars.len(), alphabet(&chars))
+}
+
+/// [`token_bits`] of what is left of the token once its patterns count
+/// for little: a token that repeats a period (`abcdefghabcdefgh…`,
+/// `Password1!Password1!…`, the last repetition possibly cut short)
+/// counts one period, and in it a run of at least [`MIN_RUN`] consecutive
+/// characters counts as one character.
+fn patterned_bits(token: &str) -> u32 {
+    let chars: Vec<char> = token.chars().collect();
+    let n = chars.len();
+    let period = (1..=n / 2)
+        .find(|&p| (p..n).all(|i| chars[i] == chars[i - p]))
+        .unwrap_or(n);
+    let base = &chars[..period];
+    let mut len = 0;
+    let mut i = 0;
+    while i < base.len() {
+        let run = run_at(base, i);
+        len += if run >= MIN_RUN { 1 } else { run };
+        i += run;
+    }
+    bits(len, alphabet(&chars))
+}
+
+/// The length of the run of consecutive characters (see [`MIN_RUN`])
+/// starting at `chars[start]`, at least 1 when `start` is in `chars`.
+fn run_at(chars: &[char], start: usize) -> usize {
+    let step = |i: usize| {
+        let (a, b) = (u32::from(chars[i]), u32::from(chars[i + 1]));
+        i64::from(b) - i64::from(a)
     };
-    let mut distinct = chars.clone();
-    distinct.sort_unstable();
-    distinct.dedup();
-    let alphabet = if distinct.len() < 8 {
-        distinct.len() as f64
-    } else {
-        alphabet
-    };
-    // Truncation is the intent: the estimate rounds down.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let bits = (chars.len() as f64 * alphabet.log2()).floor() as u32;
-    bits
+    if start + 1 >= chars.len() {
+        return chars.len().saturating_sub(start).min(1);
+    }
+    let d = step(start);
+    if d.abs() > 1 {
+        return 1;
+    }
+    let mut end = start + 1;
+    while end + 1 < chars.len() && step(end) == d {
+        end += 1;
+    }
+    end - start + 1
 }
 
 #[cfg(test)]
@@ -261,15 +338,23 @@ mod tests {
             "s3cret-token",
             "0123456789abcdef0123456789abcde",
             &"a".repeat(64),
+            "0123456789abcdef0123456789abcdef",
+            &"abcdefgh".repeat(4),
+            &"Password1!".repeat(3),
+            "Password1!Password1!Passw",
+            "fedcba9876543210fedcba9876543210",
+            "0123456789abcdef0f1e2d3c4b5a6978",
         ] {
             let err = ConsoleOptions::new().token(weak).expect_err(weak).to_string();
             assert!(err.contains("openssl rand -hex 32"), "{err}");
             assert!(!err.contains(weak), "the token is not shown: {err}");
         }
         for strong in [
-            "0123456789abcdef0123456789abcdef",
+            "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
             "Jx8-pQz!rT4vW9_kL2mN7b",
             "3f9a1c07d2e84b6fa0c59e1d7b3c28f4a6e0d9b1c5f7e2a3d8b4c6f0e1a2d3b5",
+            // A random token with a chance run in it.
+            "3f9a4567d2e84b6fa0c59e1d7b3c28f4",
         ] {
             assert!(ConsoleOptions::new().token(strong).is_ok(), "{strong}");
         }
@@ -280,5 +365,17 @@ mod tests {
                 .token
                 .is_none()
         );
+    }
+
+    /// What `openssl rand -hex 16` and `-hex 32` make always passes,
+    /// whatever runs chance puts in it.
+    #[test]
+    fn random_hex_tokens_pass() {
+        for _ in 0..20_000 {
+            for bytes in [16, 32] {
+                let token: String = (0..bytes).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+                assert!(ConsoleOptions::new().token(token.as_str()).is_ok(), "{token}");
+            }
+        }
     }
 }

@@ -317,3 +317,298 @@ async fn raw_get(authority: &str, path: &str) -> (String, String, String) {
     let status = head.lines().next().unwrap_or("").to_owned();
     (status, head.to_owned(), body.to_owned())
 }
+
+/// Opens a connection to `authority` that sends `GET / HTTP/1.1` and then
+/// one header byte every 200 ms, never finishing its headers (slowloris).
+/// Resolves to how long the server kept it open once connected (until a
+/// read saw the end or an error, or a write failed), or `None` if it was
+/// still open after `give_up`.
+async fn slowloris(authority: String, give_up: Duration) -> Option<Duration> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stream = tokio::net::TcpStream::connect(&authority)
+        .await
+        .expect("connect to the console");
+    let opened = std::time::Instant::now();
+    let (mut read, mut write) = stream.into_split();
+    let dribble = async move {
+        if write.write_all(b"GET / HTTP/1.1\r\nX-Slow: ").await.is_err() {
+            return;
+        }
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if write.write_all(b"a").await.is_err() {
+                return;
+            }
+        }
+    };
+    let closed = async move {
+        let mut buf = [0u8; 1024];
+        loop {
+            match read.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                // A response (408, say) before the close.
+                Ok(_) => {}
+            }
+        }
+    };
+    let ended = async {
+        tokio::select! {
+            () = dribble => {}
+            () = closed => {}
+        }
+    };
+    tokio::time::timeout(give_up, ended)
+        .await
+        .ok()
+        .map(|()| opened.elapsed())
+}
+
+/// A connection that connects and sends nothing; resolves like
+/// [`slowloris`].
+async fn silent(authority: String, give_up: Duration) -> Option<Duration> {
+    use tokio::io::AsyncReadExt;
+    let mut stream = tokio::net::TcpStream::connect(&authority)
+        .await
+        .expect("connect to the console");
+    let opened = std::time::Instant::now();
+    let mut buf = [0u8; 1024];
+    let closed = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(give_up, closed)
+        .await
+        .ok()
+        .map(|()| opened.elapsed())
+}
+
+/// Issue 42: 50 clients dribbling their headers a byte at a time stayed
+/// open as long as they liked (`axum::serve` sets no header timer); 20,000
+/// exhausted the file descriptors. With `--header-timeout 1s` each is closed
+/// about a second after it connected, others are answered meanwhile, and a
+/// kept-alive connection left idle is closed too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_closes_slowloris_connections_after_the_header_timeout_and_answers_others() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const SLOW: usize = 50;
+    let db = migrated_db().await;
+    let served = Served::start(
+        &url(&db),
+        None,
+        &["--listen", "127.0.0.1:0", "--refresh", "off", "--header-timeout", "1s"],
+    );
+    let authority = served.authority();
+    let give_up = Duration::from_secs(8);
+    let mut slow = tokio::task::JoinSet::new();
+    for _ in 0..SLOW {
+        slow.spawn(slowloris(authority.clone(), give_up));
+    }
+    // While they dribble: a normal client is answered, promptly.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = std::time::Instant::now();
+    let (status, _, body) = tokio::time::timeout(Duration::from_secs(5), raw_get(&authority, "/"))
+        .await
+        .expect("an answer within 5 s while the slow clients are open");
+    let answered = asked.elapsed();
+    assert!(status.contains(" 200 "), "{status}\n{body}");
+    assert!(answered < Duration::from_secs(2), "answered after {answered:?}");
+
+    let mut open_for = Vec::new();
+    for kept in slow.join_all().await {
+        let kept = kept.unwrap_or_else(|| panic!("a slowloris connection still open after {give_up:?}"));
+        open_for.push(kept);
+    }
+    open_for.sort();
+    let (first, last) = (open_for[0], open_for[SLOW - 1]);
+    println!(
+        "measured: {SLOW} slowloris connections, --header-timeout 1s: closed after {first:?}..{last:?}; \
+         a GET meanwhile answered in {answered:?}"
+    );
+    assert!(
+        first >= Duration::from_millis(800),
+        "closed before the timeout: {first:?}"
+    );
+    assert!(last < Duration::from_secs(3), "closed only after {last:?}");
+
+    // A kept-alive connection, idle after its answer, is closed as well.
+    let mut idle = tokio::net::TcpStream::connect(&authority).await.expect("connect");
+    let request = format!("GET / HTTP/1.1\r\nHost: {authority}\r\n\r\n");
+    idle.write_all(request.as_bytes()).await.expect("send the request");
+    let idle_since = std::time::Instant::now();
+    let mut response = Vec::new();
+    let idle_closed = tokio::time::timeout(give_up, idle.read_to_end(&mut response)).await;
+    let idle_open = idle_since.elapsed();
+    let response = String::from_utf8_lossy(&response);
+    assert!(response.starts_with("HTTP/1.1 200 "), "{response}");
+    assert!(
+        idle_closed.is_ok(),
+        "an idle kept-alive connection still open after {give_up:?}"
+    );
+    assert!(
+        idle_open < Duration::from_secs(3),
+        "the idle connection closed after {idle_open:?}"
+    );
+
+    println!("measured: an idle kept-alive connection closed after {idle_open:?}");
+}
+
+/// With `--max-connections 3` taken by clients that send nothing, a fourth
+/// waits (accepted only when one of them closes, after the 1 s header
+/// timeout) and is then answered: neither refused nor held forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_beyond_max_connections_waits_for_a_free_one_then_answers() {
+    const MAX: usize = 3;
+    let db = migrated_db().await;
+    let served = Served::start(
+        &url(&db),
+        None,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--refresh",
+            "off",
+            "--max-connections",
+            "3",
+            "--header-timeout",
+            "1s",
+        ],
+    );
+    let authority = served.authority();
+    let give_up = Duration::from_secs(8);
+    let mut held = tokio::task::JoinSet::new();
+    for _ in 0..MAX {
+        held.spawn(silent(authority.clone(), give_up));
+    }
+    // They are connected (and first in the accept queue) before the GET.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked = std::time::Instant::now();
+    let (status, _, body) = tokio::time::timeout(Duration::from_secs(6), raw_get(&authority, "/"))
+        .await
+        .expect("an answer within 6 s once a connection frees");
+    let answered = asked.elapsed();
+    assert!(status.contains(" 200 "), "{status}\n{body}");
+    println!("measured: --max-connections {MAX} all held: the next GET answered after {answered:?}");
+    // Held back by the limit until the header timeout freed a connection.
+    assert!(
+        answered >= Duration::from_millis(500),
+        "answered at once ({answered:?}): no limit"
+    );
+    assert!(answered < Duration::from_secs(3), "answered only after {answered:?}");
+    for kept in held.join_all().await {
+        let kept = kept.unwrap_or_else(|| panic!("a silent connection still open after {give_up:?}"));
+        assert!(
+            kept < Duration::from_secs(3),
+            "a silent connection closed only after {kept:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_refuses_a_connection_limit_of_zero() {
+    let out = leasehold(
+        Some("postgres://u@127.0.0.1:1/d"),
+        &["console", "--max-connections", "0"],
+    )
+    .await;
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("--max-connections 0") && err.contains("between 1 and"),
+        "{err}"
+    );
+    let out = leasehold(
+        Some("postgres://u@127.0.0.1:1/d"),
+        &["console", "--header-timeout", "10"],
+    )
+    .await;
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("write \"10s\""), "{}", stderr(&out));
+}
+
+/// A request body beyond 64 KiB (a console form is well under 1 KiB) is
+/// refused with 413 before the form is read, not read up to axum's 2 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_refuses_a_request_body_over_64_kib() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let db = migrated_db().await;
+    let served = Served::start(&url(&db), Some(TOKEN), &["--listen", "127.0.0.1:0", "--refresh", "off"]);
+    let authority = served.authority();
+    let body = format!("name=ops&token={}", "a".repeat(100 * 1024));
+    let mut stream = tokio::net::TcpStream::connect(&authority).await.expect("connect");
+    let head = format!(
+        "POST /login HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.expect("send the head");
+    // The server may answer and close before reading it all.
+    let _ = stream.write_all(body.as_bytes()).await;
+    let mut response = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut response)).await;
+    let response = String::from_utf8_lossy(&response);
+    let status = response.lines().next().unwrap_or("");
+    assert!(status.contains(" 413 "), "{status}\n{response}");
+}
+
+/// A client that sends its headers in time, then its body a byte at a time
+/// is not held by `--header-timeout`: `--connection-timeout 1s` closes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_closes_a_slow_body_after_the_connection_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let db = migrated_db().await;
+    let served = Served::start(
+        &url(&db),
+        Some(TOKEN),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--refresh",
+            "off",
+            "--connection-timeout",
+            "1s",
+        ],
+    );
+    let authority = served.authority();
+    let stream = tokio::net::TcpStream::connect(&authority).await.expect("connect");
+    let opened = std::time::Instant::now();
+    let (mut read, mut write) = stream.into_split();
+    let head = format!(
+        "POST /login HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Content-Length: 1000\r\n\r\nname=ops&token="
+    );
+    write.write_all(head.as_bytes()).await.expect("send the head");
+    let dribble = async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if write.write_all(b"a").await.is_err() {
+                return;
+            }
+        }
+    };
+    let closed = async move {
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = read.read(&mut buf).await {
+            if n == 0 {
+                return;
+            }
+        }
+    };
+    let ended = tokio::time::timeout(Duration::from_secs(8), async {
+        tokio::select! {
+            () = dribble => {}
+            () = closed => {}
+        }
+    })
+    .await;
+    let open = opened.elapsed();
+    assert!(ended.is_ok(), "a slow body still open after 8 s");
+    println!("measured: a slow body with --connection-timeout 1s closed after {open:?}");
+    assert!(
+        open >= Duration::from_millis(800) && open < Duration::from_secs(3),
+        "closed after {open:?}"
+    );
+}

@@ -616,3 +616,123 @@ async fn refusals_say_why_and_what_to_fix() {
     assert!(!keyless.body.contains("id=\"confirm\""), "{}", keyless.body);
     assert!(keyless.body.contains("`key`"), "{}", keyless.body);
 }
+
+/// Each refused login or action leaves a warning that says why and where
+/// from, without the token or a CSRF token.
+#[tokio::test(flavor = "current_thread")]
+async fn refusals_are_logged_without_secrets() {
+    let (logs, _capture) = support::LogCounts::capture("leasehold=warn");
+    let db = support::db().await;
+    let app = console(
+        &db.pool,
+        ConsoleOptions::new()
+            .authorize(|req| req.headers.get("x-user")?.to_str().ok().map(String::from))
+            .token(TOKEN)
+            .expect("a strong token"),
+    );
+    let login_csrf = get(&app, "/login", &[]).await.csrf();
+    let alice_csrf = confirm(&app, "ledger", "pause", "alice").await.csrf();
+    assert_eq!(
+        logs.at(tracing::Level::WARN),
+        0,
+        "{:?}",
+        logs.messages(tracing::Level::WARN)
+    );
+    let wrong = "0f1e2d3c4b5a69788796a5b4c3d2e1f1";
+    let login = |token: &'static str, csrf: String, site: &'static str| {
+        let app = app.clone();
+        async move {
+            post(
+                &app,
+                "/login",
+                &[("name", "mallory"), ("token", token), ("csrf", &csrf)],
+                &[("host", "console.test"), ("sec-fetch-site", site)],
+            )
+            .await
+            .status
+        }
+    };
+    let mut expected: Vec<(&str, StatusCode)> = vec![
+        ("wrong CSRF token", login(TOKEN, "stale".into(), "same-origin").await),
+        ("cross-site", login(TOKEN, login_csrf.clone(), "cross-site").await),
+    ];
+    for _ in 0..6 {
+        expected.push(("wrong token", login(wrong, login_csrf.clone(), "same-origin").await));
+    }
+    expected.push((
+        "too many wrong tokens",
+        login(TOKEN, login_csrf.clone(), "same-origin").await,
+    ));
+    let action = |csrf: &'static str, site: &'static str| {
+        let app = app.clone();
+        async move {
+            post(
+                &app,
+                "/action",
+                &[("key", "ledger"), ("action", "pause"), ("csrf", csrf)],
+                &[("x-user", "alice"), ("sec-fetch-site", site)],
+            )
+            .await
+            .status
+        }
+    };
+    expected.push(("wrong CSRF token", action("forged", "same-origin").await));
+    expected.push(("cross-site", action("forged", "cross-site").await));
+
+    let warnings = logs.messages(tracing::Level::WARN);
+    assert_eq!(warnings.len(), expected.len(), "one warning per refusal: {warnings:#?}");
+    for (warning, (why, status)) in warnings.iter().zip(&expected) {
+        assert!(status.is_client_error(), "{why}: {status}");
+        assert!(warning.contains(why), "{warning:?} says {why}");
+        for secret in [TOKEN, wrong, login_csrf.as_str(), alice_csrf.as_str()] {
+            assert!(!warning.contains(secret), "{warning:?} shows a secret");
+        }
+    }
+    assert!(
+        warnings[2].contains("\"mallory\"") && warnings[2].contains("\"console.test\""),
+        "{}",
+        warnings[2]
+    );
+    assert!(
+        warnings[9].contains("\"alice\"") && warnings[9].contains("\"/action\""),
+        "{}",
+        warnings[9]
+    );
+}
+
+/// Wrong tokens under one name lock out that name, not the operator
+/// logging in under theirs.
+#[tokio::test]
+async fn one_names_wrong_tokens_do_not_lock_out_another() {
+    let db = support::db().await;
+    let app = console(&db.pool, ConsoleOptions::new().token(TOKEN).expect("a strong token"));
+    let csrf = get(&app, "/login", &[]).await.csrf();
+    let attempt = |name: &'static str, token: &'static str| {
+        let (app, csrf) = (app.clone(), csrf.clone());
+        async move {
+            post(
+                &app,
+                "/login",
+                &[("name", name), ("token", token), ("csrf", &csrf)],
+                &[],
+            )
+            .await
+        }
+    };
+    for _ in 0..20 {
+        let answer = attempt("mallory", "0f1e2d3c4b5a69788796a5b4c3d2e1f1").await;
+        assert!(
+            matches!(answer.status, StatusCode::FORBIDDEN | StatusCode::TOO_MANY_REQUESTS),
+            "{}",
+            answer.status
+        );
+    }
+    assert_eq!(
+        attempt("mallory", TOKEN).await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "mallory's name is locked"
+    );
+    let operator = attempt("alice", TOKEN).await;
+    assert_eq!(operator.status, StatusCode::SEE_OTHER, "{}", operator.body);
+    assert!(operator.headers.contains_key("set-cookie"));
+}
