@@ -8,7 +8,7 @@ use std::time::Duration;
 use leasehold::{CancelReason, LeaseStore, NewKey, RunOutcome, Runtime, Schedule};
 use sqlx::PgPool;
 
-use crate::support::{self, Gate, LONG, eventually_async, job, quick, replica_on};
+use crate::support::{self, Gate, LONG, eventually_async, job, quick};
 
 /// The newest `n` history rows of `key`, once there are `n`.
 async fn history_of(store: &LeaseStore, key: &str, n: usize) -> Vec<leasehold::RunRecord> {
@@ -65,7 +65,7 @@ async fn a_nul_or_a_megabyte_in_a_job_error_fails_no_release() {
             })
         })
         .collect();
-    let rt = replica_on(db.pool_with(4).await, "r1", Duration::from_millis(100), jobs).await;
+    let rt = support::replica(&db, "r1", 4, jobs).await;
     for i in 0..KEYS {
         rt.trigger(&format!("nul:{i}")).await.expect("trigger");
     }
@@ -126,24 +126,12 @@ async fn a_run_whose_release_never_came_is_recorded_as_lost_by_the_replica_that_
     let store = LeaseStore::new(db.pool.clone());
     let settings = quick(Schedule::Manual, Duration::from_secs(2));
     let gate = Gate::default();
-    let a = replica_on(
-        db.pool_with(2).await,
-        "a",
-        Duration::from_millis(100),
-        vec![job("billing", settings.clone(), gate.body())],
-    )
-    .await;
+    let a = support::replica(&db, "a", 2, vec![job("billing", settings.clone(), gate.body())]).await;
     a.trigger("billing").await.expect("trigger");
     let first = gate.runs().wait_started(1, Duration::from_secs(10)).await[0].clone();
     a.faults().partition(true);
 
-    let b = replica_on(
-        db.pool_with(2).await,
-        "b",
-        Duration::from_millis(100),
-        vec![job("billing", settings, gate.body())],
-    )
-    .await;
+    let b = support::replica(&db, "b", 2, vec![job("billing", settings, gate.body())]).await;
     b.trigger("billing").await.expect("trigger");
     let runs = gate.runs().wait_started(2, Duration::from_secs(20)).await;
     assert_eq!(runs[1].holder, "b");
@@ -184,10 +172,10 @@ async fn a_run_whose_release_never_came_is_recorded_as_lost_by_the_replica_that_
 async fn released_runs_and_plain_tenures_are_never_recorded_as_lost() {
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
-    let rt = replica_on(
-        db.pool_with(2).await,
+    let rt = support::replica(
+        &db,
         "r1",
-        Duration::from_millis(100),
+        2,
         vec![job("plain", quick(Schedule::Manual, LONG), |_| async { Ok(()) })],
     )
     .await;
@@ -221,10 +209,10 @@ async fn released_runs_and_plain_tenures_are_never_recorded_as_lost() {
 async fn a_recorded_run_is_never_overwritten_as_lost() {
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
-    let rt = replica_on(
-        db.pool_with(2).await,
+    let rt = support::replica(
+        &db,
         "r1",
-        Duration::from_millis(100),
+        2,
         vec![job("older", quick(Schedule::Manual, LONG), |_| async { Ok(()) })],
     )
     .await;
@@ -251,10 +239,10 @@ async fn a_run_stopped_by_its_keys_removal_is_recorded_as_removed() {
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
     let gate = Gate::default();
-    let rt: Runtime = replica_on(
-        db.pool_with(2).await,
+    let rt: Runtime = support::replica(
+        &db,
         "r1",
-        Duration::from_millis(100),
+        2,
         vec![job("export", quick(Schedule::Manual, LONG), gate.body())],
     )
     .await;
