@@ -18,7 +18,7 @@ in a scratch worktree of HEAD and run the scenario tests named with it
 least one named test fail.
 
     python3 scripts/clause-removal.py            # all mutations
-    python3 scripts/clause-removal.py finish_many claim_due   # only mutations whose name contains one of these
+    python3 scripts/clause-removal.py finish_many claim_due   # only mutations whose description contains one of these (not a marker name)
     python3 scripts/clause-removal.py --check    # only check markers and mutations name each other
 
 Guard markers. Each guard clause carries a marker comment where it starts,
@@ -608,6 +608,10 @@ def main():
     chosen = [(path, markers, name, old, new, (filters[0] if filters else "lease::").split())
               for path, muts in FILES for markers, name, old, new, *filters in muts
               if not only or any(o in name for o in only)]
+    if only and not chosen:
+        print(f"no mutation's description contains any of {only}: name words of the descriptions "
+              f"(e.g. \"claim_due\", \"lost run\"), not marker names", file=sys.stderr)
+        return 2
     uncaught = 0
     by_wire = by_build = 0
     # Stopped from outside (a timeout, Ctrl-C), the scratch worktree is
