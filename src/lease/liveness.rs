@@ -30,6 +30,7 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::{Executor, Postgres};
 
 use super::LeaseStore;
@@ -66,7 +67,7 @@ macro_rules! dead_owner {
             $acquired,
             " < r.confirmed_at + r.grace
                 AND CASE WHEN /* guard:liveness.silent */ r.confirmed_at + r.grace <= clock_timestamp()
-                          AND r.registered_at > pg_postmaster_start_time()
+                          AND /* guard:liveness.this_server_life */ r.registered_at > pg_postmaster_start_time()
                          THEN /* guard:liveness.session_gone */ pg_try_advisory_xact_lock(1818783844, r.pid)
                          ELSE false END)"
         )
@@ -77,13 +78,18 @@ macro_rules! dead_owner {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Registration {
     pub(crate) id: i64,
+    /// When the server last started, as the registration saw it: a server
+    /// that answers with another start has restarted since, so none of the
+    /// runs stamped with this registration can be taken over early.
+    pub(crate) server_started: DateTime<Utc>,
 }
 
 /// What one confirmation found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Confirmed {
     /// False when the registration's row is gone (the server crashed, or a
-    /// replica cleaned it up after an hour without confirmation): the
+    /// replica cleaned it up after an hour without confirmation), or the
+    /// statement ran on another session than the one that registered: the
     /// runtime registers again.
     pub(crate) still_registered: bool,
     /// Keys of dead registrations' runs this confirmation woke.
@@ -118,14 +124,14 @@ impl LeaseStore {
             INSERT INTO leasehold_replica (pid, holder, registered_at, confirmed_at, grace)
             SELECT pg_backend_pid(), $1, clock_timestamp(), clock_timestamp(), make_interval(secs => $2)
               FROM s
-            RETURNING id";
-        let id: i64 = sqlx::query_scalar(REGISTER)
+            RETURNING id, pg_postmaster_start_time()";
+        let (id, server_started): (i64, DateTime<Utc>) = sqlx::query_as(REGISTER)
             .bind(holder)
             .bind(GRACE.as_secs_f64())
             .bind(SESSION_HORIZON.as_secs().to_string())
             .fetch_one(conn)
             .await?;
-        Ok(Registration { id })
+        Ok(Registration { id, server_started })
     }
 
     /// Confirms `registration` on its own session, and wakes the runs of
@@ -136,7 +142,10 @@ impl LeaseStore {
         E: Executor<'c, Database = Postgres>,
     {
         // $1 registration id, $2 the wake channel.
-        // - `me`: the confirmation; no row means the registration is gone.
+        // - `me`: the confirmation, on the registering session only (its
+        //   pid): a registration is confirmed only while its lock is held.
+        //   No row means the registration is gone, or this is another
+        //   session (a driver that reconnected on its own): register again.
         // - `dead`: marks each newly dead registration reported, so it is
         //   reported once (`dead_owner!` on its own row: any run stamped
         //   with it while it was confirmed).
@@ -150,7 +159,9 @@ impl LeaseStore {
         const CONFIRM: &str = concat!(
             "
             WITH me AS (
-                UPDATE leasehold_replica SET confirmed_at = clock_timestamp() WHERE id = $1 RETURNING id
+                UPDATE leasehold_replica SET confirmed_at = clock_timestamp()
+                 WHERE id = $1 AND pid = pg_backend_pid()
+                RETURNING id
             ), dead AS (
                 UPDATE leasehold_replica AS d SET reported_at = clock_timestamp()
                  WHERE d.reported_at IS NULL AND d.id <> $1
@@ -192,6 +203,14 @@ impl LeaseStore {
             SELECT pg_advisory_unlock(1818783844, pg_backend_pid())";
         sqlx::query(UNREGISTER).bind(registration.id).execute(conn).await?;
         Ok(())
+    }
+
+    /// When the server last started: compared with
+    /// [`Registration::server_started`], whether it restarted since.
+    pub(crate) async fn server_started(&self) -> Result<DateTime<Utc>> {
+        const STARTED: &str = "SELECT pg_postmaster_start_time()";
+        let started = crate::connection::run!(&self.conns, |conn| sqlx::query_scalar(STARTED).fetch_one(conn))?;
+        Ok(started)
     }
 
     /// Moves the stamps of this replica's runs `(key, fence)` to

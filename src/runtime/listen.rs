@@ -149,6 +149,9 @@ async fn start_listening(shared: &Arc<Shared>, own: &sqlx::PgPool, mark: &str) -
         Err(error) => return Err(Stopped::Failed(error)),
     };
     listener.ignore_pool_close_event(true);
+    // A lost connection is reported (`Ok(None)`), never replaced behind our
+    // back: the liveness registration belongs to this session.
+    listener.eager_reconnect(false);
     match shared.store.is_own_session(&mut listener, mark).await {
         Ok(true) => {}
         Ok(false) => return Err(Stopped::Pooled),

@@ -7,7 +7,8 @@
 //! ended while this process lived is stopped by
 //! `confirmed + GRACE − LIVENESS_MARGIN` (the local instant the latest
 //! confirmation was sent, plus the grace, less a margin) unless its stamp
-//! was moved to a live registration before then. No other replica takes
+//! was moved to a live registration before then, or the server restarted
+//! (or does not answer) — then no one can take it over early. No other replica takes
 //! it over before the server's `confirmed_at + grace`, which is later.
 //! Silence — a confirmation that gets no answer — stops nothing: the
 //! session may well be alive on the server (a partition), its lock held,
@@ -21,9 +22,13 @@ use crate::cancel::CancelReason;
 use crate::connection::bounded;
 use crate::lease::{GRACE, Registration};
 
-/// Taken off the grace for the local stop: covers the time a cancelled
-/// run takes to notice, and clock-rate error over one second.
-const LIVENESS_MARGIN: Duration = Duration::from_millis(250);
+/// Taken off the grace for the local stop: covers the probe of the
+/// server's start ([`RESTART_PROBE`]), the time a cancelled run takes to
+/// notice, and clock-rate error over one second.
+const LIVENESS_MARGIN: Duration = Duration::from_millis(450);
+
+/// How long the stop waits to learn whether the server restarted.
+const RESTART_PROBE: Duration = Duration::from_millis(200);
 
 /// How a liveness session ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,13 +59,35 @@ pub(crate) fn session_ended(shared: &Arc<Shared>, end: SessionEnd) {
     let shared = shared.clone();
     tokio::spawn(async move {
         tokio::time::sleep_until(deadline).await;
-        stop_stamped(&shared, registration);
+        stop_stamped(&shared, registration).await;
     });
 }
 
-/// Stops every run still stamped with `registration`.
-fn stop_stamped(shared: &Shared, registration: Registration) {
-    for tenure in shared.held() {
+/// Stops every run still stamped with `registration` — unless the server
+/// restarted since it registered (fact 2 of invariant 10 then keeps those
+/// runs from any early takeover: a restart ends every session, and is no
+/// reason to stop a run) or cannot be reached (no one can take a run over
+/// through a server that does not answer; the lease bounds the rest).
+async fn stop_stamped(shared: &Shared, registration: Registration) {
+    let stamped: Vec<_> = shared
+        .held()
+        .into_iter()
+        .filter(|t| t.owner() == Some(registration.id))
+        .collect();
+    if stamped.is_empty() {
+        return;
+    }
+    match bounded(RESTART_PROBE, "server start probe", shared.store.server_started()).await {
+        Ok(started) if started == registration.server_started => {}
+        Ok(_restarted) => return,
+        Err(error) => {
+            tracing::warn!(holder = %shared.holder, %error,
+                "the liveness session ended and the server does not answer: runs keep going until their \
+                 local deadline");
+            return;
+        }
+    }
+    for tenure in stamped {
         if tenure.owner() == Some(registration.id) && tenure.cancel(CancelReason::Deadline) {
             tracing::warn!(job = %tenure.job, key = %tenure.key, fence = tenure.fence,
                 "this replica's liveness session ended and the run could not be handed to a new one \

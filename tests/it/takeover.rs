@@ -315,3 +315,51 @@ async fn a_replica_whose_session_ended_stops_its_run_before_another_may_take_it_
     other.shutdown().await;
     cut.shutdown().await;
 }
+
+/// A clean restart of the server ends every liveness session and keeps the
+/// registrations (an UNLOGGED table survives a clean shutdown), silent and
+/// with their locks free: none of them counts as dead, since each is older
+/// than the server's start. The run in progress keeps its lease, however
+/// hard the other replica is woken, and its replica registers again and
+/// goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_takes_no_run_over_early() {
+    let cluster = support::PgCluster::start_durable().expect("a cluster of its own");
+    let db = leasehold_testkit::create_db(&cluster.options()).await;
+    let gate = Gate::default();
+    let settings = quick(Schedule::Manual, Duration::from_secs(60));
+    let first = support::replica(&db, "first", 2, vec![job(KEY, settings.clone(), gate.body())]).await;
+    registered(&db.pool, "first").await;
+    first.trigger(KEY).await.expect("trigger");
+    let run = gate.runs().wait_started(1, Duration::from_secs(10)).await[0].clone();
+    assert!(
+        stamped(&db.pool).await,
+        "the run is stamped with its replica's registration"
+    );
+    let second = support::replica(&db, "second", 2, vec![job(KEY, settings, gate.body())]).await;
+    registered(&db.pool, "second").await;
+
+    cluster.stop(false).expect("stop the server");
+    cluster.start_server().expect("start the server again");
+    let pool = db.pool_with(2).await;
+    // Both replicas register again; the old registrations are still there.
+    support::eventually_async(Duration::from_secs(60), || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM leasehold_replica")
+            .fetch_one(&pool)
+            .await
+            .is_ok_and(|n| n >= 4)
+            .then_some(())
+    })
+    .await;
+    nudge(&pool, Duration::from_millis(2500)).await;
+    assert_eq!(
+        tenure(&pool).await.1,
+        run.fence,
+        "the run keeps its lease over the restart"
+    );
+    assert_eq!(gate.runs().all().len(), 1, "no other run started");
+    assert!(gate.runs().all()[0].cancelled.is_none(), "the run was not stopped");
+    gate.finish_one();
+    second.shutdown().await;
+    first.shutdown().await;
+}

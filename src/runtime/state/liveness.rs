@@ -7,13 +7,12 @@
 //!   set once the listener registered its session, cleared the moment that
 //!   session is seen to fail, so a claim sent after the failure stamps
 //!   nothing (its run falls back to its lease).
-//! - `confirmed` is the local instant the latest successful confirmation
-//!   of `current` was *sent*: the server wrote its `confirmed_at` after
-//!   that, so no replica can take a run stamped with it over before
-//!   `confirmed + GRACE`, by any clock that runs at the real rate.
+//! - Its instant is the local instant the latest successful confirmation
+//!   was *sent*: the server wrote its `confirmed_at` after that, so no
+//!   replica can take a run stamped with it over before that instant plus
+//!   the grace, by any clock that runs at the real rate.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use tokio::time::Instant;
 
@@ -21,35 +20,29 @@ use crate::lease::Registration;
 
 #[derive(Default)]
 pub(crate) struct Liveness {
-    /// The registration's id, 0 for none (ids start at 1).
-    current: AtomicI64,
-    confirmed: Mutex<Option<Instant>>,
+    current: Mutex<Option<(Registration, Instant)>>,
 }
 
 impl Liveness {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Registration, Instant)>> {
+        // One plain value, written whole: consistent even after a panic.
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The registration a claim sent now stamps its runs with.
     pub(crate) fn current(&self) -> Option<Registration> {
-        match self.current.load(Ordering::SeqCst) {
-            0 => None,
-            id => Some(Registration { id }),
-        }
+        self.lock().map(|(registration, _)| registration)
     }
 
     /// `registration` was just made, or confirmed, by a statement sent at
     /// `sent`.
     pub(crate) fn confirmed(&self, registration: Registration, sent: Instant) {
-        *self.confirmed.lock().unwrap_or_else(|p| p.into_inner()) = Some(sent);
-        self.current.store(registration.id, Ordering::SeqCst);
+        *self.lock() = Some((registration, sent));
     }
 
     /// The session failed: claims stop stamping. Returns the registration
     /// it had and when it was last confirmed.
     pub(crate) fn failed(&self) -> Option<(Registration, Instant)> {
-        let id = self.current.swap(0, Ordering::SeqCst);
-        let confirmed = *self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
-        match (id, confirmed) {
-            (0, _) | (_, None) => None,
-            (id, Some(sent)) => Some((Registration { id }, sent)),
-        }
+        self.lock().take()
     }
 }
