@@ -8,10 +8,12 @@ use serde::Serialize;
 use crate::text;
 
 /// `succeeded`, `failed`, `cancelled (paused)`, `lost (lease expired
-/// without a release)`.
+/// without a release)`, `lost (its replica's session ended without a
+/// release)`.
 pub(crate) fn outcome_text(run: &RunRecord) -> String {
     match (run.outcome, run.reason.as_deref()) {
         (RunOutcome::Cancelled, Some(reason)) => format!("cancelled ({})", text::cell(reason)),
+        (RunOutcome::Lost, Some("session_ended")) => "lost (its replica's session ended without a release)".to_owned(),
         (RunOutcome::Lost, _) => "lost (lease expired without a release)".to_owned(),
         (outcome, _) => outcome.as_str().to_owned(),
     }
@@ -35,7 +37,9 @@ pub(crate) struct RunJson<'a> {
     /// replica that took the key over).
     outcome: &'static str,
     /// Why a cancelled run stopped: `stolen`, `expired`, `deadline`,
-    /// `shutdown`, `paused`, `removed`; `expired` for a lost run.
+    /// `shutdown`, `paused`, `removed`; for a lost run, `expired` (taken
+    /// over when its lease expired) or `session_ended` (taken over early:
+    /// its replica's liveness session ended, docs/design.md invariant 10).
     reason: Option<&'a str>,
     /// The job's error or panic message, in full (at most 2,000 bytes).
     error: Option<&'a str>,

@@ -222,7 +222,10 @@ async fn a_killed_replicas_run_is_taken_over_within_two_seconds_with_the_default
         .into_iter()
         .find(|r| r.fence == fence)
         .expect("the killed run is on the record");
-    assert_eq!((lost.outcome, lost.holder.as_str()), (RunOutcome::Lost, "doomed"));
+    assert_eq!(
+        (lost.outcome, lost.holder.as_str(), lost.reason.as_deref()),
+        (RunOutcome::Lost, "doomed", Some("session_ended"))
+    );
     assert!(
         lost.ended_at <= acquired_at,
         "the killed run's tenure ends before its successor's: {lost:?} {acquired_at}"

@@ -242,3 +242,71 @@ async fn history_shows_a_run_whose_release_never_came_as_lost() {
     cut_off.faults().partition(false);
     cut_off.shutdown().await;
 }
+
+/// A run taken over early because its replica's liveness session ended
+/// (the replica cut off, its session killed) shows why:
+/// `lost (its replica's session ended without a release)`, reason
+/// `session_ended`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_shows_a_run_taken_over_after_its_replicas_session_ended() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let store = LeaseStore::new(db.pool.clone());
+    let replica = |holder: &str| {
+        Runtime::builder(db.pool.clone())
+            .holder(holder)
+            .poll_interval(Duration::from_millis(100))
+            .register(HoldsUntilCancelled)
+            .start()
+    };
+    let cut_off = replica("web-1").await.expect("runtime starts");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sqlx::query_scalar::<_, i64>("SELECT count(*) FROM leasehold_replica")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(tokio::time::Instant::now() < deadline, "registered within 10s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cut_off.trigger("reports:acme").await.expect("trigger");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while store.get("reports:acme").await.unwrap().is_none_or(|l| !l.is_held()) {
+        assert!(tokio::time::Instant::now() < deadline, "the run starts within 10s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let successor = replica("web-2").await.expect("runtime starts");
+    cut_off.faults().partition(true);
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM leasehold_replica WHERE holder = 'web-1'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while store.history("reports:acme", 10).await.unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lost run recorded within 20s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let out = leasehold(Some(&url), &["history", "reports:acme"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let lost = text
+        .lines()
+        .find(|l| l.contains("lost (its replica's session ended without a release)"))
+        .unwrap_or_else(|| panic!("no run lost to a session's end in\n{text}"));
+    assert!(lost.contains("web-1"), "the holder that lost it: {text}");
+    let out = leasehold(Some(&url), &["history", "reports:acme", "--json"]).await;
+    let run = json(&out)["runs"][0].clone();
+    assert_eq!(
+        (run["outcome"].as_str(), run["reason"].as_str(), run["holder"].as_str()),
+        (Some("lost"), Some("session_ended"), Some("web-1")),
+        "{run}"
+    );
+    successor.shutdown().await;
+    cut_off.faults().partition(false);
+    cut_off.shutdown().await;
+}

@@ -143,7 +143,8 @@ impl LeaseStore {
                 INSERT INTO leasehold_run AS r (key, slot, run_no, job_name, fence, holder, scheduled_for,
                                                 started_at, ended_at, outcome, reason, error)
                 SELECT p.key, (p.runs % $6::int8)::int, p.runs, p.job_name, p.fence, p.holder, p.slot_at,
-                       p.acquired_at, LEAST(p.expires_at, c.acquired_at), 'lost', 'expired',
+                       p.acquired_at, LEAST(p.expires_at, c.acquired_at), 'lost',
+                       CASE WHEN p.expires_at <= c.acquired_at THEN 'expired' ELSE 'session_ended' END,
                        CASE WHEN p.expires_at <= c.acquired_at THEN 'lease expired without a release'
                             ELSE 'its replica''s session ended without a release' END
                   FROM pick AS p JOIN claimed AS c ON c.key = p.key
