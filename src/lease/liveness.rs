@@ -207,10 +207,12 @@ impl LeaseStore {
 
     /// When the server last started: compared with
     /// [`Registration::server_started`], whether it restarted since.
-    pub(crate) async fn server_started(&self) -> Result<DateTime<Utc>> {
+    pub(crate) async fn server_started<'c, E>(&self, conn: E) -> Result<DateTime<Utc>>
+    where
+        E: Executor<'c, Database = Postgres>,
+    {
         const STARTED: &str = "SELECT pg_postmaster_start_time()";
-        let started = crate::connection::run!(&self.conns, |conn| sqlx::query_scalar(STARTED).fetch_one(conn))?;
-        Ok(started)
+        Ok(sqlx::query_scalar(STARTED).fetch_one(conn).await?)
     }
 
     /// Moves the stamps of this replica's runs `(key, fence)` to

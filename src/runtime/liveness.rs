@@ -7,8 +7,10 @@
 //! ended while this process lived is stopped by
 //! `confirmed + GRACE − LIVENESS_MARGIN` (the local instant the latest
 //! confirmation was sent, plus the grace, less a margin) unless its stamp
-//! was moved to a live registration before then, or the server restarted
-//! (or does not answer) — then no one can take it over early. No other replica takes
+//! was moved to a live registration before then, or the server says it
+//! restarted (a new start time, or it refuses connections as it starts or
+//! shuts down) — then no one can take it over early. A server that does
+//! not answer in time may be up: the run is stopped. No other replica takes
 //! it over before the server's `confirmed_at + grace`, which is later.
 //! Silence — a confirmation that gets no answer — stops nothing: the
 //! session may well be alive on the server (a partition), its lock held,
@@ -17,18 +19,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::state::Shared;
 use crate::cancel::CancelReason;
 use crate::connection::bounded;
 use crate::lease::{GRACE, Registration};
 
-/// Taken off the grace for the local stop: covers the probe of the
-/// server's start ([`RESTART_PROBE`]), the time a cancelled run takes to
-/// notice, and clock-rate error over one second.
-const LIVENESS_MARGIN: Duration = Duration::from_millis(450);
-
-/// How long the stop waits to learn whether the server restarted.
-const RESTART_PROBE: Duration = Duration::from_millis(200);
+/// Taken off the grace for the local stop: covers the time a cancelled
+/// run takes to notice, and clock-rate error over one second.
+const LIVENESS_MARGIN: Duration = Duration::from_millis(250);
 
 /// How a liveness session ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,35 +58,67 @@ pub(crate) fn session_ended(shared: &Arc<Shared>, end: SessionEnd) {
     let deadline = confirmed + GRACE.saturating_sub(LIVENESS_MARGIN);
     let shared = shared.clone();
     tokio::spawn(async move {
-        tokio::time::sleep_until(deadline).await;
-        stop_stamped(&shared, registration).await;
+        // Whether the server restarted, asked at once on a connection of
+        // its own (a pooled one may have been ended by the same event, and
+        // the pool retries a refused connection instead of saying so), and
+        // again until the stop is due.
+        let stop = loop {
+            match tokio::time::timeout_at(deadline, server_started(&shared)).await {
+                Ok(Ok(started)) => break started == registration.server_started,
+                Ok(Err(error)) if server_down(&error) => break false,
+                Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+                // No answer in time: the server may be up and our session
+                // ended some other way. Stop.
+                Err(_) => break true,
+            }
+            if Instant::now() >= deadline {
+                break true;
+            }
+        };
+        if stop {
+            tokio::time::sleep_until(deadline).await;
+            stop_stamped(&shared, registration);
+        }
     });
 }
 
-/// Stops every run still stamped with `registration` — unless the server
-/// restarted since it registered (fact 2 of invariant 10 then keeps those
-/// runs from any early takeover: a restart ends every session, and is no
-/// reason to stop a run) or cannot be reached (no one can take a run over
-/// through a server that does not answer; the lease bounds the rest).
-async fn stop_stamped(shared: &Shared, registration: Registration) {
+/// When the server last started, asked on a new connection of the pool's
+/// settings, closed after.
+async fn server_started(shared: &Shared) -> crate::Result<chrono::DateTime<chrono::Utc>> {
+    use sqlx::Connection;
+    let options = (*shared.store.pool().connect_options()).clone();
+    let mut conn = sqlx::PgConnection::connect_with(&options).await?;
+    let started = shared.store.server_started(&mut conn).await;
+    let _ = conn.close().await;
+    started
+}
+
+/// Whether `error` says the server is not accepting connections (refused,
+/// starting up or shutting down): it is restarting, or gone, and no one can
+/// take a run over through it now; once it is back, fact 2 of invariant 10
+/// holds for every registration made before.
+fn server_down(error: &crate::Error) -> bool {
+    let crate::Error::Database(error) = error else {
+        return false;
+    };
+    match error {
+        // Refused over TCP; no socket file over a Unix socket.
+        sqlx::Error::Io(io) => matches!(
+            io.kind(),
+            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+        ),
+        sqlx::Error::Database(db) => db.code().as_deref() == Some("57P03"),
+        _ => false,
+    }
+}
+
+/// Stops every run still stamped with `registration`.
+fn stop_stamped(shared: &Shared, registration: Registration) {
     let stamped: Vec<_> = shared
         .held()
         .into_iter()
         .filter(|t| t.owner() == Some(registration.id))
         .collect();
-    if stamped.is_empty() {
-        return;
-    }
-    match bounded(RESTART_PROBE, "server start probe", shared.store.server_started()).await {
-        Ok(started) if started == registration.server_started => {}
-        Ok(_restarted) => return,
-        Err(error) => {
-            tracing::warn!(holder = %shared.holder, %error,
-                "the liveness session ended and the server does not answer: runs keep going until their \
-                 local deadline");
-            return;
-        }
-    }
     for tenure in stamped {
         if tenure.owner() == Some(registration.id) && tenure.cancel(CancelReason::Deadline) {
             tracing::warn!(job = %tenure.job, key = %tenure.key, fence = tenure.fence,
