@@ -157,6 +157,9 @@ batch_mutations = [
   "p.run_open AND", "", "record::released_runs_and_plain_tenures_are_never_recorded_as_lost"),
  ("claim_due.lost_ring_order", "claim_due: a lost run overwrites the run's own recorded row",
   "WHERE r.run_no < EXCLUDED.run_no", "", "record::a_recorded_run_is_never_overwritten_as_lost"),
+ ("claim_due.early", "claim_due: early takeover removed (a killed replica's run waits its whole lease)",
+  "l.owner IS NOT NULL AND", "false AND",
+  "takeover::a_killed_replicas_run_is_taken_over_within_two_seconds_with_the_default_lease"),
  ("finish_many.holder", "finish_many: holder clause removed", "l.holder = t.holder AND", "", "lease:: scheduler::"),
  ("finish_many.fence", "finish_many: fence clause removed", "l.fence = t.fence", "true", "lease::"),
  ("finish_many.skip_locked", "finish_many: SKIP LOCKED removed (a locked row holds up every release of the batch)",
@@ -396,6 +399,18 @@ BATCH = ["src/lease/batch/register.rs", "src/lease/batch/claim_due.rs", "src/lea
          "src/lease/batch/poll.rs", "src/lease/forget.rs"]
 
 
+# The liveness rule (src/lease/liveness.rs, invariant 10), expanded in
+# claim_due's early takeover, the reporter and the re-point.
+liveness_mutations = [
+ ("liveness.silent", "liveness: grace removed (a live replica whose session ended is taken over before it stops its run)",
+  "r.confirmed_at + r.grace <= clock_timestamp() AND", "",
+  "takeover::a_replica_whose_session_ended_stops_its_run_before_another_may_take_it_over"),
+ ("liveness.session_gone", "liveness: session test removed (a frozen replica's run is taken over after the grace)",
+  "pg_try_advisory_xact_lock(1818783844, r.pid)", "true",
+  "takeover::a_frozen_replica_keeps_its_run_past_the_grace"),
+]
+
+
 def files():
     return (by_file(LEASE, mutations) + [("src/lease/control.rs", control_mutations)] + by_file(BATCH, batch_mutations)
             + [("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations),
@@ -403,6 +418,7 @@ def files():
                ("src/lease/recent.rs", recent_mutations), ("src/lease/fleet.rs", fleet_mutations),
                ("src/lease/audit.rs", audit_mutations),
                ("src/lease/keys.rs", keys_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations),
+               ("src/lease/liveness.rs", liveness_mutations),
                ("migrations/0005_fence_tenure.sql", commit_check_mutations),
                ("migrations/0006_fence_timeline.sql", timeline_mutations)])
 

@@ -20,6 +20,7 @@
 //!
 //! [`FenceGuard`]: crate::FenceGuard
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -51,6 +52,9 @@ pub(crate) struct Tenure {
     /// them (keys of job kinds only).
     pub(crate) args: Option<StoredArgs>,
     times: Mutex<Times>,
+    /// The liveness registration the lease row is stamped with (0: none;
+    /// invariant 10), moved by a re-point.
+    owner: AtomicI64,
     /// When each fence advance now in flight was sent (`begin_fenced` may
     /// run from several clones of the guard at once), for `Runtime::health`.
     fence_waits: Mutex<Vec<Instant>>,
@@ -117,6 +121,7 @@ impl Tenure {
             reason: OnceLock::new(),
             slot: OnceLock::new(),
             args: None,
+            owner: AtomicI64::new(0),
             fence_waits: Mutex::new(Vec::new()),
         }
     }
@@ -125,6 +130,16 @@ impl Tenure {
     pub(crate) fn with_args(mut self, args: Option<StoredArgs>) -> Self {
         self.args = args;
         self
+    }
+
+    /// The liveness registration the run's lease row is stamped with.
+    pub(crate) fn owner(&self) -> Option<i64> {
+        Some(self.owner.load(Ordering::SeqCst)).filter(|id| *id != 0)
+    }
+
+    /// The lease row's stamp now names `owner` (the claim's, or a re-point's).
+    pub(crate) fn set_owner(&self, owner: Option<i64>) {
+        self.owner.store(owner.unwrap_or(0), Ordering::SeqCst);
     }
 
     fn times(&self) -> Times {

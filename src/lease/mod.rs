@@ -50,6 +50,10 @@ use crate::validate;
 // the child modules expand it with `concat!`.
 #[macro_use]
 mod pause_rule;
+// The liveness rule's SQL, once (invariant 10): the batch claim and the
+// statements of `liveness.rs` expand it.
+#[macro_use]
+mod liveness;
 
 mod audit;
 mod batch;
@@ -86,6 +90,7 @@ pub(crate) use history::{RunReport, storable_text};
 pub(crate) use keys::{KIND_CHANNEL, KeyRow, KindGenerations, StoredArgs};
 pub use keys::{KindStatus, MAX_ARGS_BYTES, NewKey, StoredKey};
 pub(crate) use listen::{SESSION_MARK, WAKE_CHANNEL, is_pooler_refusal};
+pub(crate) use liveness::{CONFIRM_EVERY, GRACE, Registration, SESSION_HORIZON};
 pub(crate) use release::NextDue;
 pub use renew::{Renewal, RenewedMany};
 pub use revoke::{Revoke, Revoked};

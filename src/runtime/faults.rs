@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Default)]
 pub struct Faults {
     stall_heartbeats: AtomicBool,
+    freeze_liveness: AtomicBool,
     partitioned: AtomicBool,
     hold_claim_answers: AtomicBool,
     claim_answers_let_go: Notify,
@@ -37,6 +38,17 @@ impl Faults {
 
     pub(crate) fn heartbeats_stalled(&self) -> bool {
         self.stall_heartbeats.load(Ordering::SeqCst) || self.partitioned()
+    }
+
+    /// While `true`, the listener neither registers nor confirms its
+    /// liveness session, as a frozen process would not, though the session
+    /// stays open (invariant 10).
+    pub fn freeze_liveness(&self, frozen: bool) {
+        self.freeze_liveness.store(frozen, Ordering::SeqCst);
+    }
+
+    pub(crate) fn liveness_frozen(&self) -> bool {
+        self.freeze_liveness.load(Ordering::SeqCst) || self.partitioned()
     }
 
     /// While `true`, the runtime sends nothing at all — no heartbeat, no

@@ -34,11 +34,15 @@ use sqlx::postgres::{PgListener, PgPoolOptions};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::liveness::{self, SessionEnd};
 use super::state::Shared;
-use crate::lease::{KIND_CHANNEL, SESSION_MARK, WAKE_CHANNEL, is_pooler_refusal};
+use crate::lease::{CONFIRM_EVERY, KIND_CHANNEL, SESSION_MARK, WAKE_CHANNEL, is_pooler_refusal};
 
 /// How long the probe notification may take to come back.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a liveness confirmation may take before the session counts as
+/// silent (and is opened again).
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest pause between attempts to (re)start listening.
 const MAX_RETRY: Duration = Duration::from_secs(60);
 
@@ -60,15 +64,22 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         .connect_lazy_with(options);
     let mut failures: u32 = 0;
     loop {
-        let outcome = tokio::select! {
-            _ = stop.cancelled() => break,
-            outcome = listen(&shared, &own, &mark) => outcome,
-        };
+        let outcome = listen(&shared, &own, &mark, &stop).await;
+        if matches!(outcome, Stopped::Stop) {
+            break;
+        }
         if shared.set_listening(false) {
             failures = 0; // it worked for a while: a fresh streak
         }
         failures += 1;
         let pause = match outcome {
+            Stopped::Stop => break,
+            // The liveness session failed: listen again at once, so the
+            // runs keep their stamps (`liveness::adopt`) within the grace.
+            Stopped::SessionEnded if failures == 1 => Duration::ZERO,
+            Stopped::SessionEnded => Duration::from_millis(500)
+                .saturating_mul(1 << failures.min(7))
+                .min(MAX_RETRY),
             Stopped::Pooled => {
                 #[cfg(feature = "test-util")]
                 shared.faults.pooler_detected();
@@ -107,43 +118,81 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
 }
 
 enum Stopped {
+    /// The runtime stops.
+    Stop,
     /// A transaction pooler is in between: never listen.
     Pooled,
+    /// The liveness session ended after working (`liveness::SessionEnd`).
+    SessionEnded,
     ProbeLost,
     Failed(sqlx::Error),
 }
 
 /// Listens, proves it works, then wakes keys as notifications arrive —
 /// until the connection is lost or an error ends it.
-async fn listen(shared: &Shared, own: &sqlx::PgPool, mark: &str) -> Stopped {
+async fn listen(shared: &Arc<Shared>, own: &sqlx::PgPool, mark: &str, stop: &CancellationToken) -> Stopped {
+    tokio::select! {
+        _ = stop.cancelled() => Stopped::Stop,
+        outcome = start_listening(shared, own, mark) => match outcome {
+            Ok(listener) => serve(shared, listener, stop).await,
+            Err(stopped) => stopped,
+        },
+    }
+}
+
+/// Connects, checks the session is its own, listens and proves it works,
+/// then registers the session for liveness (invariant 10).
+async fn start_listening(shared: &Arc<Shared>, own: &sqlx::PgPool, mark: &str) -> Result<PgListener, Stopped> {
     let mut listener = match PgListener::connect_with(own).await {
         Ok(listener) => listener,
-        Err(error) if is_pooler_refusal(&error) => return Stopped::Pooled,
-        Err(error) => return Stopped::Failed(error),
+        Err(error) if is_pooler_refusal(&error) => return Err(Stopped::Pooled),
+        Err(error) => return Err(Stopped::Failed(error)),
     };
     listener.ignore_pool_close_event(true);
     match shared.store.is_own_session(&mut listener, mark).await {
         Ok(true) => {}
-        Ok(false) => return Stopped::Pooled,
-        Err(error) => return Stopped::Failed(sqlx::Error::Protocol(format!("session check failed: {error}"))),
+        Ok(false) => return Err(Stopped::Pooled),
+        Err(error) => {
+            return Err(Stopped::Failed(sqlx::Error::Protocol(format!(
+                "session check failed: {error}"
+            ))));
+        }
     }
     if let Err(error) = listener.listen_all([WAKE_CHANNEL, KIND_CHANNEL]).await {
-        return Stopped::Failed(error);
+        return Err(Stopped::Failed(error));
     }
     let probe = format!("probe:{}:{:016x}", shared.holder, rand::random::<u64>());
     if let Err(error) = shared.store.notify(&probe).await {
-        return Stopped::Failed(sqlx::Error::Protocol(format!(
+        return Err(Stopped::Failed(sqlx::Error::Protocol(format!(
             "could not send the probe notification: {error}"
-        )));
+        ))));
     }
     let deadline = Instant::now() + PROBE_TIMEOUT;
     loop {
         match tokio::time::timeout_at(deadline, listener.try_recv()).await {
-            Err(_) => return Stopped::ProbeLost,
-            Ok(Err(error)) => return Stopped::Failed(error),
-            Ok(Ok(None)) => return Stopped::ProbeLost,
+            Err(_) => return Err(Stopped::ProbeLost),
+            Ok(Err(error)) => return Err(Stopped::Failed(error)),
+            Ok(Ok(None)) => return Err(Stopped::ProbeLost),
             Ok(Ok(Some(n))) if n.payload() == probe => break,
             Ok(Ok(Some(n))) => heard(shared, &n),
+        }
+    }
+    #[cfg(feature = "test-util")]
+    while shared.faults.liveness_frozen() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let sent = Instant::now();
+    match shared.store.register_liveness(&mut listener, &shared.holder).await {
+        Ok(registration) => {
+            shared.liveness.confirmed(registration, sent);
+            liveness::adopt(shared, registration).await;
+        }
+        Err(error) => {
+            // Listening works without it: runs then fall back to their
+            // leases, as behind a pooler.
+            tracing::warn!(holder = %shared.holder, %error,
+                "could not register this replica's liveness session; a crash of this replica hands its runs \
+                 over when their leases expire");
         }
     }
     shared.set_listening(true);
@@ -152,16 +201,73 @@ async fn listen(shared: &Shared, own: &sqlx::PgPool, mark: &str) -> Stopped {
     // the next one, a poll interval away.
     shared.poll_soon();
     tracing::debug!(holder = %shared.holder, "listening for wake-ups");
+    Ok(listener)
+}
+
+/// Wakes keys as notifications arrive and confirms the liveness
+/// registration every `CONFIRM_EVERY`, until the connection is lost, an
+/// error ends it, or the runtime stops (which unregisters first: a
+/// registration that is gone is never taken for dead).
+async fn serve(shared: &Arc<Shared>, mut listener: PgListener, stop: &CancellationToken) -> Stopped {
+    let mut next = Instant::now() + CONFIRM_EVERY;
     loop {
-        match listener.try_recv().await {
-            Ok(Some(notification)) => heard(shared, &notification),
+        let heard_or_due = tokio::select! {
+            _ = stop.cancelled() => {
+                if let Some(registration) = shared.liveness.current() {
+                    let _ = tokio::time::timeout(CONFIRM_TIMEOUT,
+                        shared.store.unregister_liveness(&mut listener, registration)).await;
+                }
+                return Stopped::Stop;
+            }
+            // `try_recv` is cancel-safe: a message half read stays buffered.
+            heard = tokio::time::timeout_at(next, listener.try_recv()) => heard,
+        };
+        match heard_or_due {
+            Ok(Ok(Some(notification))) => heard(shared, &notification),
             // The connection dropped (notifications may be lost): the
             // scheduler's next poll covers the gap; start over.
-            Ok(None) => {
+            Ok(Ok(None)) => {
+                liveness::session_ended(shared, SessionEnd::Failed);
                 shared.wake_scheduler();
-                return Stopped::Failed(sqlx::Error::Protocol("listener connection lost".into()));
+                return Stopped::SessionEnded;
             }
-            Err(error) => return Stopped::Failed(error),
+            Ok(Err(error)) => {
+                liveness::session_ended(shared, SessionEnd::Failed);
+                tracing::warn!(holder = %shared.holder, %error, "the listener's session failed; listening again");
+                return Stopped::SessionEnded;
+            }
+            Err(_confirm_due) => {
+                next = Instant::now() + CONFIRM_EVERY;
+                let Some(registration) = shared.liveness.current() else {
+                    continue;
+                };
+                #[cfg(feature = "test-util")]
+                if shared.faults.liveness_frozen() {
+                    continue;
+                }
+                let sent = Instant::now();
+                let confirmed = tokio::time::timeout(
+                    CONFIRM_TIMEOUT,
+                    shared.store.confirm_liveness(&mut listener, registration),
+                )
+                .await;
+                match confirmed {
+                    Ok(Ok(c)) if c.still_registered => shared.liveness.confirmed(registration, sent),
+                    Ok(Ok(_)) => {
+                        liveness::session_ended(shared, SessionEnd::Unregistered);
+                        return Stopped::SessionEnded;
+                    }
+                    Ok(Err(error)) => {
+                        liveness::session_ended(shared, SessionEnd::Failed);
+                        tracing::warn!(holder = %shared.holder, %error, "the liveness session failed; registering again");
+                        return Stopped::SessionEnded;
+                    }
+                    Err(_) => {
+                        liveness::session_ended(shared, SessionEnd::Silent);
+                        return Stopped::SessionEnded;
+                    }
+                }
+            }
         }
     }
 }

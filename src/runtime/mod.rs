@@ -53,6 +53,7 @@ mod fleet;
 mod handle;
 mod heartbeat;
 mod listen;
+mod liveness;
 mod run_end;
 mod scheduler;
 mod state;

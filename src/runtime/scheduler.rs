@@ -253,9 +253,13 @@ impl Scheduler {
         let answer = bounded(
             CLAIM_TIMEOUT,
             "claim",
-            shared
-                .store
-                .claim_due(&shared.holder, &candidates, room, shared.history),
+            shared.store.claim_due(
+                &shared.holder,
+                &candidates,
+                room,
+                shared.history,
+                shared.liveness.current(),
+            ),
         )
         .await;
         #[cfg(feature = "test-util")]
@@ -330,6 +334,7 @@ impl Scheduler {
                 )
                 .with_args(run.args),
             );
+            tenure.set_owner(run.owner);
             supervise::spawn(shared.clone(), job, tenure, run.run_no, run.pending_slot);
             started += 1;
         }

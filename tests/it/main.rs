@@ -20,4 +20,5 @@ mod pgbouncer;
 mod record;
 mod runtime;
 mod scheduler;
+mod takeover;
 mod traces;

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use super::Sighting;
 use crate::connection;
 use crate::error::Result;
-use crate::lease::{ClaimRow, Lease, LeaseStore, StoredArgs};
+use crate::lease::{ClaimRow, Lease, LeaseStore, Registration, SESSION_HORIZON, StoredArgs};
 use crate::validate;
 
 /// A key claimed for a run by [`LeaseStore::claim_due`].
@@ -25,6 +25,8 @@ pub(crate) struct ClaimedRun {
     /// The job of the key's previous run, when this claim recorded that
     /// run as lost (it ended without a release).
     pub(crate) lost_job: Option<String>,
+    /// The liveness registration the claim stamped the row with.
+    pub(crate) owner: Option<i64>,
 }
 
 /// One row of [`LeaseStore::claim_due`]'s answer.
@@ -36,6 +38,7 @@ struct DueRow {
     args: Option<String>,
     args_version: Option<i64>,
     lost_job: Option<String>,
+    owner: Option<i64>,
 }
 
 /// One key to claim with [`LeaseStore::claim_due`].
@@ -59,12 +62,17 @@ impl LeaseStore {
     /// The statement of [`LeaseStore::claim_due`], prepared on each connection
     /// of leasehold's own as it opens (`session::prepare`).
     // $1 holder, $2 keys, $3 lease seconds, $4 how many to claim at most,
-    // $5 job names, $6 the history ring's length.
+    // $5 job names, $6 the history ring's length, $7 this runtime's
+    // liveness registration (NULL: none), $8 the longest lease a stamp
+    // covers (seconds).
     // `pick` decides, with the guards of `claim_run` (invariant 3, no
     // re-entrance), evaluated on the latest row version once locked:
     // - expires_at <= now: the lease is free by the server clock —
     //   whoever held it, this holder id included (two processes may
-    //   share one id);
+    //   share one id); or (invariant 10) the run was stamped with a
+    //   liveness registration that is dead (`dead_owner!`, liveness.rs):
+    //   its session is gone and it has been silent for its grace, so its
+    //   process is dead or has stopped the run itself;
     // - next_due_at <= now: the key is due by the server clock, so
     //   replicas whose timers fire at different moments still start one
     //   run per slot;
@@ -73,6 +81,8 @@ impl LeaseStore {
     // - not paused (invariant 8): neither the key, nor its job — by the
     //   row's job_name or the one this runtime registers it under.
     // `claimed` writes: a fresh fence per row (invariants 4 and 5),
+    // the stamp `owner` ($7 while that registration is confirmed, for a
+    // lease within $8: the horizon its session outlives a partition),
     // times from clock_timestamp() after the locks were taken, so
     // acquired_at is never before the due time it consumed; the run's
     // number (its history slot), the job's name, and the slot it owes.
@@ -84,8 +94,9 @@ impl LeaseStore {
     // over when that run was never released (`run_open`, read on the
     // locked row): its replica crashed, froze past its lease or could not
     // write its release. The row is the old tenure's, as the lease row
-    // still has it — holder, fence, slot, start — ended at its expiry, at
-    // its ring place ($6 long; 0 records nothing), replacing only an
+    // still has it — holder, fence, slot, start — at
+    // its ring place ($6 long; 0 records nothing), ended at its expiry
+    // or, taken over early, now, replacing only an
     // older run there, so a release that did record the run is never
     // overwritten. The claimed row comes back with the lost run's job.
     // A claimed stored key comes back with its kind, arguments and
@@ -102,7 +113,10 @@ impl LeaseStore {
                 SELECT l.key, l.run_open, l.runs, l.job_name, l.fence, l.holder, l.slot_at, l.acquired_at,
                        l.expires_at
                   FROM leasehold_lease AS l JOIN t ON t.key = l.key
-                 WHERE /* guard:claim_due.expiry */ l.expires_at <= clock_timestamp()
+                 WHERE (/* guard:claim_due.expiry */ l.expires_at <= clock_timestamp()
+                        OR (/* guard:claim_due.early */ l.owner IS NOT NULL AND ",
+        dead_owner!(owner = "l.owner", acquired = "l.acquired_at"),
+        "))
                    AND /* guard:claim_due.due */ (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
                    AND NOT ",
         /* guard:claim_due.pause */ paused!(key = "l.key", jobs = "l.job_name, t.job"),
@@ -119,7 +133,9 @@ impl LeaseStore {
                        job_name    = t.job,
                        runs        = l.runs + 1,
                        slot_at     = COALESCE(l.slot_at, l.next_due_at),
-                       run_open    = true
+                       run_open    = true,
+                       owner       = CASE WHEN t.ttl <= $8 THEN (SELECT r.id FROM leasehold_replica AS r
+                                           WHERE r.id = $7 AND r.confirmed_at + r.grace > clock_timestamp()) END
                   FROM pick, t
                  WHERE l.key = pick.key AND t.key = pick.key
                 RETURNING l.*
@@ -127,8 +143,10 @@ impl LeaseStore {
                 INSERT INTO leasehold_run AS r (key, slot, run_no, job_name, fence, holder, scheduled_for,
                                                 started_at, ended_at, outcome, reason, error)
                 SELECT p.key, (p.runs % $6::int8)::int, p.runs, p.job_name, p.fence, p.holder, p.slot_at,
-                       p.acquired_at, p.expires_at, 'lost', 'expired', 'lease expired without a release'
-                  FROM pick AS p
+                       p.acquired_at, LEAST(p.expires_at, c.acquired_at), 'lost', 'expired',
+                       CASE WHEN p.expires_at <= c.acquired_at THEN 'lease expired without a release'
+                            ELSE 'its replica''s session ended without a release' END
+                  FROM pick AS p JOIN claimed AS c ON c.key = p.key
                  WHERE /* guard:claim_due.lost_open */ p.run_open AND $6::int8 > 0
                 ON CONFLICT (key, slot) DO UPDATE
                    SET run_no = EXCLUDED.run_no, job_name = EXCLUDED.job_name, fence = EXCLUDED.fence,
@@ -166,6 +184,7 @@ impl LeaseStore {
         candidates: &[Candidate<'_>],
         limit: usize,
         ring: u32,
+        owner: Option<Registration>,
     ) -> Result<Claimed> {
         validate::holder(holder)?;
         let mut keys = Vec::with_capacity(candidates.len());
@@ -189,6 +208,8 @@ impl LeaseStore {
             .bind(limit)
             .bind(&jobs)
             .bind(i64::from(ring))
+            .bind(owner.map(|r| r.id))
+            .bind(SESSION_HORIZON.as_secs_f64())
             .fetch_all(conn))?;
         let mut claimed = Claimed::default();
         for DueRow {
@@ -197,6 +218,7 @@ impl LeaseStore {
             args,
             args_version,
             lost_job,
+            owner,
         } in rows
         {
             if acquired {
@@ -211,6 +233,7 @@ impl LeaseStore {
                     pending_slot,
                     args,
                     lost_job,
+                    owner,
                 });
             } else {
                 claimed.seen.push(Sighting {

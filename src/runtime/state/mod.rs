@@ -7,6 +7,7 @@
 //! - `registry.rs`: the registered keys and the due queue;
 //! - `reading.rs`: when a key the server answered about is next worth a claim;
 //! - `clock.rs`: the server's clock, mapped onto the local one;
+//! - `liveness.rs`: the liveness registration runs are stamped with;
 //! - `run_slot.rs`: a run's hold on a concurrency slot, given back on drop.
 //!
 //! # Invariants
@@ -56,6 +57,7 @@ use crate::tenure::Tenure;
 
 mod clock;
 mod job;
+mod liveness;
 mod reading;
 mod registry;
 mod run_slot;
@@ -64,6 +66,7 @@ pub(crate) mod testing;
 
 pub(crate) use clock::ServerClock;
 pub(crate) use job::{Body, JobEntry, duplicate_key};
+pub(crate) use liveness::Liveness;
 pub(crate) use reading::Reading;
 pub(crate) use registry::{Registry, RegistryBuild, WakeMark};
 pub(crate) use run_slot::RunSlot;
@@ -155,6 +158,8 @@ pub(crate) struct Shared {
     /// scheduler polls at once instead of at its next poll.
     poll_now: AtomicBool,
     pub(crate) clock: ServerClock,
+    /// The liveness registration claims stamp runs with (invariant 10).
+    pub(crate) liveness: Liveness,
     pub(crate) finishes: mpsc::UnboundedSender<FinishRequest>,
     pub(crate) runs: TaskTracker,
     stop_counts: StopCounts,
@@ -190,6 +195,7 @@ impl Shared {
             listening: AtomicBool::new(false),
             poll_now: AtomicBool::new(false),
             clock: setup.clock,
+            liveness: Liveness::default(),
             finishes: setup.finishes,
             runs: TaskTracker::new(),
             stop_counts: StopCounts::default(),

@@ -128,18 +128,21 @@ async fn a_release_notified_while_the_listener_was_down_is_found_when_it_listens
     let first = runs.wait_started(1, Duration::from_secs(5)).await[0].clone();
     let (holder, other) = if first.holder == "a" { (&a, &b) } else { (&b, &a) };
 
-    let killed: i64 = sqlx::query_scalar(
-        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
-          WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    // The other replica stays down until the release is out (its listener
+    // waits before registering its session again).
+    other.faults().freeze_liveness(true);
+    // The listeners' sessions are the registered liveness sessions.
+    let killed: i64 =
+        sqlx::query_scalar("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM leasehold_replica")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(killed, 2, "both listeners' connections dropped");
     support::eventually(Duration::from_secs(10), || (!other.health().listening).then_some(())).await;
     let report = holder.shutdown().await;
     assert_eq!(report.leases_released, 1);
     let released = Instant::now();
+    other.faults().freeze_liveness(false);
 
     let second = runs.wait_started(2, Duration::from_secs(20)).await[1].clone();
     let took = second.started - released;
