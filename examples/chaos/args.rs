@@ -94,7 +94,7 @@ pub const USAGE: &str = "usage: cargo run --release --example chaos -- [--replic
 [--clock-rates 0.95,1.05] [--standby async|sync|none] [--promote-at 30s] [--unsafe-unfenced] [--async-commit] \
 [--unsafe-no-fence-jump] [--default-settings] [--body 1s] [--drill kill] [--out DIR]   (see docs/operations.md)";
 
-/// How long the drill lets the fleet run after its last fault before it
+/// How long the drill lets the fleet run after its duration before it
 /// stops it and counts: the last slot's run (a 1 s body) has committed.
 pub const DRILL_TAIL: Duration = Duration::from_secs(5);
 

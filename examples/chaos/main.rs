@@ -392,15 +392,8 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
     });
     chaos.run(args.seed, until, (args.gap_min, args.gap_max), &kinds).await;
     if args.drill {
-        return kill_drill(
-            &args,
-            &admin,
-            &chaos,
-            &keys,
-            &out,
-            (observe_from, observe_from + args.duration.as_micros() as i64),
-        )
-        .await;
+        let span = (observe_from, observe_from + args.duration.as_micros() as i64);
+        return kill_drill(&args, &admin, &chaos, &keys, &out, span, until).await;
     }
     if let Some(promotion) = promotion {
         promotion.await?;
@@ -451,9 +444,11 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
     Ok(verdict.violations)
 }
 
-/// The end of `--drill kill` (`drill.rs`): a short tail for the last
-/// slot's run, the fleet stopped (SIGTERM), then the drill's counts.
-/// Returns the number of failed criteria.
+/// The end of `--drill kill` (`drill.rs`): the rest of the drill's
+/// duration (the fault loop returns after its last fault, up to a gap
+/// before `until`) and a short tail for the last slot's run, the fleet
+/// stopped (SIGTERM), then the drill's counts. Returns the number of
+/// failed criteria.
 async fn kill_drill(
     args: &Args,
     admin: &PgPool,
@@ -461,9 +456,13 @@ async fn kill_drill(
     keys: &[String],
     out: &std::path::Path,
     span: (i64, i64),
+    until: Instant,
 ) -> Result<usize, BoxError> {
-    println!("faults over; {:?} for the last slot's run", args::DRILL_TAIL);
-    tokio::time::sleep(args::DRILL_TAIL).await;
+    println!(
+        "faults over; the drill's end and {:?} for the last slot's run",
+        args::DRILL_TAIL
+    );
+    tokio::time::sleep_until(until + args::DRILL_TAIL).await;
     let clean = chaos.fleet.lock().await.shutdown(Duration::from_secs(20)).await;
     println!("fleet stopped ({clean} of {} replicas exited cleanly)", args.replicas);
     let kills = chaos.holder_kills.lock().unwrap_or_else(|p| p.into_inner()).clone();
