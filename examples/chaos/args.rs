@@ -34,6 +34,16 @@ pub struct Args {
     /// Remove the fence jump on a new timeline (must make a promotion
     /// repeat fences).
     pub unsafe_no_fence_jump: bool,
+    /// `--drill kill`: the replica-kill drill (`drill.rs`) instead of the
+    /// checker, with its own defaults ([`Args::kill_drill`]).
+    pub drill: bool,
+    /// Jobs run with the library's default settings (lease, heartbeat,
+    /// grace, retry, poll interval) instead of `--lease` and the harness's
+    /// short ones.
+    pub default_settings: bool,
+    /// How long a run waits (cancellably) before its first step: a body
+    /// that takes time, as a real job's does.
+    pub body: Duration,
     // Replica mode (set by the orchestrator when it re-executes itself).
     pub replica: Option<usize>,
     pub generation: u32,
@@ -65,6 +75,9 @@ impl Default for Args {
             standby: None,
             promote_at: None,
             unsafe_no_fence_jump: false,
+            drill: false,
+            default_settings: false,
+            body: Duration::ZERO,
             replica: None,
             generation: 0,
             database_url: None,
@@ -77,13 +90,55 @@ impl Default for Args {
 
 pub const USAGE: &str = "usage: cargo run --release --example chaos -- [--replicas 5] [--jobs 20] [--duration 120s] \
 [--seed 42] [--period 2s] [--lease 2s] [--steps 5] [--step-pause 250ms] [--gap 1s..14s] [--tail 20s] \
-[--faults stop,kill,terminate,pg-fast,pg-immediate,proxy-delay,proxy-blackhole,proxy-reset,expire,begin-drop,raw-begin,stop-in-fence,clock-rate,clock-step] \
+[--faults stop,kill,kill-holder,terminate,pg-fast,pg-immediate,proxy-delay,proxy-blackhole,proxy-reset,expire,begin-drop,raw-begin,stop-in-fence,clock-rate,clock-step] \
 [--clock-rates 0.95,1.05] [--standby async|sync|none] [--promote-at 30s] [--unsafe-unfenced] [--async-commit] \
-[--unsafe-no-fence-jump] [--out DIR]   (see docs/operations.md)";
+[--unsafe-no-fence-jump] [--default-settings] [--body 1s] [--drill kill] [--out DIR]   (see docs/operations.md)";
+
+/// How long the drill lets the fleet run after its duration before it
+/// stops it and counts: the last slot's run (a 1 s body) has committed.
+pub const DRILL_TAIL: Duration = Duration::from_secs(5);
 
 impl Args {
+    /// The replica-kill drill of issue 40 (`--drill kill`): 3 replicas, one
+    /// job every 2 s whose body takes 1 s and then writes its slot through
+    /// the fence, the library's default settings (lease 60 s), and a
+    /// `kill-holder` about every 10 s for 180 s (90 slots). Flags given
+    /// with `--drill kill` override these.
+    pub fn kill_drill() -> Args {
+        Args {
+            replicas: 3,
+            jobs: 1,
+            duration: Duration::from_secs(180),
+            period: Duration::from_secs(2),
+            lease: leasehold::JobSettings::new(leasehold::Schedule::every(Duration::from_secs(2))).get_lease(),
+            steps: 1,
+            gap_min: Duration::from_secs(9),
+            gap_max: Duration::from_secs(11),
+            faults: vec![FaultKind::KillHolder],
+            drill: true,
+            default_settings: true,
+            body: Duration::from_secs(1),
+            ..Args::default()
+        }
+    }
+
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
+        let args: Vec<String> = args.into_iter().collect();
+        // `--drill kill` sets the drill's defaults, wherever it stands.
         let mut out = Args::default();
+        for (i, arg) in args.iter().enumerate() {
+            let what = match arg.strip_prefix("--drill=") {
+                Some(v) => Some(v),
+                None if arg == "--drill" => args.get(i + 1).map(String::as_str),
+                None => None,
+            };
+            match what {
+                Some("kill") => out = Args::kill_drill(),
+                Some(other) => return Err(format!("--drill: {other:?} is not a drill (known: kill)\n{USAGE}")),
+                None if arg == "--drill" => return Err(format!("--drill needs a value\n{USAGE}")),
+                None => {}
+            }
+        }
         let mut it = args.into_iter();
         while let Some(arg) = it.next() {
             let (flag, inline) = match arg.split_once('=') {
@@ -145,6 +200,12 @@ impl Args {
                 }
                 "--promote-at" => out.promote_at = Some(duration(&flag, &value()?)?),
                 "--unsafe-no-fence-jump" => out.unsafe_no_fence_jump = true,
+                "--drill" => {
+                    // Read above; only its value to skip here.
+                    let _ = value()?;
+                }
+                "--default-settings" => out.default_settings = true,
+                "--body" => out.body = duration(&flag, &value()?)?,
                 "--out" => out.out = Some(PathBuf::from(value()?)),
                 "--replica" => out.replica = Some(number(&flag, &value()?)?),
                 "--generation" => out.generation = number(&flag, &value()?)?,
@@ -189,8 +250,14 @@ impl Args {
         if self.promote_at.is_some_and(|at| at >= self.duration) {
             return bad("--promote-at", "before the end of --duration");
         }
+        if self.drill && (self.faults.is_empty() || self.standby.is_some()) {
+            return bad(
+                "--drill",
+                "runs on one PostgreSQL (no --standby) with its fault (--faults kill-holder by default)",
+            );
+        }
         let min_tail = crate::check::min_tail(self.lease, self.period);
-        if self.tail.is_some_and(|t| t < min_tail) {
+        if !self.drill && self.tail.is_some_and(|t| t < min_tail) {
             return bad(
                 "--tail",
                 &format!(
@@ -220,6 +287,12 @@ impl Args {
         ];
         if self.unsafe_unfenced {
             flags.push("--unsafe-unfenced".to_owned());
+        }
+        if self.default_settings {
+            flags.push("--default-settings".to_owned());
+        }
+        if !self.body.is_zero() {
+            flags.extend(["--body".to_owned(), format!("{}ms", self.body.as_millis())]);
         }
         flags
     }

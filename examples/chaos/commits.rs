@@ -28,12 +28,14 @@ CREATE TABLE chaos_lease_history (
     xact_start TIMESTAMPTZ NOT NULL DEFAULT transaction_timestamp(),
     stmt_start TIMESTAMPTZ NOT NULL DEFAULT statement_timestamp(),
     at         TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
-    expires_at TIMESTAMPTZ NOT NULL
+    expires_at TIMESTAMPTZ NOT NULL,
+    -- The claim's server time as the row says it (the drill's takeover).
+    acquired_at TIMESTAMPTZ NOT NULL
 );
 CREATE FUNCTION chaos_lease_log() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO chaos_lease_history (key, holder, fence, expires_at, what)
-    VALUES (NEW.key, NEW.holder, NEW.fence, NEW.expires_at,
+    INSERT INTO chaos_lease_history (key, holder, fence, expires_at, acquired_at, what)
+    VALUES (NEW.key, NEW.holder, NEW.fence, NEW.expires_at, NEW.acquired_at,
             CASE WHEN TG_OP = 'INSERT' AND NEW.expires_at <= NEW.acquired_at + interval '1 millisecond'
                      THEN 'register'
                  WHEN TG_OP = 'INSERT' OR OLD.fence IS DISTINCT FROM NEW.fence THEN 'claim'

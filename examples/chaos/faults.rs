@@ -56,6 +56,11 @@ pub enum FaultKind {
     Stop,
     /// SIGKILL a replica, then start it again (a new holder).
     Kill,
+    /// SIGKILL the replica that holds a running run right now (the
+    /// `holder` of a lease row with `run_open` and `expires_at > now`),
+    /// then start it again like `kill`: a crash mid-run, whose key waits
+    /// for its takeover (`--drill kill`, `drill.rs`).
+    KillHolder,
     /// `pg_terminate_backend` on random replica connections.
     Terminate,
     /// PostgreSQL fast restart (clients disconnected, checkpoint).
@@ -100,9 +105,10 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 15] = [
+    pub const ALL: [FaultKind; 16] = [
         FaultKind::Stop,
         FaultKind::Kill,
+        FaultKind::KillHolder,
         FaultKind::Terminate,
         FaultKind::PgFast,
         FaultKind::PgImmediate,
@@ -122,6 +128,7 @@ impl FaultKind {
         match self {
             FaultKind::Stop => "stop",
             FaultKind::Kill => "kill",
+            FaultKind::KillHolder => "kill-holder",
             FaultKind::Terminate => "terminate",
             FaultKind::PgFast => "pg-fast",
             FaultKind::PgImmediate => "pg-immediate",
@@ -229,6 +236,14 @@ impl Fleet {
         Ok(())
     }
 
+    /// The holder id replica `n` runs as now (`r<n>-g<generation>`), if it
+    /// runs.
+    pub fn holder(&self, n: usize) -> Option<String> {
+        let (child, generation) = self.replicas.get(n)?;
+        child.as_ref()?;
+        Some(format!("r{n}-g{generation}"))
+    }
+
     pub fn pid(&self, n: usize) -> Option<u32> {
         self.replicas[n].0.as_ref().and_then(|c| c.id())
     }
@@ -313,7 +328,33 @@ pub struct Chaos {
     pub(crate) clocked: Mutex<HashSet<usize>>,
     pub records: Mutex<Vec<FaultRecord>>,
     pub skipped: Mutex<Vec<FaultKind>>,
+    /// Every `kill-holder`: whom it killed, holding which run, and when.
+    pub holder_kills: Mutex<Vec<HolderKill>>,
 }
+
+/// One `kill-holder` fault: the holder id of the replica killed, the key
+/// of the run it held, and the server's `clock_timestamp()` read just before
+/// the SIGKILL (µs since the epoch), from which the drill measures the
+/// key's takeover (`drill.rs`).
+#[derive(Debug, Clone)]
+pub struct HolderKill {
+    pub holder: String,
+    pub key: String,
+    pub at: i64,
+}
+
+/// The runs in progress, with their holders (`kill-holder`):
+/// - `run_open`: a run was claimed on this row and its release not yet
+///   written (schema version 9);
+/// - `expires_at > clock_timestamp()`: its lease is live on the server's
+///   clock — a row whose holder already died and that waits for its
+///   expiry (or its takeover) is not a run in progress, and its holder id
+///   is no replica's any more.
+const RUNS_IN_PROGRESS: &str = "SELECT key, holder FROM leasehold_lease
+  WHERE run_open AND expires_at > clock_timestamp() ORDER BY key";
+
+/// The server's clock, µs since the epoch: the instant of a kill.
+const SERVER_NOW: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8";
 
 impl Chaos {
     pub fn new(
@@ -338,6 +379,7 @@ impl Chaos {
             clocked: Mutex::new(HashSet::new()),
             records: Mutex::new(Vec::new()),
             skipped: Mutex::new(Vec::new()),
+            holder_kills: Mutex::new(Vec::new()),
         }
     }
 
@@ -449,6 +491,44 @@ impl Chaos {
         Some(chosen)
     }
 
+    /// The replica that holds a run in progress (read from the lease table,
+    /// [`RUNS_IN_PROGRESS`]), with that run's key and the holder id; marked
+    /// busy. Waits for the middle of a run first, as [`Chaos::claim`] does;
+    /// the `pick`th such run when there are several. `None` when no run is
+    /// in progress on a free replica (or its lease row names a holder that
+    /// no longer runs: a replica killed earlier whose key still waits).
+    async fn claim_holder(&self, pick: u64, frac: f64) -> Option<(usize, String, String)> {
+        let period = self.period.as_micros() as i64;
+        let phase = now_us().rem_euclid(period.max(1));
+        let target = (period as f64 * (0.1 + 0.35 * frac)) as i64;
+        let wait = (target - phase).rem_euclid(period.max(1));
+        tokio::time::sleep(Duration::from_micros(wait as u64)).await;
+        let runs: Vec<(String, String)> = tokio::time::timeout(
+            Duration::from_secs(1),
+            sqlx::query_as(RUNS_IN_PROGRESS).fetch_all(&self.admin),
+        )
+        .await
+        .ok()
+        .and_then(|r| r.ok())
+        .unwrap_or_default();
+        let fleet = self.fleet.lock().await;
+        let mut busy = self.busy_replicas.lock().unwrap_or_else(|p| p.into_inner());
+        // Never take the last free replica: someone must be left to run jobs.
+        if (0..fleet.len()).filter(|r| !busy.contains(r)).count() <= 1 {
+            return None;
+        }
+        let first = (pick % runs.len().max(1) as u64) as usize;
+        let (key, holder, n) = (0..runs.len())
+            .map(|i| &runs[(first + i) % runs.len()])
+            .find_map(|(key, holder)| {
+                let n = crate::check::Window::replica_of(holder)?;
+                let current = fleet.holder(n).is_some_and(|h| h == *holder);
+                (current && !busy.contains(&n)).then(|| (key.clone(), holder.clone(), n))
+            })?;
+        busy.insert(n);
+        Some((n, key, holder))
+    }
+
     pub(crate) fn release_replica(&self, n: usize) {
         self.busy_replicas.lock().unwrap_or_else(|p| p.into_inner()).remove(&n);
     }
@@ -511,6 +591,33 @@ impl Chaos {
                     eprintln!("restarting replica {n} failed: {e}");
                 }
                 self.record(kind, format!("r{n}"), start);
+                self.release_replica(n);
+            }
+            FaultKind::KillHolder => {
+                let Some((n, key, holder)) = self.claim_holder(pick, frac).await else {
+                    return self.skip(kind);
+                };
+                let start = now_us();
+                // The kill's instant on the server's clock, just before it.
+                let at = sqlx::query_scalar::<_, i64>(SERVER_NOW).fetch_one(&self.admin).await;
+                self.fleet.lock().await.kill(n).await;
+                match at {
+                    Ok(at) => self
+                        .holder_kills
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(HolderKill {
+                            holder,
+                            key: key.clone(),
+                            at,
+                        }),
+                    Err(e) => eprintln!("kill-holder: reading the server's clock failed ({e}); takeover not measured"),
+                }
+                tokio::time::sleep(Duration::from_millis(200).mul_f64(1.0 + 7.0 * frac)).await;
+                if let Err(e) = self.fleet.lock().await.spawn(n) {
+                    eprintln!("restarting replica {n} failed: {e}");
+                }
+                self.record(kind, format!("r{n} {key}"), start);
                 self.release_replica(n);
             }
             FaultKind::Terminate => {

@@ -27,7 +27,8 @@
 //!    file;
 //! 4. injects faults for `--duration`, one every `--gap` (drawn from
 //!    `--seed` with splitmix64): SIGSTOP past the lease then SIGCONT, SIGKILL
-//!    and restart, `pg_terminate_backend`, PostgreSQL fast and immediate
+//!    and restart (of a replica, or of the one holding a running run:
+//!    `kill-holder`), `pg_terminate_backend`, PostgreSQL fast and immediate
 //!    restarts, proxy delay / blackhole / reset of one replica's traffic,
 //!    a running lease expiring early on the server (operator
 //!    `revoke --force`, or a forward step of the server clock), and two
@@ -58,11 +59,16 @@
 //! `--duration` [120s], `--seed` [42], `--period` [2s], `--lease` [2s],
 //! `--steps` [5], `--step-pause` [250ms], `--gap MIN..MAX` [1s..14s],
 //! `--tail` [2 × (lease + period) + 6 periods, at least 10s; shorter is
-//! refused], `--faults` [all: stop, kill, terminate, pg-fast, pg-immediate,
+//! refused], `--faults` [all: stop, kill, kill-holder, terminate, pg-fast, pg-immediate,
 //! proxy-delay, proxy-blackhole, proxy-reset, expire, begin-drop,
 //! raw-begin, stop-in-fence, clock-rate, clock-step; or `none`],
 //! `--clock-rates` [0.95,1.05], `--standby async|sync` [none],
-//! `--promote-at` [half of `--duration`], `--out DIR` [a temp dir; the
+//! `--promote-at` [half of `--duration`], `--default-settings` [off: the
+//! jobs' lease is `--lease`, their grace 300 ms, the poll interval 1 s],
+//! `--body` [0: how long a run waits before its first step], `--drill
+//! kill` [the replica-kill drill of `drill.rs` instead of the checker, with
+//! its own defaults: 3 replicas, 1 job, 180 s, 1 step, a 1 s body, default
+//! settings, `kill-holder` every 9–11 s], `--out DIR` [a temp dir; the
 //! verdict, `ledger.tsv`, `leases.tsv`, `faults.tsv`, replica logs and
 //! stderr stay there], and three switches that remove a protection and must
 //! make the checker fail:
@@ -80,6 +86,7 @@ mod backends;
 mod check;
 mod clock;
 mod commits;
+mod drill;
 mod faults;
 mod poison;
 mod promote;
@@ -308,6 +315,9 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
     }
     sqlx::raw_sql(SCHEMA).execute(&admin).await?;
     sqlx::raw_sql(commits::SCHEMA).execute(&admin).await?;
+    if args.drill {
+        sqlx::raw_sql(drill::SCHEMA).execute(&admin).await?;
+    }
     let keys: Vec<String> = (0..args.jobs).map(|i| format!("chaos:{i}")).collect();
     sqlx::query("INSERT INTO chaos_counter (key) SELECT unnest($1::text[])")
         .bind(&keys)
@@ -381,6 +391,10 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         tokio::spawn(promote::promote_at(chaos.clone(), at, frac))
     });
     chaos.run(args.seed, until, (args.gap_min, args.gap_max), &kinds).await;
+    if args.drill {
+        let span = (observe_from, observe_from + args.duration.as_micros() as i64);
+        return kill_drill(&args, &admin, &chaos, &keys, &out, span, until).await;
+    }
     if let Some(promotion) = promotion {
         promotion.await?;
     }
@@ -428,6 +442,62 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         drop(cluster);
     }
     Ok(verdict.violations)
+}
+
+/// The end of `--drill kill` (`drill.rs`): the rest of the drill's
+/// duration (the fault loop returns after its last fault, up to a gap
+/// before `until`) and a short tail for the last slot's run, the fleet
+/// stopped (SIGTERM), then the drill's counts. Returns the number of
+/// failed criteria.
+async fn kill_drill(
+    args: &Args,
+    admin: &PgPool,
+    chaos: &Chaos,
+    keys: &[String],
+    out: &std::path::Path,
+    span: (i64, i64),
+    until: Instant,
+) -> Result<usize, BoxError> {
+    println!(
+        "faults over; the drill's end and {:?} for the last slot's run",
+        args::DRILL_TAIL
+    );
+    tokio::time::sleep_until(until + args::DRILL_TAIL).await;
+    let clean = chaos.fleet.lock().await.shutdown(Duration::from_secs(20)).await;
+    println!("fleet stopped ({clean} of {} replicas exited cleanly)", args.replicas);
+    let kills = chaos.holder_kills.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let skipped = chaos.skipped.lock().unwrap_or_else(|p| p.into_inner()).len();
+    let input = drill::gather(admin, keys, args.period.as_micros() as i64, span, kills, skipped).await?;
+    let report = drill::judge(&input);
+    let header = format!(
+        "## replica-kill drill: seed {}, {} replicas, {} job(s) every {:?} with a {:?} body, {} settings, \
+         kill-holder every {:?}..{:?} for {:?}\n\n",
+        args.seed,
+        args.replicas,
+        args.jobs,
+        args.period,
+        args.body,
+        if args.default_settings {
+            "the library's default"
+        } else {
+            "the harness's"
+        },
+        args.gap_min,
+        args.gap_max,
+        args.duration
+    );
+    println!("\n{header}{}", report.text);
+    let _ = std::fs::write(out.join("drill.md"), format!("{header}{}", report.text));
+    println!(
+        "DRILL: {} (missed {}, doubled {}, overlapping {}, stale {}); details in {}",
+        if report.violations == 0 { "PASS" } else { "FAIL" },
+        report.missed,
+        report.doubled,
+        report.overlaps,
+        report.stale,
+        out.display()
+    );
+    Ok(report.violations)
 }
 
 /// Server clock minus local clock, in µs (zero on one machine, give or take).

@@ -121,6 +121,11 @@ struct JobConfig {
     lease: Duration,
     steps: u32,
     step_pause: Duration,
+    /// How long a run waits before its first step (`--body`).
+    body: Duration,
+    /// The library's default job settings and poll interval
+    /// (`--default-settings`).
+    default_settings: bool,
     unfenced: bool,
     log: EventLog,
     runs: AtomicU64,
@@ -180,6 +185,9 @@ impl FencedJob for ChaosJob {
     }
 
     fn settings(&self) -> JobSettings {
+        if self.cfg.default_settings {
+            return JobSettings::new(Schedule::every(self.cfg.period));
+        }
         JobSettings::new(Schedule::every(self.cfg.period))
             .lease(self.cfg.lease)
             .grace(Duration::from_millis(300))
@@ -194,7 +202,17 @@ impl FencedJob for ChaosJob {
         let lease = chrono::Duration::from_std(cfg.lease).unwrap_or_default();
         let acquired_us = (guard.expires_at() - lease).timestamp_micros();
         let period_us = cfg.period.as_micros() as i64;
-        let slot = acquired_us.div_euclid(period_us.max(1));
+        let slot = if cfg.default_settings {
+            // The schedule slot the run is for (the drill counts slots by
+            // it), else its claim's: the lease length is the library's.
+            guard
+                .slot()
+                .unwrap_or_else(|| guard.started_at())
+                .timestamp_micros()
+                .div_euclid(period_us.max(1))
+        } else {
+            acquired_us.div_euclid(period_us.max(1))
+        };
         let run_id = format!("{}#{}", guard.holder(), cfg.runs.fetch_add(1, Ordering::Relaxed));
         cfg.log.event("start", &guard, slot, &run_id);
         let phase = Phase(AtomicU8::new(Phase::PAUSE));
@@ -205,7 +223,10 @@ impl FencedJob for ChaosJob {
             phase: &phase,
             ended: false,
         };
-        let result = self.steps(&guard, slot, &run_id, &phase).await;
+        let result = match self.body(&guard).await {
+            Ok(()) => self.steps(&guard, slot, &run_id, &phase).await,
+            Err(e) => Err(e),
+        };
         end.ended = true;
         match &result {
             Ok(()) => cfg.log.event("done", &guard, slot, &run_id),
@@ -224,6 +245,18 @@ impl FencedJob for ChaosJob {
 }
 
 impl ChaosJob {
+    /// The run's body before its steps (`--body`): time spent as a real
+    /// job spends it, cancellable.
+    async fn body(&self, guard: &FenceGuard) -> Result<(), JobError> {
+        if self.cfg.body.is_zero() {
+            return Ok(());
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(self.cfg.body) => Ok(()),
+            _ = guard.cancelled() => Err("cancelled in its body".into()),
+        }
+    }
+
     async fn steps(&self, guard: &FenceGuard, slot: i64, run_id: &str, phase: &Phase) -> Result<(), JobError> {
         let cfg = &self.cfg;
         const LEDGER: &str = "INSERT INTO chaos_ledger (key, fence, run_id, step, holder, slot, fenced)
@@ -318,9 +351,10 @@ impl JobConfig {
 }
 
 fn builder(pool: &PgPool, holder: &str, cfg: &Arc<JobConfig>, jobs: usize) -> RuntimeBuilder {
-    let mut builder = Runtime::builder(pool.clone())
-        .holder(holder)
-        .poll_interval(POLL_INTERVAL);
+    let mut builder = Runtime::builder(pool.clone()).holder(holder);
+    if !cfg.default_settings {
+        builder = builder.poll_interval(POLL_INTERVAL);
+    }
     for i in 0..jobs {
         builder = builder.register(ChaosJob {
             key: format!("chaos:{i}"),
@@ -395,6 +429,8 @@ pub async fn main(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         lease: args.lease,
         steps: args.steps,
         step_pause: args.step_pause,
+        body: args.body,
+        default_settings: args.default_settings,
         unfenced: args.unsafe_unfenced,
         log: EventLog::open(log)?,
         runs: AtomicU64::new(0),

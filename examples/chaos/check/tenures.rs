@@ -272,7 +272,9 @@ fn excused(input: &Input, from: i64, to: i64, slow: &[usize]) -> i64 {
             FaultKind::ProxyDelay | FaultKind::BeginDrop if w.replica.is_some_and(|r| slow.contains(&r)) => {
                 spans.push((w.start, w.end))
             }
-            FaultKind::Stop | FaultKind::StopInFence | FaultKind::Kill if w.replica.is_some() => {
+            FaultKind::Stop | FaultKind::StopInFence | FaultKind::Kill | FaultKind::KillHolder
+                if w.replica.is_some() =>
+            {
                 down.push((w.start, 1));
                 down.push((w.end, -1));
             }

@@ -869,3 +869,33 @@ fn a_replica_fault_reaches_the_jobs_its_replica_had_to_do_with() {
         );
     }
 }
+
+/// A `kill-holder` (target: the replica, then the key its run held) is a
+/// kill: it reaches the jobs its replica had to do with, as a `kill` of
+/// that replica does (check 8), and counts as that replica down (check 16).
+#[test]
+fn a_kill_of_the_holder_reaches_and_excuses_as_a_kill_does() {
+    assert_eq!(Reach::of(FaultKind::KillHolder, "r1 a"), Reach::Replicas(vec![1]));
+    for (ran, calm) in [(11, 1), (13, 4)] {
+        let mut input = healthy();
+        run_on(&mut input, ran, 1);
+        input
+            .windows
+            .push(window(FaultKind::KillHolder, "r1 a", 10 * S, 100 * MS));
+        let verdict = check(&input);
+        assert_eq!(verdict.violations, 0, "{}", verdict.text);
+        assert_eq!(
+            table_row(&verdict, CALM),
+            format!("| check: {CALM} | ok ({calm} checked) |")
+        );
+    }
+    // Check 16's 3.45 s wait, a second of it with both replicas killed
+    // (replica 0 by `kill`, replica 1 by `kill-holder`): not counted.
+    let mut input = stalled_behind_a_frozen_transaction();
+    input.windows.extend([
+        window(FaultKind::Kill, "r0", 15 * S + 800 * MS, S),
+        window(FaultKind::KillHolder, "r1 a", 15 * S + 800 * MS, S),
+    ]);
+    let verdict = check(&input);
+    assert_eq!(verdict.violations, 0, "{}", verdict.text);
+}
