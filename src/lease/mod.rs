@@ -134,7 +134,7 @@ pub struct LeaseStore {
 }
 
 /// How many connections [`LeaseStore::connect`] opens at most, and the
-/// runtime's default ([`Connections::Owned`](crate::Connections::Owned)):
+/// runtime's default ([`Connections::Owned`](crate::runtime::Connections::Owned)):
 /// enough for a claim and a release (or a heartbeat) in flight at once.
 pub const DEFAULT_OWNED_CONNECTIONS: u32 = 2;
 
