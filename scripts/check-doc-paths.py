@@ -4,8 +4,8 @@
     python3 scripts/check-doc-paths.py
 
 Reads the project's own docs (README.md, the crates' READMEs, docs/*.md,
-BENCHMARKS.md; not the dated dumps under docs/benchmarks/, which describe
-the tree of their day) and checks, in each `code span` and relative link:
+BENCHMARKS.md, docs/benchmarks/README.md; not the dated dumps under
+docs/benchmarks/, which describe the tree of their day) and checks, in each `code span` and relative link:
 
 - a path (`src/lease/claim.rs`, `migrations/`, `docs/benchmarks/*/`, with
   an optional `:line`) exists, from the repository's root, from the doc's
@@ -33,6 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DOCS = ["README.md", "BENCHMARKS.md", "cli/README.md", "model/README.md", "grafana/README.md"]
 DOCS += sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+# The benchmarks' index (not the dated dumps it indexes).
+DOCS += ["docs/benchmarks/README.md"]
 
 SPAN = re.compile(r"`([^`\n]+)`")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
