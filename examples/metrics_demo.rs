@@ -35,7 +35,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::{Error, FenceGuard, FencedJob, JobError, JobKind, JobSettings, LeaseStore, NewKey, Runtime, Schedule};
+use leasehold::{
+    Error, FenceGuard, FencedJob, JobError, JobKind, JobSettings, NewKey, Runtime, Schedule, store::LeaseStore,
+};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

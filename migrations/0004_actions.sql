@@ -3,7 +3,7 @@
 -- Safe to apply while replicas of version 3 run: one new table, which only
 -- operators' tools (the CLI, the console) write and read.
 
--- One row per action an operator took through `leasehold::Operator` (the
+-- One row per action an operator took through `leasehold::operator::Operator` (the
 -- CLI and the console use it): trigger, pause, resume, release. The row is
 -- written *before* the action runs, so an action that took effect is never
 -- missing from the history; `outcome` is filled in by a second statement

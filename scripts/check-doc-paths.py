@@ -4,13 +4,16 @@
     python3 scripts/check-doc-paths.py
 
 Reads the project's own docs (README.md, the crates' READMEs, docs/*.md,
-BENCHMARKS.md; not the dated dumps under docs/benchmarks/, which describe
-the tree of their day) and checks, in each `code span` and relative link:
+BENCHMARKS.md, docs/benchmarks/README.md; not the dated dumps under
+docs/benchmarks/, which describe the tree of their day) and checks, in each `code span` and relative link:
 
 - a path (`src/lease/claim.rs`, `migrations/`, `docs/benchmarks/*/`, with
   an optional `:line`) exists, from the repository's root, from the doc's
   own folder, or from one of the folders docs abbreviate (`SHORT_BASES`:
   `runtime/state/` is `src/runtime/state/`); a glob matches something;
+- a bare file name (`batch.rs`, `metrics.rs`, `0005_fence_tenure.sql`),
+  as docs write beside a folder they already named, is the name of some
+  file of the repository (`git ls-files`);
 - a Rust item path (`scheduler::cost::fifty_thousand_keys_…`,
   `LeaseStore::claim_due`, `runtime::state::registry::tests::*`) names an
   identifier that some Rust source of the workspace defines or uses: its
@@ -23,12 +26,15 @@ exits 1 if there is any.
 import glob
 import os
 import re
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DOCS = ["README.md", "BENCHMARKS.md", "cli/README.md", "model/README.md", "grafana/README.md"]
 DOCS += sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+# The benchmarks' index (not the dated dumps it indexes).
+DOCS += ["docs/benchmarks/README.md"]
 
 SPAN = re.compile(r"`([^`\n]+)`")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -64,6 +70,16 @@ def rust_words():
     return words
 
 
+def tracked_names():
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return {os.path.basename(p) for p in out.splitlines()}
+
+
+# Files a run writes, named bare (the chaos harness's output directory).
+RUN_OUTPUTS = {"verdict.md"}
+BARE = re.compile(r"^[\w.\-]+\.(?:%s)(?::\d+(?:-\d+)?)?$" % EXTENSIONS)
+
+
 def path_exists(doc_dir, cited):
     cited = re.sub(r":\d+(?:-\d+)?$", "", cited)
     for base in [ROOT, os.path.join(ROOT, doc_dir)] + [os.path.join(ROOT, b) for b in SHORT_BASES]:
@@ -78,6 +94,7 @@ def path_exists(doc_dir, cited):
 
 def main():
     words = rust_words()
+    names = tracked_names()
     missing = []
     for doc in DOCS:
         full = os.path.join(ROOT, doc)
@@ -111,6 +128,9 @@ def main():
                     elif PATH.match(span) and "/" in span and not OUTSIDE.search(span):
                         if not path_exists(doc_dir, span):
                             missing.append((doc, n, span, "path"))
+                    elif BARE.match(span) and span not in RUN_OUTPUTS and not any(c in span for c in "*?["):
+                        if re.sub(r":\d+(?:-\d+)?$", "", span) not in names and not path_exists(doc_dir, span):
+                            missing.append((doc, n, span, "file"))
                     elif ITEM.match(span) and not FOREIGN.match(span):
                         segments = [s for s in span.rstrip("()").split("::") if s != "*"]
                         if segments[-1] not in words:

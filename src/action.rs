@@ -7,8 +7,8 @@ use std::fmt;
 
 use crate::lease::{Forgotten, NewKey, Pause, Resumed, Revoked, Triggered};
 
-/// An action an [`Operator`](crate::Operator) takes, as the history
-/// ([`ActionRecord::action`](crate::ActionRecord::action)) names it.
+/// An action an [`Operator`](crate::operator::Operator) takes, as the history
+/// ([`ActionRecord::action`](crate::operator::ActionRecord::action)) names it.
 ///
 /// [`as_str`](Self::as_str) (and `Display`) is the name stored in
 /// `leasehold_action`; [`parse`](Self::parse) reads it back.
@@ -24,7 +24,7 @@ use crate::lease::{Forgotten, NewKey, Pause, Resumed, Revoked, Triggered};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum OperatorAction {
-    /// Make a key due now ([`Operator::trigger`](crate::Operator::trigger)).
+    /// Make a key due now ([`Operator::trigger`](crate::operator::Operator::trigger)).
     Trigger,
     /// Pause a key or a job; runs in progress finish.
     Pause,
@@ -33,12 +33,12 @@ pub enum OperatorAction {
     /// Lift a pause.
     Resume,
     /// End the tenure of a free lease: a sleeping ex-holder is fenced out
-    /// ([`Operator::revoke`](crate::Operator::revoke) with
-    /// [`Revoke::IfFree`](crate::Revoke::IfFree), CLI `revoke`).
+    /// ([`Operator::revoke`](crate::operator::Operator::revoke) with
+    /// [`Revoke::IfFree`](crate::operator::Revoke::IfFree), CLI `revoke`).
     Revoke,
     /// End the tenure of a lease even if held: its run is cancelled at its
     /// next heartbeat and its fenced writes are rejected
-    /// ([`Revoke::Force`](crate::Revoke::Force), CLI `revoke --force`).
+    /// ([`Revoke::Force`](crate::operator::Revoke::Force), CLI `revoke --force`).
     ForceRevoke,
     /// Delete the lease row of a key no replica registers any more.
     Forget,
@@ -243,7 +243,7 @@ fn keys(n: u64) -> String {
 }
 
 /// The words the history records for adding `key` in an
-/// [`Operator::add_keys`](crate::Operator::add_keys) call that added
+/// [`Operator::add_keys`](crate::operator::Operator::add_keys) call that added
 /// `added` of `of` keys.
 ///
 /// ```
@@ -262,7 +262,7 @@ pub fn added(key: &NewKey, added: u64, of: usize) -> String {
 }
 
 /// The words the history records for updating `key`
-/// ([`Operator::update_key`](crate::Operator::update_key)'s answer: its
+/// ([`Operator::update_key`](crate::operator::Operator::update_key)'s answer: its
 /// new version, or `None`: not found).
 ///
 /// ```
@@ -280,7 +280,7 @@ pub fn updated(key: &NewKey, version: Option<i64>) -> String {
 }
 
 /// The words the history records for removing a key of `kind`
-/// ([`Operator::remove_key`](crate::Operator::remove_key)'s answer).
+/// ([`Operator::remove_key`](crate::operator::Operator::remove_key)'s answer).
 ///
 /// ```
 /// assert_eq!(leasehold::operator::removed("sync", false), "not found: no key of kind sync");

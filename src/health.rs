@@ -38,7 +38,7 @@ fn failed_in_a_row(n: u32, one: &str, many: &str) -> String {
 }
 
 /// Why the runtime is not healthy, as reported by
-/// [`Health::degraded`](crate::Health::degraded).
+/// [`Health::degraded`](crate::runtime::Health::degraded).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Degraded {

@@ -138,8 +138,8 @@ impl JobSettings {
     }
 
     /// Lease length: how long a replica that stopped heartbeating keeps
-    /// others from taking the job over. [`MIN_LEASE`](crate::MIN_LEASE) to
-    /// [`MAX_LEASE`](crate::MAX_LEASE); default 60 s.
+    /// others from taking the job over. [`MIN_LEASE`](crate::store::MIN_LEASE) to
+    /// [`MAX_LEASE`](crate::store::MAX_LEASE); default 60 s.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -181,7 +181,7 @@ impl JobSettings {
     /// fleet was down, the key paused): one run for all of them (the
     /// default, [`CatchUp::Once`]), none ([`CatchUp::Skip`]), or one run per
     /// slot for at most the latest `max` ([`CatchUp::all`], `max` 1 to
-    /// [`MAX_CATCH_UP`](crate::MAX_CATCH_UP)).
+    /// [`MAX_CATCH_UP`](crate::schedule::MAX_CATCH_UP)).
     ///
     /// ```
     /// use leasehold::{CatchUp, JobSettings, Schedule};

@@ -120,29 +120,6 @@ pub mod schema {
     pub use crate::migrate::{SCHEMA_VERSION, check_schema, migrate, schema_version};
 }
 
-// The flat paths of the previous release, kept (hidden) for one release:
-// use the module paths above.
-#[doc(hidden)]
-pub use operator::{
-    ActionRecord, Forgotten, Operator, OperatorAction, Pause, PauseTarget, Resumed, Revoke, Revoked, Triggered,
-};
-#[doc(hidden)]
-pub use runtime::__private;
-#[cfg(feature = "test-util")]
-#[doc(hidden)]
-pub use runtime::Faults;
-#[doc(hidden)]
-pub use runtime::{
-    Connections, DEFAULT_DEGRADED_AFTER, DEFAULT_HISTORY, DEFAULT_MAX_CONCURRENT_RUNS, DEFAULT_OWNED_CONNECTIONS,
-    Degraded, Health, RunOutcome, ShutdownReport,
-};
-#[doc(hidden)]
-pub use schedule::{CronSchedule, MAX_CATCH_UP, Upcoming};
-#[doc(hidden)]
-pub use schema::{SCHEMA_VERSION, check_schema, schema_version};
-#[doc(hidden)]
-pub use store::*;
-
 // The README's and the operations guide's examples, compiled by
 // `cargo test --doc` so that they keep matching the API.
 #[doc = include_str!("../README.md")]

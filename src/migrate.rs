@@ -99,8 +99,8 @@ pub async fn check_schema(pool: &PgPool) -> Result<()> {
 ///
 /// ```no_run
 /// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
-/// match leasehold::schema_version(&pool).await? {
-///     Some(v) => println!("schema version {v} (this library needs {})", leasehold::SCHEMA_VERSION),
+/// match leasehold::schema::schema_version(&pool).await? {
+///     Some(v) => println!("schema version {v} (this library needs {})", leasehold::schema::SCHEMA_VERSION),
 ///     None => println!("no leasehold schema: run leasehold::migrate"),
 /// }
 /// # Ok(()) }

@@ -143,8 +143,8 @@ impl Operator {
     /// [`trigger`](Self::trigger).
     ///
     /// ```no_run
-    /// # async fn demo(alice: leasehold::Operator) -> leasehold::Result<()> {
-    /// use leasehold::Forgotten;
+    /// # async fn demo(alice: leasehold::operator::Operator) -> leasehold::Result<()> {
+    /// use leasehold::operator::Forgotten;
     /// if let Forgotten::Held(info) = alice.forget("reconcile:tenant-42").await? {
     ///     eprintln!("held by {}: stop its run first", info.holder);
     /// }

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold::{FenceGuard, JobError, JobKind, LeaseStore, NewKey, Runtime, Schedule};
+use leasehold::{FenceGuard, JobError, JobKind, NewKey, Runtime, Schedule, store::LeaseStore};
 
 use crate::report::{ms, progress, table};
 use crate::setup::{Bench, TENANT_PERIOD, drop_db, fresh_db};

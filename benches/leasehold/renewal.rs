@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
-use leasehold::{LeaseStore, Renewal};
+use leasehold::store::{LeaseStore, Renewal};
 use sqlx::PgPool;
 
 use crate::report::{ms, p50_p99, progress, ratio, table, us};

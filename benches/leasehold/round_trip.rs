@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold::{Claim, Due, LeaseStore};
+use leasehold::store::{Claim, Due, LeaseStore};
 use sqlx::PgPool;
 
 use crate::report::{ms, p50_p99, progress, ratio, table};
@@ -146,7 +146,7 @@ async fn run_op(op: Op, stores: &Stores, pool: &PgPool) {
             let run_no = RUN_NO.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             assert!(
                 store
-                    .release_recorded(&lease, run_no, leasehold::DEFAULT_HISTORY)
+                    .release_recorded(&lease, run_no, leasehold::runtime::DEFAULT_HISTORY)
                     .await
                     .expect("release")
             );

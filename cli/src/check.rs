@@ -2,13 +2,13 @@
 //! its clock say?
 //!
 //! - the server: PostgreSQL 13 or newer, and a primary (leases are writes);
-//! - the schema version (`leasehold::schema_version`);
+//! - the schema version (`leasehold::schema::schema_version`);
 //! - the server clock against this machine's. leasehold never compares the
 //!   two (every expiry is computed on the server), so skew is reported, not
 //!   failed: it matters for reading logs and dashboards side by side; and
 //!   the clock-rate error ρ every job's deadline margin covers;
 //! - a claim / claim-by-another / renew / release / reclaim round trip on a
-//!   scratch key through `leasehold::LeaseStore`, whose row is deleted after;
+//!   scratch key through `leasehold::store::LeaseStore`, whose row is deleted after;
 //! - failover: the server's WAL timeline, the fence sequence's position and
 //!   its last jump (schema 6 moves it ahead on every new timeline, so a
 //!   promoted standby never repeats a fence), and whether synchronous
@@ -21,7 +21,10 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use leasehold::{Claim, Forgotten, LeaseStore, Renewal, Revoke};
+use leasehold::{
+    operator::{Forgotten, Revoke},
+    store::{Claim, LeaseStore, Renewal},
+};
 use serde::Serialize;
 
 use crate::db::Db;
@@ -152,8 +155,8 @@ async fn server(db: &Db) -> Result<String, String> {
 
 async fn schema(db: &Db) -> Result<String, String> {
     let version = db.schema_version().await.map_err(|f| f.message)?;
-    let verdict = leasehold::check_schema(&db.pool).await;
-    let supported = leasehold::SCHEMA_VERSION;
+    let verdict = leasehold::schema::check_schema(&db.pool).await;
+    let supported = leasehold::schema::SCHEMA_VERSION;
     match (version, verdict) {
         (Some(v), Ok(())) => Ok(format!("version {v} (this CLI supports {supported})")),
         (_, Err(e)) => Err(db.failure(e).message),

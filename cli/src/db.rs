@@ -213,7 +213,9 @@ fn tls_failed(e: &sqlx::Error) -> bool {
 impl Db {
     /// Fails unless leasehold's schema is there and usable, naming the fix.
     pub(crate) async fn require_schema(&self) -> Result<(), Failure> {
-        leasehold::check_schema(&self.pool).await.map_err(|e| self.failure(e))
+        leasehold::schema::check_schema(&self.pool)
+            .await
+            .map_err(|e| self.failure(e))
     }
 
     /// Turns a library error into a message that names the database and,
@@ -223,7 +225,7 @@ impl Db {
             leasehold::Error::SchemaMissing => Failure::error(format!(
                 "the leasehold schema is missing (or older than version {}) in {}: run `leasehold migrate` \
                  (or apply leasehold's migrations/*.sql with your own migration tool)",
-                leasehold::SCHEMA_VERSION,
+                leasehold::schema::SCHEMA_VERSION,
                 self.name
             )),
             leasehold::Error::SchemaTooNew { found, supported } => Failure::error(format!(
@@ -241,7 +243,7 @@ impl Db {
     /// The server's clock, for commands whose library reads carry none
     /// (no lease row to read it with).
     pub(crate) async fn server_now(&self) -> Result<chrono::DateTime<chrono::Utc>, Failure> {
-        leasehold::LeaseStore::new(self.pool.clone())
+        leasehold::store::LeaseStore::new(self.pool.clone())
             .server_now()
             .await
             .map_err(|e| self.failure(e))
@@ -249,7 +251,9 @@ impl Db {
 
     /// The schema version applied (`None`: no leasehold schema).
     pub(crate) async fn schema_version(&self) -> Result<Option<i32>, Failure> {
-        leasehold::schema_version(&self.pool).await.map_err(|e| self.failure(e))
+        leasehold::schema::schema_version(&self.pool)
+            .await
+            .map_err(|e| self.failure(e))
     }
 
     /// `leasehold migrate`.

@@ -1,7 +1,7 @@
 //! `leasehold forget KEY [--json]`: delete the lease row of a key that no
 //! replica registers any more (a removed tenant, a renamed job).
 //!
-//! All through `leasehold::Operator::forget` (recorded in the key's
+//! All through `leasehold::operator::Operator::forget` (recorded in the key's
 //! history, whose words the CLI prints; `LeaseStore::forget` is one
 //! statement): the row is
 //! deleted only if its lease is free by the server clock, so a run in
@@ -16,7 +16,7 @@
 //! - `leasehold_fence` rows (fenced resources) are left alone: they only
 //!   reject fences lower than any the sequence hands out from now on.
 
-use leasehold::{Forgotten, OperatorAction, PauseTarget};
+use leasehold::operator::{Forgotten, OperatorAction, PauseTarget};
 use serde::Serialize;
 
 use crate::db::Db;

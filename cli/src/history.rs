@@ -1,12 +1,12 @@
 //! `leasehold history KEY [--limit N] [--json]`: the recorded runs of a key,
 //! newest first.
 //!
-//! Through `leasehold::LeaseStore::history` (the ring of each key's latest
+//! Through `leasehold::store::LeaseStore::history` (the ring of each key's latest
 //! runs, written by each run's release) and `LeaseStore::get` (the server
 //! clock, and whether the key has a lease row); no SQL of its own.
 
 use chrono::{DateTime, Utc};
-use leasehold::{LeaseStore, RunRecord};
+use leasehold::store::{LeaseStore, RunRecord};
 use serde::Serialize;
 
 use crate::db::Db;

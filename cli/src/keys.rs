@@ -1,9 +1,12 @@
 //! `leasehold add|update|remove KIND KEY`: the keys of job kinds, stored
 //! once and run by every replica that registers the kind, through
-//! `leasehold::Operator` (recorded in the key's history, whose words the
+//! `leasehold::operator::Operator` (recorded in the key's history, whose words the
 //! CLI prints; no SQL of its own).
 
-use leasehold::{CatchUp, NewKey, OperatorAction, PauseTarget, Schedule};
+use leasehold::{
+    CatchUp, NewKey, Schedule,
+    operator::{OperatorAction, PauseTarget},
+};
 use serde::Serialize;
 
 use crate::db::Db;

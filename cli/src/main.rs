@@ -119,9 +119,6 @@ enum Command {
     /// Without --force, only a free lease (an ex-holder that may wake up
     /// and write is fenced out); a held one exits 3. Exits 4 if the key has
     /// no lease row.
-    // `release` is accepted too (hidden), so scripts that call the command
-    // by that name keep working for one more release (CHANGELOG.md).
-    #[command(alias = "release")]
     Revoke(revoke::Args),
     /// Delete the row of a key no replica registers any more, unless its lease is held.
     ///

@@ -6,7 +6,10 @@ use std::fmt::Display;
 use std::ops::Deref;
 
 use chrono::{DateTime, Utc};
-use leasehold::{KeyState, LeaseInfo, LeaseStore, Operator, OperatorAction, Pause, PauseTarget};
+use leasehold::{
+    operator::{Operator, OperatorAction, Pause, PauseTarget},
+    store::{KeyState, LeaseInfo, LeaseStore},
+};
 use serde::Serialize;
 
 use crate::db::Db;
@@ -50,8 +53,8 @@ pub(crate) fn default_by() -> String {
         (Some(user), None) => user,
         (None, _) => "leasehold-cli".to_owned(),
     };
-    if by.len() > leasehold::MAX_KEY_BYTES {
-        let mut end = leasehold::MAX_KEY_BYTES;
+    if by.len() > leasehold::store::MAX_KEY_BYTES {
+        let mut end = leasehold::store::MAX_KEY_BYTES;
         while !by.is_char_boundary(end) {
             end -= 1;
         }

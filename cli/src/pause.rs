@@ -1,12 +1,15 @@
 //! `leasehold pause` and `leasehold resume`: stop and restart a key, or
 //! every key of a job, for the whole fleet.
 //!
-//! Through `leasehold::LeaseStore::{pause, resume, pauses, get}`: a pause is
+//! Through `leasehold::store::LeaseStore::{pause, resume, pauses, get}`: a pause is
 //! a row the claims check, so every replica obeys it, restarts included.
 //! The CLI sends no SQL of its own for them, and says each outcome in the
 //! library's words (as the key's history records it).
 
-use leasehold::{LeaseStore, Operator, OperatorAction, Pause, PauseTarget, Resumed};
+use leasehold::{
+    operator::{Operator, OperatorAction, Pause, PauseTarget, Resumed},
+    store::LeaseStore,
+};
 use serde::Serialize;
 
 use crate::db::Db;

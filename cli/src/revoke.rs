@@ -1,5 +1,4 @@
-//! `leasehold revoke KEY [--force]`: end the current tenure of a lease
-//! (`leasehold release` is a hidden alias of it, for one more release).
+//! `leasehold revoke KEY [--force]`: end the current tenure of a lease.
 //!
 //! The library's `Operator::revoke` does it (and records it in the key's
 //! history), in one statement with the row locked: the row takes a fresh
@@ -13,7 +12,7 @@
 //! running under it, but a paused ex-holder may still wake up and write, and
 //! this fences it out. A held lease needs `--force`.
 
-use leasehold::{OperatorAction, PauseTarget, Revoke, Revoked};
+use leasehold::operator::{OperatorAction, PauseTarget, Revoke, Revoked};
 use serde::Serialize;
 
 use crate::db::Db;

@@ -2,7 +2,7 @@
 //! shared by `history` and `status`.
 
 use chrono::{DateTime, Utc};
-use leasehold::{RunOutcome, RunRecord};
+use leasehold::{runtime::RunOutcome, store::RunRecord};
 use serde::Serialize;
 
 use crate::text;

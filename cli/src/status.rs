@@ -10,7 +10,10 @@
 //! look the same: both are free, shown with how long ago they ended.
 
 use chrono::{DateTime, Utc};
-use leasehold::{KeyStatus, KindStatus, LeaseStore, Pause, PauseTarget, RunRecord};
+use leasehold::{
+    operator::{Pause, PauseTarget},
+    store::{KeyStatus, KindStatus, LeaseStore, RunRecord},
+};
 use serde::Serialize;
 
 use crate::db::Db;

@@ -1,9 +1,9 @@
 //! `leasehold trigger KEY [--json]`: make a key due now, for the whole
-//! fleet, through `leasehold::Operator::trigger` (one statement that also
+//! fleet, through `leasehold::operator::Operator::trigger` (one statement that also
 //! wakes the listening replicas, recorded in the key's history; no SQL of
 //! its own). The outcome is said in the library's words.
 
-use leasehold::{OperatorAction, PauseTarget, Triggered};
+use leasehold::operator::{OperatorAction, PauseTarget, Triggered};
 use serde::Serialize;
 
 use crate::db::Db;

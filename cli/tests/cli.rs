@@ -36,8 +36,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use leasehold::{
-    CancelReason, Claim, Due, Error, FenceGuard, FencedJob, JobError, JobSettings, LeaseStore, Renewal, Runtime,
-    Schedule,
+    CancelReason, Error, FenceGuard, FencedJob, JobError, JobSettings, Runtime, Schedule,
+    store::{Claim, Due, LeaseStore, Renewal},
 };
 use leasehold_testkit::TestDb;
 use tokio::sync::mpsc;
@@ -136,7 +136,7 @@ fn assert_exit(out: &Output, code: i32) {
     );
 }
 
-fn acquired(claim: Claim) -> leasehold::Lease {
+fn acquired(claim: Claim) -> leasehold::store::Lease {
     match claim {
         Claim::Acquired(lease) => lease,
         other => panic!("expected to acquire, got {other:?}"),

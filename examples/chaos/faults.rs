@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::{LeaseInfo, LeaseStore};
+use leasehold::store::{LeaseInfo, LeaseStore};
 use sqlx::PgPool;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;

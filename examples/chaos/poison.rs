@@ -32,7 +32,7 @@
 
 use std::time::Duration;
 
-use leasehold::LeaseStore;
+use leasehold::store::LeaseStore;
 
 use crate::faults::{Chaos, FaultKind, signal};
 use crate::replica::now_us;

@@ -63,7 +63,7 @@ fn settings_fn(job: &Job) -> TokenStream {
             let period = duration(*period);
             quote!(::leasehold::Schedule::every(#period))
         }
-        Schedule::Cron { expr, tz: None } => quote!(::leasehold::__private::cron(#expr)),
+        Schedule::Cron { expr, tz: None } => quote!(::leasehold::runtime::__private::cron(#expr)),
         // Both checked at compile time; a failure here means mismatched
         // leasehold and leasehold-macros versions.
         Schedule::Cron { expr, tz: Some(tz) } => quote! {

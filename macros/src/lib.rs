@@ -96,7 +96,7 @@ mod validate;
 ///     fn name(&self) -> &str { "reconcile" }
 ///     fn key(&self) -> String { format!("reconcile:{}", self.tenant) }
 ///     fn settings(&self) -> ::leasehold::JobSettings {
-///         ::leasehold::JobSettings::new(::leasehold::__private::cron("0 3 * * *"))
+///         ::leasehold::JobSettings::new(::leasehold::runtime::__private::cron("0 3 * * *"))
 ///             .lease(::core::time::Duration::from_millis(60000))
 ///     }
 ///     fn run(&self, guard: ::leasehold::FenceGuard)

@@ -5,7 +5,7 @@
 //! Every clock — the server's and each replica's monotonic clock — counts
 //! `units_per_tick` units per tick at the nominal rate, one `drift` unit less
 //! or more at the slow or fast rate: its rate is within `ρ = drift /
-//! units_per_tick` of real time, the documented bound (docs/design.md §1;
+//! units_per_tick` of real time, the documented bound (docs/design.md §2;
 //! the model magnifies ρ so that the drift shows at tick resolution). The
 //! initial rates are chosen by the environment (every combination of slow
 //! and fast is an initial state); [`Fault::Skew`] changes one later.

@@ -2,7 +2,7 @@
 //!
 //! | issue | property | encodes |
 //! |---|---|---|
-//! | (a) | [`NO_OVERLAP`] | at no real instant do two runs of one key both run (started, not yet stopped: `Running`, or `Stopping` within the stop time `d`) — except a run whose process was frozen past its deadline (§1 excludes it; it is [`crate::replica::Run::outlived`] until a renewal gives it a deadline in the future again, so a resumed run that goes on *because* of a wrong answer is not excused) |
+//! | (a) | [`NO_OVERLAP`] | at no real instant do two runs of one key both run (started, not yet stopped: `Running`, or `Stopping` within the stop time `d`) — except a run whose process was frozen past its deadline (§2 excludes it; it is [`crate::replica::Run::outlived`] until a renewal gives it a deadline in the future again, so a resumed run that goes on *because* of a wrong answer is not excused) |
 //! | (b) | [`STALE_WRITE_REJECTED`] | no write lands (a fenced transaction commits, a fenced `UPDATE` applies) carrying a fence lower than one accepted before on that resource, nor from a run older (by claim order) than one whose write was accepted — what the fence is for |
 //! | (c) | [`FENCES_INCREASE`] | every fence handed out for a key (claims, revokes) is above the previous one |
 //! | (d) | [`DUE_KEY_RUNS`] | liveness, as bounded response under fairness: a key that is free and due by the server clock while some replica is live is claimed within [`crate::Config::response_bound`] ticks, unless a fault strikes meanwhile (a fault restarts the wait). Fairness is the tick rule of [`crate::env`]: time does not pass while a message is undelivered or a timer has fired, unless a fault delayed it. Encoded as an `always` property: stateright's `eventually` is only sound on acyclic paths |

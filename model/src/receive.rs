@@ -40,7 +40,7 @@ impl LeaseModel {
     /// the slot still owed). With `Variant::LateClaimStarts` (no deadline
     /// check) a late answer starts the run, which the supervisor stops right
     /// after (`past_deadline` at once); a run started so by a process frozen
-    /// meanwhile is §1's exception (`outlived`).
+    /// meanwhile is §2's exception (`outlived`).
     fn claimed(&self, s: &mut State, r: u8, sent: u16, c: Claimed, frozen: bool) {
         let rep = &mut s.replicas[r as usize];
         if rep.runs[c.key as usize].is_some() {

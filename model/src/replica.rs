@@ -86,7 +86,7 @@ pub struct Run {
     /// the model, not a rule of the protocol).
     pub wrote: u8,
     /// Ghost: its process was frozen when its deadline passed, so no
-    /// supervisor could stop it (docs/design.md §1, third assumption of G1).
+    /// supervisor could stop it (docs/design.md §2, third assumption of G1).
     /// Cleared if a renewal later moves the deadline back into the future.
     pub outlived: bool,
 }

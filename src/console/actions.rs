@@ -13,7 +13,7 @@ use super::access::read_only;
 use super::layout::{self, Base, During, Tab, enc};
 use super::reads::ReadError;
 use crate::lease::{PauseTarget, Resumed, Revoke, Revoked, Triggered};
-use crate::{Operator, OperatorAction};
+use crate::operator::{Operator, OperatorAction};
 
 /// The actions the console offers, each an [`OperatorAction`] under its
 /// one name: on a key, trigger, pause (cancelling the runs in progress

@@ -15,8 +15,8 @@ use super::layout::{self, Base, During, Tab, enc, span, when};
 use super::reads::ReadError;
 use super::timeline::{self, Timeline};
 use super::viewer::Viewer;
-use crate::OperatorAction;
 use crate::lease::{ActionRecord, KeyStatus, Pause, PauseTarget, RunRecord, StoredKey};
+use crate::operator::OperatorAction;
 
 /// Runs and actions shown on the page.
 const SHOWN: usize = 50;

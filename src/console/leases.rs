@@ -19,10 +19,10 @@ use super::kinds::not_run_badge;
 use super::layout::{self, Base, During, Tab, enc, when};
 use super::timeline::{self, Timeline};
 use super::viewer::Viewer;
-use crate::OperatorAction;
 use crate::lease::{
     ActionRecord, KeyFilter, KeyPage, KeyState, KeyStatus, LeaseStore, Pause, PauseTarget, RunRecord, StoredKey,
 };
+use crate::operator::OperatorAction;
 
 /// Keys on one page of the list.
 const PAGE: usize = 200;

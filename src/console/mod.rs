@@ -5,7 +5,7 @@
 //!
 //! - **It reads and acts through the library only.** Pages read with
 //!   [`LeaseStore`] (`list_page`, `history`, `recent_runs`, `actions`,
-//!   `fleet`, `pauses`, `stored_keys`, `kinds`, `keys_not_run`); actions go through [`Operator`](crate::Operator),
+//!   `fleet`, `pauses`, `stored_keys`, `kinds`, `keys_not_run`); actions go through [`Operator`](crate::operator::Operator),
 //!   so each is recorded in the key's history with who took it.
 //! - **Read-only unless you say who may act**: pass
 //!   [`ConsoleOptions::authorize`] (your own authentication decides) or

@@ -21,8 +21,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use maud::{Markup, html};
 
 use super::layout::span;
-use crate::OperatorAction;
 use crate::lease::{ActionRecord, LeaseInfo, Pause, PauseTarget, RunRecord};
+use crate::operator::OperatorAction;
 
 /// The window a page shows unless `window` says otherwise.
 pub(super) const DEFAULT_WINDOW: Duration = Duration::from_secs(3600);

@@ -22,12 +22,12 @@ const MAX_ACTIONS: usize = 1000;
 pub struct ActionRecord {
     /// What was acted on: the key itself, or its job (a pause or resume).
     pub target: PauseTarget,
-    /// The action's [`OperatorAction`](crate::OperatorAction) name as
+    /// The action's [`OperatorAction`](crate::operator::OperatorAction) name as
     /// stored: `trigger`, `pause`, `pause-cancel` (a pause that cancels the
     /// run in progress), `resume`, `revoke`, `force-revoke`, or for a key
     /// of a job kind `add`, `update` or `remove`. Records written before
     /// revoke had one name say `release`/`force-release`;
-    /// [`OperatorAction::parse`](crate::OperatorAction::parse) reads both.
+    /// [`OperatorAction::parse`](crate::operator::OperatorAction::parse) reads both.
     pub action: String,
     /// Who: the console's authorised user, or the CLI's `user@host`.
     pub actor: String,

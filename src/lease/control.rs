@@ -298,7 +298,7 @@ impl LeaseStore {
     ///
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
-    /// use leasehold::Triggered;
+    /// use leasehold::operator::Triggered;
     /// match store.trigger("nightly-reconcile").await? {
     ///     Triggered::Due => println!("it runs now"),
     ///     Triggered::Paused => println!("due, but paused: it runs once resumed"),

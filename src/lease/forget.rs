@@ -40,7 +40,7 @@ impl LeaseStore {
     ///
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
-    /// use leasehold::Forgotten;
+    /// use leasehold::operator::Forgotten;
     /// match store.forget("reconcile:tenant-42").await? {
     ///     Forgotten::Deleted | Forgotten::NotFound => {}
     ///     Forgotten::Held(info) => eprintln!("held by {} for {:?}; stop it first", info.holder, info.remaining()),

@@ -67,7 +67,7 @@ impl NewKey {
     /// A key of `kind` named `key`, run with `args` on `schedule`
     /// (catch-up [`CatchUp::Once`] unless set). Checks the names, the
     /// schedule and the arguments' size
-    /// ([`MAX_ARGS_BYTES`](crate::MAX_ARGS_BYTES) of JSON).
+    /// ([`MAX_ARGS_BYTES`](crate::store::MAX_ARGS_BYTES) of JSON).
     pub fn new(kind: &str, key: &str, args: &impl Serialize, schedule: Schedule) -> Result<NewKey> {
         validate::job_name(kind)?;
         validate::key(key)?;

@@ -77,7 +77,7 @@ mod session;
 pub(crate) use crate::outcome::RunOutcome;
 pub use audit::ActionRecord;
 pub(crate) use audit::validate_actor;
-pub(crate) use batch::{Candidate, Finish, Polled, Registered, Released, Sighting};
+pub(crate) use batch::{Candidate, Claimed, ClaimedRun, Finish, Polled, Registered, Released, Sighting};
 pub(crate) use claim::ClaimRow;
 pub use claim::{Claim, Due};
 pub use control::{Pause, PauseTarget, Resumed, Triggered};
@@ -139,7 +139,7 @@ pub struct LeaseStore {
 }
 
 /// How many connections [`LeaseStore::connect`] opens at most, and the
-/// runtime's default ([`Connections::Owned`](crate::Connections::Owned)):
+/// runtime's default ([`Connections::Owned`](crate::runtime::Connections::Owned)):
 /// enough for a claim and a release (or a heartbeat) in flight at once.
 pub const DEFAULT_OWNED_CONNECTIONS: u32 = 2;
 

@@ -106,7 +106,7 @@ impl LeaseInfo {
 
 /// The registration marker written by `LeaseStore::register`: a row that
 /// expires exactly 1 µs after it was "acquired" was never claimed (every
-/// claim gives at least [`crate::MIN_LEASE`]; a release of a run is never
+/// claim gives at least [`crate::store::MIN_LEASE`]; a release of a run is never
 /// within 1 µs of its claim).
 pub(crate) fn never_claimed(acquired_at: DateTime<Utc>, expires_at: DateTime<Utc>) -> bool {
     expires_at - acquired_at <= chrono::TimeDelta::microseconds(1)

@@ -323,7 +323,7 @@ impl Runtime {
     /// Unregisters `key` on this replica. A run of it in progress here is
     /// cancelled (reason *removed*), given its grace period, and released;
     /// this returns once that is done. The key's row stays (other replicas
-    /// may still run it); delete it with [`LeaseStore::forget`](crate::LeaseStore::forget)
+    /// may still run it); delete it with [`LeaseStore::forget`](crate::store::LeaseStore::forget)
     /// (`leasehold forget KEY`) once no replica registers it. Added back
     /// later with [`Runtime::add`], a key no replica ran meanwhile is first
     /// due at its next slot.

@@ -36,11 +36,11 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::fleet::{self, FleetSync, KindEntry};
-use super::state::{JobEntry, Shared};
+use super::state::{JobEntry, Registry, Shared, WakeMark};
 use super::supervise;
 use crate::connection::bounded;
 use crate::fast_hash::{FastMap, FastSet};
-use crate::lease::{Candidate, Polled, Sighting};
+use crate::lease::{Candidate, Claimed, ClaimedRun, Polled, Sighting};
 use crate::metrics::{self, ClaimOutcome};
 use crate::schedule::first_due;
 use crate::tenure::Tenure;
@@ -225,23 +225,47 @@ impl Scheduler {
 
     /// Claims the due keys there is room for. `Ok(true)` if the batch was
     /// full and started runs (look again at once). Claims nothing once
-    /// shutdown has begun.
+    /// shutdown has begun. The steps: [`propose`] the due keys, send the
+    /// claim ([`Scheduler::send_claim`]), start or hand back each key
+    /// acquired ([`start_or_hand_back`], deciding by [`admission`]), count
+    /// and file the others, remember the candidates whose row is gone
+    /// ([`rows_gone`]), and say whether to look again ([`look_again`]).
     async fn claim(&mut self, shared: &Arc<Shared>) -> Result<bool, Duration> {
-        let room = shared.room();
-        if room == 0 || shared.stopping.is_cancelled() {
+        let Some(proposal) = propose(shared, Instant::now()) else {
             return Ok(false);
-        }
-        let wanted = candidates_wanted(room);
-        // The mark goes with the candidates: a wake-up after it may announce
-        // a commit this claim's answer does not see.
-        let (jobs, marked) = {
-            let registry = shared.registry();
-            (registry.due(Instant::now(), wanted), registry.mark())
         };
-        if jobs.is_empty() {
-            return Ok(false);
+        let sent = Instant::now();
+        let claimed = self.send_claim(shared, &proposal).await?;
+        let by_key: FastMap<&str, &Arc<JobEntry>> = proposal.jobs.iter().map(|j| (&*j.key, j)).collect();
+        // Candidates the server answered for; the others have no row.
+        let mut answered: FastSet<&str> = FastSet::with_capacity_and_hasher(proposal.jobs.len(), Default::default());
+        let mut started = 0;
+        for run in claimed.acquired {
+            let Some(&job) = by_key.get(run.lease.key.as_str()) else {
+                continue;
+            };
+            answered.insert(&*job.key);
+            if start_or_hand_back(shared, Arc::clone(job), run, sent) {
+                started += 1;
+            }
         }
-        let candidates: Vec<Candidate<'_>> = jobs
+        for sighting in &claimed.seen {
+            if let Some(job) = by_key.get(sighting.key.as_str()) {
+                answered.insert(&*job.key);
+                metrics::claim(&job.name, unclaimed(sighting));
+            }
+        }
+        shared.file(&claimed.seen, proposal.marked);
+        let gone = rows_gone(&proposal.jobs, &answered, &shared.registry());
+        self.missing.extend(gone);
+        Ok(look_again(started, &proposal))
+    }
+
+    /// Sends the claim of `proposal`'s keys (one statement, bounded by
+    /// [`CLAIM_TIMEOUT`]); a failure counts every candidate as an error.
+    async fn send_claim(&mut self, shared: &Shared, proposal: &Proposal) -> Result<Claimed, Duration> {
+        let candidates: Vec<Candidate<'_>> = proposal
+            .jobs
             .iter()
             .map(|j| Candidate {
                 key: &j.key,
@@ -249,14 +273,13 @@ impl Scheduler {
                 lease: j.settings.lease,
             })
             .collect();
-        let sent = Instant::now();
         let answer = bounded(
             CLAIM_TIMEOUT,
             "claim",
             shared.store.claim_due(
                 &shared.holder,
                 &candidates,
-                room,
+                proposal.room,
                 shared.history,
                 shared.liveness.current(),
             ),
@@ -265,98 +288,11 @@ impl Scheduler {
         #[cfg(feature = "test-util")]
         shared.faults.claim_answered(&shared.stopping).await;
         if answer.is_err() {
-            for job in &jobs {
+            for job in &proposal.jobs {
                 metrics::claim(&job.name, ClaimOutcome::Error);
             }
         }
-        let claimed = self.answered(shared, answer)?;
-        let mut started = 0;
-        let by_key: FastMap<&str, &Arc<JobEntry>> = jobs.iter().map(|j| (&*j.key, j)).collect();
-        // Candidates the server answered for; the others have no row.
-        let mut answered: FastSet<&str> = FastSet::with_capacity_and_hasher(jobs.len(), Default::default());
-        for run in claimed.acquired {
-            let lease = &run.lease;
-            let Some(job) = by_key.get(lease.key.as_str()).map(|j| Arc::clone(j)) else {
-                continue;
-            };
-            answered.insert(&*by_key[lease.key.as_str()].key);
-            if let Some(lost_job) = &run.lost_job {
-                tracing::warn!(key = %job.key, job = %lost_job, fence = lease.fence,
-                    "the key's previous run ended without a release (its replica crashed, froze past its lease \
-                     or could not write its release); recorded as lost");
-                metrics::run_lost(lost_job);
-            }
-            shared
-                .clock
-                .observed(lease.expires_at - chrono::TimeDelta::from_std(lease.remaining).unwrap_or_default());
-            // An answer that came after the tenure's local deadline (sent +
-            // remaining − margin, §5): the lease may already have expired
-            // on the server and another replica's run started, so this run
-            // must not start at all, not even until the supervisor stops it.
-            // A claim is bounded by CLAIM_TIMEOUT, not by the lease, so a
-            // slow answer can arrive that late (found by the model check).
-            let too_late = answered_too_late(sent, lease.remaining, job.settings.get_margin(), Instant::now());
-            if too_late {
-                tracing::warn!(key = %job.key, fence = lease.fence, "claim answered after its local deadline; not running it");
-            }
-            metrics::claim(
-                &job.name,
-                if too_late {
-                    ClaimOutcome::TooLate
-                } else {
-                    ClaimOutcome::Acquired
-                },
-            );
-            // Claimed too late, claimed while shutting down (the claim was
-            // in flight when it began), or removed while the claim was in
-            // flight: hand it straight back instead of running it. Tracked
-            // with the runs, so that shutdown waits for the hand-back too.
-            if too_late || shared.stopping.is_cancelled() || !shared.registry().start(&job) {
-                let store = shared.store.clone();
-                let fence = lease.fence;
-                let holder = lease.holder.clone();
-                shared.runs.spawn(async move {
-                    let release = store.release(&job.key, &holder, fence);
-                    if tokio::time::timeout(CLAIM_TIMEOUT, release).await.is_err() {
-                        tracing::warn!(key = %job.key, "could not hand back a lease claimed at shutdown; it will expire");
-                    }
-                });
-                continue;
-            }
-            let tenure = Arc::new(
-                Tenure::new(
-                    &job.name,
-                    run.lease,
-                    sent,
-                    job.settings.lease,
-                    job.settings.get_margin(),
-                    shared.store.clone(),
-                )
-                .with_args(run.args),
-            );
-            tenure.set_owner(run.owner);
-            supervise::spawn(shared.clone(), job, tenure, run.run_no, run.pending_slot);
-            started += 1;
-        }
-        for sighting in &claimed.seen {
-            if let Some(job) = by_key.get(sighting.key.as_str()) {
-                answered.insert(&*job.key);
-                metrics::claim(&job.name, unclaimed(sighting));
-            }
-        }
-        shared.file(&claimed.seen, marked);
-        let registry = shared.registry();
-        let lost_rows = jobs.iter().filter(|j| !answered.contains(&*j.key)).filter(|j| {
-            registry
-                .job(&j.key)
-                .is_some_and(|registered| Arc::ptr_eq(&registered, j))
-        });
-        self.missing.extend(lost_rows.cloned());
-        drop(registry);
-        // A full page of candidates that yielded runs: more may be due. Keys
-        // handed back do not count: they stay due here, so counting them
-        // would propose them again at once, round after round.
-        Ok(started > 0 && jobs.len() >= wanted)
+        self.answered(shared, answer)
     }
 
     /// Records a statement's outcome in health and the error streak; on
@@ -380,6 +316,156 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// The keys one claim proposes.
+struct Proposal {
+    /// Due here now, at most `wanted`, in the queue's order.
+    jobs: Vec<Arc<JobEntry>>,
+    /// How many the claim asked the queue for: a full page means more may
+    /// be due.
+    wanted: usize,
+    /// How many runs may start: the most the statement claims.
+    room: usize,
+    /// Taken with the candidates: a wake-up after it may announce a commit
+    /// this claim's answer does not see.
+    marked: WakeMark,
+}
+
+/// Step 1 of a claim: the due keys there is room for, or `None` when there
+/// is no room, shutdown has begun or nothing is due at `now`.
+fn propose(shared: &Shared, now: Instant) -> Option<Proposal> {
+    let room = shared.room();
+    if room == 0 || shared.stopping.is_cancelled() {
+        return None;
+    }
+    let wanted = candidates_wanted(room);
+    let (jobs, marked) = {
+        let registry = shared.registry();
+        (registry.due(now, wanted), registry.mark())
+    };
+    (!jobs.is_empty()).then_some(Proposal {
+        jobs,
+        wanted,
+        room,
+        marked,
+    })
+}
+
+/// What becomes of a key a claim acquired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    /// Run it, if it is still registered.
+    Run,
+    /// Answered after the tenure's local deadline ([`answered_too_late`]):
+    /// hand it back unrun.
+    TooLate,
+    /// Shutdown began while the claim was in flight: hand it back.
+    Stopping,
+}
+
+/// Step 3 of a claim, for one acquired key: whether its run may start. An
+/// answer that came after the tenure's local deadline (sent + remaining −
+/// margin, §5) means the lease may already have expired on the server and
+/// another replica's run started, so this run must not start at all, not
+/// even until the supervisor stops it. A claim is bounded by
+/// `CLAIM_TIMEOUT`, not by the lease, so a slow answer can arrive that late
+/// (found by the model check).
+fn admission(sent: Instant, remaining: Duration, margin: Duration, now: Instant, stopping: bool) -> Admission {
+    if answered_too_late(sent, remaining, margin, now) {
+        Admission::TooLate
+    } else if stopping {
+        Admission::Stopping
+    } else {
+        Admission::Run
+    }
+}
+
+/// Starts the supervised run of an acquired key, or hands the lease
+/// straight back: claimed too late, claimed while shutting down (the claim
+/// was in flight when it began), or removed while the claim was in flight.
+/// The hand-back is tracked with the runs, so that shutdown waits for it
+/// too. True if a run started.
+fn start_or_hand_back(shared: &Arc<Shared>, job: Arc<JobEntry>, run: ClaimedRun, sent: Instant) -> bool {
+    let lease = &run.lease;
+    if let Some(lost_job) = &run.lost_job {
+        tracing::warn!(key = %job.key, job = %lost_job, fence = lease.fence,
+            "the key's previous run ended without a release (its replica crashed, froze past its lease \
+             or could not write its release); recorded as lost");
+        metrics::run_lost(lost_job);
+    }
+    shared
+        .clock
+        .observed(lease.expires_at - chrono::TimeDelta::from_std(lease.remaining).unwrap_or_default());
+    let margin = job.settings.get_margin();
+    let admitted = admission(
+        sent,
+        lease.remaining,
+        margin,
+        Instant::now(),
+        shared.stopping.is_cancelled(),
+    );
+    if admitted == Admission::TooLate {
+        tracing::warn!(key = %job.key, fence = lease.fence, "claim answered after its local deadline; not running it");
+    }
+    metrics::claim(
+        &job.name,
+        if admitted == Admission::TooLate {
+            ClaimOutcome::TooLate
+        } else {
+            ClaimOutcome::Acquired
+        },
+    );
+    if admitted != Admission::Run || !shared.registry().start(&job) {
+        let store = shared.store.clone();
+        let fence = lease.fence;
+        let holder = lease.holder.clone();
+        shared.runs.spawn(async move {
+            let release = store.release(&job.key, &holder, fence);
+            if tokio::time::timeout(CLAIM_TIMEOUT, release).await.is_err() {
+                tracing::warn!(key = %job.key, "could not hand back a lease claimed at shutdown; it will expire");
+            }
+        });
+        return false;
+    }
+    let tenure = Arc::new(
+        Tenure::new(
+            &job.name,
+            run.lease,
+            sent,
+            job.settings.lease,
+            margin,
+            shared.store.clone(),
+        )
+        .with_args(run.args),
+    );
+    tenure.set_owner(run.owner);
+    supervise::spawn(shared.clone(), job, tenure, run.run_no, run.pending_slot);
+    true
+}
+
+/// Step 5 of a claim: the candidates the server said nothing about (their
+/// row is gone: forgotten while registered) and that are still registered
+/// as proposed (not removed or replaced meanwhile), to create again before
+/// the next claim.
+fn rows_gone(jobs: &[Arc<JobEntry>], answered: &FastSet<&str>, registry: &Registry) -> Vec<Arc<JobEntry>> {
+    jobs.iter()
+        .filter(|j| !answered.contains(&*j.key))
+        .filter(|j| {
+            registry
+                .job(&j.key)
+                .is_some_and(|registered| Arc::ptr_eq(&registered, j))
+        })
+        .cloned()
+        .collect()
+}
+
+/// Step 6 of a claim: look again at once? Only after a full page of
+/// candidates that yielded runs: more may be due. Keys handed back do not
+/// count: they stay due here, so counting them would propose them again at
+/// once, round after round.
+fn look_again(started: usize, proposal: &Proposal) -> bool {
+    started > 0 && proposal.jobs.len() >= proposal.wanted
 }
 
 /// How long the scheduler sleeps unless woken: until the next key is due
@@ -423,16 +509,22 @@ fn unclaimed(sighting: &Sighting) -> ClaimOutcome {
 mod tests {
     //! The scheduler's decisions, on tokio's paused clock, without a
     //! database: how long it sleeps, how many keys it proposes, which
-    //! answers come too late, how an unclaimed key is counted.
+    //! answers come too late, how an unclaimed key is counted, and the
+    //! named steps of a claim (propose, admit, rows gone, look again).
 
     use std::time::Duration;
 
     use chrono::TimeDelta;
     use tokio::time::Instant;
 
-    use super::{MAX_CANDIDATES, answered_too_late, candidates_wanted, sleep_for, unclaimed};
+    use super::{
+        Admission, MAX_CANDIDATES, admission, answered_too_late, candidates_wanted, look_again, propose, rows_gone,
+        sleep_for, unclaimed,
+    };
+    use crate::fast_hash::FastSet;
     use crate::metrics::ClaimOutcome;
-    use crate::runtime::state::testing::{free, held_elsewhere};
+    use crate::runtime::state::Registry;
+    use crate::runtime::state::testing::{entry, free, held_elsewhere, shared};
 
     const SECOND: Duration = Duration::from_secs(1);
 
@@ -512,5 +604,96 @@ mod tests {
             unclaimed(&free("k", TimeDelta::seconds(60), false)),
             ClaimOutcome::NotDue
         );
+    }
+
+    /// Keys filed at `at`, each with its own registered job.
+    fn registry_of(keys: &[&str], at: Instant) -> Registry {
+        let mut registry = Registry::default();
+        for key in keys {
+            registry.insert(entry(key), at);
+        }
+        registry
+    }
+
+    fn keys(jobs: &[std::sync::Arc<crate::runtime::state::JobEntry>]) -> Vec<&str> {
+        jobs.iter().map(|j| &*j.key).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_proposes_the_keys_due_now_when_there_is_room() {
+        let now = Instant::now();
+        let mut registry = registry_of(&["a", "b"], now);
+        registry.insert(entry("later"), now + 10 * SECOND);
+        let shared = shared(2, registry);
+        let proposal = propose(&shared, Instant::now()).expect("two keys due");
+        assert_eq!(keys(&proposal.jobs), ["a", "b"], "not the key due later");
+        assert_eq!((proposal.room, proposal.wanted), (2, 8));
+
+        tokio::time::advance(10 * SECOND).await;
+        let proposal = propose(&shared, Instant::now()).expect("three keys due");
+        assert_eq!(keys(&proposal.jobs), ["a", "b", "later"], "in the queue's order");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_proposes_nothing_without_room_while_stopping_or_with_nothing_due() {
+        let now = Instant::now();
+        assert!(propose(&shared(0, registry_of(&["a"], now)), now).is_none(), "no room");
+        assert!(
+            propose(&shared(2, registry_of(&["a"], now + SECOND)), now).is_none(),
+            "nothing due yet"
+        );
+        let stopping = shared(2, registry_of(&["a"], now));
+        stopping.stopping.cancel();
+        assert!(propose(&stopping, now).is_none(), "shutdown has begun");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_acquired_key_runs_unless_answered_too_late_or_at_shutdown() {
+        let sent = Instant::now();
+        let (remaining, margin) = (30 * SECOND, 3 * SECOND);
+        assert_eq!(
+            admission(sent, remaining, margin, sent + 26 * SECOND, false),
+            Admission::Run
+        );
+        assert_eq!(
+            admission(sent, remaining, margin, sent + 26 * SECOND, true),
+            Admission::Stopping
+        );
+        tokio::time::advance(27 * SECOND).await;
+        assert_eq!(
+            admission(sent, remaining, margin, Instant::now(), false),
+            Admission::TooLate,
+            "at the local deadline"
+        );
+        assert_eq!(
+            admission(sent, remaining, margin, Instant::now(), true),
+            Admission::TooLate,
+            "too late is counted as such, also at shutdown"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rows_gone_are_the_unanswered_candidates_still_registered_as_proposed() {
+        let now = Instant::now();
+        let mut registry = registry_of(&["answered", "replaced", "gone", "removed"], now);
+        let proposed = registry.due(now, 8);
+        registry.insert(entry("unregistered-later"), now);
+        assert!(registry.replace(entry("replaced")), "a new job under the same key");
+        registry.remove("removed");
+        let answered: FastSet<&str> = ["answered"].into_iter().collect();
+        assert_eq!(keys(&rows_gone(&proposed, &answered, &registry)), ["gone"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_looks_again_only_after_a_full_page_that_started_runs() {
+        let now = Instant::now();
+        let full: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+        let full: Vec<&str> = full.iter().map(String::as_str).collect();
+        let page = propose(&shared(4, registry_of(&full, now)), now).expect("eight keys due");
+        assert_eq!(page.jobs.len(), page.wanted);
+        assert!(look_again(1, &page), "a full page that started a run");
+        assert!(!look_again(0, &page), "every key handed back or not claimed");
+        let short = propose(&shared(4, registry_of(&["a", "b"], now)), now).expect("two keys due");
+        assert!(!look_again(2, &short), "fewer keys than asked for: none left");
     }
 }

@@ -92,7 +92,7 @@ impl FromStr for CatchUp {
     type Err = Error;
 
     /// Reads `once`, `skip` or `all(N)` (N from 1 to
-    /// [`MAX_CATCH_UP`](crate::MAX_CATCH_UP)), as `#[job(catch_up = ...)]`
+    /// [`MAX_CATCH_UP`](crate::schedule::MAX_CATCH_UP)), as `#[job(catch_up = ...)]`
     /// does.
     ///
     /// ```

@@ -10,7 +10,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use leasehold::{CatchUp, FenceGuard, FencedJob, JobKind, JobSettings, LeaseStore, NewKey, Runtime, Schedule};
+use leasehold::{CatchUp, FenceGuard, FencedJob, JobKind, JobSettings, NewKey, Runtime, Schedule, store::LeaseStore};
 use tokio::sync::mpsc;
 
 use crate::support;

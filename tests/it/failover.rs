@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::{Connections, JobError, Schedule};
+use leasehold::{JobError, Schedule, runtime::Connections};
 use leasehold_testkit::proxy::Mode;
 use sqlx::PgPool;
 use tokio::time::Instant;
@@ -351,13 +351,13 @@ async fn a_synchronous_failover_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_on_another_timeline_jumps_once_however_many_sessions_draw_at_once() {
     let db = crate::support::db().await;
-    let store = leasehold::LeaseStore::new(db.pool.clone());
+    let store = leasehold::store::LeaseStore::new(db.pool.clone());
     let before = match store
         .claim("restored:0", "a", crate::support::LONG)
         .await
         .expect("claim")
     {
-        leasehold::Claim::Acquired(lease) => lease.fence,
+        leasehold::store::Claim::Acquired(lease) => lease.fence,
         other => panic!("claimed: {other:?}"),
     };
     sqlx::query("UPDATE leasehold_timeline SET timeline = timeline + 1000")
@@ -376,7 +376,7 @@ async fn a_database_on_another_timeline_jumps_once_however_many_sessions_draw_at
     let fresh = db.pool_with(20).await;
     let claims: Vec<_> = (0..20)
         .map(|i| {
-            let store = leasehold::LeaseStore::new(fresh.clone());
+            let store = leasehold::store::LeaseStore::new(fresh.clone());
             tokio::spawn(async move {
                 store
                     .claim(&format!("restored:{}", i + 1), "b", crate::support::LONG)
@@ -403,7 +403,7 @@ async fn a_database_on_another_timeline_jumps_once_however_many_sessions_draw_at
     let mut fences = Vec::new();
     for claim in claims {
         match claim.await.expect("join").expect("claim") {
-            leasehold::Claim::Acquired(lease) => fences.push(lease.fence),
+            leasehold::store::Claim::Acquired(lease) => fences.push(lease.fence),
             other => panic!("claimed: {other:?}"),
         }
     }

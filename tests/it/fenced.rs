@@ -298,7 +298,7 @@ async fn ensure_renews_refuses_or_reports_loss() {
 
     // Another holder takes the lease over behind the runtime's back.
     support::expire_now(&db.pool, "export").await;
-    let thief = leasehold::LeaseStore::new(db.pool.clone());
+    let thief = leasehold::store::LeaseStore::new(db.pool.clone());
     assert!(
         thief
             .claim("export", "b", support::LONG)

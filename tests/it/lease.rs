@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::{Claim, Due, Error, Lease, LeaseStore, Renewal};
+use leasehold::{
+    Error,
+    store::{Claim, Due, Lease, LeaseStore, Renewal},
+};
 use tokio::sync::Barrier;
 
 use crate::support::{self, LONG, expire_now, operator_delete};
@@ -664,7 +667,7 @@ async fn losing_claims_draw_no_fence() {
 #[tokio::test]
 async fn an_owned_connection_checks_its_timeline_as_it_opens() {
     let db = support::db().await;
-    let store = support::store_in(leasehold::Connections::default(), &db.pool).await;
+    let store = support::store_in(leasehold::runtime::Connections::default(), &db.pool).await;
     const TIMELINE: &str = "SELECT current_setting('leasehold.fence_timeline', true)";
     let mut conn = store.pool().acquire().await.expect("a connection of the store");
     let checked: Option<String> = sqlx::query_scalar(TIMELINE)
@@ -711,7 +714,7 @@ async fn an_owned_connection_checks_its_timeline_as_it_opens() {
 #[tokio::test]
 async fn an_owned_connection_prepares_the_statements_of_every_run_as_it_opens() {
     let db = support::db().await;
-    let store = support::store_in(leasehold::Connections::default(), &db.pool).await;
+    let store = support::store_in(leasehold::runtime::Connections::default(), &db.pool).await;
     let opened = prepared(&store).await;
     assert!(!opened.is_empty(), "the store has a connection open");
     for statements in &opened {

@@ -15,7 +15,10 @@ use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use leasehold::metrics::names;
-use leasehold::{Claim, Error, FenceGuard, LeaseStore, Schedule};
+use leasehold::{
+    Error, FenceGuard, Schedule,
+    store::{Claim, LeaseStore},
+};
 use metrics::{Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 
 use crate::support::{self, Runs, eventually, held_guard, job, quick, replica};
@@ -268,7 +271,7 @@ async fn a_deadline_loss_is_counted_once_with_its_reason() {
     assert_lost_once(m, name, "deadline");
     // Health counts the same loss once too.
     let in_health = rt.health().degraded.into_iter().find_map(|d| match d {
-        leasehold::Degraded::RunsLostAtDeadline { count, .. } => Some(count),
+        leasehold::runtime::Degraded::RunsLostAtDeadline { count, .. } => Some(count),
         _ => None,
     });
     assert_eq!(in_health, Some(1), "runs stopped at their deadline, in health");
@@ -294,11 +297,11 @@ async fn a_deadline_loss_is_counted_once_with_its_reason() {
     b.trigger(name).await.unwrap();
     runs.wait_started(2, Duration::from_secs(20)).await;
     assert_runs(m, name, &[("cancelled", 1), ("lost", 1)]);
-    let store = leasehold::LeaseStore::new(db.pool.clone());
+    let store = leasehold::store::LeaseStore::new(db.pool.clone());
     let recorded = store.history(name, 10).await.unwrap();
     assert_eq!(
         recorded.iter().map(|r| r.outcome).collect::<Vec<_>>(),
-        [leasehold::RunOutcome::Lost],
+        [leasehold::runtime::RunOutcome::Lost],
         "the history says what the metric counts"
     );
 
@@ -603,7 +606,7 @@ fn metric_tokens(text: &str) -> impl Iterator<Item = &str> {
 async fn the_paused_gauge_follows_pauses_of_keys_and_jobs() {
     let m = recorder();
     let db = support::db().await;
-    let store = leasehold::LeaseStore::new(db.pool.clone());
+    let store = leasehold::store::LeaseStore::new(db.pool.clone());
     let name = "metrics_paused";
     let paused = |m: &TestRecorder| m.gauge(names::JOBS_PAUSED, &[("job_name", name)]);
     let jobs = (0..3)
@@ -618,18 +621,25 @@ async fn the_paused_gauge_follows_pauses_of_keys_and_jobs() {
     let rt = replica(&db, "a", 2, jobs).await;
     assert_eq!(paused(m), Some(0.0), "primed at zero");
     store
-        .pause(&leasehold::PauseTarget::job(name), false, "test")
+        .pause(&leasehold::operator::PauseTarget::job(name), false, "test")
         .await
         .unwrap();
     eventually(Duration::from_secs(5), || (paused(m) == Some(3.0)).then_some(())).await;
-    store.resume(&leasehold::PauseTarget::job(name)).await.unwrap();
     store
-        .pause(&leasehold::PauseTarget::key(format!("{name}:1")), false, "test")
+        .resume(&leasehold::operator::PauseTarget::job(name))
+        .await
+        .unwrap();
+    store
+        .pause(
+            &leasehold::operator::PauseTarget::key(format!("{name}:1")),
+            false,
+            "test",
+        )
         .await
         .unwrap();
     eventually(Duration::from_secs(5), || (paused(m) == Some(1.0)).then_some(())).await;
     store
-        .resume(&leasehold::PauseTarget::key(format!("{name}:1")))
+        .resume(&leasehold::operator::PauseTarget::key(format!("{name}:1")))
         .await
         .unwrap();
     eventually(Duration::from_secs(5), || (paused(m) == Some(0.0)).then_some(())).await;

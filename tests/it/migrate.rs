@@ -42,7 +42,7 @@ async fn fifty_replicas_migrate_an_empty_database_at_once() {
         .fetch_all(&db.pool)
         .await
         .unwrap();
-    assert_eq!(versions, (1..=leasehold::SCHEMA_VERSION).collect::<Vec<_>>());
+    assert_eq!(versions, (1..=leasehold::schema::SCHEMA_VERSION).collect::<Vec<_>>());
     let theirs: Vec<(i64, String)> = sqlx::query_as("SELECT version, description FROM _sqlx_migrations")
         .fetch_all(&db.pool)
         .await
@@ -53,7 +53,9 @@ async fn fifty_replicas_migrate_an_empty_database_at_once() {
         .await
         .unwrap();
     assert_eq!(lease, ("theirs".to_owned(), "user".to_owned()));
-    leasehold::check_schema(&db.pool).await.expect("schema is complete");
+    leasehold::schema::check_schema(&db.pool)
+        .await
+        .expect("schema is complete");
 }
 
 /// A database migrated by a newer leasehold is refused with a clear error,
@@ -62,18 +64,18 @@ async fn fifty_replicas_migrate_an_empty_database_at_once() {
 async fn a_newer_schema_is_refused() {
     let db = support::db().await;
     sqlx::query("INSERT INTO leasehold_schema_version (version, description) VALUES ($1, 'from the future')")
-        .bind(leasehold::SCHEMA_VERSION + 1)
+        .bind(leasehold::schema::SCHEMA_VERSION + 1)
         .execute(&db.pool)
         .await
         .unwrap();
     let err = leasehold::migrate(&db.pool).await.expect_err("newer schema");
     assert!(
-        matches!(err, Error::SchemaTooNew { found, .. } if found == leasehold::SCHEMA_VERSION + 1),
+        matches!(err, Error::SchemaTooNew { found, .. } if found == leasehold::schema::SCHEMA_VERSION + 1),
         "{err:?}"
     );
     assert!(err.to_string().contains("upgrade leasehold"), "{err}");
     assert!(matches!(
-        leasehold::check_schema(&db.pool).await,
+        leasehold::schema::check_schema(&db.pool).await,
         Err(Error::SchemaTooNew { .. })
     ));
 }
@@ -83,7 +85,9 @@ async fn a_newer_schema_is_refused() {
 #[tokio::test]
 async fn a_missing_schema_names_the_fix_and_hand_applied_sql_counts() {
     let db = leasehold_testkit::test_db().await;
-    let err = leasehold::check_schema(&db.pool).await.expect_err("no schema yet");
+    let err = leasehold::schema::check_schema(&db.pool)
+        .await
+        .expect_err("no schema yet");
     assert!(matches!(err, Error::SchemaMissing), "{err:?}");
     assert!(err.to_string().contains("leasehold::migrate"), "{err}");
 
@@ -96,7 +100,7 @@ async fn a_missing_schema_names_the_fix_and_hand_applied_sql_counts() {
         let sql = std::fs::read_to_string(&file).unwrap();
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&db.pool).await.unwrap();
     }
-    leasehold::check_schema(&db.pool)
+    leasehold::schema::check_schema(&db.pool)
         .await
         .expect("hand-applied schema is recognised");
     leasehold::migrate(&db.pool)
@@ -114,11 +118,13 @@ async fn an_older_schema_is_reported_and_upgraded() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let err = leasehold::check_schema(&db.pool).await.expect_err("older schema");
+    let err = leasehold::schema::check_schema(&db.pool)
+        .await
+        .expect_err("older schema");
     assert!(matches!(err, Error::SchemaOutdated { found: 1, .. }), "{err:?}");
     assert!(err.to_string().contains("leasehold::migrate"), "{err}");
     leasehold::migrate(&db.pool).await.expect("upgrade");
-    leasehold::check_schema(&db.pool).await.expect("up to date");
+    leasehold::schema::check_schema(&db.pool).await.expect("up to date");
     let index: bool = sqlx::query_scalar("SELECT to_regclass('leasehold_lease_next_due') IS NOT NULL")
         .fetch_one(&db.pool)
         .await

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::{CancelReason, LeaseStore, NewKey, RunOutcome, Runtime, Schedule};
+use leasehold::{CancelReason, NewKey, Runtime, Schedule, runtime::RunOutcome, store::LeaseStore};
 use sqlx::PgPool;
 
 use crate::support::{self, Gate, LONG, eventually_async, job, quick};
 
 /// The newest `n` history rows of `key`, once there are `n`.
-async fn history_of(store: &LeaseStore, key: &str, n: usize) -> Vec<leasehold::RunRecord> {
+async fn history_of(store: &LeaseStore, key: &str, n: usize) -> Vec<leasehold::store::RunRecord> {
     eventually_async(Duration::from_secs(20), || {
         let store = store.clone();
         let key = key.to_owned();

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use leasehold::{CancelReason, Error, FenceGuard, JobSettings, LeaseStore, Runtime, Schedule};
+use leasehold::{CancelReason, Error, FenceGuard, JobSettings, Runtime, Schedule, store::LeaseStore};
 use tokio::time::Instant;
 
 use crate::support::{self, Runs, eventually, job, quick, replica};
@@ -165,7 +165,7 @@ async fn a_stalled_holder_stops_before_takeover_and_its_late_writes_are_rejected
 /// heartbeats reconnect and the run completes. On connections of its own,
 /// idle connections are not pinged before use, so this also proves that a
 /// renewal finding its connection gone retries at once on another.
-async fn terminated_backends_do_not_cost_the_lease(mode: leasehold::Connections) {
+async fn terminated_backends_do_not_cost_the_lease(mode: leasehold::runtime::Connections) {
     let db = support::db().await;
     let runs = Runs::default();
     let rt = support::replica_in(
@@ -631,7 +631,7 @@ async fn a_registered_key_reads_as_never_run_until_its_first_run() {
         )],
     )
     .await;
-    let store = leasehold::LeaseStore::new(db.pool.clone());
+    let store = leasehold::store::LeaseStore::new(db.pool.clone());
     assert!(store.get("registered").await.unwrap().expect("row").never_run());
     rt.trigger("registered").await.unwrap();
     eventually(Duration::from_secs(10), || runs.all().first().and_then(|r| r.ended)).await;
@@ -714,7 +714,7 @@ async fn a_lost_lease_logs_one_error_line() {
         .claim("billing", "b", Duration::from_secs(30))
         .await
         .unwrap();
-    assert!(matches!(claim, leasehold::Claim::Acquired(_)), "{claim:?}");
+    assert!(matches!(claim, leasehold::store::Claim::Acquired(_)), "{claim:?}");
     eventually(Duration::from_secs(10), || runs.all()[0].ended.map(drop)).await;
     rt.shutdown().await;
 
@@ -754,7 +754,7 @@ fn a_capture_counts_a_line_another_thread_reached_first() {
 /// Health reasons count in the singular and the plural.
 #[test]
 fn degraded_reasons_say_one_in_the_singular() {
-    use leasehold::Degraded;
+    use leasehold::runtime::Degraded;
     let said = |d: Degraded| d.to_string();
     let claims = |consecutive| Degraded::ClaimsFailing {
         consecutive,
@@ -790,7 +790,7 @@ async fn an_own_pool_size_out_of_range_is_refused_at_start() {
     let db = support::db().await;
     for size in [0, 33] {
         let err = Runtime::builder(db.pool.clone())
-            .connections(leasehold::Connections::Owned(size))
+            .connections(leasehold::runtime::Connections::Owned(size))
             .start()
             .await
             .expect_err("out of range");

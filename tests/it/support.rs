@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use leasehold::LeaseStore;
+use leasehold::store::LeaseStore;
 pub use leasehold_testkit::{PgCluster, TestDb};
 use sqlx::PgPool;
 
@@ -129,7 +129,7 @@ use tokio::time::Instant;
 // The two connection modes
 // ---------------------------------------------------------------------------
 
-pub use leasehold::Connections;
+pub use leasehold::runtime::Connections;
 
 /// Starts a replica on `pool` whose statements run in connection mode
 /// `mode`: holder `holder`, poll interval `poll`.
@@ -167,12 +167,12 @@ macro_rules! in_both_connection_modes {
         mod $scenario {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn owned() {
-                super::$scenario(leasehold::Connections::default()).await
+                super::$scenario(leasehold::runtime::Connections::default()).await
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn shared_with_service() {
-                super::$scenario(leasehold::Connections::SharedWithService).await
+                super::$scenario(leasehold::runtime::Connections::SharedWithService).await
             }
         }
     };
@@ -327,7 +327,7 @@ pub async fn holds_within(within: Duration, mut check: impl FnMut() -> bool) -> 
 
 /// Waits until the lease of `key` is free (its run released), and returns
 /// the row then.
-pub async fn until_free(store: &LeaseStore, key: &str) -> leasehold::LeaseInfo {
+pub async fn until_free(store: &LeaseStore, key: &str) -> leasehold::store::LeaseInfo {
     eventually_async(Duration::from_secs(10), || async {
         let info = store.get(key).await.expect("read the row").expect("a row");
         (!info.is_held()).then_some(info)
@@ -337,7 +337,7 @@ pub async fn until_free(store: &LeaseStore, key: &str) -> leasehold::LeaseInfo {
 
 /// Waits until `key` is due by the server's clock (its next slot has come),
 /// and returns the row then.
-pub async fn until_due(store: &LeaseStore, key: &str) -> leasehold::LeaseInfo {
+pub async fn until_due(store: &LeaseStore, key: &str) -> leasehold::store::LeaseInfo {
     eventually_async(Duration::from_secs(10), || async {
         let info = store.get(key).await.expect("read the row").expect("a row");
         info.next_due_at
@@ -403,7 +403,7 @@ pub async fn poison_one_aborted(pool: &PgPool) {
 
 /// Fault: an outside session holds `SELECT … FOR UPDATE` on the lease row
 /// of `key` until the returned row commits, rolls back or is dropped.
-pub async fn lock_lease_row(pool: &PgPool, key: &str) -> leasehold::LockedRow {
+pub async fn lock_lease_row(pool: &PgPool, key: &str) -> leasehold::store::LockedRow {
     LeaseStore::new(pool.clone())
         .lock_row_for_test(key)
         .await

@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use leasehold::{CancelReason, JobSettings, LeaseStore, RunOutcome, Schedule};
+use leasehold::{CancelReason, JobSettings, Schedule, runtime::RunOutcome, store::LeaseStore};
 use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;
 

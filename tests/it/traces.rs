@@ -5,7 +5,10 @@
 
 use std::time::Duration;
 
-use leasehold::{Claim, FenceGuard, LeaseStore, Schedule};
+use leasehold::{
+    FenceGuard, Schedule,
+    store::{Claim, LeaseStore},
+};
 use opentelemetry::trace::{Status, TracerProvider as _};
 use opentelemetry::{Key, Value};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};

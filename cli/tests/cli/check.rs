@@ -10,7 +10,7 @@ async fn check_reports_skew_and_a_clean_round_trip() {
     let out = leasehold(None, &["check", "--database-url", &url]).await;
     assert_exit(&out, 0);
     let text = stdout(&out);
-    let version = leasehold::SCHEMA_VERSION;
+    let version = leasehold::schema::SCHEMA_VERSION;
     assert!(text.contains(&format!("schema   ok    version {version} ")), "{text}");
     assert!(text.contains("clock    ok") && text.contains("skew "), "{text}");
     assert!(text.contains("rates are off by up to ρ = 1 %"), "{text}");

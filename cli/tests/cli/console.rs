@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use leasehold::LeaseStore;
+use leasehold::store::LeaseStore;
 
 use super::{LONG, assert_exit, leasehold, migrated_db, released_row, stderr, url};
 

@@ -12,7 +12,7 @@ use super::*;
 async fn json_on_every_command_that_prints() {
     let db = leasehold_testkit::test_db().await;
     let url = url(&db);
-    let version = leasehold::SCHEMA_VERSION;
+    let version = leasehold::schema::SCHEMA_VERSION;
 
     let out = leasehold(Some(&url), &["migrate", "--json"]).await;
     assert_exit(&out, 0);

@@ -47,7 +47,7 @@ async fn usage_errors_exit_2() {
     assert_exit(&out, 2);
     let out = leasehold(Some("postgres://u@127.0.0.1:1/d"), &["forget"]).await;
     assert_exit(&out, 2);
-    let long = "k".repeat(leasehold::MAX_KEY_BYTES + 1);
+    let long = "k".repeat(leasehold::store::MAX_KEY_BYTES + 1);
     let out = leasehold(Some("postgres://u@127.0.0.1:1/d"), &["forget", &long, "--json"]).await;
     assert_exit(&out, 2);
     assert!(stderr(&out).contains("invalid lease key"), "{}", stderr(&out));
@@ -77,13 +77,15 @@ async fn a_missing_schema_names_leasehold_migrate_which_creates_it() {
 
     let out = leasehold(Some(&url), &["migrate"]).await;
     assert_exit(&out, 0);
-    let version = leasehold::SCHEMA_VERSION;
+    let version = leasehold::schema::SCHEMA_VERSION;
     assert!(
         stdout(&out).contains(&format!("from nothing to version {version}")),
         "{}",
         stdout(&out)
     );
-    leasehold::check_schema(&db.pool).await.expect("schema exists now");
+    leasehold::schema::check_schema(&db.pool)
+        .await
+        .expect("schema exists now");
     let out = leasehold(Some(&url), &["migrate"]).await;
     assert_exit(&out, 0);
     assert!(

@@ -1,7 +1,7 @@
 //! `leasehold add|update|remove KIND KEY`: the keys of job kinds, stored
 //! for the whole fleet, recorded in the key's history, shown by `status`.
 
-use leasehold::LeaseStore;
+use leasehold::store::LeaseStore;
 
 use super::{assert_exit, leasehold, migrated_db, stderr, stdout, url};
 

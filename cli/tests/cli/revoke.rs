@@ -1,6 +1,7 @@
 //! `leasehold revoke [--force]`: refused on a held lease without
 //! `--force`; a forced revoke fences out the holder, whose next write and
-//! heartbeat see it. `release`, its hidden alias, still works.
+//! heartbeat see it. `release`, the command's name before 0.1.0, is not
+//! a command: 0.1.0 starts without aliases.
 
 use super::*;
 
@@ -97,8 +98,18 @@ async fn revoke_of_a_free_lease_needs_no_force_and_still_fences_out_the_last_hol
     store.expire_for_test("hourly").await.unwrap();
     let expired_at = store.get("hourly").await.unwrap().unwrap().expires_at;
 
-    // `release`: the command's old name, a hidden alias for one release.
+    // `release`, the command's name before 0.1.0, is a usage error that
+    // changes nothing.
     let out = leasehold(Some(&url(&db)), &["release", "hourly"]).await;
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("release"), "{}", stderr(&out));
+    assert_eq!(
+        store.get("hourly").await.unwrap().unwrap().fence,
+        lease.fence,
+        "no new tenure"
+    );
+
+    let out = leasehold(Some(&url(&db)), &["revoke", "hourly"]).await;
     assert_exit(&out, 0);
     let info = store.get("hourly").await.unwrap().unwrap();
     assert_eq!(

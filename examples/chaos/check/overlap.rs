@@ -4,7 +4,7 @@
 //! when the runtime drops its future), on the real clock even for a replica
 //! whose clock libfaketime fakes (`clock.rs`).
 //!
-//! G1 holds only under its assumptions (§1): overlaps that begin while a
+//! G1 holds only under its assumptions (§2): overlaps that begin while a
 //! replica is frozen (`stop`, `stop-in-fence`) or after a lease was expired
 //! early on the server (`expire`, the half of the `begin-drop` faults
 //! that also expire the replica's leases, and an asynchronous `promote`,

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-pub(crate) use claim_due::Candidate;
+pub(crate) use claim_due::{Candidate, Claimed, ClaimedRun};
 pub(crate) use finish::{Finish, Released};
 pub(crate) use poll::Polled;
 pub(crate) use register::Registered;

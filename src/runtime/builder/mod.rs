@@ -58,7 +58,7 @@ pub enum Connections {
     /// are not pinged before use: one the server closed fails its
     /// statement and is discarded, and the runtime retries (a claim within
     /// a second, a heartbeat at its next tick). The default, with
-    /// [`DEFAULT_OWNED_CONNECTIONS`](crate::DEFAULT_OWNED_CONNECTIONS).
+    /// [`DEFAULT_OWNED_CONNECTIONS`](crate::runtime::DEFAULT_OWNED_CONNECTIONS).
     Owned(u32),
     /// The service's pool, the one passed to [`Runtime::builder`]: no
     /// connection of its own besides the listener, for servers short of
@@ -149,7 +149,7 @@ impl RuntimeBuilder {
     }
 
     /// Registers a job kind: this replica runs every stored key of the
-    /// kind ([`LeaseStore::add_keys`](crate::LeaseStore::add_keys)) — the
+    /// kind ([`LeaseStore::add_keys`](crate::store::LeaseStore::add_keys)) — the
     /// keys there at start, and those added, updated or removed while it
     /// runs (seen at once by notification, or at the next poll). Its name
     /// must be unique among this runtime's kinds; its settings are checked
@@ -220,7 +220,7 @@ impl RuntimeBuilder {
     /// 10,000; 0 records none). Each run's row is written by the statement
     /// that releases it, into a ring of this many rows per key, so the
     /// table never grows past keys × `runs` rows and never needs pruning.
-    /// Read it with [`LeaseStore::history`](crate::LeaseStore::history) or
+    /// Read it with [`LeaseStore::history`](crate::store::LeaseStore::history) or
     /// `leasehold history KEY`.
     ///
     /// Give every replica the same value: a replica with a shorter ring
@@ -234,8 +234,8 @@ impl RuntimeBuilder {
 
     /// How many claims (scheduler statements), or heartbeats, must fail in
     /// a row before [`Runtime::health`] reports them as
-    /// [`Degraded::ClaimsFailing`](crate::Degraded::ClaimsFailing) or
-    /// [`Degraded::HeartbeatsFailing`](crate::Degraded::HeartbeatsFailing)
+    /// [`Degraded::ClaimsFailing`](crate::runtime::Degraded::ClaimsFailing) or
+    /// [`Degraded::HeartbeatsFailing`](crate::runtime::Degraded::HeartbeatsFailing)
     /// (default [`DEFAULT_DEGRADED_AFTER`]; at least 1).
     ///
     /// Every replica shares one database, so a network blip fails one
@@ -245,7 +245,7 @@ impl RuntimeBuilder {
     /// failed claim within a second, while each run's local deadline keeps
     /// exclusion safe meanwhile; runs actually stopped at their deadline
     /// are reported at once whatever this is
-    /// ([`Degraded::RunsLostAtDeadline`](crate::Degraded::RunsLostAtDeadline)),
+    /// ([`Degraded::RunsLostAtDeadline`](crate::runtime::Degraded::RunsLostAtDeadline)),
     /// and so is a database silent for three heartbeat or poll intervals.
     pub fn degraded_after(mut self, failures: u32) -> Self {
         self.degraded_after = failures;

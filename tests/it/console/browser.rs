@@ -30,7 +30,7 @@ use axum::Router;
 use fantoccini::elements::Element;
 use fantoccini::{Client, Locator};
 use leasehold::console::{self, ConsoleOptions};
-use leasehold::{LeaseStore, Operator, Schedule};
+use leasehold::{Schedule, operator::Operator, store::LeaseStore};
 use tokio::time::Instant;
 
 use crate::support::{self, Runs, eventually, eventually_async, job, quick, replica};

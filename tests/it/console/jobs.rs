@@ -5,7 +5,10 @@
 use axum::Router;
 use axum::http::StatusCode;
 use leasehold::console::ConsoleOptions;
-use leasehold::{LeaseStore, Operator, PauseTarget};
+use leasehold::{
+    operator::{Operator, PauseTarget},
+    store::LeaseStore,
+};
 
 use super::http::{Page, console, enc, get, post};
 use crate::support::{self, LONG, replica};

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use leasehold::console::ConsoleOptions;
-use leasehold::{LeaseStore, NewKey, Schedule};
+use leasehold::{NewKey, Schedule, store::LeaseStore};
 
 use super::http::{Page, console, enc, get};
 use crate::fleet::{TenantKind, replica, tenant};

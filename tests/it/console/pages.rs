@@ -6,7 +6,11 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::StatusCode;
 use leasehold::console::ConsoleOptions;
-use leasehold::{LeaseStore, Operator, PauseTarget, Revoke, Schedule};
+use leasehold::{
+    Schedule,
+    operator::{Operator, PauseTarget, Revoke},
+    store::LeaseStore,
+};
 
 use super::http::{console, enc, get};
 use crate::support::{self, LONG, job, quick, replica};
@@ -106,7 +110,7 @@ async fn the_key_page_shows_tenure_runs_fences_and_who_acted() {
     let op = Operator::new(store.clone(), "alice@laptop").expect("operator");
     op.trigger("ledger").await.expect("trigger");
     let released = op.revoke("ledger", Revoke::Force, &[]).await.expect("revoke");
-    let leasehold::Revoked::Ended { fence, .. } = released else {
+    let leasehold::operator::Revoked::Ended { fence, .. } = released else {
         panic!("ended: {released:?}")
     };
     let app = console(&db.pool, ConsoleOptions::new());
@@ -227,11 +231,13 @@ async fn mounted_under_a_prefix_every_link_stays_under_it() {
 #[tokio::test]
 async fn a_forced_revoke_owns_the_fence_it_handed_out() {
     let (db, store) = support::store().await;
-    let leasehold::Claim::Acquired(held) = store.claim("ledger", "replica-x", LONG).await.expect("claim") else {
+    let leasehold::store::Claim::Acquired(held) = store.claim("ledger", "replica-x", LONG).await.expect("claim") else {
         panic!("claimed")
     };
     let op = Operator::new(store.clone(), "alice@laptop").expect("operator");
-    let leasehold::Revoked::Ended { fence, .. } = op.revoke("ledger", Revoke::Force, &[]).await.expect("revoke") else {
+    let leasehold::operator::Revoked::Ended { fence, .. } =
+        op.revoke("ledger", Revoke::Force, &[]).await.expect("revoke")
+    else {
         panic!("the tenure ends")
     };
     assert!(fence > held.fence);

@@ -8,7 +8,10 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::StatusCode;
 use leasehold::console::ConsoleOptions;
-use leasehold::{KeyState, LeaseStore, Schedule};
+use leasehold::{
+    Schedule,
+    store::{KeyState, LeaseStore},
+};
 
 use super::http::{Page, console, enc, get, post, send};
 use crate::support::{self, LONG, eventually_async, job, quick, replica};
@@ -575,7 +578,10 @@ async fn untrusted_text_is_direction_isolated() {
     let (db, store) = support::store().await;
     let key = "\u{202e}ledger";
     store.claim(key, "\u{202e}replica-1", LONG).await.expect("claim");
-    store.revoke(key, leasehold::Revoke::Force, &[]).await.expect("release");
+    store
+        .revoke(key, leasehold::operator::Revoke::Force, &[])
+        .await
+        .expect("release");
     let app = behind_proxy(&db.pool);
     let page = get(&app, &format!("/key?key={}", enc(key)), &[]).await;
     assert!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::{StatusCode, header};
 use leasehold::console::{self, ConsoleOptions};
-use leasehold::{Degraded, LeaseStore, Runtime, Schedule};
+use leasehold::{Runtime, Schedule, runtime::Degraded, store::LeaseStore};
 use sqlx::PgPool;
 use tokio::time::Instant;
 

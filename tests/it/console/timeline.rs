@@ -5,7 +5,10 @@
 
 use axum::http::StatusCode;
 use leasehold::console::ConsoleOptions;
-use leasehold::{LeaseStore, Operator, PauseTarget, Revoke, Revoked, RunRecord};
+use leasehold::{
+    operator::{Operator, PauseTarget, Revoke, Revoked},
+    store::{LeaseStore, RunRecord},
+};
 
 use super::http::{console, enc, get};
 use crate::support::{self, LONG, replica};

@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use leasehold::{Error, LeaseStore, MAX_ARGS_BYTES, NewKey, Schedule};
+use leasehold::{
+    Error, NewKey, Schedule,
+    store::{LeaseStore, MAX_ARGS_BYTES},
+};
 
 use super::{TenantKind, replica, runs_of, tenant};
 use crate::support;

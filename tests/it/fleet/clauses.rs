@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use leasehold::{LeaseStore, NewKey, PauseTarget, Schedule};
+use leasehold::{NewKey, Schedule, operator::PauseTarget, store::LeaseStore};
 
 use super::{TenantKind, replica, runs_of, tenant};
 use crate::support;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use leasehold::{CancelReason, LeaseStore};
+use leasehold::{CancelReason, store::LeaseStore};
 use leasehold_testkit::jobs::ScriptedJob;
 use tokio::time::Instant;
 

@@ -2,7 +2,7 @@
 //! ended, whatever the client sends and however late: nothing it wrote is
 //! committed.
 
-use leasehold::{Error, LeaseStore};
+use leasehold::{Error, store::LeaseStore};
 
 use crate::support::{self, LONG, accounts, balance, held_guard, set_balance};
 

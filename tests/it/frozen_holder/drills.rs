@@ -5,7 +5,7 @@
 //! its lease still holds, just after it expired, or after another replica
 //! took the key. A write commits exactly when the lease still held.
 
-use leasehold::{Error, LeaseStore};
+use leasehold::{Error, store::LeaseStore};
 
 use crate::support::{self, LONG, accounts, balance, held_guard};
 

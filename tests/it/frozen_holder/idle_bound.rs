@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use leasehold::{Degraded, LeaseStore};
+use leasehold::{runtime::Degraded, store::LeaseStore};
 use tokio::time::Instant;
 
 use crate::support::{self, accounts, balance, eventually, eventually_async, held_guard_for};
@@ -80,7 +80,7 @@ async fn a_fence_advance_waiting_for_the_row_shows_in_health_while_it_waits() {
     let second = tokio::spawn(async move { second_guard.begin_fenced(&pool).await.map(drop) });
     support::until_a_session_waits_for_a_lock(&db.pool).await;
 
-    let waiting = |h: &leasehold::Health| {
+    let waiting = |h: &leasehold::runtime::Health| {
         h.degraded
             .iter()
             .any(|d| matches!(d, Degraded::FencedTransactionWaiting { key, .. } if key == "billing"))

@@ -9,7 +9,12 @@
 use std::future::Future;
 use std::time::Duration;
 
-use leasehold::{Connections, KeyFilter, LeaseStore, NewKey, Operator, PauseTarget, Revoke, Runtime, Schedule};
+use leasehold::{
+    NewKey, Runtime, Schedule,
+    operator::{Operator, PauseTarget, Revoke},
+    runtime::Connections,
+    store::{KeyFilter, LeaseStore},
+};
 use leasehold_testkit::proxy::{Mode, Proxy};
 use sqlx::PgPool;
 
@@ -49,7 +54,7 @@ where
             Err(_) => dropped += 1,
         }
         support::assert_no_backend_in_transaction(&db.pool, &format!("{name} dropped after {cut:?}")).await;
-        if leasehold::check_schema(pool).await.is_err() {
+        if leasehold::schema::check_schema(pool).await.is_err() {
             continue; // a dropped migrate left nothing behind: nothing to claim on yet
         }
         let key = format!("{name}-probe-{attempt}");
@@ -217,7 +222,7 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
     let direct = LeaseStore::new(db.pool.clone());
     let store = LeaseStore::new(pool.clone());
     let lease = direct
-        .claim_run("op:k", "sweeper", support::LONG, leasehold::Due::Now)
+        .claim_run("op:k", "sweeper", support::LONG, leasehold::store::Due::Now)
         .await
         .unwrap()
         .acquired()
@@ -246,7 +251,7 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
     .await;
     let version = sweep(&db, &pool, step, "schema_version", |_| {
         let pool = pool.clone();
-        async move { leasehold::schema_version(&pool).await }
+        async move { leasehold::schema::schema_version(&pool).await }
     })
     .await;
     let read = sweep(&db, &pool, step, "list", |_| {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold::{CancelReason, LeaseStore, Schedule};
+use leasehold::{CancelReason, Schedule, store::LeaseStore};
 
 use crate::support::{self, Runs, eventually, job, quick};
 

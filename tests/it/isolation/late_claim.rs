@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use leasehold::{LeaseStore, Schedule};
+use leasehold::{Schedule, store::LeaseStore};
 use leasehold_testkit::proxy::{Mode, Proxy};
 
 use crate::support::{self, Runs, eventually_async, job, proxied_pool, quick, replica_on};

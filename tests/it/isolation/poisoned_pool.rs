@@ -2,7 +2,11 @@
 
 use std::time::Duration;
 
-use leasehold::{Claim, Connections, Degraded, LeaseStore, Schedule};
+use leasehold::{
+    Schedule,
+    runtime::{Connections, Degraded},
+    store::{Claim, LeaseStore},
+};
 use tokio::time::Instant;
 
 use crate::support::{self, Runs, in_both_connection_modes, job, quick};

@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use leasehold::{CancelReason, Connections, Degraded, FenceGuard, Schedule};
+use leasehold::{
+    CancelReason, FenceGuard, Schedule,
+    runtime::{Connections, Degraded},
+};
 use sqlx::PgPool;
 
 use crate::support::{self, Runs, eventually, in_both_connection_modes, job, quick};
@@ -42,7 +45,7 @@ async fn a_service_holding_every_connection_of_its_pool_costs_no_run(mode: Conne
         assert_eq!(run.cancelled.map(|c| c.1), Some(CancelReason::Deadline), "{run:?}");
     } else {
         assert!(run.cancelled.is_none(), "the run kept its lease and finished: {run:?}");
-        let info = support::until_free(&leasehold::LeaseStore::new(db.pool.clone()), "k").await;
+        let info = support::until_free(&leasehold::store::LeaseStore::new(db.pool.clone()), "k").await;
         assert_eq!(info.fence, run.fence, "released by the run itself");
     }
     drop(held);

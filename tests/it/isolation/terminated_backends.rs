@@ -3,7 +3,7 @@
 //! idle connections before use, so each dead one fails a statement once and
 //! is discarded, and the store carries on on fresh ones.
 
-use leasehold::{Claim, LeaseStore, Renewal};
+use leasehold::store::{Claim, LeaseStore, Renewal};
 
 use crate::support::{self, LONG};
 

@@ -5,7 +5,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::{CancelReason, Connections, Degraded, Schedule};
+use leasehold::{
+    CancelReason, Schedule,
+    runtime::{Connections, Degraded},
+};
 use tokio::time::Instant;
 
 use crate::support::{self, Runs, eventually, in_both_connection_modes, job, quick};

@@ -2,7 +2,10 @@
 //! lists its own actions and its job's, newest first, each with its
 //! outcome, and a revoke with the fence it handed out.
 
-use leasehold::{Error, Forgotten, NewKey, Operator, OperatorAction, PauseTarget, Revoke, Revoked, Schedule};
+use leasehold::{
+    Error, NewKey, Schedule,
+    operator::{Forgotten, Operator, OperatorAction, PauseTarget, Revoke, Revoked},
+};
 
 use crate::support::{self, LONG};
 
@@ -59,7 +62,7 @@ async fn each_action_is_recorded_with_its_actor_outcome_and_fence() {
 #[tokio::test]
 async fn a_job_pause_is_in_the_history_of_each_of_its_keys_and_an_operator_must_say_who() {
     let db = support::db().await;
-    let store = leasehold::LeaseStore::new(db.pool.clone());
+    let store = leasehold::store::LeaseStore::new(db.pool.clone());
     let runtime = support::replica(
         &db,
         "replica-1",
@@ -178,7 +181,7 @@ async fn a_forget_is_recorded_and_the_record_outlives_the_row() {
 #[tokio::test]
 async fn a_runtimes_own_trigger_pause_and_resume_are_recorded_with_its_holder_id() {
     let db = support::db().await;
-    let store = leasehold::LeaseStore::new(db.pool.clone());
+    let store = leasehold::store::LeaseStore::new(db.pool.clone());
     let runtime = support::replica(
         &db,
         "replica-1",

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
-use leasehold::{CatchUp, FenceGuard, LeaseStore, RunOutcome, Runtime, Schedule};
+use leasehold::{CatchUp, FenceGuard, Runtime, Schedule, runtime::RunOutcome, store::LeaseStore};
 
 use crate::support::{self, ScriptedJob, job, quick};
 

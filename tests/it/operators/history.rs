@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use leasehold::{JobSettings, LeaseStore, RunOutcome, Runtime, Schedule};
+use leasehold::{JobSettings, Runtime, Schedule, runtime::RunOutcome, store::LeaseStore};
 
 use crate::support::{self, Runs, job, quick};
 
@@ -166,7 +166,7 @@ async fn forgetting_a_key_forgets_its_history() {
     let (db, store) = support::store().await;
     let ttl = Duration::from_secs(5);
     let lease = store
-        .claim_run("gone", "h1", ttl, leasehold::Due::Now)
+        .claim_run("gone", "h1", ttl, leasehold::store::Due::Now)
         .await
         .unwrap()
         .acquired()
@@ -174,7 +174,10 @@ async fn forgetting_a_key_forgets_its_history() {
     assert!(store.release(&lease.key, "h1", lease.fence).await.unwrap());
     store.record_runs_for_test("gone", 1..=5, 100).await.unwrap();
     assert_eq!(rows_of(&db.pool, "gone").await, 5);
-    assert_eq!(store.forget("gone").await.unwrap(), leasehold::Forgotten::Deleted);
+    assert_eq!(
+        store.forget("gone").await.unwrap(),
+        leasehold::operator::Forgotten::Deleted
+    );
     assert_eq!(rows_of(&db.pool, "gone").await, 0, "history deleted with the row");
     store.record_runs_for_test("gone", 1..=2, 100).await.unwrap();
     let numbers: Vec<i64> = store

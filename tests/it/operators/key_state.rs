@@ -3,7 +3,10 @@
 //! vocabulary for `KeyStatus::state`, `LeaseInfo::state` and the
 //! `list_page` filter.
 
-use leasehold::{KeyFilter, KeyState, LeaseStore, Schedule};
+use leasehold::{
+    Schedule,
+    store::{KeyFilter, KeyState, LeaseStore},
+};
 
 use crate::support::{self, LONG};
 

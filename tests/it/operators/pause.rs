@@ -7,7 +7,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use leasehold::{CancelReason, Claim, Due, LeaseStore, PauseTarget, Resumed, RunOutcome, Schedule, Triggered};
+use leasehold::{
+    CancelReason, Schedule,
+    operator::{PauseTarget, Resumed, Triggered},
+    runtime::RunOutcome,
+    store::{Claim, Due, LeaseStore},
+};
 
 use crate::support::{self, Runs, job, quick};
 

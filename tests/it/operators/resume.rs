@@ -6,7 +6,11 @@
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use leasehold::{LeaseStore, PauseTarget, Resumed, Schedule};
+use leasehold::{
+    Schedule,
+    operator::{PauseTarget, Resumed},
+    store::LeaseStore,
+};
 
 use crate::support::{self, Gate, job, quick};
 
@@ -43,7 +47,7 @@ async fn a_resume_wakes_only_the_overdue_keys_of_its_target() {
     support::owe_slot(&db.pool, "tenant:overdue", past).await;
     support::owe_slot(&db.pool, "tenant:later", future).await;
     support::owe_slot(&db.pool, "other:overdue", past).await;
-    let due = |info: Option<leasehold::LeaseInfo>| info.expect("row").next_due_at.expect("scheduled");
+    let due = |info: Option<leasehold::store::LeaseInfo>| info.expect("row").next_due_at.expect("scheduled");
 
     let resumed = store.resume(&PauseTarget::job("tenant")).await.unwrap();
 

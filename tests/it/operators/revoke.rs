@@ -2,7 +2,11 @@
 //! at once, its holder is fenced out downstream, and the next claim runs
 //! with a fence above the revoke's.
 
-use leasehold::{Claim, Error, LeaseStore, Renewal, Revoke, Revoked};
+use leasehold::{
+    Error,
+    operator::{Revoke, Revoked},
+    store::{Claim, LeaseStore, Renewal},
+};
 
 use crate::support::{self, LONG, held_guard};
 

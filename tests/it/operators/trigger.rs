@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use leasehold::{LeaseStore, Schedule};
+use leasehold::{Schedule, store::LeaseStore};
 
 use crate::support::{self, Gate, job, quick};
 

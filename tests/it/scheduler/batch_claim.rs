@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::{FenceGuard, JobSettings, LeaseStore, Schedule};
+use leasehold::{FenceGuard, JobSettings, Schedule, store::LeaseStore};
 use tokio::time::Instant;
 
 use crate::support::{self, Runs, job, quick};
@@ -123,7 +123,7 @@ async fn a_batch_claim_never_takes_a_live_lease() {
     let outsider = LeaseStore::new(db.pool.clone());
     let taken = loop {
         if let Some(l) = outsider
-            .claim_run("held", "outsider", Duration::from_secs(60), leasehold::Due::Now)
+            .claim_run("held", "outsider", Duration::from_secs(60), leasehold::store::Due::Now)
             .await
             .unwrap()
             .acquired()

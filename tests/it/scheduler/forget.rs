@@ -4,7 +4,11 @@
 
 use std::time::Duration;
 
-use leasehold::{Claim, Forgotten, LeaseStore, Schedule};
+use leasehold::{
+    Schedule,
+    operator::Forgotten,
+    store::{Claim, LeaseStore},
+};
 
 use crate::support::{self, Runs, job, quick};
 

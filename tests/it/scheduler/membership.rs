@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use leasehold::{CancelReason, Error, FenceGuard, LeaseStore, PauseTarget, Runtime, Schedule};
+use leasehold::{CancelReason, Error, FenceGuard, Runtime, Schedule, operator::PauseTarget, store::LeaseStore};
 use tokio::time::Instant;
 
 use crate::support::{self, Gate, Runs, job, quick};

@@ -20,7 +20,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use leasehold::{
-    FenceGuard, JobError, JobKind, JobSettings, LeaseStore, NewKey, PauseTarget, RunOutcome, RunRecord, Schedule,
+    FenceGuard, JobError, JobKind, JobSettings, NewKey, Schedule,
+    operator::PauseTarget,
+    runtime::RunOutcome,
+    store::{LeaseStore, RunRecord},
 };
 
 use crate::fleet::{TenantKind, replica, runs_of, tenant};

@@ -1,6 +1,6 @@
 //! The README's operators' example: a zoned nightly job that catches up on
 //! missed nights and reads its slot, paused and resumed for a whole job.
-use leasehold::{CatchUp, FenceGuard, FencedJob, JobError, PauseTarget, Runtime, Schedule};
+use leasehold::{CatchUp, FenceGuard, FencedJob, JobError, Runtime, Schedule, operator::PauseTarget};
 
 #[derive(FencedJob)]
 #[job(key = "billing:{tenant}", cron = "0 3 * * *", tz = "Europe/Paris", catch_up = "all(7)")]
