@@ -66,6 +66,7 @@ fn main() {
             "addkill" => cfg.faults.kill_session = true,
             "addfreeze" => cfg.faults.freeze = true,
             "addpartition" => cfg.faults.partition = true,
+            "addcut" => cfg.faults.cut_after_loss = true,
             "distinct" => cfg.holders = (0..cfg.holders.len() as u8).collect(),
             "three" => cfg.holders = vec![0, 0, 1],
             "twokeys" => cfg.keys = 2,

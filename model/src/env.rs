@@ -186,6 +186,11 @@ pub struct Faults {
     pub shutdown: bool,
     /// [`Fault::KillSession`].
     pub kill_session: bool,
+    /// [`Fault::Partition`] only of a replica that saw its session end and
+    /// has not registered again: the second fault that keeps it from
+    /// re-pointing its runs (a bound for the stop deadline's counterexample;
+    /// implied by `partition`).
+    pub cut_after_loss: bool,
     /// [`Fault::Skew`].
     pub skew: bool,
     /// [`Fault::Revoke`] (off by default: a forced revoke ends a live
@@ -203,6 +208,7 @@ impl Faults {
         crash: true,
         shutdown: true,
         kill_session: true,
+        cut_after_loss: false,
         skew: true,
         revoke: false,
     };
@@ -215,6 +221,7 @@ impl Faults {
         crash: false,
         shutdown: false,
         kill_session: false,
+        cut_after_loss: false,
         skew: false,
         revoke: false,
     };

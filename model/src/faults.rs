@@ -110,7 +110,8 @@ impl LeaseModel {
             if rep.status == Status::Crashed {
                 continue;
             }
-            if f.partition && !rep.partitioned {
+            let cut_after_loss = f.cut_after_loss && rep.lost.is_some() && rep.reg.is_none();
+            if (f.partition || cut_after_loss) && !rep.partitioned {
                 out.push(Action::Fault(Fault::Partition(r)));
             }
             if f.freeze && rep.status == Status::Up {

@@ -543,7 +543,7 @@ fn without_the_grace_a_killed_session_is_taken_over_before_its_holder_notices() 
     assert!(took_over(&path), "the overlap comes from an early takeover");
 }
 
-/// A killed session and a freeze (2 faults, 6 ticks: a claim at t=1, the
+/// A killed session and a freeze (2 faults, 5 ticks: a claim at t=1, the
 /// grace 2 ticks): the holder may fail to re-point its run (frozen right
 /// after it read the error), or come back from a freeze to find its session
 /// gone. With the stop deadline on a lost session the run is stopped (or,
@@ -557,7 +557,20 @@ fn kill_and_freeze(variant: Variant) -> Config {
         ..Faults::NONE
     };
     let mut cfg = liveness_config(variant, faults, 2);
-    cfg.horizon = 6;
+    cfg.horizon = 5;
+    cfg
+}
+
+/// A killed session, and the holder cut off right after it read the error,
+/// so it cannot register again nor re-point its run (2 faults, 5 ticks).
+fn kill_then_cut(variant: Variant) -> Config {
+    let faults = Faults {
+        kill_session: true,
+        cut_after_loss: true,
+        ..Faults::NONE
+    };
+    let mut cfg = liveness_config(variant, faults, 2);
+    cfg.horizon = 5;
     cfg
 }
 
@@ -569,7 +582,7 @@ fn kill_and_freeze(variant: Variant) -> Config {
 fn without_the_stop_deadline_on_a_lost_session_a_holder_that_could_not_re_point_runs_on() {
     let path = assert_fails(
         "no stop deadline on a lost session",
-        kill_and_freeze(Variant::NoSessionStop),
+        kill_then_cut(Variant::NoSessionStop),
         NO_OVERLAP,
     );
     assert!(took_over(&path), "the overlap comes from an early takeover");
@@ -588,8 +601,26 @@ fn without_the_stop_deadline_on_a_lost_session_a_holder_that_could_not_re_point_
     ignore = "model check: run it in release, cargo test -p leasehold-model --release"
 )]
 fn with_the_stop_deadline_a_holder_that_could_not_re_point_stops_before_the_takeover() {
-    let cfg = kill_and_freeze(Variant::Correct);
+    let cfg = kill_then_cut(Variant::Correct);
     let out = assert_safe("lost session, re-point prevented", &cfg);
+    assert!(
+        out.discoveries
+            .contains_key("a_run_stops_at_its_lost_sessions_deadline"),
+        "no run stopped at its lost session's deadline"
+    );
+}
+
+/// The same with a freeze instead: the holder frozen before it re-points,
+/// or resumed to find its session gone (its claims then name no
+/// registration: `a_claim_naming_…` below), is stopped or excused (§1).
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn a_holder_frozen_around_its_lost_session_is_stopped_or_excused() {
+    let cfg = kill_and_freeze(Variant::Correct);
+    let out = assert_safe("lost session and a freeze", &cfg);
     for example in [
         "a_dead_holders_key_is_taken_over_before_expiry",
         "a_lost_session_is_re_pointed",
@@ -605,7 +636,7 @@ fn with_the_stop_deadline_a_holder_that_could_not_re_point_stops_before_the_take
 /// dead registration, and another runtime takes it over at once, before
 /// the resumed one's next confirm reads the error. The real rule writes a
 /// NULL owner then (the key falls back to expiry); the clean check of the
-/// same bound is `with_the_stop_deadline_…` above.
+/// same bound is `a_holder_frozen_around_its_lost_session_is_stopped_or_excused` above.
 #[test]
 #[cfg_attr(
     debug_assertions,
