@@ -32,6 +32,10 @@ fn main() {
             "unbounded" => Variant::UnboundedFencedTransaction,
             "nocommitcheck" => Variant::NoCommitCheck,
             "noidletimeout" => Variant::NoIdleTimeout,
+            "nosessiontest" => Variant::NoSessionDeadTest,
+            "nograce" => Variant::NoGrace,
+            "nosessionstop" => Variant::NoSessionStop,
+            "staleowner" => Variant::ClaimNamesStaleRegistration,
             _ => Variant::Correct,
         };
     }
@@ -51,6 +55,18 @@ fn main() {
                 }
             }
             "revoke" => cfg.faults.revoke = true,
+            "noliveness" => cfg.liveness = false,
+            "nokill" => cfg.faults.kill_session = false,
+            "onlykill" => {
+                cfg.faults = leasehold_model::env::Faults {
+                    kill_session: true,
+                    ..leasehold_model::env::Faults::NONE
+                }
+            }
+            "addkill" => cfg.faults.kill_session = true,
+            "addfreeze" => cfg.faults.freeze = true,
+            "addpartition" => cfg.faults.partition = true,
+            "addcut" => cfg.faults.cut_after_loss = true,
             "distinct" => cfg.holders = (0..cfg.holders.len() as u8).collect(),
             "three" => cfg.holders = vec![0, 0, 1],
             "twokeys" => cfg.keys = 2,

@@ -45,6 +45,23 @@ pub struct Config {
     pub writes: bool,
     /// The protocol variant.
     pub variant: Variant,
+    /// Each runtime has a liveness session (its listener connection,
+    /// `src/runtime/listen.rs`): it registers, confirms, and its claims
+    /// name its registration as the row's `owner`, so a key whose owner's
+    /// session is gone is taken over before its lease expires (issue 40).
+    /// Off: no registration, `owner` NULL, takeover at expiry only (no
+    /// listener, a pooler in transaction mode). The confirm runs every
+    /// tick: its interval (250 ms against a 1 s grace) is below the
+    /// model's resolution.
+    pub liveness: bool,
+    /// The grace, in units (server units for the claimer's `confirmed_at +
+    /// grace <= now`, local units for the holder's stop deadline; 1 s by
+    /// default).
+    pub grace: u16,
+    /// The margin of the holder's stop deadline on a lost session: `last
+    /// successful confirm's send instant + grace − liveness_margin`, in
+    /// local units.
+    pub liveness_margin: u16,
 }
 
 impl Config {
@@ -76,6 +93,13 @@ impl Config {
             ensure: true,
             writes: true,
             variant: Variant::Correct,
+            liveness: true,
+            // 2 ticks: below the lease less its margin (3 ticks), as 1 s
+            // is far below 60 s, so a takeover of a dead holder comes
+            // before its lease expires.
+            grace: 20,
+            // 2ρ·grace + d, as the lease's margin.
+            liveness_margin: 14,
         }
     }
 
@@ -127,6 +151,16 @@ impl Config {
     /// `2ρ × lease + d` in local units: the margin §5 asks for.
     pub fn required_margin(&self) -> u16 {
         let drift_allowance = 2 * self.lease * self.drift / self.units_per_tick;
+        drift_allowance + self.stop_ticks as u16 * self.units_per_tick
+    }
+
+    /// `2ρ × grace + d` in local units: the margin of the holder's stop
+    /// deadline on a lost session, by the same argument as
+    /// [`Config::required_margin`] (the claimer counts `grace` on the
+    /// server clock from a `confirmed_at` no earlier than the confirm's
+    /// send instant).
+    pub fn required_liveness_margin(&self) -> u16 {
+        let drift_allowance = 2 * self.grace * self.drift / self.units_per_tick;
         drift_allowance + self.stop_ticks as u16 * self.units_per_tick
     }
 

@@ -33,8 +33,34 @@ pub struct Row {
     /// `next_due_at` (server units): the slot the key owes (`slot_at` is the
     /// same value in the model: no retry backoff is modelled).
     pub next_due: u16,
+    /// `owner`: the registration id (`leasehold_replica.id`) of the
+    /// runtime that claimed it, `None` (NULL) when it had none. A row whose
+    /// owner is dead ([`Db::reg_dead`]) can be claimed before it expires.
+    pub owner: Option<u8>,
     /// Ghost: the run number of the tenure this row records (0: none yet).
     pub run: u8,
+}
+
+/// One row of the UNLOGGED `leasehold_replica` table and the liveness
+/// session behind it (a runtime's listener connection, which holds the
+/// session-level advisory lock `(<ns>, pid)` for as long as it lives).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Reg {
+    /// The replica whose session it is (ghost: the table has `pid` and
+    /// `holder`).
+    pub replica: u8,
+    /// The session lives on the server (and holds its advisory lock). It
+    /// ends with a crash (the kernel closes the socket, unless the close
+    /// is lost in a partition), or a kill while the process lives
+    /// (`pg_terminate_backend`, a pooler, a TCP reset); not while the
+    /// process is frozen or cut off.
+    pub alive: bool,
+    /// `registered_at` (server units). Every registration here is after
+    /// the server's start: the model has no server restart, so test (b)
+    /// always passes.
+    pub registered: u16,
+    /// `confirmed_at` (server units).
+    pub confirmed: u16,
 }
 
 /// One row of `leasehold_fence` (a fenced resource). An absent row is
@@ -96,6 +122,9 @@ pub struct Db {
     /// One user-table row per key, written with fenced `UPDATE`s: its
     /// `last_fence` column.
     pub column: Vec<u8>,
+    /// `leasehold_replica`: registration `id` is the index + 1 (ids come
+    /// from a sequence; rows are never deleted here).
+    pub regs: Vec<Reg>,
 }
 
 /// A tenure a claim acquired.
@@ -115,6 +144,8 @@ pub struct Claimed {
     pub slot: u16,
     /// Ghost: the run number.
     pub run: u8,
+    /// Ghost: the row was taken before it expired, its owner dead.
+    pub took_over: bool,
 }
 
 /// A row a renewal extended, as `RENEW_MANY` returns it (`r.*`: the row's
@@ -145,7 +176,7 @@ impl Db {
     /// Rows registered by `register_many` (`src/lease/batch/register.rs`,
     /// `REGISTER_MANY`): free (`expires_at = acquired_at + 1 µs`), due at
     /// 0, each with a fence from the sequence.
-    pub fn new(keys: usize, rate: Rate) -> Db {
+    pub fn new(keys: usize, rate: Rate, regs: Vec<Reg>) -> Db {
         Db {
             clock: 0,
             rate,
@@ -158,12 +189,81 @@ impl Db {
                         acquired: 0,
                         expires: 1,
                         next_due: 0,
+                        owner: None,
                         run: 0,
                     })
                 })
                 .collect(),
             fence_rows: vec![FenceRow::default(); keys],
             column: vec![0; keys],
+            regs,
+        }
+    }
+
+    /// Whether registration `id` is dead, as `pick` and the confirm's
+    /// report test it, in this order: (a) `confirmed_at + grace <= now`,
+    /// (b) `registered_at > pg_postmaster_start_time()` (always true here:
+    /// no server restart is modelled), (c) `pg_try_advisory_xact_lock(<ns>,
+    /// pid)` succeeds — its session is gone. A missing registration (NULL
+    /// owner) is not dead: the row falls back to expiry.
+    /// [`Variant::NoGrace`] drops (a), [`Variant::NoSessionDeadTest`] (c).
+    pub fn reg_dead(&self, id: Option<u8>, grace: u16, variant: Variant) -> bool {
+        let Some(reg) = id.and_then(|id| self.regs.get(id as usize - 1)) else {
+            return false;
+        };
+        let silent = !variant.grace_test() || reg.confirmed + grace <= self.clock;
+        let gone = !variant.session_test() || !reg.alive;
+        silent && gone
+    }
+
+    /// A runtime registers (after it listens, or after its session ended):
+    /// a new session takes the advisory lock and inserts its row,
+    /// `registered_at = confirmed_at = now`. Returns the new id.
+    pub fn register(&mut self, replica: u8) -> u8 {
+        self.regs.push(Reg {
+            replica,
+            alive: true,
+            registered: self.clock,
+            confirmed: self.clock,
+        });
+        self.regs.len() as u8
+    }
+
+    /// The confirm on registration `id`'s session: `confirmed_at =
+    /// clock_timestamp()`. `false` when the session is gone: the runtime
+    /// reads an error (its connection was closed).
+    pub fn confirm(&mut self, id: u8) -> bool {
+        let now = self.clock;
+        match self.regs.get_mut(id as usize - 1) {
+            Some(reg) if reg.alive => {
+                reg.confirmed = now;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The session of registration `id` ends on the server.
+    pub fn end_session(&mut self, id: u8) {
+        if let Some(reg) = self.regs.get_mut(id as usize - 1) {
+            reg.alive = false;
+        }
+    }
+
+    /// Re-point: `UPDATE leasehold_lease SET owner = $new WHERE key = $key
+    /// AND owner = $old AND NOT dead($old)` — guarded so that it cannot
+    /// undo a takeover (the row's fence changed with its owner) nor revive
+    /// a registration a claimer may already count dead; the row lock orders
+    /// it against a claimer's `pick`. Returns whether the row was
+    /// re-pointed.
+    pub fn repoint(&mut self, key: u8, fence: u8, old: u8, new: u8, grace: u16, variant: Variant) -> bool {
+        let dead = self.reg_dead(Some(old), grace, variant);
+        match self.rows[key as usize].as_mut() {
+            Some(row) if row.fence == fence && row.owner == Some(old) && !dead => {
+                row.owner = Some(new);
+                true
+            }
+            _ => false,
         }
     }
 
@@ -172,10 +272,14 @@ impl Db {
         self.rows[key].as_ref().is_some_and(|r| r.expires > self.clock)
     }
 
-    /// Whether a scheduled claim could take the key now: free and due.
-    pub fn claimable(&self, key: usize) -> bool {
+    /// Whether a scheduled claim could take the key now: free (or its
+    /// owner dead, with `liveness`) and due.
+    pub fn claimable(&self, key: usize, liveness: Option<(u16, Variant)>) -> bool {
         match &self.rows[key] {
-            Some(r) => r.expires <= self.clock && r.next_due <= self.clock,
+            Some(r) => {
+                let dead = liveness.is_some_and(|(grace, v)| self.reg_dead(r.owner, grace, v));
+                (r.expires <= self.clock || dead) && r.next_due <= self.clock
+            }
             None => true,
         }
     }
@@ -196,14 +300,33 @@ impl Db {
     ///   1`, or 1 when the row is gone (and a missing row is inserted, as
     ///   `CLAIM_RUN`'s insert path does).
     ///
+    /// - crash takeover (issue 40, with `liveness`): `pick` also takes a
+    ///   due row whose `owner` registration is dead ([`Db::reg_dead`]);
+    ///   `claimed` writes `owner = $owner`, the claimer's registration id
+    ///   (NULL when it has none). The taken-over run's `lost` history row
+    ///   is not modelled.
+    ///
     /// `FOR UPDATE SKIP LOCKED`, `LIMIT` and the pause clauses are not
     /// modelled (no lease-row locks, no concurrency limit, no pauses).
-    pub fn claim_due(&mut self, holder: u8, keys: &[u8], lease: u16, period: u16, variant: Variant) -> Vec<Claimed> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn claim_due(
+        &mut self,
+        holder: u8,
+        owner: Option<u8>,
+        keys: &[u8],
+        lease: u16,
+        period: u16,
+        liveness: Option<u16>,
+        variant: Variant,
+    ) -> Vec<Claimed> {
         let now = self.clock;
         let mut out = Vec::new();
         for &k in keys {
             let row = &self.rows[k as usize];
-            let free = row.as_ref().is_none_or(|r| r.expires <= now);
+            let expired = row.as_ref().is_none_or(|r| r.expires <= now);
+            let dead =
+                liveness.is_some_and(|grace| row.as_ref().is_some_and(|r| self.reg_dead(r.owner, grace, variant)));
+            let free = expired || dead;
             let due = row.as_ref().is_none_or(|r| r.next_due <= now);
             let mine = row.as_ref().is_some_and(|r| r.holder == holder);
             let take = match variant {
@@ -227,6 +350,7 @@ impl Db {
                 acquired: now,
                 expires: now + lease,
                 next_due,
+                owner,
                 run: 0, // set by the caller (ghost run number)
             });
             out.push(Claimed {
@@ -236,6 +360,7 @@ impl Db {
                 next_slot: (now / period + 1) * period,
                 slot: next_due,
                 run: 0,
+                took_over: !expired,
             });
         }
         out

@@ -23,7 +23,8 @@
 //! a replica off the database (every message it sends or is sent is lost
 //! until it heals), freeze a replica (SIGSTOP, a paused VM: its clock runs
 //! on, its code does not), crash it, shut it down (the runtime cancels its
-//! runs and releases them), skew a clock's rate, and an operator's forced
+//! runs and releases them), end its liveness session while it lives, skew
+//! a clock's rate, and an operator's forced
 //! revoke.
 
 use crate::clock::Rate;
@@ -59,6 +60,8 @@ pub enum Request {
         sent: u16,
         /// Keys the replica has no run of.
         keys: Vec<u8>,
+        /// Its registration id at sending (`owner = $owner`).
+        owner: Option<u8>,
     },
     /// `renew_each` of these tenures `(key, fence)`.
     Renew {
@@ -90,6 +93,8 @@ pub enum Reply {
         sent: u16,
         /// Tenures acquired.
         acquired: Vec<Claimed>,
+        /// The registration the rows name as owner.
+        owner: Option<u8>,
     },
     /// What a renewal extended.
     Renew {
@@ -150,6 +155,10 @@ pub enum Fault {
     /// fenced transactions roll back (unless it is cut off: the close of
     /// its connections is lost, and the server's idle bound ends them).
     Crash(u8),
+    /// End its liveness session while the process lives
+    /// (`pg_terminate_backend`, a pooler, a TCP reset): the server side
+    /// is gone at once; the runtime reads an error at its next confirm.
+    KillSession(u8),
     /// Shut its runtime down (`Runtime::shutdown`, or dropping the
     /// handle): runs are cancelled (reason shutdown), still renewed while
     /// they stop, then released with the slot still owed.
@@ -175,6 +184,13 @@ pub struct Faults {
     pub crash: bool,
     /// [`Fault::Shutdown`].
     pub shutdown: bool,
+    /// [`Fault::KillSession`].
+    pub kill_session: bool,
+    /// [`Fault::Partition`] only of a replica that saw its session end and
+    /// has not registered again: the second fault that keeps it from
+    /// re-pointing its runs (a bound for the stop deadline's counterexample;
+    /// implied by `partition`).
+    pub cut_after_loss: bool,
     /// [`Fault::Skew`].
     pub skew: bool,
     /// [`Fault::Revoke`] (off by default: a forced revoke ends a live
@@ -191,6 +207,8 @@ impl Faults {
         freeze: true,
         crash: true,
         shutdown: true,
+        kill_session: true,
+        cut_after_loss: false,
         skew: true,
         revoke: false,
     };
@@ -202,6 +220,8 @@ impl Faults {
         freeze: false,
         crash: false,
         shutdown: false,
+        kill_session: false,
+        cut_after_loss: false,
         skew: false,
         revoke: false,
     };

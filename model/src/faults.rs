@@ -38,6 +38,15 @@ impl LeaseModel {
             }
             Fault::Crash(r) => {
                 s.replicas[r as usize].status = Status::Crashed;
+                // Its liveness session ends with it — unless the close is
+                // lost in a partition (a host that dies silently): the
+                // server keeps the session, and the key is taken over at
+                // expiry.
+                if !s.replicas[r as usize].partitioned
+                    && let Some(id) = s.replicas[r as usize].reg
+                {
+                    s.db.end_session(id);
+                }
                 for k in 0..self.cfg.keys {
                     // The kernel closes its connections: the server rolls an
                     // open transaction back, unless the close is lost in a
@@ -50,6 +59,11 @@ impl LeaseModel {
                     }
                 }
                 s.net.retain(|m| !(m.replica == r && matches!(m.body, Body::Reply(_))));
+            }
+            Fault::KillSession(r) => {
+                if let Some(id) = s.replicas[r as usize].reg {
+                    s.db.end_session(id);
+                }
             }
             Fault::Shutdown(r) => {
                 s.replicas[r as usize].shutting_down = true;
@@ -96,7 +110,8 @@ impl LeaseModel {
             if rep.status == Status::Crashed {
                 continue;
             }
-            if f.partition && !rep.partitioned {
+            let cut_after_loss = f.cut_after_loss && rep.lost.is_some() && rep.reg.is_none();
+            if (f.partition || cut_after_loss) && !rep.partitioned {
                 out.push(Action::Fault(Fault::Partition(r)));
             }
             if f.freeze && rep.status == Status::Up {
@@ -104,6 +119,13 @@ impl LeaseModel {
             }
             if f.crash {
                 out.push(Action::Fault(Fault::Crash(r)));
+            }
+            if f.kill_session
+                && rep
+                    .reg
+                    .is_some_and(|id| s.db.regs.get(id as usize - 1).is_some_and(|g| g.alive))
+            {
+                out.push(Action::Fault(Fault::KillSession(r)));
             }
             if f.shutdown && rep.up() && !rep.shutting_down {
                 out.push(Action::Fault(Fault::Shutdown(r)));

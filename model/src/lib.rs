@@ -6,11 +6,14 @@
 //! - [`db`]: the database (lease rows, fence sequence, fence table with its
 //!   row lock, a `last_fence` column, the server clock, and the rules that
 //!   end a fenced transaction with its tenure: the commit check and the idle
-//!   bound, F5); every statement is one atomic transition citing its SQL
-//!   and the Rust function that sends it.
+//!   bound, F5), the liveness sessions and their registrations (issue 40:
+//!   a key whose owner's session is gone and silent for the grace is taken
+//!   over before it expires); every statement is one atomic transition
+//!   citing its SQL and the Rust function that sends it.
 //! - [`replica`]: a runtime — claims, batched renewal, `ensure`, the local
 //!   deadline from the send instant and the server's `remaining`, stop,
-//!   release, fenced writes.
+//!   release, fenced writes; its liveness session's confirm, re-registration,
+//!   re-point, and the stop deadline on a lost session.
 //! - [`env`](mod@env): real time, clock rates within ρ, the network, and faults;
 //!   [`clock`]: the rate of a clock, shared with the database.
 //! - [`properties`]: what is checked, and how liveness is encoded.

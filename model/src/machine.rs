@@ -42,6 +42,8 @@ impl LeaseModel {
                 rep.up()
                     && (self.poll_due(s, r as u8)
                         || self.beat_due(rep)
+                        || self.register_due(rep)
+                        || self.repoint_due(rep)
                         || rep.runs.iter().flatten().any(|run| self.past_deadline(rep, run)))
             })
     }
@@ -72,8 +74,21 @@ impl LeaseModel {
         rep.clock >= rep.next_beat && !rep.renewable().is_empty()
     }
 
+    /// A running run whose tenure's deadline, or its lost session's stop
+    /// deadline, has passed.
     pub(crate) fn past_deadline(&self, rep: &Replica, run: &Run) -> bool {
-        run.phase == Phase::Running && rep.clock >= run.deadline(self.cfg.margin)
+        run.phase == Phase::Running && rep.clock >= run.stop_at(self.cfg.margin).0
+    }
+
+    /// A runtime that saw its session end registers again as soon as it
+    /// can reach the server.
+    pub(crate) fn register_due(&self, rep: &Replica) -> bool {
+        self.cfg.liveness && rep.up() && !rep.partitioned && rep.reg.is_none()
+    }
+
+    /// Then it re-points its runs' rows.
+    pub(crate) fn repoint_due(&self, rep: &Replica) -> bool {
+        rep.repoint && rep.up() && !rep.partitioned
     }
 
     pub(crate) fn ensure_in_flight(s: &State, r: u8, k: u8) -> bool {

@@ -4,11 +4,11 @@
 use stateright::{Model, Property};
 
 use crate::clock::Rate;
-use crate::db::Db;
+use crate::db::{Db, Reg};
 use crate::env::{Body, Fate};
 use crate::machine::LeaseModel;
 use crate::properties;
-use crate::replica::{Phase, Reason, Replica, Status, Txn};
+use crate::replica::{Phase, Replica, Status, Txn};
 use crate::{Action, Ghost, State};
 
 impl Model for LeaseModel {
@@ -23,9 +23,22 @@ impl Model for LeaseModel {
         for bits in 0..(1u32 << n) {
             let rate = |i: usize| if bits & (1 << i) != 0 { Rate::Fast } else { Rate::Slow };
             let keys = self.cfg.keys;
+            // Each runtime listens and registers before it claims.
+            let regs = if self.cfg.liveness {
+                (0..self.cfg.replicas() as u8)
+                    .map(|replica| Reg {
+                        replica,
+                        alive: true,
+                        registered: 0,
+                        confirmed: 0,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
             out.push(State {
                 now: 0,
-                db: Db::new(keys, rate(0)),
+                db: Db::new(keys, rate(0), regs),
                 replicas: self
                     .cfg
                     .holders
@@ -41,6 +54,10 @@ impl Model for LeaseModel {
                         next_poll: 0,
                         next_beat: 0,
                         runs: vec![None; keys],
+                        reg: self.cfg.liveness.then_some(i as u8 + 1),
+                        confirmed: 0,
+                        lost: None,
+                        repoint: false,
                     })
                     .collect(),
                 net: Vec::new(),
@@ -61,6 +78,9 @@ impl Model for LeaseModel {
                     late_update: false,
                     late_commit_refused: false,
                     idle_end_freed_advance: false,
+                    took_over: false,
+                    repointed: false,
+                    session_stop: false,
                 },
             });
         }
@@ -93,6 +113,12 @@ impl Model for LeaseModel {
             }
             if self.beat_due(rep) {
                 out.extend(fates.clone().map(|f| Action::Beat(r, f)));
+            }
+            if self.register_due(rep) {
+                out.push(Action::Register(r));
+            }
+            if self.repoint_due(rep) {
+                out.push(Action::Repoint(r));
             }
             for k in 0..self.cfg.keys as u8 {
                 let Some(run) = &rep.runs[k as usize] else {
@@ -143,7 +169,13 @@ impl Model for LeaseModel {
             Action::Advance(r, k) => self.advance(&mut s, r, k),
             Action::Commit(r, k) => self.commit(&mut s, r, k)?,
             Action::Update(r, k) => self.update(&mut s, r, k)?,
-            Action::Supervise(r, k) => self.cancel_run(&mut s, r, k, Reason::Deadline),
+            Action::Supervise(r, k) => {
+                let run = s.replicas[r as usize].runs[k as usize].as_ref()?;
+                let reason = run.stop_at(self.cfg.margin).1;
+                self.cancel_run(&mut s, r, k, reason);
+            }
+            Action::Register(r) => self.register(&mut s, r),
+            Action::Repoint(r) => self.repoint(&mut s, r),
             Action::Fault(f) => {
                 if self.fault(&mut s, f) {
                     Self::struck(&mut s);

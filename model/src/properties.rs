@@ -15,7 +15,9 @@
 //! must find a state where each holds (a key changed hands, a run was
 //! stopped at its deadline, a stale write was refused, a slot completed, a
 //! late commit was refused, the server ended an idle transaction that a
-//! successor's advance was waiting for).
+//! successor's advance was waiting for; with the liveness session: a dead
+//! holder's key taken over before its lease expired, a lost session's runs
+//! re-pointed, a run stopped at its lost session's deadline).
 
 use stateright::Property;
 
@@ -60,6 +62,13 @@ pub fn all() -> Vec<Property<LeaseModel>> {
         Property::sometimes("an_idle_end_frees_a_waiting_advance", |_, s: &State| {
             s.ghost.idle_end_freed_advance
         }),
+        Property::sometimes("a_dead_holders_key_is_taken_over_before_expiry", |_, s: &State| {
+            s.ghost.took_over
+        }),
+        Property::sometimes("a_lost_session_is_re_pointed", |_, s: &State| s.ghost.repointed),
+        Property::sometimes("a_run_stops_at_its_lost_sessions_deadline", |_, s: &State| {
+            s.ghost.session_stop
+        }),
     ]
 }
 
@@ -68,8 +77,18 @@ pub fn active_runs(s: &State, key: usize) -> usize {
     s.replicas
         .iter()
         .filter_map(|r| r.runs[key].as_ref())
-        .filter(|run| matches!(run.phase, Phase::Running | Phase::Stopping(_)) && !run.outlived)
+        .filter(|run| {
+            matches!(run.phase, Phase::Running | Phase::Stopping(_))
+                && !run.outlived
+                && !(run.lapsed && session_gone(s, run.owner))
+        })
         .count()
+}
+
+/// Whether registration `id`'s session has ended on the server.
+fn session_gone(s: &State, id: Option<u8>) -> bool {
+    id.and_then(|id| s.db.regs.get(id as usize - 1))
+        .is_some_and(|g| !g.alive)
 }
 
 fn no_overlap(m: &LeaseModel, s: &State) -> bool {

@@ -12,9 +12,9 @@ impl LeaseModel {
     /// the statement was in flight.
     pub(crate) fn receive(&self, s: &mut State, r: u8, reply: Reply, frozen: bool) {
         match reply {
-            Reply::Claim { sent, acquired } => {
+            Reply::Claim { sent, acquired, owner } => {
                 for c in acquired {
-                    self.claimed(s, r, sent, c, frozen);
+                    self.claimed(s, r, sent, c, owner, frozen);
                 }
             }
             Reply::Renew {
@@ -41,7 +41,11 @@ impl LeaseModel {
     /// check) a late answer starts the run, which the supervisor stops right
     /// after (`past_deadline` at once); a run started so by a process frozen
     /// meanwhile is §2's exception (`outlived`).
-    fn claimed(&self, s: &mut State, r: u8, sent: u16, c: Claimed, frozen: bool) {
+    ///
+    /// The run's row names `owner`; if the runtime has already seen that
+    /// registration's session end (the claim was answered after), the run
+    /// gets the same stop deadline as the runs it had then.
+    fn claimed(&self, s: &mut State, r: u8, sent: u16, c: Claimed, owner: Option<u8>, frozen: bool) {
         let rep = &mut s.replicas[r as usize];
         if rep.runs[c.key as usize].is_some() {
             return; // the lease is left to expire
@@ -60,6 +64,10 @@ impl LeaseModel {
         if rep.renewable().is_empty() {
             rep.next_beat = rep.clock + self.cfg.heartbeat;
         }
+        let cutoff = match rep.lost {
+            Some((old, cutoff)) if owner == Some(old) && self.cfg.variant.session_stop() => Some(cutoff),
+            _ => None,
+        };
         rep.runs[c.key as usize] = Some(Run {
             run: c.run,
             fence: c.fence,
@@ -70,6 +78,9 @@ impl LeaseModel {
             txn: Txn::None,
             wrote: 0,
             outlived: frozen && late,
+            owner,
+            cutoff,
+            lapsed: false,
         });
         Self::count_slot_run(s, &c);
     }

@@ -34,6 +34,10 @@ pub enum Reason {
     Lost,
     /// The runtime is shutting down: still renewed while it stops.
     Shutdown,
+    /// Its liveness session ended and its row was not re-pointed to a new
+    /// registration by `last successful confirm's send instant + grace −
+    /// margin` (issue 40).
+    Session,
 }
 
 /// Where a run is.
@@ -89,6 +93,19 @@ pub struct Run {
     /// supervisor could stop it (docs/design.md §2, third assumption of G1).
     /// Cleared if a renewal later moves the deadline back into the future.
     pub outlived: bool,
+    /// The registration its row names as `owner`, as far as the runtime
+    /// knows (the one its claim sent, or the one it re-pointed the row to).
+    pub owner: Option<u8>,
+    /// The stop deadline on a lost session (local units): set when the
+    /// runtime saw `owner`'s session end, cleared when the row is
+    /// re-pointed to a new registration.
+    pub cutoff: Option<u16>,
+    /// Ghost: its process was frozen when its registration's last
+    /// successful confirm became `grace − margin` old — the stop deadline
+    /// it would set, should its session end before its next confirm, has
+    /// passed. Excused (§2) only if that session does end; cleared by the
+    /// next successful confirm.
+    pub lapsed: bool,
 }
 
 impl Run {
@@ -101,6 +118,16 @@ impl Run {
     /// `Tenure::deadline`: `valid_until − margin` (saturating).
     pub fn deadline(&self, margin: u16) -> u16 {
         self.valid_until.saturating_sub(margin)
+    }
+
+    /// The earlier of the tenure's deadline and the lost session's cutoff,
+    /// and which of the two it is.
+    pub fn stop_at(&self, margin: u16) -> (u16, Reason) {
+        let deadline = self.deadline(margin);
+        match self.cutoff {
+            Some(c) if c < deadline => (c, Reason::Session),
+            _ => (deadline, Reason::Deadline),
+        }
     }
 
     /// `Tenure::renewed(lease, sent)`: ignored once the tenure is lost;
@@ -145,6 +172,19 @@ pub struct Replica {
     pub next_beat: u16,
     /// Its run of each key, if any.
     pub runs: Vec<Option<Run>>,
+    /// The registration it confirms and names in its claims (`None`: its
+    /// session was seen to end and it has not registered again, or
+    /// liveness is off).
+    pub reg: Option<u8>,
+    /// Local send instant of the last successful confirm (or registration)
+    /// of `reg`.
+    pub confirmed: u16,
+    /// The last registration it saw end, and the stop deadline that
+    /// follows (`confirmed + grace − margin` at that moment): a claim
+    /// answered later that named it gets the same deadline.
+    pub lost: Option<(u8, u16)>,
+    /// It registered again and has yet to re-point its runs' rows.
+    pub repoint: bool,
 }
 
 impl Replica {

@@ -48,6 +48,14 @@ pub struct Ghost {
     /// The server ended an idle fenced transaction (R2) that another run's
     /// advance was waiting for.
     pub idle_end_freed_advance: bool,
+    /// A key was taken over before its lease expired, its owner's
+    /// registration dead (crash takeover, issue 40).
+    pub took_over: bool,
+    /// A runtime that saw its liveness session end re-pointed a running
+    /// run's row to its new registration.
+    pub repointed: bool,
+    /// A run was stopped at its lost session's deadline.
+    pub session_stop: bool,
 }
 
 /// The whole system's state.
@@ -103,6 +111,12 @@ pub enum Action {
     Update(u8, u8),
     /// A resumed replica's supervisor finds a run past its deadline.
     Supervise(u8, u8),
+    /// A runtime that saw its liveness session end registers again: a new
+    /// session, its advisory lock, a new `leasehold_replica` row.
+    Register(u8),
+    /// It re-points its running runs' rows from the lost registration to
+    /// the new one (one guarded `UPDATE`).
+    Repoint(u8),
     /// The environment injects a fault.
     Fault(Fault),
 }

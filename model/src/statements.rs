@@ -81,6 +81,9 @@ impl LeaseModel {
         if run.reason == Some(Reason::Deadline) {
             s.ghost.deadline_stop = true;
         }
+        if run.reason == Some(Reason::Session) {
+            s.ghost.session_stop = true;
+        }
         if s.replicas[r as usize].status != Status::Crashed {
             let next = success.then_some(run.next_slot);
             Self::send(
@@ -130,9 +133,12 @@ impl LeaseModel {
         let holder = s.replicas[r as usize].holder;
         let v = self.cfg.variant;
         match q {
-            Request::Claim { sent, keys } => {
-                let mut acquired = s.db.claim_due(holder, &keys, self.cfg.lease, self.cfg.period, v);
+            Request::Claim { sent, keys, owner } => {
+                let liveness = self.cfg.liveness.then_some(self.cfg.grace);
+                let mut acquired =
+                    s.db.claim_due(holder, owner, &keys, self.cfg.lease, self.cfg.period, liveness, v);
                 for c in acquired.iter_mut() {
+                    s.ghost.took_over |= c.took_over;
                     let k = c.key as usize;
                     s.ghost.tenures[k] += 1;
                     c.run = s.ghost.tenures[k];
@@ -141,7 +147,7 @@ impl LeaseModel {
                     }
                     Self::issued(s, c.key, c.fence);
                 }
-                Some(Reply::Claim { sent, acquired })
+                Some(Reply::Claim { sent, acquired, owner })
             }
             Request::Renew { sent, via, tenures } => {
                 let renewed = s.db.renew_many(holder, &tenures, self.cfg.lease, v);

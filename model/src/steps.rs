@@ -2,11 +2,11 @@
 //! `model`) dispatches to them. A function returns `None` when the action
 //! no longer applies (its run is gone).
 
-use crate::State;
 use crate::db::{Commit, Fenced};
 use crate::env::{Body, Fate, Msg, Reply, Request, Via};
 use crate::machine::LeaseModel;
 use crate::replica::{Reason, Status, Txn};
+use crate::{State, Variant};
 
 impl LeaseModel {
     /// The scheduler polls: one claim of the replica's idle keys.
@@ -14,8 +14,55 @@ impl LeaseModel {
         let rep = &mut s.replicas[r as usize];
         let keys = rep.idle_keys();
         let sent = rep.clock;
+        // A registration is named only while the runtime can vouch for it:
+        // its last successful confirm is less than `grace − margin` old.
+        // Otherwise (a process just resumed from a freeze, its session
+        // perhaps ended meanwhile) the claim writes a NULL owner: takeover
+        // at expiry only. `Variant::ClaimNamesStaleRegistration` names it
+        // anyway.
+        let fresh = rep.clock < (rep.confirmed + self.cfg.grace).saturating_sub(self.cfg.liveness_margin);
+        let owner = rep
+            .reg
+            .filter(|_| fresh || self.cfg.variant == Variant::ClaimNamesStaleRegistration);
         rep.next_poll = rep.clock + self.cfg.poll;
-        self.statement(s, r, Request::Claim { sent, keys }, fate);
+        self.statement(s, r, Request::Claim { sent, keys, owner }, fate);
+    }
+
+    /// The runtime registers again after it saw its session end: a new
+    /// session takes its advisory lock and inserts a row (one round trip
+    /// on the new session; it cannot reach a cut-off server, so it is not
+    /// enabled then).
+    pub(crate) fn register(&self, s: &mut State, r: u8) {
+        let id = s.db.register(r);
+        let rep = &mut s.replicas[r as usize];
+        rep.reg = Some(id);
+        rep.confirmed = rep.clock;
+        let lost = rep.lost.map(|(old, _)| old);
+        rep.repoint = lost.is_some() && rep.runs.iter().flatten().any(|run| run.owner == lost);
+    }
+
+    /// The runtime re-points its runs' rows from the registration it lost
+    /// to its new one: one guarded `UPDATE` (`Db::repoint`). A run whose
+    /// row moved is free of the lost session's stop deadline; one whose
+    /// row did not (taken over, or its old registration already dead)
+    /// keeps it.
+    pub(crate) fn repoint(&self, s: &mut State, r: u8) {
+        let (grace, v) = (self.cfg.grace, self.cfg.variant);
+        let rep = &mut s.replicas[r as usize];
+        rep.repoint = false;
+        let (Some((old, _)), Some(new)) = (rep.lost, rep.reg) else {
+            return;
+        };
+        for (k, run) in rep.runs.iter_mut().enumerate() {
+            let Some(run) = run.as_mut().filter(|run| run.owner == Some(old)) else {
+                continue;
+            };
+            if s.db.repoint(k as u8, run.fence, old, new, grace, v) {
+                run.owner = Some(new);
+                run.cutoff = None;
+                s.ghost.repointed = true;
+            }
+        }
     }
 
     /// The heartbeat: one renewal of every renewable tenure; an earlier

@@ -46,26 +46,85 @@ impl LeaseModel {
                     _ => false,
                 });
             }
+            if status == Status::Up {
+                self.confirm(s, r as u8);
+            }
+            let lapsed = self.liveness_lapsed(&s.replicas[r]);
             for k in 0..self.cfg.keys {
                 let Some(run) = s.replicas[r].runs[k].as_mut() else {
                     continue;
                 };
                 if status == Status::Frozen {
-                    if clock >= run.deadline(margin) {
+                    // §2: a frozen process cannot be stopped at a
+                    // deadline — its tenure's, or its lost session's, or
+                    // the one it would set at its next confirm should its
+                    // session end before then (its row's owner then dead
+                    // at once).
+                    if clock >= run.deadline(margin) || run.cutoff.is_some_and(|c| clock >= c) {
                         run.outlived = true;
+                    }
+                    if lapsed.is_some() && run.owner == lapsed {
+                        run.lapsed = true;
                     }
                     continue;
                 }
+                let (stop_at, reason) = run.stop_at(margin);
                 match run.phase {
                     Phase::Stopping(n) if n <= 1 => self.stop_run(s, r as u8, k as u8, false),
                     Phase::Stopping(n) => run.phase = Phase::Stopping(n - 1),
-                    Phase::Running if clock >= run.deadline(margin) => {
-                        self.cancel_run(s, r as u8, k as u8, Reason::Deadline);
+                    Phase::Running if clock >= stop_at => {
+                        self.cancel_run(s, r as u8, k as u8, reason);
                     }
                     Phase::Running => {}
                 }
             }
         }
+    }
+
+    /// The confirm, every tick while the runtime runs and reaches the
+    /// server (the interval, 250 ms against a 1 s grace, is below the
+    /// model's resolution), on its liveness session: `confirmed_at =
+    /// clock_timestamp()` (one round trip, at the tick: the model's
+    /// resolution). Cut off, it gets no answer and nothing changes (the
+    /// session lives on at the server). On a session that ended, it reads
+    /// an error: the runtime drops the registration, and each run whose row
+    /// names it must be re-pointed by `last successful confirm's send
+    /// instant + grace − margin` or stop then.
+    pub(crate) fn confirm(&self, s: &mut State, r: u8) {
+        let rep = &mut s.replicas[r as usize];
+        let Some(id) = rep.reg else {
+            return;
+        };
+        if rep.partitioned {
+            return;
+        }
+        if s.db.confirm(id) {
+            rep.confirmed = rep.clock;
+            for run in rep.runs.iter_mut().flatten() {
+                run.lapsed = false;
+            }
+            return;
+        }
+        let cutoff = (rep.confirmed + self.cfg.grace).saturating_sub(self.cfg.liveness_margin);
+        rep.reg = None;
+        rep.lost = Some((id, cutoff));
+        if self.cfg.variant.session_stop() {
+            for run in rep.runs.iter_mut().flatten() {
+                if run.owner == Some(id) {
+                    run.cutoff = Some(run.cutoff.map_or(cutoff, |c| c.min(cutoff)));
+                }
+            }
+        }
+    }
+
+    /// Ghost, for §2's frozen-process exception: the registration of a
+    /// replica whose last successful confirm is `grace − margin` old or
+    /// more (the stop deadline it would set, were its session to end now,
+    /// has passed), when the runtime stops runs on a lost session.
+    pub(crate) fn liveness_lapsed(&self, rep: &Replica) -> Option<u8> {
+        let id = rep.reg?;
+        let cutoff = (rep.confirmed + self.cfg.grace).saturating_sub(self.cfg.liveness_margin);
+        (self.cfg.variant.session_stop() && rep.clock >= cutoff).then_some(id)
     }
 
     /// A fault strikes: liveness waits restart, slots are marked.
@@ -91,7 +150,8 @@ impl LeaseModel {
     pub(crate) fn track_waiting(&self, s: &mut State) {
         let live = s.replicas.iter().any(Replica::live);
         for k in 0..self.cfg.keys {
-            if live && s.db.claimable(k) {
+            let liveness = self.cfg.liveness.then_some((self.cfg.grace, self.cfg.variant));
+            if live && s.db.claimable(k, liveness) {
                 if s.ghost.waiting[k].is_none() {
                     s.ghost.waiting[k] = Some(s.now);
                 }
@@ -176,8 +236,42 @@ impl LeaseModel {
     pub(crate) fn settle(&self, mut s: State) -> State {
         s.net.sort();
         self.forget_idle_times(&mut s);
+        self.forget_confirm_times(&mut s);
         self.track_waiting(&mut s);
         s
+    }
+
+    /// Once no session can end any more (no crash or kill fault left) and
+    /// the claimer asks that a dead registration's session be gone, the
+    /// confirm times of live sessions and the owners naming them can no
+    /// longer make a row claimable early: they are forgotten (a state
+    /// reduction, as [`Self::forget_idle_times`]).
+    pub(crate) fn forget_confirm_times(&self, s: &mut State) {
+        let f = self.cfg.faults;
+        let can_end = s.faults_left > 0 && (f.crash || f.kill_session);
+        if !self.cfg.liveness || can_end || !self.cfg.variant.session_test() {
+            return;
+        }
+        for reg in s.db.regs.iter_mut().filter(|g| g.alive) {
+            reg.confirmed = 0;
+        }
+        let alive = |id: Option<u8>| id.is_some_and(|id| s.db.regs[id as usize - 1].alive);
+        for row in s.db.rows.iter_mut().flatten() {
+            if alive(row.owner) {
+                row.owner = None;
+            }
+        }
+        for rep in s.replicas.iter_mut() {
+            if alive(rep.reg) {
+                rep.confirmed = 0;
+            }
+            for run in rep.runs.iter_mut().flatten() {
+                if alive(run.owner) {
+                    run.owner = None;
+                    run.lapsed = false;
+                }
+            }
+        }
     }
 
     /// Forgets the idle time of a transaction whose timeout (R2) falls

@@ -74,9 +74,53 @@ pub enum Variant {
     /// transaction blocks its successor's advance for as long as it stays
     /// frozen.
     NoIdleTimeout,
+    /// Crash takeover (issue 40) without the session test: `pick` counts a
+    /// registration dead once `confirmed_at + grace <= now`, whether or
+    /// not its session still holds its advisory lock
+    /// (`pg_try_advisory_xact_lock(<ns>, pid)` removed). A frozen or
+    /// partitioned holder, whose session the server keeps, is taken over
+    /// after the grace while its run goes on.
+    NoSessionDeadTest,
+    /// Crash takeover without the grace: `pick` counts a registration dead
+    /// as soon as its session is gone (`confirmed_at + grace <= now`
+    /// removed). A holder whose session was killed (pg_terminate_backend,
+    /// a pooler, a TCP reset) is taken over before it can notice.
+    NoGrace,
+    /// Crash takeover without the holder's stop deadline on a lost
+    /// session: a run whose row was not re-pointed to a new registration
+    /// goes on (until its lease's own deadline) after `last successful
+    /// confirm's send instant + grace − margin`.
+    NoSessionStop,
+    /// A claim names the runtime's registration as `owner` however long
+    /// ago its last successful confirm was. A process resumed from a
+    /// freeze during which its session was killed claims a key naming a
+    /// registration already dead (silent for longer than the grace, its
+    /// lock free): another runtime takes the key over at once, before the
+    /// resumed one's next confirm reads the error. The real rule (the
+    /// model's, proposed for the code): `owner` NULL unless the last
+    /// successful confirm is less than `grace − margin` old.
+    ClaimNamesStaleRegistration,
 }
 
 impl Variant {
+    /// The claimer's dead test asks that the registration's session be
+    /// gone (its advisory lock free).
+    pub fn session_test(self) -> bool {
+        self != Variant::NoSessionDeadTest
+    }
+
+    /// The claimer's dead test asks that `confirmed_at + grace <= now`.
+    pub fn grace_test(self) -> bool {
+        self != Variant::NoGrace
+    }
+
+    /// A holder that saw its session end stops the runs it could not
+    /// re-point at `last successful confirm's send instant + grace −
+    /// margin`.
+    pub fn session_stop(self) -> bool {
+        self != Variant::NoSessionStop
+    }
+
     /// R1: `COMMIT` of a fenced transaction is refused unless its tenure is
     /// live on the server clock (the deferred constraint trigger on
     /// `leasehold_fence`).

@@ -94,6 +94,12 @@ fn assert_holds(name: &str, cfg: Config) -> Outcome {
             "an_idle_end_frees_a_waiting_advance",
         ]);
     }
+    if cfg.liveness && cfg.faults.crash {
+        examples.push("a_dead_holders_key_is_taken_over_before_expiry");
+    }
+    if cfg.liveness && cfg.faults.kill_session {
+        examples.push("a_lost_session_is_re_pointed");
+    }
     for example in examples {
         assert!(
             out.discoveries.contains_key(example),
@@ -128,6 +134,12 @@ fn the_protocol_satisfies_every_property_at_the_ci_bound() {
         cfg.required_margin(),
         "the CI bound checks the documented margin exactly"
     );
+    assert_eq!(
+        cfg.liveness_margin,
+        cfg.required_liveness_margin(),
+        "and the lost session's stop margin exactly"
+    );
+    assert!(cfg.liveness, "the CI bound has the liveness session");
     let out = assert_holds("ci", cfg);
     assert!(out.unique > 100_000, "suspiciously few states: {}", out.unique);
 }
@@ -469,4 +481,172 @@ fn with_only_the_idle_timeout_removed_no_late_commit_lands_but_the_successor_sta
             STALE_WRITE_REJECTED,
         ],
     );
+}
+
+/// Crash takeover (issue 40) with only the given faults, `budget` of them:
+/// no writes, no `ensure` (the takeover is about runs; fenced writes after
+/// a takeover are refused by F5 like any other lost tenure, and the CI
+/// bound checks that with writes on).
+fn liveness_config(variant: Variant, faults: Faults, budget: u8) -> Config {
+    let mut cfg = Config::ci();
+    cfg.variant = variant;
+    cfg.writes = false;
+    cfg.ensure = false;
+    cfg.faults = faults;
+    cfg.fault_budget = budget;
+    cfg
+}
+
+fn took_over(path: &Path<State, Action>) -> bool {
+    path.last_state().ghost.took_over
+}
+
+/// Without the session test, `pick` takes over a holder that only went
+/// silent: cut off (or frozen), its session lives on at the server and its
+/// runs go on, but after the grace its key is claimed again.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn without_the_session_test_a_partitioned_holder_is_taken_over_while_it_runs() {
+    let faults = Faults {
+        partition: true,
+        ..Faults::NONE
+    };
+    let path = assert_fails(
+        "takeover without the session test",
+        liveness_config(Variant::NoSessionDeadTest, faults, 1),
+        NO_OVERLAP,
+    );
+    assert!(took_over(&path), "the overlap comes from an early takeover");
+}
+
+/// Without the grace, `pick` takes over as soon as the holder's session
+/// is gone — before the holder, whose process lives, has even read the
+/// error of its next confirm.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn without_the_grace_a_killed_session_is_taken_over_before_its_holder_notices() {
+    let faults = Faults {
+        kill_session: true,
+        ..Faults::NONE
+    };
+    let path = assert_fails(
+        "takeover without the grace",
+        liveness_config(Variant::NoGrace, faults, 1),
+        NO_OVERLAP,
+    );
+    assert!(took_over(&path), "the overlap comes from an early takeover");
+}
+
+/// A killed session and a freeze (2 faults, 5 ticks: a claim at t=1, the
+/// grace 2 ticks): the holder may fail to re-point its run (frozen right
+/// after it read the error), or come back from a freeze to find its session
+/// gone. With the stop deadline on a lost session the run is stopped (or,
+/// frozen, excused as §2 excuses a frozen process past its deadline)
+/// before anyone can take the key over; without it, the run goes on after
+/// the takeover.
+fn kill_and_freeze(variant: Variant) -> Config {
+    let faults = Faults {
+        kill_session: true,
+        freeze: true,
+        ..Faults::NONE
+    };
+    let mut cfg = liveness_config(variant, faults, 2);
+    cfg.horizon = 5;
+    cfg
+}
+
+/// A killed session, and the holder cut off right after it read the error,
+/// so it cannot register again nor re-point its run (2 faults, 5 ticks).
+fn kill_then_cut(variant: Variant) -> Config {
+    let faults = Faults {
+        kill_session: true,
+        cut_after_loss: true,
+        ..Faults::NONE
+    };
+    let mut cfg = liveness_config(variant, faults, 2);
+    cfg.horizon = 5;
+    cfg
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn without_the_stop_deadline_on_a_lost_session_a_holder_that_could_not_re_point_runs_on() {
+    let path = assert_fails(
+        "no stop deadline on a lost session",
+        kill_then_cut(Variant::NoSessionStop),
+        NO_OVERLAP,
+    );
+    assert!(took_over(&path), "the overlap comes from an early takeover");
+    let actions = path.into_actions();
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Fault(Fault::KillSession(_)))),
+        "the holder's session was killed"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn with_the_stop_deadline_a_holder_that_could_not_re_point_stops_before_the_takeover() {
+    let cfg = kill_then_cut(Variant::Correct);
+    let out = assert_safe("lost session, re-point prevented", &cfg);
+    assert!(
+        out.discoveries
+            .contains_key("a_run_stops_at_its_lost_sessions_deadline"),
+        "no run stopped at its lost session's deadline"
+    );
+}
+
+/// The same with a freeze instead: the holder frozen before it re-points,
+/// or resumed to find its session gone (its claims then name no
+/// registration: `a_claim_naming_…` below), is stopped or excused (§2).
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn a_holder_frozen_around_its_lost_session_is_stopped_or_excused() {
+    let cfg = kill_and_freeze(Variant::Correct);
+    let out = assert_safe("lost session and a freeze", &cfg);
+    for example in [
+        "a_dead_holders_key_is_taken_over_before_expiry",
+        "a_lost_session_is_re_pointed",
+        "a_run_stops_at_its_lost_sessions_deadline",
+    ] {
+        assert!(out.discoveries.contains_key(example), "no example of {example}");
+    }
+}
+
+/// A claim that names a registration the runtime cannot vouch for (its last
+/// successful confirm older than `grace − margin`): a process resumed from
+/// a freeze during which its session was killed claims a free key naming a
+/// dead registration, and another runtime takes it over at once, before
+/// the resumed one's next confirm reads the error. The real rule writes a
+/// NULL owner then (the key falls back to expiry); the clean check of the
+/// same bound is `a_holder_frozen_around_its_lost_session_is_stopped_or_excused` above.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn a_claim_naming_a_registration_silent_for_the_grace_is_taken_over_at_once() {
+    let path = assert_fails(
+        "claim names a stale registration",
+        kill_and_freeze(Variant::ClaimNamesStaleRegistration),
+        NO_OVERLAP,
+    );
+    assert!(took_over(&path), "the overlap comes from an early takeover");
 }

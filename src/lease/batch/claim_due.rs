@@ -81,8 +81,11 @@ impl LeaseStore {
     // - not paused (invariant 8): neither the key, nor its job — by the
     //   row's job_name or the one this runtime registers it under.
     // `claimed` writes: a fresh fence per row (invariants 4 and 5),
-    // the stamp `owner` ($7 while that registration is confirmed, for a
-    // lease within $8: the horizon its session outlives a partition),
+    // the stamp `owner` ($7 while that registration was confirmed within
+    // half its grace — a stamp on a registration about to go silent would
+    // leave its holder no time to stop before a takeover, found by the
+    // model check — for a lease within $8: the horizon its session
+    // outlives a partition),
     // times from clock_timestamp() after the locks were taken, so
     // acquired_at is never before the due time it consumed; the run's
     // number (its history slot), the job's name, and the slot it owes.
@@ -135,7 +138,7 @@ impl LeaseStore {
                        slot_at     = COALESCE(l.slot_at, l.next_due_at),
                        run_open    = true,
                        owner       = CASE WHEN t.ttl <= $8 THEN (SELECT r.id FROM leasehold_replica AS r
-                                           WHERE r.id = $7 AND r.confirmed_at + r.grace > clock_timestamp()) END
+                                           WHERE r.id = $7 AND r.confirmed_at + r.grace / 2 > clock_timestamp()) END
                   FROM pick, t
                  WHERE l.key = pick.key AND t.key = pick.key
                 RETURNING l.*
