@@ -51,6 +51,11 @@ use crate::validate;
 #[macro_use]
 mod pause_rule;
 
+// Whether a run belongs to an earlier life of its key (`RunRecord::
+// earlier_life`): the history's statements expand it with `concat!`.
+#[macro_use]
+mod life_rule;
+
 mod audit;
 mod batch;
 mod claim;
