@@ -18,13 +18,14 @@ use crate::support::{self, TestDb};
 const OLD: &str = "every 2s";
 const NEW: &str = "every 5s";
 
-/// A replica runs `k` on the old schedule, its arguments updated once
-/// (version 2); returns once a run of version 2 has started.
-async fn old_life(db: &TestDb, kind: &TenantKind) -> (leasehold::Runtime, LeaseStore) {
+/// A replica (polling every `poll`, listening or not) runs `k` on the old
+/// schedule, its arguments updated once (version 2); returns once a run of
+/// version 2 has started.
+async fn old_life(db: &TestDb, kind: &TenantKind, poll: Duration, listen: bool) -> (leasehold::Runtime, LeaseStore) {
     let store = LeaseStore::new(db.pool.clone());
     store.add_keys(&[tenant("k", "basic", OLD)]).await.unwrap();
     assert_eq!(store.update_key(&tenant("k", "plus", OLD)).await.unwrap(), Some(2));
-    let a = replica(db, "a", kind, Duration::from_millis(100), true).await;
+    let a = replica(db, "a", kind, poll, listen).await;
     support::eventually(Duration::from_secs(10), || {
         runs_of(&kind.log, "k")
             .iter()
@@ -68,7 +69,7 @@ fn assert_on_new_schedule(kind: &TenantKind, before: usize, added: (DateTime<Utc
 async fn a_key_added_again_starts_on_its_new_schedule_with_a_newer_version() {
     let db = support::db().await;
     let kind = TenantKind::working(Duration::from_millis(1500));
-    let (a, store) = old_life(&db, &kind).await;
+    let (a, store) = old_life(&db, &kind, Duration::from_millis(100), true).await;
 
     // Removed while its run is in progress: cancelled, released.
     assert!(store.remove_key("tenant", "k").await.unwrap());
@@ -138,7 +139,7 @@ async fn a_key_added_again_starts_on_its_new_schedule_with_a_newer_version() {
 async fn a_key_removed_and_added_again_during_a_run_starts_on_its_new_schedule() {
     let db = support::db().await;
     let kind = TenantKind::working(Duration::from_millis(1500));
-    let (a, store) = old_life(&db, &kind).await;
+    let (a, store) = old_life(&db, &kind, Duration::from_millis(100), true).await;
     assert!(store.get("k").await.unwrap().unwrap().is_held(), "a run is in progress");
 
     let before = runs_of(&kind.log, "k").len();
@@ -147,6 +148,29 @@ async fn a_key_removed_and_added_again_during_a_run_starts_on_its_new_schedule()
     assert_eq!(store.add_keys(&[tenant("k", "pro", NEW)]).await.unwrap(), 1);
     let t1 = store.server_now().await.unwrap();
     assert_eq!(store.stored_key("k").await.unwrap().unwrap().version, 3);
+
+    support::eventually(Duration::from_secs(12), || (!new_life(&kind).is_empty()).then_some(())).await;
+    assert_on_new_schedule(&kind, before, (t0, t1));
+    a.shutdown().await;
+}
+
+/// Removed and added again during a run, on a replica that learns of
+/// changes only at its polls (every 10 s): its run ends normally before
+/// the replica sees either change, and its release names the old
+/// schedule's next slot. The release leaves the new life's due time: the
+/// key runs next at the new schedule's first slot after the add.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_of_the_old_life_released_after_the_add_leaves_the_new_schedule() {
+    let db = support::db().await;
+    let kind = TenantKind::working(Duration::from_millis(1500));
+    let (a, store) = old_life(&db, &kind, Duration::from_secs(10), false).await;
+    assert!(store.get("k").await.unwrap().unwrap().is_held(), "a run is in progress");
+
+    let before = runs_of(&kind.log, "k").len();
+    let t0 = store.server_now().await.unwrap();
+    assert!(store.remove_key("tenant", "k").await.unwrap());
+    assert_eq!(store.add_keys(&[tenant("k", "pro", NEW)]).await.unwrap(), 1);
+    let t1 = store.server_now().await.unwrap();
 
     support::eventually(Duration::from_secs(12), || (!new_life(&kind).is_empty()).then_some(())).await;
     assert_on_new_schedule(&kind, before, (t0, t1));
