@@ -16,6 +16,8 @@ mod forget;
 mod history;
 #[path = "cli/keys.rs"]
 mod keys;
+#[path = "cli/key_life.rs"]
+mod key_life;
 #[path = "cli/output.rs"]
 mod output;
 #[path = "cli/pause.rs"]

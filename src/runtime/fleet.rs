@@ -231,9 +231,14 @@ impl Loaded {
             .filter(|key| !stored.contains_key(&***key))
             .cloned()
             .collect();
+        let removed = !gone.is_empty();
         for key in gone {
             self.keys.remove(&key);
             drop(unregister::begin(shared, &key));
+        }
+        if removed {
+            // A removed key is not a live key: not counted paused either.
+            shared.recount_paused(&self.kind.name);
         }
         self.bad.retain(|key, _| stored.contains_key(&**key));
         let mut new: Vec<JobEntry> = Vec::new();
