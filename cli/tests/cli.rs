@@ -14,10 +14,10 @@ mod errors;
 mod forget;
 #[path = "cli/history.rs"]
 mod history;
-#[path = "cli/keys.rs"]
-mod keys;
 #[path = "cli/key_life.rs"]
 mod key_life;
+#[path = "cli/keys.rs"]
+mod keys;
 #[path = "cli/output.rs"]
 mod output;
 #[path = "cli/pause.rs"]

@@ -47,7 +47,10 @@ async fn a_removed_key_shows_as_removed_and_its_runs_as_of_an_earlier_life() {
     assert_exit(&out, 0);
     let text = stdout(&out);
     assert!(text.contains("succeeded, earlier life"), "{text}");
-    assert!(text.contains("runs marked \"earlier life\" ran before the key"), "{text}");
+    assert!(
+        text.contains("runs marked \"earlier life\" ran before the key"),
+        "{text}"
+    );
 
     // Added again: live again, its old run still marked.
     let key = leasehold::NewKey::new("tenant", "tenant:acme", &"acme", Schedule::Manual).unwrap();

@@ -38,7 +38,10 @@ async fn old_life(db: &TestDb, kind: &TenantKind, poll: Duration, listen: bool) 
 
 /// The runs of the new life (plan `pro`).
 fn new_life(kind: &TenantKind) -> Vec<Ran> {
-    runs_of(&kind.log, "k").into_iter().filter(|r| r.plan == "pro").collect()
+    runs_of(&kind.log, "k")
+        .into_iter()
+        .filter(|r| r.plan == "pro")
+        .collect()
 }
 
 /// Every run after the add belongs to the new life and ran for a slot of
@@ -50,7 +53,10 @@ fn assert_on_new_schedule(kind: &TenantKind, before: usize, added: (DateTime<Utc
         assert_eq!(run.plan, "pro", "no run of the old life after the add: {run:?}");
         let slot = run.slot.expect("a scheduled run");
         assert_eq!(slot.timestamp() % 5, 0, "a slot of the new schedule: {run:?}");
-        assert!(slot > added.0, "no slot from before the new life: {run:?}, added {added:?}");
+        assert!(
+            slot > added.0,
+            "no slot from before the new life: {run:?}, added {added:?}"
+        );
     }
     let first = after[0].slot.expect("scheduled");
     let next = |t: DateTime<Utc>| {
@@ -90,7 +96,10 @@ async fn a_key_added_again_starts_on_its_new_schedule_with_a_newer_version() {
         let page = store.list_page(&KeyFilter::new().state(state)).await.unwrap();
         assert!(page.keys.is_empty(), "{state}: {:?}", page.keys);
     }
-    let page = store.list_page(&KeyFilter::new().state(KeyState::Removed)).await.unwrap();
+    let page = store
+        .list_page(&KeyFilter::new().state(KeyState::Removed))
+        .await
+        .unwrap();
     assert_eq!(page.keys.len(), 1);
 
     // Added again, another schedule, other arguments.
@@ -120,7 +129,11 @@ async fn a_key_added_again_starts_on_its_new_schedule_with_a_newer_version() {
     for run in &history {
         assert_eq!(run.earlier_life, run.started_at < t0, "{run:?}");
     }
-    assert!(history.iter().any(|r| r.earlier_life && r.reason.as_deref() == Some("removed")));
+    assert!(
+        history
+            .iter()
+            .any(|r| r.earlier_life && r.reason.as_deref() == Some("removed"))
+    );
     let latest = store.status("k").await.unwrap().unwrap();
     assert!(latest.last.as_ref().is_some_and(|r| !r.earlier_life));
     let recent = store.recent_runs(&["k"], None, 100).await.unwrap();
