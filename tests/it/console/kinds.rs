@@ -158,8 +158,15 @@ async fn a_key_whose_kind_no_replica_runs_is_badged_on_the_leases_page() {
 async fn a_removed_key_is_shown_removed_and_its_runs_as_of_an_earlier_life() {
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
-    store.add_keys(&[tenant("tenant:gone", "basic", "manual")]).await.unwrap();
-    let lease = match store.claim("tenant:gone", "web-1", Duration::from_secs(60)).await.unwrap() {
+    store
+        .add_keys(&[tenant("tenant:gone", "basic", "manual")])
+        .await
+        .unwrap();
+    let lease = match store
+        .claim("tenant:gone", "web-1", Duration::from_secs(60))
+        .await
+        .unwrap()
+    {
         leasehold::Claim::Acquired(lease) => lease,
         other => panic!("{other:?}"),
     };
