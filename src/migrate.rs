@@ -20,6 +20,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (7, include_str!("../migrations/0007_fleet_keys.sql")),
     (8, include_str!("../migrations/0008_run_ring_room.sql")),
     (9, include_str!("../migrations/0009_lost_runs.sql")),
+    (10, include_str!("../migrations/0010_key_life.sql")),
     (11, include_str!("../migrations/0011_liveness.sql")),
 ];
 

@@ -13,7 +13,7 @@ use crate::db::Db;
 use crate::failure::Failure;
 use crate::failure::check_name;
 use crate::out;
-use crate::runs::{RunJson, outcome_text};
+use crate::runs::{EARLIER_LIFE, RunJson, outcome_text};
 use crate::text::{self, Align};
 
 /// Most runs one `history` call returns (the library's limit).
@@ -145,5 +145,11 @@ fn render(key: &str, runs: &[RunRecord], limit: u64, server_now: DateTime<Utc>, 
         })
         .collect();
     out.push_str(&text::table_fitted(&header, cells, width, ERROR_CHARS));
+    if runs.iter().any(|run| run.earlier_life) {
+        out.push_str(&format!(
+            "runs marked \"{EARLIER_LIFE}\" ran before the key (of a job kind) was removed, or removed and added \
+             again: with that life's arguments and schedule\n"
+        ));
+    }
     out
 }

@@ -126,8 +126,9 @@ pub(crate) struct LeaseJson<'a> {
     holder: &'a str,
     fence: i64,
     /// `held`, `free`, or `never-run` (registered, never claimed: holder
-    /// and fence are placeholders).
-    state: &'static str,
+    /// and fence are placeholders); in `status`, `removed` for a removed
+    /// key of a job kind that is not held.
+    pub(crate) state: &'static str,
     acquired_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
     /// Negative once expired (or released).

@@ -9,15 +9,24 @@ use crate::text;
 
 /// `succeeded`, `failed`, `cancelled (paused)`, `lost (lease expired
 /// without a release)`, `lost (its replica's session ended without a
-/// release)`.
+/// release)`; `, earlier life` after it for a run of an earlier
+/// life of its key (removed since, or removed and added again).
 pub(crate) fn outcome_text(run: &RunRecord) -> String {
-    match (run.outcome, run.reason.as_deref()) {
+    let outcome = match (run.outcome, run.reason.as_deref()) {
         (RunOutcome::Cancelled, Some(reason)) => format!("cancelled ({})", text::cell(reason)),
         (RunOutcome::Lost, Some("session_ended")) => "lost (its replica's session ended without a release)".to_owned(),
         (RunOutcome::Lost, _) => "lost (lease expired without a release)".to_owned(),
         (outcome, _) => outcome.as_str().to_owned(),
+    };
+    if run.earlier_life {
+        format!("{outcome}, {EARLIER_LIFE}")
+    } else {
+        outcome
     }
 }
+
+/// How a run of an earlier life of its key is marked.
+pub(crate) const EARLIER_LIFE: &str = "earlier life";
 
 /// One run in `--json` output (`history`, and `status`'s `last_run`).
 #[derive(Serialize)]
@@ -43,6 +52,9 @@ pub(crate) struct RunJson<'a> {
     reason: Option<&'a str>,
     /// The job's error or panic message, in full (at most 2,000 bytes).
     error: Option<&'a str>,
+    /// The run belongs to an earlier life of its key: it started before
+    /// the key (of a job kind) was removed, or removed and added again.
+    earlier_life: bool,
 }
 
 impl<'a> From<&'a RunRecord> for RunJson<'a> {
@@ -59,6 +71,7 @@ impl<'a> From<&'a RunRecord> for RunJson<'a> {
             outcome: run.outcome.as_str(),
             reason: run.reason.as_deref(),
             error: run.error.as_deref(),
+            earlier_life: run.earlier_life,
         }
     }
 }

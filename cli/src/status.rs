@@ -8,11 +8,15 @@
 //! **free** otherwise. A released lease keeps its last holder and expires at
 //! the moment of release, so from the row alone "released" and "expired"
 //! look the same: both are free, shown with how long ago they ended.
+//!
+//! A lease row whose key of a job kind was removed (and not added again)
+//! is **removed**, not free, once no run holds it (`KeyStatus::state`, the
+//! library's rule): no replica runs it; `leasehold forget KEY` drops it.
 
 use chrono::{DateTime, Utc};
 use leasehold::{
     operator::{Pause, PauseTarget},
-    store::{KeyStatus, KindStatus, LeaseStore, RunRecord},
+    store::{KeyState, KeyStatus, KindStatus, LeaseStore, RunRecord},
 };
 use serde::Serialize;
 
@@ -39,6 +43,8 @@ pub(crate) struct Args {
 pub(crate) struct Entry {
     pub(crate) row: Row,
     pub(crate) paused: bool,
+    /// `KeyState::Removed`: a removed key of a job kind, not held.
+    pub(crate) removed: bool,
     pub(crate) last: Option<RunRecord>,
     pub(crate) last_success: Option<RunRecord>,
     pub(crate) last_error: Option<RunRecord>,
@@ -47,6 +53,7 @@ pub(crate) struct Entry {
 impl From<KeyStatus> for Entry {
     fn from(status: KeyStatus) -> Entry {
         Entry {
+            removed: status.state() == KeyState::Removed,
             row: Row(status.lease),
             paused: status.paused,
             last: status.last,
@@ -57,9 +64,11 @@ impl From<KeyStatus> for Entry {
 }
 
 impl Entry {
-    /// `held`, `free`, `never-run`, with `, paused` when it is.
+    /// `held`, `free`, `never-run`, with `, paused` when it is; `removed`.
     fn state_text(&self) -> String {
-        if self.paused {
+        if self.removed {
+            KeyState::Removed.to_string()
+        } else if self.paused {
             format!("{}, paused", self.row.state())
         } else {
             self.row.state().to_string()
@@ -104,9 +113,14 @@ impl Entry {
     }
 
     fn json(&self) -> EntryJson<'_> {
+        let mut lease = self.row.json();
+        if self.removed {
+            lease.state = KeyState::Removed.as_str();
+        }
         EntryJson {
-            lease: self.row.json(),
+            lease,
             paused: self.paused,
+            removed: self.removed,
             last_run: self.last.as_ref().map(runs::RunJson::from),
             last_success_at: self.last_success.as_ref().map(|run| run.ended_at),
             last_error: self.last_error.as_ref().map(|run| ErrorJson {
@@ -150,6 +164,9 @@ struct EntryJson<'a> {
     lease: LeaseJson<'a>,
     /// Paused by its own name or by its job: no replica claims it.
     paused: bool,
+    /// A removed key of a job kind (its `state` is `removed`): no replica
+    /// runs it; `leasehold forget KEY` drops its row and history.
+    removed: bool,
     /// The latest recorded run (`null` when none is).
     last_run: Option<runs::RunJson<'a>>,
     /// When the latest successful run ended.
@@ -326,19 +343,25 @@ fn render(
     width: Option<usize>,
 ) -> String {
     let held = entries.iter().filter(|e| e.row.held()).count();
-    let paused = entries.iter().filter(|e| e.paused).count();
+    let removed = entries.iter().filter(|e| e.removed).count();
+    let paused = entries.iter().filter(|e| e.paused && !e.removed).count();
     let scope = match prefix {
         Some(p) => format!(" with prefix {}", text::cell(&format!("{p:?}"))),
         None => String::new(),
     };
     let mut out = format!(
-        "server time {}: {} lease{}{scope} ({held} held, {} free{})\n",
+        "server time {}: {} lease{}{scope} ({held} held, {} free{}{})\n",
         text::time(server_now),
         entries.len(),
         if entries.len() == 1 { "" } else { "s" },
-        entries.len() - held,
+        entries.len() - held - removed,
         if paused > 0 {
             format!(", {paused} paused")
+        } else {
+            String::new()
+        },
+        if removed > 0 {
+            format!(", {removed} removed")
         } else {
             String::new()
         },
@@ -386,6 +409,14 @@ fn render(
             })
             .collect();
         out.push_str(&text::table_fitted(&header, cells, width, LAST_ERROR_CHARS));
+    }
+    if removed > 0 {
+        out.push_str(&format!(
+            "{} of job kinds removed: not run anywhere; `leasehold forget KEY` drops a key's record (its history \
+             stays readable until then, marked \"{}\")\n",
+            text::plural(removed as u64, "key"),
+            runs::EARLIER_LIFE
+        ));
     }
     if !pauses.is_empty() {
         out.push_str(&format!(

@@ -14,6 +14,8 @@ mod errors;
 mod forget;
 #[path = "cli/history.rs"]
 mod history;
+#[path = "cli/key_life.rs"]
+mod key_life;
 #[path = "cli/keys.rs"]
 mod keys;
 #[path = "cli/output.rs"]

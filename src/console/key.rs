@@ -15,7 +15,7 @@ use super::layout::{self, Base, During, Tab, enc, span, when};
 use super::reads::ReadError;
 use super::timeline::{self, Timeline};
 use super::viewer::Viewer;
-use crate::lease::{ActionRecord, KeyStatus, Pause, PauseTarget, RunRecord, StoredKey};
+use crate::lease::{ActionRecord, KeyState, KeyStatus, Pause, PauseTarget, RunRecord, StoredKey};
 use crate::operator::OperatorAction;
 
 /// Runs and actions shown on the page.
@@ -180,7 +180,12 @@ fn tenure(status: &KeyStatus, covering: &[&Pause], actions: &[ActionRecord]) -> 
     let revoked = revoke_of(lease.fence, actions).filter(|_| !lease.is_held());
     html! {
         dl #tenure {
-            dt { "State" } dd { span class={ "badge " (status.state()) } #state { (status.state()) } }
+            dt { "State" } dd { span class={ "badge " (status.state()) } #state { (status.state()) }
+                @if status.state() == KeyState::Removed {
+                    " " span #removed-note { "its key of a job kind was removed: no replica runs it; \
+                        `leasehold forget KEY` drops its record" }
+                }
+            }
             @for p in covering {
                 dt { "Paused" }
                 dd.pause {
@@ -260,7 +265,8 @@ fn runs_table(runs: &[RunRecord], now: DateTime<Utc>) -> Markup {
                         td { (when(run.started_at, now)) }
                         td { (span(u64::try_from(run.duration().as_millis()).unwrap_or(u64::MAX))) }
                         td { span class={ "outcome " (run.outcome) } { (run.outcome) }
-                             @if let Some(reason) = &run.reason { " (" bdi { (reason) } ")" } }
+                             @if let Some(reason) = &run.reason { " (" bdi { (reason) } ")" }
+                             @if run.earlier_life { " " span.earlier-life { "(earlier life)" } } }
                         td.error { bdi { (run.error.as_deref().unwrap_or("")) } }
                     }
                 }

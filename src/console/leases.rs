@@ -98,7 +98,8 @@ pub(super) async fn page(
             label { "Key prefix " input name="prefix" value=(query.prefix) placeholder="tenant-"; }
             label { "State "
                 select name="state" {
-                    @for s in [KeyState::All, KeyState::Held, KeyState::Free, KeyState::NeverRun, KeyState::Paused] {
+                    @for s in [KeyState::All, KeyState::Held, KeyState::Free, KeyState::NeverRun, KeyState::Paused,
+                               KeyState::Removed] {
                         option value=(s) selected[s == state] { (s) }
                     }
                 }
@@ -180,6 +181,7 @@ fn table(keys: &[KeyStatus], recent: &[RunRecord], stored: &[StoredKey]) -> Mark
                         td.last {
                             @if let Some(run) = &k.last {
                                 span class={ "outcome " (run.outcome) } { (run.outcome) } " " (when(run.ended_at, now))
+                                @if run.earlier_life { " " span.earlier-life { "(earlier life)" } }
                             } @else { span.muted { "none" } }
                         }
                         td.recent { (timeline::strip(strips.get(lease.key.as_str()).map_or(&[][..], Vec::as_slice))) }

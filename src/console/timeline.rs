@@ -446,6 +446,7 @@ mod tests {
             },
             reason: None,
             error: None,
+            earlier_life: false,
         }
     }
 

@@ -49,6 +49,11 @@ pub struct RunRecord {
     pub reason: Option<String>,
     /// The job's error or panic message (at most 2,000 bytes).
     pub error: Option<String>,
+    /// The run belongs to an earlier life of its key: it started before
+    /// the key (of a job kind) was last removed, or before it was added
+    /// again ([`LeaseStore::remove_key`], [`LeaseStore::add_keys`]). Its
+    /// arguments, schedule and version were those of that life.
+    pub earlier_life: bool,
 }
 
 impl RunRecord {
@@ -67,6 +72,11 @@ pub struct KeyStatus {
     pub lease: LeaseInfo,
     /// Whether the key is paused, by its own name or by its job.
     pub paused: bool,
+    /// The key was a key of a job kind, and was removed
+    /// ([`LeaseStore::remove_key`]) and not added again: no replica runs
+    /// it. Its lease row and history stay (fences and run numbers go on if
+    /// it is added again) until [`LeaseStore::forget`] drops them.
+    pub removed: bool,
     /// The latest recorded run.
     pub last: Option<RunRecord>,
     /// The latest run that succeeded.
@@ -124,6 +134,7 @@ pub(super) struct RunRow {
     outcome: String,
     reason: Option<String>,
     error: Option<String>,
+    earlier_life: bool,
 }
 
 impl From<RunRow> for RunRecord {
@@ -140,6 +151,7 @@ impl From<RunRow> for RunRecord {
             outcome: RunOutcome::parse(&row.outcome),
             reason: row.reason,
             error: row.error,
+            earlier_life: row.earlier_life,
         }
     }
 }
@@ -147,6 +159,7 @@ impl From<RunRow> for RunRecord {
 #[derive(sqlx::FromRow)]
 struct StatusRow {
     paused: bool,
+    removed: bool,
     #[sqlx(flatten)]
     row: LeaseRow,
 }
@@ -175,11 +188,12 @@ fn assemble(keys: Vec<StatusRow>, latest: Vec<Latest>) -> Vec<KeyStatus> {
         runs.entry(key).or_default()[at] = Some(run.into());
     }
     keys.into_iter()
-        .map(|StatusRow { paused, row }| {
+        .map(|StatusRow { paused, removed, row }| {
             let [last, last_success, last_error] = runs.remove(&row.key).unwrap_or_default();
             KeyStatus {
                 lease: row.into_info(),
                 paused,
+                removed,
                 last,
                 last_success,
                 last_error,
@@ -208,10 +222,14 @@ pub enum KeyState {
     /// Not paused, and never claimed: a runtime registered the key and no
     /// run has taken place yet (its holder and fence are placeholders).
     NeverRun,
+    /// Not held, and its key (of a job kind) was removed and not added
+    /// again ([`KeyStatus::removed`]): not a live key, whether or not a
+    /// pause names it. `leasehold forget` drops its row and history.
+    Removed,
 }
 
 impl KeyState {
-    /// `all`, `paused`, `held`, `free` or `never-run`.
+    /// `all`, `paused`, `held`, `free`, `never-run` or `removed`.
     pub fn as_str(self) -> &'static str {
         match self {
             KeyState::All => "all",
@@ -219,10 +237,11 @@ impl KeyState {
             KeyState::Held => "held",
             KeyState::Free => "free",
             KeyState::NeverRun => "never-run",
+            KeyState::Removed => "removed",
         }
     }
 
-    /// Reads `all`, `paused`, `held`, `free` or `never-run`.
+    /// Reads `all`, `paused`, `held`, `free`, `never-run` or `removed`.
     pub fn parse(text: &str) -> Result<Self> {
         match text {
             "" | "all" => Ok(KeyState::All),
@@ -230,10 +249,12 @@ impl KeyState {
             "held" => Ok(KeyState::Held),
             "free" => Ok(KeyState::Free),
             "never-run" => Ok(KeyState::NeverRun),
+            "removed" => Ok(KeyState::Removed),
             other => Err(Error::invalid(
                 "key state",
                 other,
-                "use all, paused, held or free, or never-run for keys no run has claimed yet",
+                "use all, paused, held or free, never-run for keys no run has claimed yet, or removed for \
+                 removed keys of job kinds",
             )),
         }
     }
@@ -246,10 +267,13 @@ impl std::fmt::Display for KeyState {
 }
 
 impl KeyStatus {
-    /// Paused (whether or not a run is finishing), else the lease's own
-    /// state ([`LeaseInfo::state`]): held, free or never-run.
+    /// Removed (a removed key of a job kind, not held), else paused
+    /// (whether or not a run is finishing), else the lease's own state
+    /// ([`LeaseInfo::state`]): held, free or never-run.
     pub fn state(&self) -> KeyState {
-        if self.paused {
+        if self.removed && !self.lease.is_held() {
+            KeyState::Removed
+        } else if self.paused {
             KeyState::Paused
         } else {
             self.lease.state()
@@ -361,8 +385,13 @@ impl LeaseStore {
                 format!("ask for 1 to {MAX_HISTORY} runs"),
             ));
         }
-        const HISTORY: &str = "
-            SELECT * FROM leasehold_run WHERE key = $1 ORDER BY run_no DESC LIMIT $2";
+        // `earlier_life`: `life_rule.rs`.
+        const HISTORY: &str = concat!(
+            "
+            SELECT run.*, ",
+            earlier_life!(run = "run"),
+            " AS earlier_life FROM leasehold_run AS run WHERE run.key = $1 ORDER BY run.run_no DESC LIMIT $2"
+        );
         let rows: Vec<RunRow> = connection::run!(&self.conns, |conn| sqlx::query_as(HISTORY)
             .bind(key)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -433,13 +462,20 @@ impl LeaseStore {
         // the state's precedence (paused, then held, then never-run or
         // free) is `KeyStatus::state`'s, and never-run is `never_claimed`
         // (in `lease/mod.rs`) in SQL: a registration row, never a tenure.
+        // `removed` is `KeyStatus::removed`: a key of a job kind whose
+        // life ended (`leasehold_key_life`, schema v10) and that is not
+        // stored again. Not held, it is `KeyState::Removed`, which comes
+        // before every state but held, so a removed key is never listed as
+        // a live paused, free or never-run key.
         const KEYS: &str = concat!(
             "
             SELECT * FROM (
                 SELECT l.*, clock_timestamp() AS server_now,
                        ",
             paused!(key = "l.key", jobs = "l.job_name"),
-            " AS paused
+            " AS paused,
+                       EXISTS (SELECT 1 FROM leasehold_key_life AS d WHERE d.key = l.key)
+                       AND NOT EXISTS (SELECT 1 FROM leasehold_key AS k WHERE k.key = l.key) AS removed
                   FROM leasehold_lease AS l
                  WHERE starts_with(l.key, $1)
                    AND ($2::text IS NULL OR l.job_name = $2)
@@ -447,12 +483,14 @@ impl LeaseStore {
                    AND ($6::text IS NULL OR l.key = $6)
             ) AS s
              WHERE $4 = 'all'
-                OR ($4 = 'paused' AND s.paused)
+                OR ($4 = 'paused' AND s.paused AND NOT (s.removed AND s.expires_at <= s.server_now))
                 OR ($4 = 'held' AND /* guard:list_page.held_not_paused */ NOT s.paused AND s.expires_at > s.server_now)
                 OR ($4 = 'free' AND NOT s.paused AND s.expires_at <= s.server_now
+                    AND /* guard:list_page.free_not_removed */ NOT s.removed
                     AND /* guard:list_page.free_was_claimed */ s.expires_at - s.acquired_at > interval '1 microsecond')
-                OR ($4 = 'never-run' AND NOT s.paused AND s.expires_at <= s.server_now
+                OR ($4 = 'never-run' AND NOT s.paused AND s.expires_at <= s.server_now AND NOT s.removed
                     AND /* guard:list_page.never_claimed */ s.expires_at - s.acquired_at <= interval '1 microsecond')
+                OR ($4 = 'removed' AND s.removed AND s.expires_at <= s.server_now)
              ORDER BY s.key
              LIMIT $5"
         );
@@ -470,7 +508,12 @@ impl LeaseStore {
     async fn with_latest(&self, keys: Vec<StatusRow>) -> Result<Vec<KeyStatus>> {
         // $1 the keys. Each key's ring holds a bounded number of rows, so
         // this reads at most (keys x ring length) rows.
-        const LATEST: &str = "
+        // `earlier_life`: `life_rule.rs`.
+        const LATEST: &str = concat!(
+            "
+            SELECT s.*, ",
+            earlier_life!(run = "s"),
+            " AS earlier_life FROM (
             (SELECT DISTINCT ON (key) 'last' AS kind, * FROM leasehold_run
               WHERE key = ANY($1) ORDER BY key, run_no DESC)
             UNION ALL
@@ -478,7 +521,9 @@ impl LeaseStore {
               WHERE key = ANY($1) AND outcome = 'succeeded' ORDER BY key, run_no DESC)
             UNION ALL
             (SELECT DISTINCT ON (key) 'error', * FROM leasehold_run
-              WHERE key = ANY($1) AND outcome IN ('failed', 'panicked') ORDER BY key, run_no DESC)";
+              WHERE key = ANY($1) AND outcome IN ('failed', 'panicked') ORDER BY key, run_no DESC)
+            ) AS s"
+        );
         if keys.is_empty() {
             return Ok(Vec::new());
         }

@@ -16,6 +16,14 @@
 //!   (`version = $2`); an update clears it.
 //! - *Key counts stay true*: `leasehold_kind.keys` moves by exactly the
 //!   rows inserted or deleted (the `RETURNING` of the same statement).
+//! - *A removed key added again starts a new life* (schema v10): the
+//!   removal records the key's life in `leasehold_key_life` in the
+//!   statement that deletes it; the add starts the key's version after the
+//!   last one it had (a key name's version never goes backwards), and
+//!   moves its lease row, if it has one, to the new schedule's first slot
+//!   after the add, so no slot owed by the old life, retry or trigger of it
+//!   runs in the new one. A release of a run of the old life leaves that
+//!   due time alone (`finish_many`'s `earlier_life` clause).
 
 use std::collections::HashSet;
 
@@ -25,7 +33,7 @@ use serde::Serialize;
 use super::LeaseStore;
 use crate::connection;
 use crate::error::{Error, Result};
-use crate::schedule::{CatchUp, Schedule};
+use crate::schedule::{CatchUp, Schedule, first_due};
 use crate::validate;
 
 /// The channel a change of a kind's keys is announced on (the kind's name
@@ -330,20 +338,43 @@ impl LeaseStore {
         let args: Vec<&str> = sorted.iter().map(|k| &*k.args).collect();
         let schedules: Vec<String> = sorted.iter().map(|k| k.schedule.to_string()).collect();
         let catch_ups: Vec<String> = sorted.iter().map(|k| k.catch_up.to_string()).collect();
-        // $1..$5 the keys' columns, $6 the kinds' channel.
+        // A key added again starts on its new schedule: its first slot
+        // after now, by the server clock (as a replica's registration and a
+        // schedule change compute it).
+        let server_now = self.server_now().await?;
+        let firsts: Vec<DateTime<Utc>> = sorted.iter().map(|k| first_due(&k.schedule, server_now)).collect();
+        // $1..$5 the keys' columns, $6 the kinds' channel, $7 each key's
+        // first slot.
         // - ON CONFLICT DO NOTHING: an existing key keeps its arguments.
+        // - `version`: one more than the last version of the key's earlier
+        //   life, if it had one (`leasehold_key_life`): a key name's
+        //   arguments version never goes backwards, so a downstream that
+        //   deduplicates on it is never fooled by a key added again.
+        // - `new_life`: the lease row of a key inserted now (left by an
+        //   earlier life: removal keeps it, its fences and run counters
+        //   go on) is due at the new schedule's first slot — not at a slot
+        //   the old life owed, its retry, or a trigger of it — held or not:
+        //   a run of the old life still being released leaves it so
+        //   (`finish_many`'s `earlier_life` clause).
         // - The kinds' rows move by what was inserted, in kind order (one
         //   lock order for concurrent batches); the generation moves so
         //   every replica reloads the kind (invariant "never misses").
         const ADD_KEYS: &str = "
             WITH t AS (
-                SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
-                    AS t(key, kind, args, schedule, catch_up)
+                SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $7::timestamptz[])
+                    AS t(key, kind, args, schedule, catch_up, first_due)
             ), inserted AS (
-                INSERT INTO leasehold_key (key, kind, args, schedule, catch_up)
-                SELECT key, kind, args::jsonb, schedule, catch_up FROM t
+                INSERT INTO leasehold_key (key, kind, args, schedule, catch_up, version)
+                SELECT t.key, t.kind, t.args::jsonb, t.schedule, t.catch_up,
+                       /* guard:add_keys.version_goes_on */ coalesce((SELECT d.last_version FROM leasehold_key_life AS d WHERE d.key = t.key), 0) + 1
+                  FROM t
                 ON CONFLICT (key) DO NOTHING
-                RETURNING kind
+                RETURNING key, kind
+            ), new_life AS (
+                UPDATE leasehold_lease AS l SET /* guard:add_keys.new_life */ next_due_at = t.first_due, slot_at = t.first_due
+                  FROM inserted AS i JOIN t ON t.key = i.key
+                 WHERE l.key = i.key
+                RETURNING l.key
             ), counted AS (
                 SELECT kind, count(*) AS n FROM inserted GROUP BY kind ORDER BY kind
             ), bumped AS (
@@ -354,7 +385,8 @@ impl LeaseStore {
             ), notified AS (
                 SELECT count(*) AS n FROM (SELECT pg_notify($6, kind) FROM bumped) AS s
             )
-            SELECT coalesce((SELECT sum(n) FROM counted), 0)::bigint + 0 * (SELECT n FROM notified)";
+            SELECT coalesce((SELECT sum(n) FROM counted), 0)::bigint + 0 * (SELECT n FROM notified)
+                   + 0 * (SELECT count(*) FROM new_life)";
         let added: i64 = connection::run!(&self.conns, |conn| sqlx::query_scalar(ADD_KEYS)
             .bind(&names)
             .bind(&kinds)
@@ -362,6 +394,7 @@ impl LeaseStore {
             .bind(&schedules)
             .bind(&catch_ups)
             .bind(KIND_CHANNEL)
+            .bind(&firsts)
             .fetch_one(conn))?;
         Ok(u64::try_from(added).unwrap_or_default())
     }
@@ -413,9 +446,21 @@ impl LeaseStore {
         validate::key(key)?;
         // $1 key, $2 kind, $3 channel. `kind = $2`: never deletes a key of
         // another kind; the kind's count moves by the row deleted.
+        // `life`: the key's life ended, on the record in the same statement
+        // (schema v10): a later add of the key goes on from its last
+        // version, and status shows its lease row as removed. GREATEST: a
+        // version-9 replica's add starts at 1 again; the record keeps the
+        // highest version the name ever had.
         const REMOVE_KEY: &str = "
             WITH gone AS (
-                DELETE FROM leasehold_key WHERE key = $1 /* guard:remove_key.kind */ AND kind = $2 RETURNING kind
+                DELETE FROM leasehold_key WHERE key = $1 /* guard:remove_key.kind */ AND kind = $2 RETURNING key, kind, version
+            ), life AS (
+                INSERT INTO leasehold_key_life AS d (key, lives, last_version, removed_at)
+                SELECT g.key, 1, g.version, clock_timestamp() FROM gone AS g
+                ON CONFLICT (key) DO UPDATE
+                   SET lives = d.lives + 1, last_version = GREATEST(d.last_version, excluded.last_version),
+                       removed_at = excluded.removed_at
+                RETURNING d.key
             ), bumped AS (
                 UPDATE leasehold_kind AS k SET /* guard:remove_key.generation */ generation = k.generation + 1, /* guard:remove_key.count */ keys = k.keys - 1
                   FROM gone AS g WHERE k.kind = g.kind
@@ -423,7 +468,7 @@ impl LeaseStore {
             ), notified AS (
                 SELECT count(*) AS n FROM (SELECT pg_notify($3, kind) FROM bumped) AS s
             )
-            SELECT g.kind FROM gone AS g, notified";
+            SELECT g.kind FROM gone AS g, notified WHERE EXISTS (SELECT 1 FROM life)";
         let gone: Option<String> = connection::run!(&self.conns, |conn| sqlx::query_scalar(REMOVE_KEY)
             .bind(key)
             .bind(kind)

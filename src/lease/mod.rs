@@ -55,6 +55,11 @@ mod pause_rule;
 #[macro_use]
 mod liveness;
 
+// Whether a run belongs to an earlier life of its key (`RunRecord::
+// earlier_life`): the history's statements expand it with `concat!`.
+#[macro_use]
+mod life_rule;
+
 mod audit;
 mod batch;
 mod claim;

@@ -58,14 +58,19 @@ impl LeaseStore {
         // `since` bounds what a window reads (a ring holds up to 10,000
         // runs); each key's lookup is its primary key's prefix, so the
         // cost follows the keys asked for, not the table.
-        const RECENT: &str = "
-            SELECT r.* FROM unnest($1::text[]) WITH ORDINALITY AS k(key, at)
+        // `earlier_life`: `life_rule.rs`.
+        const RECENT: &str = concat!(
+            "
+            SELECT r.*, ",
+            earlier_life!(run = "r"),
+            " AS earlier_life FROM unnest($1::text[]) WITH ORDINALITY AS k(key, at)
              CROSS JOIN LATERAL (
                    SELECT * FROM leasehold_run AS run
                     WHERE /* guard:recent_runs.key */ run.key = k.key
                       AND /* guard:recent_runs.since */ ($2::timestamptz IS NULL OR run.ended_at >= $2)
                     ORDER BY run.run_no DESC LIMIT $3) AS r
-             ORDER BY k.at, r.run_no DESC";
+             ORDER BY k.at, r.run_no DESC"
+        );
         let rows: Vec<RunRow> = connection::run!(&self.conns, |conn| sqlx::query_as(RECENT)
             .bind(keys)
             .bind(since)

@@ -231,6 +231,7 @@ impl Loaded {
             .filter(|key| !stored.contains_key(&***key))
             .cloned()
             .collect();
+        let removed = !gone.is_empty();
         for key in gone {
             self.keys.remove(&key);
             drop(unregister::begin(shared, &key));
@@ -297,11 +298,17 @@ impl Loaded {
                 .insert(key, (row.version, row.schedule.clone(), row.catch_up.clone()));
         }
         metrics::keys_bad_args(&self.kind.name, self.bad.len());
-        if !new.is_empty() {
+        let added = !new.is_empty();
+        if added {
             // Known only once registered: a failed registration is tried
             // again at the next sync (the generation is not noted either).
             register(shared, &self.kind, new).await?;
             self.keys.extend(pending);
+        }
+        if removed || added {
+            // The paused gauge counts live keys: a removed key no more, a
+            // key registered after the pauses were read already.
+            shared.recount_paused(&self.kind.name);
         }
         Ok(())
     }

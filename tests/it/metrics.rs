@@ -645,3 +645,52 @@ async fn the_paused_gauge_follows_pauses_of_keys_and_jobs() {
     eventually(Duration::from_secs(5), || (paused(m) == Some(0.0)).then_some(())).await;
     rt.shutdown().await;
 }
+
+/// A kind of its own for the paused gauge's removal scenario (the gauge is
+/// per job name, process-wide).
+struct RemovedKind;
+
+impl leasehold::JobKind for RemovedKind {
+    type Args = String;
+
+    fn name(&self) -> &str {
+        "metrics_removed"
+    }
+
+    fn settings(&self) -> leasehold::JobSettings {
+        quick(Schedule::Manual, Duration::from_secs(5))
+    }
+
+    async fn run(&self, _args: String, _guard: FenceGuard) -> Result<(), leasehold::JobError> {
+        Ok(())
+    }
+}
+
+/// A paused key of a kind is removed (its pause stays): it is no live key,
+/// so `leasehold_jobs_paused` stops counting it at once, though the pauses
+/// did not change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_paused_key_is_no_longer_counted_paused() {
+    let m = recorder();
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let name = "metrics_removed";
+    let paused = |m: &TestRecorder| m.gauge(names::JOBS_PAUSED, &[("job_name", name)]);
+    let keys: Vec<leasehold::NewKey> = (0..2)
+        .map(|k| leasehold::NewKey::new(name, &format!("{name}:{k}"), &"x", Schedule::Manual).unwrap())
+        .collect();
+    store.add_keys(&keys).await.unwrap();
+    let rt = leasehold::Runtime::builder(db.pool_with(2).await)
+        .holder("a")
+        .poll_interval(Duration::from_millis(100))
+        .register_kind(RemovedKind)
+        .start()
+        .await
+        .unwrap();
+    let key = leasehold::operator::PauseTarget::key(format!("{name}:1"));
+    store.pause(&key, false, "test").await.unwrap();
+    eventually(Duration::from_secs(5), || (paused(m) == Some(1.0)).then_some(())).await;
+    assert!(store.remove_key(name, &format!("{name}:1")).await.unwrap());
+    eventually(Duration::from_secs(5), || (paused(m) == Some(0.0)).then_some(())).await;
+    rt.shutdown().await;
+}

@@ -62,6 +62,13 @@ impl LeaseStore {
     //   waited for, so one locked row never holds up the batch. `busy`
     //   filters on the item's key (`t.key`) before it looks the row up:
     //   most items are `mine`, and need no second lookup.
+    // - `earlier_life`: a run of a key's earlier life (its key was
+    //   removed and added again after the run's claim: the stored key's
+    //   `created_at` is after the tenure's `acquired_at`) leaves the due
+    //   time and the slot owed as they are — the add moved them to the new
+    //   life's first slot (`add_keys`), and the old schedule's next slot,
+    //   its retry or a "trigger" (the add's due time is after the claim)
+    //   must not replace it.
     // - `run_open = false`: the run's release is written, so the claim
     //   that takes the key next records no lost run (`claim_due`).
     // - Expiring at "now" rather than deleting keeps the schedule;
@@ -113,7 +120,10 @@ impl LeaseStore {
                            AS t(key, holder, fence, at, after,
                                 job, run_no, scheduled_for, started_at, outcome, reason, error, ring)
             ), mine AS (
-                SELECT l.key FROM leasehold_lease AS l JOIN t ON t.key = l.key
+                SELECT l.key,
+                       EXISTS (SELECT 1 FROM leasehold_key AS k
+                                WHERE k.key = l.key AND k.created_at > l.acquired_at) AS earlier_life
+                  FROM leasehold_lease AS l JOIN t ON t.key = l.key
                  WHERE /* guard:finish_many.holder */ l.holder = t.holder
                    AND /* guard:finish_many.fence */ l.fence = t.fence
                    FOR UPDATE OF l /* guard:finish_many.skip_locked */ SKIP LOCKED
@@ -121,13 +131,14 @@ impl LeaseStore {
                 UPDATE leasehold_lease AS l
                    SET expires_at  = GREATEST(clock_timestamp(), l.acquired_at + interval '1 microsecond'),
                        next_due_at = CASE /* guard:finish_many.plain_release */ WHEN t.at IS NULL AND t.after IS NULL THEN l.next_due_at
+                                          /* guard:finish_many.earlier_life */ WHEN m.earlier_life THEN l.next_due_at
                                           /* guard:finish_many.trigger_kept */ WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()
                                           ELSE COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after)) END,
-                       slot_at     = /* guard:finish_many.slot_owed */ COALESCE(t.at, l.slot_at, l.next_due_at),
+                       slot_at     = CASE WHEN m.earlier_life THEN l.slot_at
+                                          ELSE /* guard:finish_many.slot_owed */ COALESCE(t.at, l.slot_at, l.next_due_at) END,
                        run_open    = false
-                  FROM t
+                  FROM t JOIN mine AS m ON m.key = t.key
                  WHERE l.key = t.key
-                   AND l.key IN (SELECT key FROM mine)
                 RETURNING l.key, l.fence, l.next_due_at
             ), woken AS (
                 SELECT count(*) AS n FROM (

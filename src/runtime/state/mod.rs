@@ -359,6 +359,15 @@ impl Shared {
         *known = pauses;
     }
 
+    /// Sets the paused gauge of `job` again, from the pauses last read:
+    /// after keys of it were unregistered (removed keys of a kind), so the
+    /// gauge counts only the keys that are still live (0 once none is).
+    pub(crate) fn recount_paused(&self, job: &str) {
+        let known = lock(&self.paused);
+        let keys = self.registry().paused_per_job(&known).get(job).copied().unwrap_or(0);
+        crate::metrics::jobs_paused(job, keys);
+    }
+
     /// Records the server's WAL timeline a poll read: the gauge follows it,
     /// and a timeline other than the one seen before — a standby was
     /// promoted, this runtime now talks to it — is logged once, as a

@@ -150,3 +150,39 @@ async fn a_key_whose_kind_no_replica_runs_is_badged_on_the_leases_page() {
         "a key that is no stored key has no badge"
     );
 }
+
+/// A key of a kind that ran once, then was removed: the leases page badges
+/// it `removed` (listed under the `removed` filter, not under `free`), its
+/// key page says how to forget it and marks its run as of an earlier life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_key_is_shown_removed_and_its_runs_as_of_an_earlier_life() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    store
+        .add_keys(&[tenant("tenant:gone", "basic", "manual")])
+        .await
+        .unwrap();
+    let lease = match store
+        .claim("tenant:gone", "web-1", Duration::from_secs(60))
+        .await
+        .unwrap()
+    {
+        leasehold::store::Claim::Acquired(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    assert!(store.release_recorded(&lease, 1, 100).await.unwrap());
+    assert!(store.remove_key("tenant", "tenant:gone").await.unwrap());
+    let app = console(&db.pool, ConsoleOptions::new());
+
+    let leases = get(&app, "/", &[]).await;
+    let gone = row(&leases, "data-key", "tenant:gone");
+    assert!(gone.contains("badge removed"), "{gone}");
+    assert!(gone.contains("(earlier life)"), "its last run: {gone}");
+    assert!(get(&app, "/?state=free", &[]).await.listed_keys().is_empty());
+    assert_eq!(get(&app, "/?state=removed", &[]).await.listed_keys(), ["tenant:gone"]);
+
+    let page = get(&app, "/key?key=tenant:gone", &[]).await;
+    assert!(page.body.contains("removed-note"), "{}", page.body);
+    assert!(page.body.contains("leasehold forget KEY"), "{}", page.body);
+    assert!(page.body.contains("(earlier life)"), "{}", page.body);
+}

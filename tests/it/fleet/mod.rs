@@ -9,6 +9,7 @@ mod arguments;
 mod churn;
 mod clauses;
 mod handover;
+mod key_life;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
