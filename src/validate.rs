@@ -37,9 +37,18 @@ pub(crate) fn job_name(name: &str) -> Result<()> {
     identifier("job name", name)
 }
 
-/// Who paused a key: free text, shown by `status`.
+/// Who paused a key, shown by `status` and the console: the one rule for
+/// who did something ([`leasehold_rules::actor`]), so a name that displays
+/// as another (`"admin\u{2062}"`) is refused here as everywhere.
 pub(crate) fn paused_by(by: &str) -> Result<()> {
-    identifier("paused by", by)
+    leasehold_rules::actor(by).map_err(|e| rule(leasehold_rules::RuleError { what: "paused by", ..e }))
+}
+
+/// Text that may hold hidden characters (a job's error, a row stored
+/// before names were checked), as the console and the log fields show it:
+/// each one escaped (`\u{202e}`), see [`leasehold_rules::escape_hidden`].
+pub(crate) fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    leasehold_rules::escape_hidden(text)
 }
 
 pub(crate) fn resource(resource: &str) -> Result<()> {

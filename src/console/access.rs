@@ -33,6 +33,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 
+use super::actions::{Done, Subject};
 use super::layout::{self, Base, Tab};
 use super::viewer::Viewer;
 use super::{ConsoleOptions, Shared};
@@ -74,6 +75,20 @@ const MAX_THROTTLED_NAMES: usize = 10_000;
 /// was used least recently loses it (and gets a new one with their next
 /// page, so a form they had open is refused as stale).
 const MAX_CSRF_TOKENS: usize = 10_000;
+
+/// Most actions' outcomes waiting for their page at once (past it, the
+/// oldest is dropped).
+const MAX_FLASHES: usize = 10_000;
+
+/// How long an action's outcome waits for its page to be viewed.
+const FLASH_TTL: Duration = Duration::from_secs(60);
+
+/// An action's outcome, waiting for the actor's next view of its page.
+struct Flash {
+    subject: Subject,
+    done: Done,
+    at: Instant,
+}
 
 /// Longest name a login may give (it is recorded with each action).
 const MAX_NAME: usize = 64;
@@ -171,6 +186,9 @@ pub(super) struct Access {
     /// One token per actor name; the empty name is the login form's.
     csrf: Mutex<CsrfTokens>,
     throttle: Mutex<Throttles>,
+    /// Each actor's last action's outcome, until their next view of its
+    /// page ([`flash`](Self::flash)).
+    flashes: Mutex<HashMap<String, Flash>>,
     token_login: bool,
 }
 
@@ -180,6 +198,7 @@ impl Access {
             sessions: Mutex::new(HashMap::new()),
             csrf: Mutex::new(CsrfTokens::default()),
             throttle: Mutex::new(Throttles::new(Instant::now())),
+            flashes: Mutex::new(HashMap::new()),
             token_login: options.token.is_some(),
         }
     }
@@ -275,6 +294,39 @@ impl Access {
         }
     }
 
+    /// Leaves what the action `actor` just took on `subject` did, for
+    /// their next view of its page to say once ([`take_flash`](Self::take_flash)).
+    /// Only the POST that took the action calls this.
+    pub(super) fn flash(&self, actor: &str, subject: Subject, done: Done) {
+        let mut flashes = self.flashes.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if !flashes.contains_key(actor) && flashes.len() >= MAX_FLASHES {
+            flashes.retain(|_, f| now.duration_since(f.at) < FLASH_TTL);
+            if flashes.len() >= MAX_FLASHES
+                && let Some(oldest) = flashes.iter().min_by_key(|(_, f)| f.at).map(|(name, _)| name.clone())
+            {
+                flashes.remove(&oldest);
+            }
+        }
+        flashes.insert(actor.to_owned(), Flash { subject, done, at: now });
+    }
+
+    /// The outcome of the action the viewer took on `subject`, if this is
+    /// their first view of its page since (within a minute): taken, so a
+    /// reload, another tab's view or a link shows none.
+    pub(super) fn take_flash(&self, viewer: &Viewer, subject: &Subject) -> Option<Done> {
+        let Viewer::Actor { name, .. } = viewer else {
+            return None;
+        };
+        let mut flashes = self.flashes.lock().unwrap_or_else(PoisonError::into_inner);
+        let flash = flashes.get(name.as_str())?;
+        if flash.subject != *subject {
+            return None;
+        }
+        let flash = flashes.remove(name.as_str())?;
+        (flash.at.elapsed() < FLASH_TTL).then_some(flash.done)
+    }
+
     fn csrf_for(&self, name: &str) -> String {
         self.csrf.lock().unwrap_or_else(PoisonError::into_inner).get(name)
     }
@@ -332,18 +384,18 @@ pub(super) fn read_only(base: &Base, viewer: &Viewer) -> Response {
         Viewer::ReadOnly {
             can_log_in: true,
             hooked: true,
-        } => "Sign in through the service as a user it lets act, or log in with the console's token.",
-        Viewer::ReadOnly { can_log_in: true, .. } => "Log in with the console's token to act.",
+        } => "Read-only. Sign in through the service as a user it lets act, or log in with the console's token.",
+        Viewer::ReadOnly { can_log_in: true, .. } => "Read-only. Log in with the console's token to act.",
         Viewer::ReadOnly { hooked: true, .. } => {
-            "The service's sign-in does not name you as a user who may act here (its ConsoleOptions::authorize \
+            "Read-only. The service's sign-in does not name you as a user who may act here (its ConsoleOptions::authorize \
              hook decides)."
         }
         _ => {
-            "This console is read-only: it is mounted without ConsoleOptions::authorize or \
+            "Read-only. This console is read-only: it is mounted without ConsoleOptions::authorize or \
              ConsoleOptions::token, or `leasehold console` runs without LEASEHOLD_CONSOLE_TOKEN."
         }
     };
-    layout::error(base, viewer, StatusCode::FORBIDDEN, &format!("Read-only. {how}"))
+    layout::error(base, viewer, StatusCode::FORBIDDEN, how)
 }
 
 /// The login form.
@@ -428,9 +480,7 @@ pub(super) async fn login(
             &base,
             &viewer,
             StatusCode::BAD_REQUEST,
-            &format!(
-                "Give your name in 1 to {MAX_NAME} bytes, without control, invisible or text-direction characters."
-            ),
+            "Give your name in 1 to 64 bytes, without control, invisible or text-direction characters.",
         );
     }
     if let Err(wait) = console.access.login_open(name) {
@@ -598,7 +648,8 @@ fn shown(text: &str) -> String {
     if cut.len() < text.len() {
         cut.push('…');
     }
-    format!("{cut:?}")
+    // `Debug` leaves fillers and variation selectors as they are.
+    crate::validate::shown(&format!("{cut:?}")).into_owned()
 }
 
 /// Where a refused request came from, for its log line: the `Host` it

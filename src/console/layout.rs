@@ -89,7 +89,62 @@ pub(super) fn page(base: &Base, title: &str, tab: Tab, viewer: &Viewer, refresh_
             }
         }
     };
-    markup.into_response()
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"))],
+        escape_hidden_text(&markup.into_string()),
+    )
+        .into_response()
+}
+
+/// The page with every hidden character (`leasehold_rules::hidden_char`:
+/// a bidirectional control such as U+2069 then U+202E, INVISIBLE TIMES,
+/// a filler…) in its text and attributes written out visibly
+/// (`\u{202e}`), so no key, holder, job name, error text or actor can
+/// close the `<bdi>` it is shown in, reorder the row, or display as
+/// another name — whichever page shows it, however it got into the table.
+/// Done once on the whole page, so no interpolation can be missed.
+///
+/// Form values (`value="…"`) are left as they are: an action on a key
+/// stored before names were checked must still name it exactly. maud
+/// escapes `<`, `>`, `&` and `"` in every value, so a `<` or `>` in the
+/// output is always markup and a `"` always ends an attribute.
+fn escape_hidden_text(html: &str) -> String {
+    if leasehold_rules::find_hidden(html).is_none() {
+        return html.to_owned();
+    }
+    let mut out = String::with_capacity(html.len() + 64);
+    // Inside a tag; inside a quoted attribute value, and whether it is a
+    // form value (kept as is).
+    let (mut in_tag, mut in_value, mut keep) = (false, false, false);
+    let mut name = String::new();
+    for c in html.chars() {
+        if in_value {
+            if c == '"' {
+                in_value = false;
+            } else if !keep && leasehold_rules::hidden_char(c) {
+                out.push_str(&leasehold_rules::escape_hidden(c.encode_utf8(&mut [0; 4])));
+                continue;
+            }
+        } else if in_tag {
+            match c {
+                '>' => in_tag = false,
+                '"' => {
+                    in_value = true;
+                    keep = name.trim_end_matches('=').eq_ignore_ascii_case("value");
+                }
+                c if c.is_whitespace() => name.clear(),
+                c => name.push(c),
+            }
+        } else if c == '<' {
+            in_tag = true;
+            name.clear();
+        } else if leasehold_rules::hidden_char(c) {
+            out.push_str(&leasehold_rules::escape_hidden(c.encode_utf8(&mut [0; 4])));
+            continue;
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Headers on every answer (the router's layer puts them on all of them,
@@ -113,8 +168,10 @@ pub(super) fn secure(response: &mut Response) {
         .or_insert(HeaderValue::from_static("no-store"));
 }
 
-/// An error page with its status.
-pub(super) fn error(base: &Base, viewer: &Viewer, status: StatusCode, message: &str) -> Response {
+/// An error page with its status. The message is a fixed sentence
+/// (`&'static str`): an error page quotes nothing from the request, so a
+/// link cannot make the console say what its author wants.
+pub(super) fn error(base: &Base, viewer: &Viewer, status: StatusCode, message: &'static str) -> Response {
     let mut response = page(
         base,
         status.canonical_reason().unwrap_or("error"),
@@ -135,14 +192,14 @@ pub(super) fn error(base: &Base, viewer: &Viewer, status: StatusCode, message: &
 /// byte): 400 naming the parameter, before any statement, so a malformed
 /// link is the client's mistake and never reads as the database failing.
 pub(super) fn check_params(base: &Base, viewer: &Viewer, params: &[(&str, &str)]) -> Result<(), Box<Response>> {
-    match params.iter().find(|(_, value)| value.contains('\0')) {
-        Some((name, _)) => Err(Box::new(error(
+    match params.iter().any(|(_, value)| value.contains('\0')) {
+        true => Err(Box::new(error(
             base,
             viewer,
             StatusCode::BAD_REQUEST,
-            &format!("The parameter `{name}` contains a NUL byte, which no key, job or holder can contain."),
+            "A parameter of the address contains a NUL byte, which no key, job or holder can contain.",
         ))),
-        None => Ok(()),
+        false => Ok(()),
     }
 }
 
@@ -156,11 +213,20 @@ pub(super) fn unavailable(base: &Base, viewer: &Viewer, err: ReadError, during: 
     match err {
         ReadError::Busy => busy(base, viewer, during),
         ReadError::Failed(err) => {
+            // The database's message may quote the request's values: it
+            // goes to the log, the page says what failed.
+            tracing::warn!(error = %crate::validate::shown(&err.to_string()), "console: the database failed a request");
             let what = match during {
-                During::Page { .. } => "The console could not read the lease table",
-                During::Action => "The action could not be taken",
+                During::Page { .. } => {
+                    "The console could not read the lease table: the database answered with an error (the \
+                     service's log has it)."
+                }
+                During::Action => {
+                    "The action could not be taken: the database answered with an error (the service's log has \
+                     it). Check the key's page before trying again."
+                }
             };
-            error(base, viewer, StatusCode::SERVICE_UNAVAILABLE, &format!("{what}: {err}"))
+            error(base, viewer, StatusCode::SERVICE_UNAVAILABLE, what)
         }
     }
 }

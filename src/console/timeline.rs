@@ -47,6 +47,11 @@ const HOLDER_CHARS: usize = 20;
 
 /// Reads the `window` parameter: a whole number and a unit (`s`, `m`,
 /// `h` or `d`), from a minute to a week; empty for the default hour.
+/// The error page's sentence for a `window` parameter [`parse_window`]
+/// refuses.
+pub(super) const NOT_A_WINDOW: &str = "Not a timeline window (`window`): use a whole number of minutes, hours \
+                                       or days such as 30m, 6h or 2d, from 1m to 7d.";
+
 pub(super) fn parse_window(text: &str) -> Result<Duration, String> {
     const FIX: &str = "use a whole number of minutes, hours or days such as 30m, 6h or 2d, from 1m to 7d";
     if text.is_empty() {
