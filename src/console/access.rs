@@ -535,7 +535,7 @@ pub(super) async fn login(
             },
         );
     let mut response = Redirect::to(&base.0).into_response();
-    let (cookie_name, path, secure) = cookie_place(&console.options, &base);
+    let (cookie_name, path, secure) = cookie_place(&console.options, &parts, &base);
     let cookie = format!(
         "{cookie_name}={id}; Path={path}; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
         ConsoleOptions::SESSION_MAX.as_secs()
@@ -574,18 +574,41 @@ pub(super) async fn logout(
             .remove(id);
     }
     let mut response = Redirect::to(&base.0).into_response();
-    let (cookie_name, path, secure) = cookie_place(&console.options, &base);
+    let (cookie_name, path, secure) = cookie_place(&console.options, &parts, &base);
     if let Ok(value) = HeaderValue::from_str(&format!("{cookie_name}=; Path={path}; Max-Age=0{secure}")) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
     response
 }
 
+/// Whether the request came over TLS as far as the console can tell:
+/// [`ConsoleOptions::secure_cookie`] says the console is only served so,
+/// the request's URI says `https` (HTTP/2 over TLS), or a proxy the
+/// options trust ([`ConsoleOptions::trust_forwarded_proto`]) set
+/// `X-Forwarded-Proto: https` (that one value: a list is not the trusted
+/// proxy's own).
+fn over_tls(options: &ConsoleOptions, parts: &Parts) -> bool {
+    options.secure_cookie
+        || parts.uri.scheme_str() == Some("https")
+        || (options.trust_forwarded_proto
+            && parts
+                .headers
+                .get_all("x-forwarded-proto")
+                .iter()
+                .map(|v| v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"https"))
+                .collect::<Vec<_>>()
+                == [true])
+}
+
 /// The session cookie's name, path and `Secure` attribute for a console
-/// mounted at `base`.
-fn cookie_place<'a>(options: &ConsoleOptions, base: &'a Base) -> (&'static str, &'a str, &'static str) {
+/// mounted at `base`, for this request ([`over_tls`]).
+fn cookie_place<'a>(
+    options: &ConsoleOptions,
+    parts: &Parts,
+    base: &'a Base,
+) -> (&'static str, &'a str, &'static str) {
     let path = cookie_path(base);
-    match (options.secure_cookie, path) {
+    match (over_tls(options, parts), path) {
         (false, _) => (COOKIE, path, ""),
         (true, "/") => (HOST_COOKIE, path, "; Secure"),
         (true, _) => (SECURE_COOKIE, path, "; Secure"),
@@ -594,7 +617,7 @@ fn cookie_place<'a>(options: &ConsoleOptions, base: &'a Base) -> (&'static str, 
 
 /// The session id the request carries, under the name this console sets.
 fn session_cookie<'a>(options: &ConsoleOptions, parts: &'a Parts) -> Option<&'a str> {
-    if options.secure_cookie {
+    if over_tls(options, parts) {
         cookie(parts, HOST_COOKIE).or_else(|| cookie(parts, SECURE_COOKIE))
     } else {
         cookie(parts, COOKIE)

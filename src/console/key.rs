@@ -101,7 +101,7 @@ pub(super) async fn page(
         @else { (actions_table(&actions, now)) }
     };
     // The title cannot hold a <bdi>: the key is isolated by FSI … PDI.
-    let title = format!("\u{2068}{key}\u{2069}");
+    let title = layout::isolate(key);
     layout::page(
         &base,
         &title,
@@ -153,7 +153,7 @@ fn no_row(
             }
         }
     };
-    let title = format!("\u{2068}{key}\u{2069}");
+    let title = layout::isolate(key);
     layout::page(base, &title, Tab::None, viewer, 0, body)
 }
 

@@ -104,47 +104,104 @@ pub(super) fn page(base: &Base, title: &str, tab: Tab, viewer: &Viewer, refresh_
 /// another name — whichever page shows it, however it got into the table.
 /// Done once on the whole page, so no interpolation can be missed.
 ///
-/// Form values (`value="…"`) are left as they are: an action on a key
-/// stored before names were checked must still name it exactly. maud
-/// escapes `<`, `>`, `&` and `"` in every value, so a `<` or `>` in the
-/// output is always markup and a `"` always ends an attribute.
+/// Two exceptions. Form values (`value="…"`) are left as they are: an
+/// action on a key stored before names were checked must still name it
+/// exactly. And the console's own isolates ([`isolate`]: U+2068 … U+2069
+/// with nothing hidden between, in a `<title>` or SVG `<text>`, which
+/// cannot hold a `<bdi>`) are kept: the text they enclose is escaped
+/// already, so they are balanced and reorder nothing outside.
+///
+/// maud escapes `<`, `>`, `&` and `"` in every value, so a `<` or `>` in
+/// the output is always markup and a `"` always ends an attribute.
 fn escape_hidden_text(html: &str) -> String {
+    use leasehold_rules::{escape_hidden, hidden_char};
     if leasehold_rules::find_hidden(html).is_none() {
         return html.to_owned();
     }
+    let escape = |out: &mut String, c: char| out.push_str(&escape_hidden(c.encode_utf8(&mut [0; 4])));
     let mut out = String::with_capacity(html.len() + 64);
-    // Inside a tag; inside a quoted attribute value, and whether it is a
-    // form value (kept as is).
+    // Inside a tag (and its name so far, or the attribute's); inside a
+    // quoted attribute value, and whether it is a form value (kept).
     let (mut in_tag, mut in_value, mut keep) = (false, false, false);
     let mut name = String::new();
-    for c in html.chars() {
+    let mut tag = String::new();
+    // Inside a <title> or <text>, where the console's isolates are.
+    let mut isolating = false;
+    // The end of the isolate being kept (the byte offset of its U+2069).
+    let mut kept_until: Option<usize> = None;
+    for (at, c) in html.char_indices() {
         if in_value {
             if c == '"' {
                 in_value = false;
-            } else if !keep && leasehold_rules::hidden_char(c) {
-                out.push_str(&leasehold_rules::escape_hidden(c.encode_utf8(&mut [0; 4])));
+            } else if !keep && hidden_char(c) {
+                escape(&mut out, c);
                 continue;
             }
         } else if in_tag {
             match c {
-                '>' => in_tag = false,
+                '>' => {
+                    in_tag = false;
+                    match tag.to_ascii_lowercase().as_str() {
+                        "title" | "text" => isolating = true,
+                        "/title" | "/text" => isolating = false,
+                        _ => {}
+                    }
+                }
                 '"' => {
                     in_value = true;
                     keep = name.trim_end_matches('=').eq_ignore_ascii_case("value");
                 }
-                c if c.is_whitespace() => name.clear(),
+                c if c.is_whitespace() => {
+                    if tag.is_empty() {
+                        tag = std::mem::take(&mut name);
+                    }
+                    name.clear();
+                }
                 c => name.push(c),
+            }
+            if !in_tag && tag.is_empty() {
+                tag = std::mem::take(&mut name);
+                match tag.to_ascii_lowercase().as_str() {
+                    "title" | "text" => isolating = true,
+                    "/title" | "/text" => isolating = false,
+                    _ => {}
+                }
             }
         } else if c == '<' {
             in_tag = true;
             name.clear();
-        } else if leasehold_rules::hidden_char(c) {
-            out.push_str(&leasehold_rules::escape_hidden(c.encode_utf8(&mut [0; 4])));
+            tag.clear();
+        } else if hidden_char(c) {
+            let rest = &html[at + c.len_utf8()..];
+            let balanced = || {
+                let end = rest.find(|c: char| c == '<' || hidden_char(c))?;
+                rest[end..].starts_with('\u{2069}').then_some(at + c.len_utf8() + end)
+            };
+            if c == '\u{2068}' && isolating && kept_until.is_none() {
+                if let Some(end) = balanced() {
+                    kept_until = Some(end);
+                    out.push(c);
+                    continue;
+                }
+            } else if c == '\u{2069}' && kept_until == Some(at) {
+                kept_until = None;
+                out.push(c);
+                continue;
+            }
+            escape(&mut out, c);
             continue;
         }
         out.push(c);
     }
     out
+}
+
+/// Text from outside the console (a key, a holder, an actor) isolated
+/// for a place that cannot hold a `<bdi>` (SVG text, a tooltip, the
+/// page's title): between U+2068 and U+2069, its own hidden characters
+/// escaped, so the isolate is balanced (see [`page`]).
+pub(super) fn isolate(text: &str) -> String {
+    format!("\u{2068}{}\u{2069}", leasehold_rules::escape_hidden(text))
 }
 
 /// Headers on every answer (the router's layer puts them on all of them,
@@ -342,6 +399,28 @@ mod tests {
         assert_eq!(relative(now, now), "now");
         assert_eq!(relative(now + s(7200), now), "in 2 h");
         assert_eq!(relative(now - s(3 * 86_400), now), "3 d ago");
+    }
+
+    #[test]
+    fn hidden_characters_are_escaped_except_in_form_values_and_the_consoles_own_isolates() {
+        let evil = "k\u{2069}\u{202e}evil";
+        let html = format!(
+            "<title>{t} · leasehold</title><td><bdi>{evil}</bdi></td><a title=\"{evil}\">x</a>\
+             <input type=\"hidden\" name=\"key\" value=\"{evil}\"><text class=\"h\" x=\"4\">{t}</text>\
+             <p>\u{2068}ok\u{2069} admin\u{2062}</p>",
+            t = isolate(evil)
+        );
+        let out = escape_hidden_text(&html);
+        let iso = "\u{2068}k\\u{2069}\\u{202e}evil\u{2069}";
+        assert!(out.starts_with(&format!("<title>{iso} · leasehold</title>")), "{out}");
+        assert!(out.contains("<bdi>k\\u{2069}\\u{202e}evil</bdi>"), "{out}");
+        assert!(out.contains("title=\"k\\u{2069}\\u{202e}evil\""), "{out}");
+        assert!(out.contains(&format!("value=\"{evil}\"")), "a form value names the key exactly: {out}");
+        assert!(out.contains(&format!("x=\"4\">{iso}</text>")), "{out}");
+        assert!(
+            out.contains("<p>\\u{2068}ok\\u{2069} admin\\u{2062}</p>"),
+            "an isolate outside a title is no isolate of the console's: {out}"
+        );
     }
 
     #[test]

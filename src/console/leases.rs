@@ -332,7 +332,7 @@ pub(super) async fn job(
             p { a #next href={ "./?job=" (enc(name)) "&after=" (enc(after)) } { "Next " (PAGE) " keys →" } }
         }
     };
-    let title = format!("\u{2068}{name}\u{2069}");
+    let title = layout::isolate(name);
     layout::page(
         &base,
         &title,
