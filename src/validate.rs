@@ -25,8 +25,32 @@ pub(crate) fn rule(e: RuleError) -> Error {
     Error::invalid(e.what, Shown(e.value), e.problem)
 }
 
+/// A key a row is made for (a claim, a registration, a stored key): the
+/// whole identifier rule, hidden characters refused.
 pub(crate) fn key(key: &str) -> Result<()> {
     identifier("lease key", key)
+}
+
+/// A key looked up or acted on (status, history, revoke, forget,
+/// trigger, pause…): only what a row can hold (not empty, at most 255
+/// bytes, no NUL), so a row stored before hidden characters were refused
+/// can still be read, shown (escaped) and acted on, down to forgetting it.
+pub(crate) fn existing_key(key: &str) -> Result<()> {
+    stored("lease key", key)
+}
+
+/// A job name looked up or acted on: as [`existing_key`].
+pub(crate) fn existing_job_name(name: &str) -> Result<()> {
+    stored("job name", name)
+}
+
+/// Not empty, at most [`MAX_KEY_BYTES`] bytes, no NUL: what PostgreSQL's
+/// column takes.
+fn stored(what: &'static str, value: &str) -> Result<()> {
+    match leasehold_rules::check_identifier(value) {
+        Ok(()) | Err(leasehold_rules::IdentifierError::Hidden(_)) => Ok(()),
+        Err(e) => Err(rule(leasehold_rules::RuleError::new(what, value, format!("it {e}")))),
+    }
 }
 
 pub(crate) fn holder(holder: &str) -> Result<()> {

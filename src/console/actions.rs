@@ -27,12 +27,10 @@ pub(super) const OFFERED: [OperatorAction; 4] = [
 ];
 
 /// The error page's sentence for a `key` parameter that is no lease key.
-pub(super) const NOT_A_KEY: &str = "Not a lease key (`key`): a key is 1 to 255 bytes, without NUL, control, \
-                                    invisible or text-direction characters.";
+pub(super) const NOT_A_KEY: &str = "Not a lease key (`key`): a key is 1 to 255 bytes, without NUL.";
 
 /// The error page's sentence for a job name parameter that is no job name.
-pub(super) const NOT_A_JOB: &str = "Not a job name: a job name is 1 to 255 bytes, without NUL, control, \
-                                    invisible or text-direction characters.";
+pub(super) const NOT_A_JOB: &str = "Not a job name: a job name is 1 to 255 bytes, without NUL.";
 
 /// One of [`OFFERED`], by its name; `None` for anything else.
 fn offered(name: &str) -> Option<OperatorAction> {
@@ -135,11 +133,11 @@ impl Subject {
     /// sentence, quoting nothing of the request) says what is wrong.
     fn parse(key: &str, job: &str) -> Result<Self, &'static str> {
         match (key.is_empty(), job.is_empty()) {
-            (false, true) => match crate::validate::key(key) {
+            (false, true) => match crate::validate::existing_key(key) {
                 Ok(()) => Ok(Subject::Key(key.to_owned())),
                 Err(_) => Err(NOT_A_KEY),
             },
-            (true, false) => match crate::validate::job_name(job) {
+            (true, false) => match crate::validate::existing_job_name(job) {
                 Ok(()) => Ok(Subject::Job(job.to_owned())),
                 Err(_) => Err(NOT_A_JOB),
             },

@@ -255,7 +255,7 @@ pub(super) async fn job(
         return *refusal;
     }
     let name = query.name.as_str();
-    if crate::validate::job_name(name).is_err() {
+    if crate::validate::existing_job_name(name).is_err() {
         return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, NOT_A_JOB);
     }
     let Ok(window) = timeline::parse_window(&query.window) else {
