@@ -27,10 +27,11 @@ pub(super) const OFFERED: [OperatorAction; 4] = [
 ];
 
 /// The error page's sentence for a `key` parameter that is no lease key.
-pub(super) const NOT_A_KEY: &str = "Not a lease key (`key`): a key is 1 to 255 bytes, without NUL.";
+pub(super) const NOT_A_KEY: &str = "Not a lease key (`key`): a key is not empty, the limit is 255 bytes, and it holds no NUL \
+                                    byte.";
 
 /// The error page's sentence for a job name parameter that is no job name.
-pub(super) const NOT_A_JOB: &str = "Not a job name: a job name is 1 to 255 bytes, without NUL.";
+pub(super) const NOT_A_JOB: &str = "Not a job name: a job name is not empty, the limit is 255 bytes, and it holds no NUL byte.";
 
 /// One of [`OFFERED`], by its name; `None` for anything else.
 fn offered(name: &str) -> Option<OperatorAction> {

@@ -249,17 +249,25 @@ pub(super) fn error(base: &Base, viewer: &Viewer, status: StatusCode, message: &
 /// byte): 400 naming the parameter, before any statement, so a malformed
 /// link is the client's mistake and never reads as the database failing.
 pub(super) fn check_params(base: &Base, viewer: &Viewer, params: &[(&str, &str)]) -> Result<(), Box<Response>> {
-    match params.iter().any(|(_, value)| value.contains('\0')) {
-        true => Err(Box::new(error(
-            base,
-            viewer,
-            StatusCode::BAD_REQUEST,
-            "A parameter of the address contains a NUL byte, which no key, job or holder can contain.",
-        ))),
-        false => Ok(()),
+    macro_rules! nul {
+        ($what:literal) => {
+            concat!($what, " contains a NUL byte, which no key, job or holder can contain.")
+        };
     }
+    let Some((name, _)) = params.iter().find(|(_, value)| value.contains('\0')) else {
+        return Ok(());
+    };
+    // The parameter's name is the console's own, never the request's.
+    let message = match *name {
+        "prefix" => nul!("The parameter `prefix`"),
+        "job" => nul!("The parameter `job`"),
+        "after" => nul!("The parameter `after`"),
+        "name" => nul!("The parameter `name`"),
+        "key" => nul!("The parameter `key`"),
+        _ => nul!("A parameter of the address"),
+    };
+    Err(Box::new(error(base, viewer, StatusCode::BAD_REQUEST, message)))
 }
-
 /// Seconds a client is asked to wait (`Retry-After`) before retrying a
 /// busy answer; a busy page retries by itself after as long.
 pub(super) const RETRY_AFTER_SECS: u64 = 2;
