@@ -7,7 +7,8 @@
 //!
 //! - `--slow N` slowloris connections, each sending `GET / HTTP/1.1` and
 //!   then one header byte every `--drip-ms`, never finishing; each one the
-//!   console closes is opened again at once, so N are always trying;
+//!   console closes is opened again at the next tick (`--drip-ms` later),
+//!   as the classic tool does, so N keep trying;
 //! - `--flood N` clients sending normal page views back to back (a new
 //!   connection each), counting answers by status;
 //! - every second a normal client opens a connection, asks for `/` and
@@ -54,7 +55,11 @@ fn args() -> Args {
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
-        let number = || value.parse::<u64>().unwrap_or_else(|_| panic!("{flag} {value}: a number"));
+        let number = || {
+            value
+                .parse::<u64>()
+                .unwrap_or_else(|_| panic!("{flag} {value}: a number"))
+        };
         match flag.as_str() {
             "--cli" => args.cli = PathBuf::from(&value),
             "--secs" => args.secs = number(),
@@ -119,13 +124,21 @@ async fn main() {
     let pid = child.id().expect("a pid");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let authority = loop {
-        let line = lines.next_line().await.expect("read").expect("the console printed its URL");
+        let line = lines
+            .next_line()
+            .await
+            .expect("read")
+            .expect("the console printed its URL");
         if let Some(at) = line.find("http://") {
             break line[at + 7..].trim().trim_end_matches('/').to_owned();
         }
     };
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    let port: u16 = authority.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
+    let port: u16 = authority
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port");
     println!(
         "console pid {pid} at {authority}; {} s, {} slowloris connections (a byte every {:?}), {} flooding clients",
         args.secs, args.slow, args.drip, args.flood
@@ -141,19 +154,29 @@ async fn main() {
         idle_probe, before.fds, before.conns, before.rss_kib
     );
 
+    // The attack runs on its own runtime (and threads), so the probe below
+    // measures the console, not a load generator starving its own timer.
+    let attack = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("the attack's runtime");
     for i in 0..args.slow {
         let (authority, counts, drip) = (authority.clone(), counts.clone(), args.drip);
-        tokio::spawn(async move {
+        attack.spawn(async move {
             // Spread the openings over the first seconds.
             tokio::time::sleep(Duration::from_millis((i as u64 * 3) % 5000)).await;
+            // As the classic tool does: a connection the server closed is
+            // opened again at the next tick.
             while Instant::now() < end {
                 slowloris(&authority, drip, end, &counts).await;
+                tokio::time::sleep(drip).await;
             }
         });
     }
     for _ in 0..args.flood {
         let (authority, counts) = (authority.clone(), counts.clone());
-        tokio::spawn(async move {
+        attack.spawn(async move {
             let paths = ["/", "/fleet", "/kinds", "/key?key=soak%3Akey-1", "/job?name=soak"];
             let mut n = 0usize;
             while Instant::now() < end {
@@ -194,6 +217,7 @@ async fn main() {
         }
         samples.push(s);
     }
+    attack.shutdown_background();
     let _ = child.kill().await;
 
     let minute = |from: u64, to: u64| {
@@ -213,13 +237,20 @@ async fn main() {
     let p50 = sorted.get(sorted.len() / 2).copied().unwrap_or(0);
     let p99 = sorted.get(sorted.len() * 99 / 100).copied().unwrap_or(0);
     let slow_probes = probes.iter().filter(|ms| **ms > 1000).count();
-    println!("summary over {last} s ({} probes):", samples.len());
-    println!("  before the attack: probe {idle_probe:?} ms, {} fds, {} KiB RSS", before.fds, before.rss_kib);
-    println!("  time to answer: p50 {p50} ms, p99 {p99} ms, worst {worst} ms; over 1 s: {slow_probes}; missed: {misses}");
-    println!("  seconds {warm}-{}: max fds {fds_early}, connections {conns_early}, RSS {rss_early} KiB", warm * 2);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("summary over {last} s ({} probes; load average now {}):", samples.len(), load.trim());
     println!(
-        "  last {warm} s: max fds {fds_late}, connections {conns_late}, RSS {rss_late} KiB"
+        "  before the attack: probe {idle_probe:?} ms, {} fds, {} KiB RSS",
+        before.fds, before.rss_kib
     );
+    println!(
+        "  time to answer: p50 {p50} ms, p99 {p99} ms, worst {worst} ms; over 1 s: {slow_probes}; missed: {misses}"
+    );
+    println!(
+        "  seconds {warm}-{}: max fds {fds_early}, connections {conns_early}, RSS {rss_early} KiB",
+        warm * 2
+    );
+    println!("  last {warm} s: max fds {fds_late}, connections {conns_late}, RSS {rss_late} KiB");
     println!(
         "  slowloris connections opened {}, closed by the console {}; flood answers 200 {}, 503 {}, other {}, failed {}",
         counts.slow_opened.load(Ordering::Relaxed),
@@ -247,7 +278,11 @@ async fn slowloris(authority: &str, drip: Duration, end: Instant, counts: &Count
         counts.slow_closed.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let host = authority.as_bytes().iter().chain(b"\r\nX-Slow: ").chain(std::iter::repeat(&b'a'));
+    let host = authority
+        .as_bytes()
+        .iter()
+        .chain(b"\r\nX-Slow: ")
+        .chain(std::iter::repeat(&b'a'));
     let mut buf = [0u8; 256];
     for byte in host {
         if Instant::now() >= end {
@@ -284,12 +319,20 @@ async fn get(authority: &str, path: &str, within: Duration) -> Option<u16> {
     tokio::time::timeout(within, exchange).await.ok().flatten()
 }
 
-/// Milliseconds a normal client waits for a full answer to `GET /`;
-/// `None` if it failed or took over 5 s.
+/// Probes answered "busy, retry" (503) rather than with the page.
+static PROBES_BUSY: AtomicU64 = AtomicU64::new(0);
+
+/// Milliseconds a normal client waits for a full answer to `GET /` (the
+/// page, or "busy, retry", counted in [`PROBES_BUSY`]); `None` if it
+/// failed or took over 5 s.
 async fn probe(authority: &str) -> Option<u64> {
     let start = Instant::now();
     match get(authority, "/", Duration::from_secs(5)).await {
-        Some(200 | 503) => Some(start.elapsed().as_millis() as u64),
+        Some(200) => Some(start.elapsed().as_millis() as u64),
+        Some(503) => {
+            PROBES_BUSY.fetch_add(1, Ordering::Relaxed);
+            Some(start.elapsed().as_millis() as u64)
+        }
         _ => None,
     }
 }

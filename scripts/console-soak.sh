@@ -22,6 +22,8 @@ if [[ "${1:-}" == "--short" ]]; then
     shift
     args=(--secs 20 --slow 600 --flood 4)
 fi
+# The console under test in release; the load generator in the dev
+# profile (its dev-dependencies are the tests', already built there).
 cargo build --release -p leasehold-cli --bin leasehold
-cargo build --release --example console_soak
-exec "$target/release/examples/console_soak" --cli "$target/release/leasehold" "${args[@]}" "$@"
+cargo build --example console_soak
+exec "$target/debug/examples/console_soak" --cli "$target/release/leasehold" "${args[@]}" "$@"

@@ -308,7 +308,9 @@ struct Unproven {
 }
 
 impl Unproven {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, std::collections::BTreeMap<u64, tokio::sync::oneshot::Sender<()>>)> {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, (u64, std::collections::BTreeMap<u64, tokio::sync::oneshot::Sender<()>>)> {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -377,7 +379,10 @@ impl tokio::io::AsyncWrite for Watched {
         std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
-    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.inner).poll_flush(cx)
     }
 

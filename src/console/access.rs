@@ -602,11 +602,7 @@ fn over_tls(options: &ConsoleOptions, parts: &Parts) -> bool {
 
 /// The session cookie's name, path and `Secure` attribute for a console
 /// mounted at `base`, for this request ([`over_tls`]).
-fn cookie_place<'a>(
-    options: &ConsoleOptions,
-    parts: &Parts,
-    base: &'a Base,
-) -> (&'static str, &'a str, &'static str) {
+fn cookie_place<'a>(options: &ConsoleOptions, parts: &Parts, base: &'a Base) -> (&'static str, &'a str, &'static str) {
     let path = cookie_path(base);
     match (over_tls(options, parts), path) {
         (false, _) => (COOKIE, path, ""),

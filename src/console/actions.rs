@@ -31,7 +31,8 @@ pub(super) const NOT_A_KEY: &str = "Not a lease key (`key`): a key is not empty,
                                     byte.";
 
 /// The error page's sentence for a job name parameter that is no job name.
-pub(super) const NOT_A_JOB: &str = "Not a job name: a job name is not empty, the limit is 255 bytes, and it holds no NUL byte.";
+pub(super) const NOT_A_JOB: &str =
+    "Not a job name: a job name is not empty, the limit is 255 bytes, and it holds no NUL byte.";
 
 /// One of [`OFFERED`], by its name; `None` for anything else.
 fn offered(name: &str) -> Option<OperatorAction> {

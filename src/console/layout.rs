@@ -90,7 +90,10 @@ pub(super) fn page(base: &Base, title: &str, tab: Tab, viewer: &Viewer, refresh_
         }
     };
     (
-        [(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        )],
         escape_hidden_text(&markup.into_string()),
     )
         .into_response()
@@ -251,7 +254,10 @@ pub(super) fn error(base: &Base, viewer: &Viewer, status: StatusCode, message: &
 pub(super) fn check_params(base: &Base, viewer: &Viewer, params: &[(&str, &str)]) -> Result<(), Box<Response>> {
     macro_rules! nul {
         ($what:literal) => {
-            concat!($what, " contains a NUL byte, which no key, job or holder can contain.")
+            concat!(
+                $what,
+                " contains a NUL byte, which no key, job or holder can contain."
+            )
         };
     }
     let Some((name, _)) = params.iter().find(|(_, value)| value.contains('\0')) else {
@@ -423,7 +429,10 @@ mod tests {
         assert!(out.starts_with(&format!("<title>{iso} · leasehold</title>")), "{out}");
         assert!(out.contains("<bdi>k\\u{2069}\\u{202e}evil</bdi>"), "{out}");
         assert!(out.contains("title=\"k\\u{2069}\\u{202e}evil\""), "{out}");
-        assert!(out.contains(&format!("value=\"{evil}\"")), "a form value names the key exactly: {out}");
+        assert!(
+            out.contains(&format!("value=\"{evil}\"")),
+            "a form value names the key exactly: {out}"
+        );
         assert!(out.contains(&format!("x=\"4\">{iso}</text>")), "{out}");
         assert!(
             out.contains("<p>\\u{2068}ok\\u{2069} admin\\u{2062}</p>"),

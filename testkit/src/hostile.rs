@@ -62,11 +62,19 @@ pub const CLASSES: &[Class] = &[
     },
     Class {
         name: "zero-width space, joiners, word joiner, byte order mark (Cf)",
-        ranges: &[('\u{200b}', '\u{200d}'), ('\u{2060}', '\u{2060}'), ('\u{feff}', '\u{feff}')],
+        ranges: &[
+            ('\u{200b}', '\u{200d}'),
+            ('\u{2060}', '\u{2060}'),
+            ('\u{feff}', '\u{feff}'),
+        ],
     },
     Class {
         name: "invisible operators (Cf)",
-        ranges: &[('\u{2062}', '\u{2062}'), ('\u{2061}', '\u{2061}'), ('\u{2063}', '\u{2064}')],
+        ranges: &[
+            ('\u{2062}', '\u{2062}'),
+            ('\u{2061}', '\u{2061}'),
+            ('\u{2063}', '\u{2064}'),
+        ],
     },
     Class {
         name: "deprecated format characters (Cf)",
@@ -118,7 +126,11 @@ pub const CLASSES: &[Class] = &[
     },
     Class {
         name: "variation selectors (Mn)",
-        ranges: &[('\u{fe0f}', '\u{fe0f}'), ('\u{fe00}', '\u{fe0e}'), ('\u{e0100}', '\u{e01ef}')],
+        ranges: &[
+            ('\u{fe0f}', '\u{fe0f}'),
+            ('\u{fe00}', '\u{fe0e}'),
+            ('\u{e0100}', '\u{e01ef}'),
+        ],
     },
     Class {
         name: "Mongolian free variation selectors (Mn)",
@@ -148,7 +160,10 @@ pub fn hidden_chars() -> impl Iterator<Item = char> {
 /// [`FAKE_ADMIN`], each with its class's name.
 pub fn samples() -> Vec<(&'static str, String)> {
     let mut out: Vec<(&'static str, String)> = CLASSES.iter().map(|c| (c.name, c.sample())).collect();
-    out.push(("an isolate closed, then the direction overridden", format!("k{REORDER}evil")));
+    out.push((
+        "an isolate closed, then the direction overridden",
+        format!("k{REORDER}evil"),
+    ));
     out.push(("a name that displays as another", FAKE_ADMIN.to_owned()));
     out
 }

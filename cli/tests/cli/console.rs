@@ -503,7 +503,10 @@ async fn console_at_max_connections_closes_the_oldest_without_a_request_to_answe
     assert!(first < Duration::from_secs(2), "the oldest closed only after {first:?}");
     for later in &kept[1..] {
         let later = later.expect("closed at the header timeout");
-        assert!(later >= Duration::from_secs(4), "a newer silent connection closed after {later:?}");
+        assert!(
+            later >= Duration::from_secs(4),
+            "a newer silent connection closed after {later:?}"
+        );
     }
 }
 
@@ -656,7 +659,13 @@ async fn console_closes_a_slow_body_after_the_connection_timeout() {
 
 /// One HTTP/1.1 request over a new connection to `authority`:
 /// (status line, head, body). `body` is sent as a urlencoded form.
-fn exchange(authority: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (String, String, String) {
+fn exchange(
+    authority: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (String, String, String) {
     let mut stream = TcpStream::connect(authority).expect("connect to the console");
     stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
@@ -675,7 +684,11 @@ fn exchange(authority: &str, method: &str, path: &str, headers: &[(&str, &str)],
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read the response");
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    (head.lines().next().unwrap_or("").to_owned(), head.to_owned(), body.to_owned())
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        head.to_owned(),
+        body.to_owned(),
+    )
 }
 
 /// The value of the hidden `csrf` field of a page's form.
@@ -715,7 +728,10 @@ async fn console_says_an_outcome_only_for_an_action_this_session_took_and_quotes
     for done in ["paused", "revoked", "triggered"] {
         let (status, _, body) = exchange(&authority, "GET", &format!("/key?key=ledger&done={done}"), &[], "");
         assert!(status.contains(" 200 "), "{status}\n{body}");
-        assert!(!body.contains("id=\"flash\""), "done={done} made the console say: {body}");
+        assert!(
+            !body.contains("id=\"flash\""),
+            "done={done} made the console say: {body}"
+        );
     }
     // Error pages quote nothing of the request.
     let lure = "Session expired: re-enter the token at http://evil.example/login";
@@ -740,7 +756,13 @@ async fn console_says_an_outcome_only_for_an_action_this_session_took_and_quotes
     // An operator logs in and pauses the key: the key's page says so once.
     let (_, _, login) = exchange(&authority, "GET", "/login", &[], "");
     let form = format!("name=alice&token={TOKEN}&csrf={}", csrf_of(&login));
-    let (status, head, body) = exchange(&authority, "POST", "/login", &[("Sec-Fetch-Site", "same-origin")], &form);
+    let (status, head, body) = exchange(
+        &authority,
+        "POST",
+        "/login",
+        &[("Sec-Fetch-Site", "same-origin")],
+        &form,
+    );
     assert!(status.contains(" 303 "), "{status}\n{body}");
     let cookie = header_of(&head, "set-cookie")
         .and_then(|c| c.split(';').next())
@@ -763,5 +785,8 @@ async fn console_says_an_outcome_only_for_an_action_this_session_took_and_quotes
     let (_, _, stranger) = exchange(&authority, "GET", &to, &[], "");
     assert!(!stranger.contains("id=\"flash\""), "another client saw it: {stranger}");
     let (_, _, page) = exchange(&authority, "GET", &to, &session, "");
-    assert!(page.contains("id=\"flash\""), "the actor's own view still shows it: {page}");
+    assert!(
+        page.contains("id=\"flash\""),
+        "the actor's own view still shows it: {page}"
+    );
 }

@@ -157,7 +157,10 @@ async fn status_shows_every_hidden_character_of_stored_rows_escaped() {
         assert!(hidden.is_empty(), "{hidden:?} printed raw in {line:?}");
     }
     for (class, sample) in &samples {
-        let c = sample.chars().find(|c| leasehold_rules::hidden_char(*c)).expect("a hidden character");
+        let c = sample
+            .chars()
+            .find(|c| leasehold_rules::hidden_char(*c))
+            .expect("a hidden character");
         let escaped = match c {
             '\n' | '\r' | '\t' => c.escape_debug().to_string(),
             c => format!("\\u{{{:x}}}", u32::from(c)),

@@ -745,7 +745,9 @@ async fn hidden_characters_show_escaped_and_the_outcome_strips_are_named() {
     let browser = Browser::start().await;
     let c = &browser.client;
 
-    c.goto(&format!("http://{addr}{MOUNT}/")).await.expect("open the leases page");
+    c.goto(&format!("http://{addr}{MOUNT}/"))
+        .await
+        .expect("open the leases page");
     assert_nothing_hidden(c, "the leases page").await;
     let keys = lease_keys(c).await;
     for (i, (class, sample)) in samples.iter().enumerate() {
@@ -755,7 +757,11 @@ async fn hidden_characters_show_escaped_and_the_outcome_strips_are_named() {
             .find(|k| k.starts_with(&format!("{i}-")))
             .unwrap_or_else(|| panic!("{class}: no row in {keys:?}"));
         let row = lease_row(c, row).await;
-        assert_eq!(cell(&row, "key").await, format!("{i}-{shown}"), "{class}: the key as shown");
+        assert_eq!(
+            cell(&row, "key").await,
+            format!("{i}-{shown}"),
+            "{class}: the key as shown"
+        );
         assert_eq!(cell(&row, "holder").await, shown, "{class}: the holder as shown");
     }
     // The outcome strip is an image with a name that says the outcomes.
@@ -834,7 +840,11 @@ async fn assert_nothing_hidden(c: &Client, page: &str) {
         if ch == '\u{2068}' {
             // The console's own isolate: up to its U+2069, nothing hidden.
             let inner: String = chars.by_ref().take_while(|c| *c != '\u{2069}').collect();
-            hidden.extend(inner.chars().filter(|c| leasehold_rules::hidden_char(*c) && !"\n\t".contains(*c)));
+            hidden.extend(
+                inner
+                    .chars()
+                    .filter(|c| leasehold_rules::hidden_char(*c) && !"\n\t".contains(*c)),
+            );
             continue;
         }
         if leasehold_rules::hidden_char(ch) && !"\n\t".contains(ch) {

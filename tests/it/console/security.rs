@@ -571,7 +571,10 @@ async fn a_name_cannot_pass_for_another() {
 async fn untrusted_text_is_direction_isolated_and_its_hidden_characters_escaped() {
     let (db, store) = support::store().await;
     let key = "\u{202e}ledger";
-    assert!(store.claim(key, "replica-1", LONG).await.is_err(), "a new key with U+202E is refused");
+    assert!(
+        store.claim(key, "replica-1", LONG).await.is_err(),
+        "a new key with U+202E is refused"
+    );
     // A row stored before the rule: read, shown escaped, acted on.
     store.claim("ledger", "replica-1", LONG).await.expect("claim");
     sqlx::query("UPDATE leasehold_lease SET key = $1, holder = $2 WHERE key = 'ledger'")
