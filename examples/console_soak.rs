@@ -182,7 +182,7 @@ async fn main() {
             while Instant::now() < end {
                 n += 1;
                 match get(&authority, paths[n % paths.len()], Duration::from_secs(10)).await {
-                    Some(status) if status == 200 => counts.flood_ok.fetch_add(1, Ordering::Relaxed),
+                    Some(200) => counts.flood_ok.fetch_add(1, Ordering::Relaxed),
                     Some(503) => counts.flood_busy.fetch_add(1, Ordering::Relaxed),
                     Some(_) => counts.flood_other.fetch_add(1, Ordering::Relaxed),
                     None => counts.flood_failed.fetch_add(1, Ordering::Relaxed),
@@ -199,7 +199,7 @@ async fn main() {
         let at = started.elapsed().as_secs();
         let probe_ms = probe(&authority).await;
         let s = sample(at, pid, port, probe_ms);
-        if at % 10 == 0 {
+        if at.is_multiple_of(10) {
             println!(
                 "t={at:>4}s probe {:>5} ms  fds {:>5}  conns {:>5}  rss {:>7} KiB  slowloris opened {} closed {}  \
                  flood 200 {} 503 {} other {} failed {}",
@@ -238,7 +238,11 @@ async fn main() {
     let p99 = sorted.get(sorted.len() * 99 / 100).copied().unwrap_or(0);
     let slow_probes = probes.iter().filter(|ms| **ms > 1000).count();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("summary over {last} s ({} probes; load average now {}):", samples.len(), load.trim());
+    println!(
+        "summary over {last} s ({} probes; load average now {}):",
+        samples.len(),
+        load.trim()
+    );
     println!(
         "  before the attack: probe {idle_probe:?} ms, {} fds, {} KiB RSS",
         before.fds, before.rss_kib

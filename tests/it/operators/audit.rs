@@ -227,8 +227,15 @@ async fn hidden_characters_are_refused_in_every_name_and_who_acted_follows_one_r
     let (_db, store) = support::store().await;
     for c in hostile::hidden_chars() {
         let key = format!("k{c}");
-        let err = store.claim(&key, "replica-1", LONG).await.expect_err("a hidden character in a key");
-        assert!(matches!(err, Error::InvalidInput { .. }), "U+{:04X}: {err}", u32::from(c));
+        let err = store
+            .claim(&key, "replica-1", LONG)
+            .await
+            .expect_err("a hidden character in a key");
+        assert!(
+            matches!(err, Error::InvalidInput { .. }),
+            "U+{:04X}: {err}",
+            u32::from(c)
+        );
     }
     for (class, sample) in hostile::samples() {
         let err = store.claim("ledger", &sample, LONG).await.expect_err("holder");
@@ -252,5 +259,8 @@ async fn hidden_characters_are_refused_in_every_name_and_who_acted_follows_one_r
         .expect_err("admin + INVISIBLE TIMES");
     assert!(err.to_string().contains("\\u{2062}"), "{err}");
     assert!(store.pauses().await.expect("pauses").is_empty(), "nothing was paused");
-    assert!(store.status("ledger").await.expect("status").is_none(), "nothing was claimed");
+    assert!(
+        store.status("ledger").await.expect("status").is_none(),
+        "nothing was claimed"
+    );
 }
