@@ -73,7 +73,7 @@ impl Operator {
     /// (each recorded on its key); how many keys it triggered. Keys the job
     /// registers later are not triggered.
     pub async fn trigger_job(&self, job: &str) -> Result<u64> {
-        crate::validate::job_name(job)?;
+        crate::validate::existing_job_name(job)?;
         let mut filter = KeyFilter::new().job(job).limit(TRIGGER_PAGE);
         let mut triggered = 0;
         loop {

@@ -25,8 +25,32 @@ pub(crate) fn rule(e: RuleError) -> Error {
     Error::invalid(e.what, Shown(e.value), e.problem)
 }
 
+/// A key a row is made for (a claim, a registration, a stored key): the
+/// whole identifier rule, hidden characters refused.
 pub(crate) fn key(key: &str) -> Result<()> {
     identifier("lease key", key)
+}
+
+/// A key looked up or acted on (status, history, revoke, forget,
+/// trigger, pause…): only what a row can hold (not empty, at most 255
+/// bytes, no NUL), so a row stored before hidden characters were refused
+/// can still be read, shown (escaped) and acted on, down to forgetting it.
+pub(crate) fn existing_key(key: &str) -> Result<()> {
+    stored("lease key", key)
+}
+
+/// A job name looked up or acted on: as [`existing_key`].
+pub(crate) fn existing_job_name(name: &str) -> Result<()> {
+    stored("job name", name)
+}
+
+/// Not empty, at most [`MAX_KEY_BYTES`] bytes, no NUL: what PostgreSQL's
+/// column takes.
+fn stored(what: &'static str, value: &str) -> Result<()> {
+    match leasehold_rules::check_identifier(value) {
+        Ok(()) | Err(leasehold_rules::IdentifierError::Hidden(_)) => Ok(()),
+        Err(e) => Err(rule(leasehold_rules::RuleError::new(what, value, format!("it {e}")))),
+    }
 }
 
 pub(crate) fn holder(holder: &str) -> Result<()> {
@@ -37,9 +61,18 @@ pub(crate) fn job_name(name: &str) -> Result<()> {
     identifier("job name", name)
 }
 
-/// Who paused a key: free text, shown by `status`.
+/// Who paused a key, shown by `status` and the console: the one rule for
+/// who did something ([`leasehold_rules::actor`]), so a name that displays
+/// as another (`"admin\u{2062}"`) is refused here as everywhere.
 pub(crate) fn paused_by(by: &str) -> Result<()> {
-    identifier("paused by", by)
+    leasehold_rules::actor(by).map_err(|e| rule(leasehold_rules::RuleError { what: "paused by", ..e }))
+}
+
+/// Text that may hold hidden characters (a job's error, a row stored
+/// before names were checked), as the console and the log fields show it:
+/// each one escaped (`\u{202e}`), see [`leasehold_rules::escape_hidden`].
+pub(crate) fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    leasehold_rules::escape_hidden(text)
 }
 
 pub(crate) fn resource(resource: &str) -> Result<()> {

@@ -40,6 +40,19 @@ pub(crate) struct Args {
     #[arg(long = "allow-host", value_name = "HOST")]
     allow_host: Vec<String>,
 
+    /// Mark the login cookie `Secure` (sent over HTTPS only, named
+    /// `__Host-leasehold_console`): set it when a TLS-terminating proxy in
+    /// front is the only way to the console.
+    #[arg(long)]
+    secure_cookie: bool,
+
+    /// Trust the `X-Forwarded-Proto` header: a request with
+    /// `X-Forwarded-Proto: https` gets a `Secure` login cookie. Only behind
+    /// a proxy that sets that header on every request and is the only way
+    /// to the console (any client can send the header).
+    #[arg(long)]
+    trust_forwarded_proto: bool,
+
     /// Read the token that enables actions from this file (first line),
     /// instead of the LEASEHOLD_CONSOLE_TOKEN environment variable. Without
     /// either the console is read-only.
@@ -165,7 +178,9 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     let token = args.token()?;
     let mut options = ConsoleOptions::new()
         .refresh(args.refresh)
-        .max_concurrent_reads(args.max_concurrent_reads);
+        .max_concurrent_reads(args.max_concurrent_reads)
+        .secure_cookie(args.secure_cookie)
+        .trust_forwarded_proto(args.trust_forwarded_proto);
     let access = match token {
         Some(token) => {
             options = options
@@ -210,16 +225,21 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
 /// finish.
 ///
 /// Unlike `axum::serve`, bounded against slow or idle clients: at most
-/// `--max-connections` at once (a permit per connection; without one it
-/// stops accepting, so the next clients wait in the kernel's accept queue
-/// instead of being refused, and no file descriptor is spent on them),
-/// each with `--header-timeout` to send its headers (and to send the next
-/// request on a kept-alive connection) and `--connection-timeout` in all.
+/// `--max-connections` at once (a permit per connection), each with
+/// `--header-timeout` to send its headers (and to send the next request on
+/// a kept-alive connection) and `--connection-timeout` in all. When all
+/// are taken, a new connection closes the oldest one that has not yet sent
+/// a whole request head ([`Unproven`]): a slowloris attack holds only
+/// connections that never finish their headers, so it cannot keep a
+/// normal client (whose request arrives in one packet) waiting; with none
+/// to close, the new connection waits for a free one (and the next ones
+/// in the kernel's accept queue, no descriptor spent on them).
 async fn serve(listener: tokio::net::TcpListener, router: axum::Router, args: &Args) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::service::TowerToHyperService;
 
     let permits = Arc::new(Semaphore::new(args.max_connections));
+    let unproven = Arc::new(Unproven::default());
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(args.header_timeout);
@@ -227,14 +247,6 @@ async fn serve(listener: tokio::net::TcpListener, router: axum::Router, args: &A
     let stop = stop_signal();
     tokio::pin!(stop);
     loop {
-        let permit = tokio::select! {
-            () = &mut stop => break,
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                // Never closed.
-                Err(_) => break,
-            },
-        };
         let stream = tokio::select! {
             () = &mut stop => break,
             accepted = listener.accept() => match accepted {
@@ -248,18 +260,138 @@ async fn serve(listener: tokio::net::TcpListener, router: axum::Router, args: &A
                 }
             },
         };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                unproven.evict_oldest();
+                tokio::select! {
+                    () = &mut stop => break,
+                    permit = permits.clone().acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        // Never closed.
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
         let _ = stream.set_nodelay(true);
-        let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone()));
+        let (id, mut evicted) = unproven.add();
+        let io = Watched {
+            inner: stream,
+            tail: 0,
+            proven: Some((unproven.clone(), id)),
+        };
+        let conn = http.serve_connection(TokioIo::new(io), TowerToHyperService::new(router.clone()));
         let conn = graceful.watch(conn);
+        let unproven = unproven.clone();
         tokio::spawn(async move {
             // Errors (a client gone, a header timeout) concern that client
-            // only; a connection past its lifetime is dropped, which closes it.
-            let _ = tokio::time::timeout(lifetime, conn).await;
+            // only; a connection past its lifetime, or closed to make room,
+            // is dropped, which closes it.
+            tokio::select! {
+                _ = tokio::time::timeout(lifetime, conn) => {}
+                Ok(()) = &mut evicted => {}
+            }
+            unproven.remove(id);
             drop(permit);
         });
     }
     drop(listener);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
+}
+
+/// The connections that have not yet sent a whole request head, oldest
+/// first, each with the way to close it.
+#[derive(Default)]
+struct Unproven {
+    inner: std::sync::Mutex<(u64, std::collections::BTreeMap<u64, tokio::sync::oneshot::Sender<()>>)>,
+}
+
+impl Unproven {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, (u64, std::collections::BTreeMap<u64, tokio::sync::oneshot::Sender<()>>)> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A new connection: its id, and what resolves when it is to close.
+    fn add(&self) -> (u64, tokio::sync::oneshot::Receiver<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut inner = self.lock();
+        inner.0 += 1;
+        let id = inner.0;
+        inner.1.insert(id, tx);
+        (id, rx)
+    }
+
+    /// Connection `id` sent a whole request head, or closed.
+    fn remove(&self, id: u64) {
+        self.lock().1.remove(&id);
+    }
+
+    /// Closes the oldest connection still sending its first request head.
+    fn evict_oldest(&self) {
+        if let Some((_, tx)) = self.lock().1.pop_first() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A connection's stream that notices the end of its first request head
+/// (an empty line: CR LF CR LF), then leaves [`Unproven`].
+struct Watched {
+    inner: tokio::net::TcpStream,
+    /// The last bytes read (up to 4), to find CR LF CR LF across reads.
+    tail: u32,
+    /// Until the head is complete: where to say so.
+    proven: Option<(Arc<Unproven>, u64)>,
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if self.proven.is_some() {
+            let mut tail = self.tail;
+            let done = buf.filled()[before..].iter().any(|b| {
+                tail = (tail << 8) | u32::from(*b);
+                tail == u32::from_be_bytes(*b"\r\n\r\n")
+            });
+            self.tail = tail;
+            if done && let Some((unproven, id)) = self.proven.take() {
+                unproven.remove(id);
+            }
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// Logs a failed `accept` on standard error.

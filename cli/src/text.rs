@@ -45,22 +45,37 @@ pub(crate) fn time(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%SZ").to_string()
 }
 
-/// A character the CLI never prints as is: a control character (newlines,
-/// terminal escapes), or an invisible or text-direction one (U+202E would
-/// display `\u{202e}nimda` as "admin" and reverse the rest of the line).
+/// A character the CLI never prints as is: every hidden character
+/// ([`leasehold_rules::hidden_char`], from the Unicode general categories):
+/// controls (newlines, terminal escapes), format characters (U+2069 then
+/// U+202E would reorder the rest of a `status` line, INVISIBLE TIMES hide
+/// in a name), separators, variation selectors and fillers.
 pub(crate) fn unsafe_char(c: char) -> bool {
-    c.is_control() || leasehold_rules::deceptive_char(c.encode_utf8(&mut [0; 4])).is_some()
+    leasehold_rules::hidden_char(c)
 }
 
-/// A value from the database made safe for one table cell: control,
-/// invisible and text-direction characters are shown escaped (`\u{202e}`),
-/// never sent to the terminal.
+/// A value from the database made safe for one table cell: when it holds
+/// a hidden character it is shown quoted, as Rust writes a string, with
+/// every hidden character escaped (`"\u{202e}nimda"`; `Debug` alone
+/// leaves fillers and variation selectors as they are); otherwise as is.
 pub(crate) fn cell(value: &str) -> String {
-    if value.chars().any(unsafe_char) {
-        format!("{value:?}")
-    } else {
-        value.to_owned()
+    if !value.chars().any(unsafe_char) {
+        return value.to_owned();
     }
+    let mut out = String::with_capacity(value.len() + 8);
+    out.push('"');
+    for c in value.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+            out.push(c);
+        } else if unsafe_char(c) {
+            out.push_str(&leasehold_rules::escape_hidden(c.encode_utf8(&mut [0; 4])));
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// A value as one shell word, for commands the CLI suggests: as is when it
@@ -93,7 +108,7 @@ pub(crate) fn one_line(value: &str) -> String {
             space = false;
         }
         if unsafe_char(c) {
-            out.extend(c.escape_default());
+            out.push_str(&leasehold_rules::escape_hidden(c.encode_utf8(&mut [0; 4])));
         } else {
             out.push(c);
         }
@@ -261,6 +276,10 @@ mod tests {
         assert_eq!(one_line("failed \u{2066}x"), "failed \\u{2066}x");
         assert_eq!(shell_word("\u{202e}key"), "\"\\u{202e}key\"");
         assert_eq!(cell("Zoë"), "Zoë");
+        // Fillers and variation selectors, which `Debug` prints as is.
+        assert_eq!(cell("admin\u{3164}"), "\"admin\\u{3164}\"");
+        assert_eq!(cell("ok\u{fe0f}\"q\""), "\"ok\\u{fe0f}\\\"q\\\"\"");
+        assert_eq!(one_line("a\u{2069}\u{202e}b"), "a\\u{2069}\\u{202e}b");
     }
 
     #[test]

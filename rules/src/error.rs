@@ -21,9 +21,12 @@ pub struct RuleError {
 }
 
 impl RuleError {
-    /// An error about `value`, shown with `Debug` (strings quoted).
+    /// An error about `value`, shown with `Debug` (strings quoted), every
+    /// [`hidden_char`](crate::hidden_char) escaped (`\u{3164}`, which
+    /// `Debug` leaves as is).
     pub fn new(what: &'static str, value: impl fmt::Debug, problem: impl Into<String>) -> RuleError {
-        RuleError::shown(what, format!("{value:?}"), problem)
+        let shown = format!("{value:?}");
+        RuleError::shown(what, crate::escape_hidden(&shown).into_owned(), problem)
     }
 
     /// An error about a value already rendered as `shown`.

@@ -54,7 +54,9 @@ pub use crate::catch_up::{CatchUpText, parse_catch_up};
 pub use crate::cron::{CRON_FIELDS, cron, cron_fires};
 pub use crate::duration::{DurationError, UNITS_HELP, format_duration, parse_duration};
 pub use crate::error::RuleError;
-pub use crate::identifier::{IdentifierError, actor, check_identifier, deceptive_char, identifier};
+pub use crate::identifier::{
+    IdentifierError, actor, check_identifier, escape_hidden, find_hidden, hidden_char, identifier,
+};
 pub use crate::settings::SETTINGS;
 pub use crate::timing::{Timing, catch_up_bound, covered_clock_rate, lease, min_margin, period};
 pub use crate::zone::{edit_distance, suggest_zone, zone};

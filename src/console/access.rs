@@ -33,6 +33,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 
+use super::actions::{Done, Subject};
 use super::layout::{self, Base, Tab};
 use super::viewer::Viewer;
 use super::{ConsoleOptions, Shared};
@@ -74,6 +75,20 @@ const MAX_THROTTLED_NAMES: usize = 10_000;
 /// was used least recently loses it (and gets a new one with their next
 /// page, so a form they had open is refused as stale).
 const MAX_CSRF_TOKENS: usize = 10_000;
+
+/// Most actions' outcomes waiting for their page at once (past it, the
+/// oldest is dropped).
+const MAX_FLASHES: usize = 10_000;
+
+/// How long an action's outcome waits for its page to be viewed.
+const FLASH_TTL: Duration = Duration::from_secs(60);
+
+/// An action's outcome, waiting for the actor's next view of its page.
+struct Flash {
+    subject: Subject,
+    done: Done,
+    at: Instant,
+}
 
 /// Longest name a login may give (it is recorded with each action).
 const MAX_NAME: usize = 64;
@@ -171,6 +186,9 @@ pub(super) struct Access {
     /// One token per actor name; the empty name is the login form's.
     csrf: Mutex<CsrfTokens>,
     throttle: Mutex<Throttles>,
+    /// Each actor's last action's outcome, until their next view of its
+    /// page ([`flash`](Self::flash)).
+    flashes: Mutex<HashMap<String, Flash>>,
     token_login: bool,
 }
 
@@ -180,6 +198,7 @@ impl Access {
             sessions: Mutex::new(HashMap::new()),
             csrf: Mutex::new(CsrfTokens::default()),
             throttle: Mutex::new(Throttles::new(Instant::now())),
+            flashes: Mutex::new(HashMap::new()),
             token_login: options.token.is_some(),
         }
     }
@@ -275,6 +294,39 @@ impl Access {
         }
     }
 
+    /// Leaves what the action `actor` just took on `subject` did, for
+    /// their next view of its page to say once ([`take_flash`](Self::take_flash)).
+    /// Only the POST that took the action calls this.
+    pub(super) fn flash(&self, actor: &str, subject: Subject, done: Done) {
+        let mut flashes = self.flashes.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if !flashes.contains_key(actor) && flashes.len() >= MAX_FLASHES {
+            flashes.retain(|_, f| now.duration_since(f.at) < FLASH_TTL);
+            if flashes.len() >= MAX_FLASHES
+                && let Some(oldest) = flashes.iter().min_by_key(|(_, f)| f.at).map(|(name, _)| name.clone())
+            {
+                flashes.remove(&oldest);
+            }
+        }
+        flashes.insert(actor.to_owned(), Flash { subject, done, at: now });
+    }
+
+    /// The outcome of the action the viewer took on `subject`, if this is
+    /// their first view of its page since (within a minute): taken, so a
+    /// reload, another tab's view or a link shows none.
+    pub(super) fn take_flash(&self, viewer: &Viewer, subject: &Subject) -> Option<Done> {
+        let Viewer::Actor { name, .. } = viewer else {
+            return None;
+        };
+        let mut flashes = self.flashes.lock().unwrap_or_else(PoisonError::into_inner);
+        let flash = flashes.get(name.as_str())?;
+        if flash.subject != *subject {
+            return None;
+        }
+        let flash = flashes.remove(name.as_str())?;
+        (flash.at.elapsed() < FLASH_TTL).then_some(flash.done)
+    }
+
     fn csrf_for(&self, name: &str) -> String {
         self.csrf.lock().unwrap_or_else(PoisonError::into_inner).get(name)
     }
@@ -332,18 +384,18 @@ pub(super) fn read_only(base: &Base, viewer: &Viewer) -> Response {
         Viewer::ReadOnly {
             can_log_in: true,
             hooked: true,
-        } => "Sign in through the service as a user it lets act, or log in with the console's token.",
-        Viewer::ReadOnly { can_log_in: true, .. } => "Log in with the console's token to act.",
+        } => "Read-only. Sign in through the service as a user it lets act, or log in with the console's token.",
+        Viewer::ReadOnly { can_log_in: true, .. } => "Read-only. Log in with the console's token to act.",
         Viewer::ReadOnly { hooked: true, .. } => {
-            "The service's sign-in does not name you as a user who may act here (its ConsoleOptions::authorize \
+            "Read-only. The service's sign-in does not name you as a user who may act here (its ConsoleOptions::authorize \
              hook decides)."
         }
         _ => {
-            "This console is read-only: it is mounted without ConsoleOptions::authorize or \
+            "Read-only. This console is read-only: it is mounted without ConsoleOptions::authorize or \
              ConsoleOptions::token, or `leasehold console` runs without LEASEHOLD_CONSOLE_TOKEN."
         }
     };
-    layout::error(base, viewer, StatusCode::FORBIDDEN, &format!("Read-only. {how}"))
+    layout::error(base, viewer, StatusCode::FORBIDDEN, how)
 }
 
 /// The login form.
@@ -428,9 +480,7 @@ pub(super) async fn login(
             &base,
             &viewer,
             StatusCode::BAD_REQUEST,
-            &format!(
-                "Give your name in 1 to {MAX_NAME} bytes, without control, invisible or text-direction characters."
-            ),
+            "Give your name in 1 to 64 bytes, without control, invisible or text-direction characters.",
         );
     }
     if let Err(wait) = console.access.login_open(name) {
@@ -485,7 +535,7 @@ pub(super) async fn login(
             },
         );
     let mut response = Redirect::to(&base.0).into_response();
-    let (cookie_name, path, secure) = cookie_place(&console.options, &base);
+    let (cookie_name, path, secure) = cookie_place(&console.options, &parts, &base);
     let cookie = format!(
         "{cookie_name}={id}; Path={path}; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
         ConsoleOptions::SESSION_MAX.as_secs()
@@ -524,18 +574,37 @@ pub(super) async fn logout(
             .remove(id);
     }
     let mut response = Redirect::to(&base.0).into_response();
-    let (cookie_name, path, secure) = cookie_place(&console.options, &base);
+    let (cookie_name, path, secure) = cookie_place(&console.options, &parts, &base);
     if let Ok(value) = HeaderValue::from_str(&format!("{cookie_name}=; Path={path}; Max-Age=0{secure}")) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
     response
 }
 
+/// Whether the request came over TLS as far as the console can tell:
+/// [`ConsoleOptions::secure_cookie`] says the console is only served so,
+/// the request's URI says `https` (HTTP/2 over TLS), or a proxy the
+/// options trust ([`ConsoleOptions::trust_forwarded_proto`]) set
+/// `X-Forwarded-Proto: https` (that one value: a list is not the trusted
+/// proxy's own).
+fn over_tls(options: &ConsoleOptions, parts: &Parts) -> bool {
+    options.secure_cookie
+        || parts.uri.scheme_str() == Some("https")
+        || (options.trust_forwarded_proto
+            && parts
+                .headers
+                .get_all("x-forwarded-proto")
+                .iter()
+                .map(|v| v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"https"))
+                .collect::<Vec<_>>()
+                == [true])
+}
+
 /// The session cookie's name, path and `Secure` attribute for a console
-/// mounted at `base`.
-fn cookie_place<'a>(options: &ConsoleOptions, base: &'a Base) -> (&'static str, &'a str, &'static str) {
+/// mounted at `base`, for this request ([`over_tls`]).
+fn cookie_place<'a>(options: &ConsoleOptions, parts: &Parts, base: &'a Base) -> (&'static str, &'a str, &'static str) {
     let path = cookie_path(base);
-    match (options.secure_cookie, path) {
+    match (over_tls(options, parts), path) {
         (false, _) => (COOKIE, path, ""),
         (true, "/") => (HOST_COOKIE, path, "; Secure"),
         (true, _) => (SECURE_COOKIE, path, "; Secure"),
@@ -544,7 +613,7 @@ fn cookie_place<'a>(options: &ConsoleOptions, base: &'a Base) -> (&'static str, 
 
 /// The session id the request carries, under the name this console sets.
 fn session_cookie<'a>(options: &ConsoleOptions, parts: &'a Parts) -> Option<&'a str> {
-    if options.secure_cookie {
+    if over_tls(options, parts) {
         cookie(parts, HOST_COOKIE).or_else(|| cookie(parts, SECURE_COOKIE))
     } else {
         cookie(parts, COOKIE)
@@ -598,7 +667,8 @@ fn shown(text: &str) -> String {
     if cut.len() < text.len() {
         cut.push('…');
     }
-    format!("{cut:?}")
+    // `Debug` leaves fillers and variation selectors as they are.
+    crate::validate::shown(&format!("{cut:?}")).into_owned()
 }
 
 /// Where a refused request came from, for its log line: the `Host` it

@@ -26,6 +26,14 @@ pub(super) const OFFERED: [OperatorAction; 4] = [
     OperatorAction::ForceRevoke,
 ];
 
+/// The error page's sentence for a `key` parameter that is no lease key.
+pub(super) const NOT_A_KEY: &str = "Not a lease key (`key`): a key is not empty, the limit is 255 bytes, and it holds no NUL \
+                                    byte.";
+
+/// The error page's sentence for a job name parameter that is no job name.
+pub(super) const NOT_A_JOB: &str =
+    "Not a job name: a job name is not empty, the limit is 255 bytes, and it holds no NUL byte.";
+
 /// One of [`OFFERED`], by its name; `None` for anything else.
 fn offered(name: &str) -> Option<OperatorAction> {
     OperatorAction::parse(name).filter(|a| OFFERED.contains(a))
@@ -66,9 +74,10 @@ fn explain(action: OperatorAction, subject: &Subject) -> &'static str {
     }
 }
 
-/// What an action did, as its redirect names it (`done=…`) for the key's
-/// page to say: the page shows only these fixed sentences, never text from
-/// the URL, so a link cannot make the console say what its author wants.
+/// What an action did, for the key's (or job's) page to say once: the POST
+/// that took the action leaves it for the actor ([`Access::flash`](super::access::Access::flash)),
+/// the next view of that page by the same actor takes it. Nothing in a URL
+/// picks it, so a link cannot make the console say an action was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Done {
     Triggered,
@@ -88,47 +97,6 @@ pub(super) enum Done {
 }
 
 impl Done {
-    const ALL: [Done; 14] = [
-        Done::Triggered,
-        Done::TriggeredPaused,
-        Done::NotRegistered,
-        Done::PausedCancelled,
-        Done::PausedRunning,
-        Done::Paused,
-        Done::Resumed,
-        Done::ResumedOverdue,
-        Done::NotPaused,
-        Done::Revoked,
-        Done::StillHeld,
-        Done::NoRow,
-        Done::JobNotPaused,
-        Done::TriggeredJob,
-    ];
-
-    fn code(self) -> &'static str {
-        match self {
-            Done::Triggered => "triggered",
-            Done::TriggeredPaused => "triggered-paused",
-            Done::NotRegistered => "not-registered",
-            Done::PausedCancelled => "paused-cancelled",
-            Done::PausedRunning => "paused-running",
-            Done::Paused => "paused",
-            Done::Resumed => "resumed",
-            Done::ResumedOverdue => "resumed-overdue",
-            Done::NotPaused => "not-paused",
-            Done::Revoked => "revoked",
-            Done::StillHeld => "still-held",
-            Done::NoRow => "no-row",
-            Done::JobNotPaused => "job-not-paused",
-            Done::TriggeredJob => "triggered-job",
-        }
-    }
-
-    /// The code of a `done=…` parameter; `None` for anything else.
-    pub(super) fn parse(code: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|d| d.code() == code)
-    }
-
     pub(super) fn text(self) -> &'static str {
         match self {
             Done::Triggered => "Triggered: the first replica to claim it runs it now.",
@@ -163,18 +131,19 @@ pub(super) enum Subject {
 }
 
 impl Subject {
-    /// From the `key` and `job` parameters; the message says what is wrong.
-    fn parse(key: &str, job: &str) -> Result<Self, String> {
+    /// From the `key` and `job` parameters; the message (a fixed
+    /// sentence, quoting nothing of the request) says what is wrong.
+    fn parse(key: &str, job: &str) -> Result<Self, &'static str> {
         match (key.is_empty(), job.is_empty()) {
-            (false, true) => match crate::validate::key(key) {
+            (false, true) => match crate::validate::existing_key(key) {
                 Ok(()) => Ok(Subject::Key(key.to_owned())),
-                Err(err) => Err(format!("Not a lease key (`key`): {err}.")),
+                Err(_) => Err(NOT_A_KEY),
             },
-            (true, false) => match crate::validate::job_name(job) {
+            (true, false) => match crate::validate::existing_job_name(job) {
                 Ok(()) => Ok(Subject::Job(job.to_owned())),
-                Err(err) => Err(format!("Not a job name (`job`): {err}.")),
+                Err(_) => Err(NOT_A_JOB),
             },
-            _ => Err("Name exactly one of `key` or `job`.".to_owned()),
+            _ => Err("Name exactly one of `key` or `job`."),
         }
     }
 
@@ -222,20 +191,14 @@ pub(super) async fn confirm(
 ) -> Response {
     let viewer = console.access.viewer(&console.options, &parts);
     let Some(action) = offered(&query.action) else {
-        let names: Vec<&str> = OFFERED.iter().map(|a| a.as_str()).collect();
-        return layout::error(
-            &base,
-            &viewer,
-            StatusCode::BAD_REQUEST,
-            &format!("Unknown action {:?}: use {}.", query.action, names.join(", ")),
-        );
+        return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, UNKNOWN_ACTION);
     };
     let Some(csrf) = viewer.csrf() else {
         return read_only(&base, &viewer);
     };
     let subject = match Subject::parse(&query.key, &query.job) {
         Ok(subject) => subject,
-        Err(message) => return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &message),
+        Err(message) => return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, message),
     };
     if let (Subject::Job(_), OperatorAction::ForceRevoke) = (&subject, action) {
         return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, explain(action, &subject));
@@ -279,6 +242,9 @@ pub(super) struct ActionForm {
     cancel: Option<String>,
 }
 
+/// The error page's sentence for an action the console does not offer.
+const UNKNOWN_ACTION: &str = "Unknown action: use trigger, pause, resume or force-revoke.";
+
 /// POST `action`: checks the actor and CSRF token, acts through
 /// [`Operator`], and returns to the key's (or job's) page with what it did.
 pub(super) async fn act(
@@ -292,15 +258,24 @@ pub(super) async fn act(
         Err(refusal) => return *refusal,
     };
     let Some(action) = offered(&form.action) else {
-        return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, "Unknown action.");
+        return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, UNKNOWN_ACTION);
     };
+    let actor_name = actor.clone();
     let operator = match Operator::new(console.store.clone(), actor) {
         Ok(operator) => operator,
-        Err(err) => return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &err.to_string()),
+        Err(_) => {
+            return layout::error(
+                &base,
+                &viewer,
+                StatusCode::BAD_REQUEST,
+                "Your name cannot be recorded as who acted (blank, over 255 bytes, or holding control, invisible \
+                 or text-direction characters): act under another name.",
+            );
+        }
     };
     let subject = match Subject::parse(&form.key, &form.job) {
         Ok(subject) => subject,
-        Err(message) => return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &message),
+        Err(message) => return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, message),
     };
     let target = subject.target();
     // Actions take their turn on the database like page views: an
@@ -355,12 +330,17 @@ pub(super) async fn act(
     let done = console.reads.run(work).await;
     match done {
         Ok(done) => {
-            let to = format!("{}{}&done={}", base.0, subject.page(), done.code());
+            let to = format!("{}{}", base.0, subject.page());
+            console.access.flash(&actor_name, subject, done);
             Redirect::to(&to).into_response()
         }
-        Err(ReadError::Failed(err @ crate::Error::InvalidInput { .. })) => {
-            layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &format!("Not taken: {err}."))
-        }
+        Err(ReadError::Failed(crate::Error::InvalidInput { .. })) => layout::error(
+            &base,
+            &viewer,
+            StatusCode::BAD_REQUEST,
+            "Not taken: the console takes trigger, pause, resume on keys and jobs, and force revoke on keys \
+             only.",
+        ),
         Err(err) => layout::unavailable(&base, &viewer, err, During::Action),
     }
 }

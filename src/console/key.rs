@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::Shared;
-use super::actions::{Done, OFFERED, Subject};
+use super::actions::{Done, NOT_A_KEY, OFFERED, Subject};
 use super::kinds::stored_box;
 use super::layout::{self, Base, During, Tab, enc, span, when};
 use super::reads::ReadError;
@@ -27,8 +27,6 @@ const TIMELINE_RUNS: usize = 1000;
 pub(super) struct KeyQuery {
     #[serde(default)]
     key: String,
-    /// What the last action did: a code the action's redirect sets.
-    done: Option<String>,
     /// The timeline's window (`30m`, `6h`, `2d`); an hour by default.
     #[serde(default)]
     window: String,
@@ -46,12 +44,8 @@ pub(super) async fn page(
     if let Err(refusal) = layout::check_params(&base, &viewer, &[("key", key)]) {
         return *refusal;
     }
-    let window = match timeline::parse_window(&query.window) {
-        Ok(window) => window,
-        Err(err) => {
-            let message = format!("Not a timeline window (`window`): {err}.");
-            return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &message);
-        }
+    let Ok(window) = timeline::parse_window(&query.window) else {
+        return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, timeline::NOT_A_WINDOW);
     };
     let store = &console.store;
     let read = async {
@@ -73,17 +67,12 @@ pub(super) async fn page(
     };
     let (status, runs, actions, pauses, stored, now) = match console.reads.run(read).await {
         Ok(read) => read,
-        Err(ReadError::Failed(err @ crate::Error::InvalidInput { .. })) => {
-            return layout::error(
-                &base,
-                &viewer,
-                StatusCode::BAD_REQUEST,
-                &format!("Not a lease key (`key`): {err}."),
-            );
+        Err(ReadError::Failed(crate::Error::InvalidInput { .. })) => {
+            return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, NOT_A_KEY);
         }
         Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
-    let done = query.done.as_deref().and_then(Done::parse);
+    let done = console.access.take_flash(&viewer, &Subject::Key(key.to_owned()));
     let Some(status) = status else {
         return no_row(&base, &viewer, key, done, &pauses, stored.as_ref(), now);
     };
@@ -112,7 +101,7 @@ pub(super) async fn page(
         @else { (actions_table(&actions, now)) }
     };
     // The title cannot hold a <bdi>: the key is isolated by FSI … PDI.
-    let title = format!("\u{2068}{key}\u{2069}");
+    let title = layout::isolate(key);
     layout::page(
         &base,
         &title,
@@ -143,7 +132,7 @@ fn no_row(
             base,
             viewer,
             StatusCode::NOT_FOUND,
-            &format!("No lease row for the key {key:?}: no runtime registered it, or it was forgotten."),
+            "No lease row for this key: no runtime registered it, or it was forgotten.",
         );
     }
     let body = html! {
@@ -164,7 +153,7 @@ fn no_row(
             }
         }
     };
-    let title = format!("\u{2068}{key}\u{2069}");
+    let title = layout::isolate(key);
     layout::page(base, &title, Tab::None, viewer, 0, body)
 }
 

@@ -89,7 +89,122 @@ pub(super) fn page(base: &Base, title: &str, tab: Tab, viewer: &Viewer, refresh_
             }
         }
     };
-    markup.into_response()
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        )],
+        escape_hidden_text(&markup.into_string()),
+    )
+        .into_response()
+}
+
+/// The page with every hidden character (`leasehold_rules::hidden_char`:
+/// a bidirectional control such as U+2069 then U+202E, INVISIBLE TIMES,
+/// a filler…) in its text and attributes written out visibly
+/// (`\u{202e}`), so no key, holder, job name, error text or actor can
+/// close the `<bdi>` it is shown in, reorder the row, or display as
+/// another name — whichever page shows it, however it got into the table.
+/// Done once on the whole page, so no interpolation can be missed.
+///
+/// Two exceptions. Form values (`value="…"`) are left as they are: an
+/// action on a key stored before names were checked must still name it
+/// exactly. And the console's own isolates ([`isolate`]: U+2068 … U+2069
+/// with nothing hidden between, in a `<title>` or SVG `<text>`, which
+/// cannot hold a `<bdi>`) are kept: the text they enclose is escaped
+/// already, so they are balanced and reorder nothing outside.
+///
+/// maud escapes `<`, `>`, `&` and `"` in every value, so a `<` or `>` in
+/// the output is always markup and a `"` always ends an attribute.
+fn escape_hidden_text(html: &str) -> String {
+    use leasehold_rules::{escape_hidden, hidden_char};
+    if leasehold_rules::find_hidden(html).is_none() {
+        return html.to_owned();
+    }
+    let escape = |out: &mut String, c: char| out.push_str(&escape_hidden(c.encode_utf8(&mut [0; 4])));
+    let mut out = String::with_capacity(html.len() + 64);
+    // Inside a tag (and its name so far, or the attribute's); inside a
+    // quoted attribute value, and whether it is a form value (kept).
+    let (mut in_tag, mut in_value, mut keep) = (false, false, false);
+    let mut name = String::new();
+    let mut tag = String::new();
+    // Inside a <title> or <text>, where the console's isolates are.
+    let mut isolating = false;
+    // The end of the isolate being kept (the byte offset of its U+2069).
+    let mut kept_until: Option<usize> = None;
+    for (at, c) in html.char_indices() {
+        if in_value {
+            if c == '"' {
+                in_value = false;
+            } else if !keep && hidden_char(c) {
+                escape(&mut out, c);
+                continue;
+            }
+        } else if in_tag {
+            match c {
+                '>' => {
+                    in_tag = false;
+                    match tag.to_ascii_lowercase().as_str() {
+                        "title" | "text" => isolating = true,
+                        "/title" | "/text" => isolating = false,
+                        _ => {}
+                    }
+                }
+                '"' => {
+                    in_value = true;
+                    keep = name.trim_end_matches('=').eq_ignore_ascii_case("value");
+                }
+                c if c.is_whitespace() => {
+                    if tag.is_empty() {
+                        tag = std::mem::take(&mut name);
+                    }
+                    name.clear();
+                }
+                c => name.push(c),
+            }
+            if !in_tag && tag.is_empty() {
+                tag = std::mem::take(&mut name);
+                match tag.to_ascii_lowercase().as_str() {
+                    "title" | "text" => isolating = true,
+                    "/title" | "/text" => isolating = false,
+                    _ => {}
+                }
+            }
+        } else if c == '<' {
+            in_tag = true;
+            name.clear();
+            tag.clear();
+        } else if hidden_char(c) {
+            let rest = &html[at + c.len_utf8()..];
+            let balanced = || {
+                let end = rest.find(|c: char| c == '<' || hidden_char(c))?;
+                rest[end..].starts_with('\u{2069}').then_some(at + c.len_utf8() + end)
+            };
+            if c == '\u{2068}' && isolating && kept_until.is_none() {
+                if let Some(end) = balanced() {
+                    kept_until = Some(end);
+                    out.push(c);
+                    continue;
+                }
+            } else if c == '\u{2069}' && kept_until == Some(at) {
+                kept_until = None;
+                out.push(c);
+                continue;
+            }
+            escape(&mut out, c);
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Text from outside the console (a key, a holder, an actor) isolated
+/// for a place that cannot hold a `<bdi>` (SVG text, a tooltip, the
+/// page's title): between U+2068 and U+2069, its own hidden characters
+/// escaped, so the isolate is balanced (see [`page`]).
+pub(super) fn isolate(text: &str) -> String {
+    format!("\u{2068}{}\u{2069}", leasehold_rules::escape_hidden(text))
 }
 
 /// Headers on every answer (the router's layer puts them on all of them,
@@ -113,8 +228,10 @@ pub(super) fn secure(response: &mut Response) {
         .or_insert(HeaderValue::from_static("no-store"));
 }
 
-/// An error page with its status.
-pub(super) fn error(base: &Base, viewer: &Viewer, status: StatusCode, message: &str) -> Response {
+/// An error page with its status. The message is a fixed sentence
+/// (`&'static str`): an error page quotes nothing from the request, so a
+/// link cannot make the console say what its author wants.
+pub(super) fn error(base: &Base, viewer: &Viewer, status: StatusCode, message: &'static str) -> Response {
     let mut response = page(
         base,
         status.canonical_reason().unwrap_or("error"),
@@ -135,17 +252,28 @@ pub(super) fn error(base: &Base, viewer: &Viewer, status: StatusCode, message: &
 /// byte): 400 naming the parameter, before any statement, so a malformed
 /// link is the client's mistake and never reads as the database failing.
 pub(super) fn check_params(base: &Base, viewer: &Viewer, params: &[(&str, &str)]) -> Result<(), Box<Response>> {
-    match params.iter().find(|(_, value)| value.contains('\0')) {
-        Some((name, _)) => Err(Box::new(error(
-            base,
-            viewer,
-            StatusCode::BAD_REQUEST,
-            &format!("The parameter `{name}` contains a NUL byte, which no key, job or holder can contain."),
-        ))),
-        None => Ok(()),
+    macro_rules! nul {
+        ($what:literal) => {
+            concat!(
+                $what,
+                " contains a NUL byte, which no key, job or holder can contain."
+            )
+        };
     }
+    let Some((name, _)) = params.iter().find(|(_, value)| value.contains('\0')) else {
+        return Ok(());
+    };
+    // The parameter's name is the console's own, never the request's.
+    let message = match *name {
+        "prefix" => nul!("The parameter `prefix`"),
+        "job" => nul!("The parameter `job`"),
+        "after" => nul!("The parameter `after`"),
+        "name" => nul!("The parameter `name`"),
+        "key" => nul!("The parameter `key`"),
+        _ => nul!("A parameter of the address"),
+    };
+    Err(Box::new(error(base, viewer, StatusCode::BAD_REQUEST, message)))
 }
-
 /// Seconds a client is asked to wait (`Retry-After`) before retrying a
 /// busy answer; a busy page retries by itself after as long.
 pub(super) const RETRY_AFTER_SECS: u64 = 2;
@@ -156,11 +284,20 @@ pub(super) fn unavailable(base: &Base, viewer: &Viewer, err: ReadError, during: 
     match err {
         ReadError::Busy => busy(base, viewer, during),
         ReadError::Failed(err) => {
+            // The database's message may quote the request's values: it
+            // goes to the log, the page says what failed.
+            tracing::warn!(error = %crate::validate::shown(&err.to_string()), "console: the database failed a request");
             let what = match during {
-                During::Page { .. } => "The console could not read the lease table",
-                During::Action => "The action could not be taken",
+                During::Page { .. } => {
+                    "The console could not read the lease table: the database answered with an error (the \
+                     service's log has it)."
+                }
+                During::Action => {
+                    "The action could not be taken: the database answered with an error (the service's log has \
+                     it). Check the key's page before trying again."
+                }
             };
-            error(base, viewer, StatusCode::SERVICE_UNAVAILABLE, &format!("{what}: {err}"))
+            error(base, viewer, StatusCode::SERVICE_UNAVAILABLE, what)
         }
     }
 }
@@ -276,6 +413,31 @@ mod tests {
         assert_eq!(relative(now, now), "now");
         assert_eq!(relative(now + s(7200), now), "in 2 h");
         assert_eq!(relative(now - s(3 * 86_400), now), "3 d ago");
+    }
+
+    #[test]
+    fn hidden_characters_are_escaped_except_in_form_values_and_the_consoles_own_isolates() {
+        let evil = "k\u{2069}\u{202e}evil";
+        let html = format!(
+            "<title>{t} · leasehold</title><td><bdi>{evil}</bdi></td><a title=\"{evil}\">x</a>\
+             <input type=\"hidden\" name=\"key\" value=\"{evil}\"><text class=\"h\" x=\"4\">{t}</text>\
+             <p>\u{2068}ok\u{2069} admin\u{2062}</p>",
+            t = isolate(evil)
+        );
+        let out = escape_hidden_text(&html);
+        let iso = "\u{2068}k\\u{2069}\\u{202e}evil\u{2069}";
+        assert!(out.starts_with(&format!("<title>{iso} · leasehold</title>")), "{out}");
+        assert!(out.contains("<bdi>k\\u{2069}\\u{202e}evil</bdi>"), "{out}");
+        assert!(out.contains("title=\"k\\u{2069}\\u{202e}evil\""), "{out}");
+        assert!(
+            out.contains(&format!("value=\"{evil}\"")),
+            "a form value names the key exactly: {out}"
+        );
+        assert!(out.contains(&format!("x=\"4\">{iso}</text>")), "{out}");
+        assert!(
+            out.contains("<p>\\u{2068}ok\\u{2069} admin\\u{2062}</p>"),
+            "an isolate outside a title is no isolate of the console's: {out}"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::Shared;
-use super::actions::{Done, Subject};
+use super::actions::{NOT_A_JOB, Subject};
 use super::kinds::not_run_badge;
 use super::layout::{self, Base, During, Tab, enc, when};
 use super::timeline::{self, Timeline};
@@ -60,7 +60,15 @@ pub(super) async fn page(
     }
     let state = match KeyState::parse(&query.state) {
         Ok(state) => state,
-        Err(err) => return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &err.to_string()),
+        Err(_) => {
+            return layout::error(
+                &base,
+                &viewer,
+                StatusCode::BAD_REQUEST,
+                "Not a key state (`state`): use all, paused, held or free, or never-run for keys no run has \
+                 claimed yet.",
+            );
+        }
     };
     let mut filter = KeyFilter::new().prefix(query.prefix.clone()).state(state).limit(PAGE);
     if !query.job.is_empty() {
@@ -230,8 +238,6 @@ fn pauses_in_force(viewer: &Viewer, pauses: &[Pause], now: DateTime<Utc>) -> Mar
 pub(super) struct JobQuery {
     #[serde(default)]
     name: String,
-    /// What the last action did: a code the action's redirect sets.
-    done: Option<String>,
     /// The timeline's window (`30m`, `6h`, `2d`); an hour by default.
     #[serde(default)]
     window: String,
@@ -251,20 +257,11 @@ pub(super) async fn job(
         return *refusal;
     }
     let name = query.name.as_str();
-    if let Err(err) = crate::validate::job_name(name) {
-        return layout::error(
-            &base,
-            &viewer,
-            StatusCode::BAD_REQUEST,
-            &format!("Not a job name (`name`): {err}."),
-        );
+    if crate::validate::existing_job_name(name).is_err() {
+        return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, NOT_A_JOB);
     }
-    let window = match timeline::parse_window(&query.window) {
-        Ok(window) => window,
-        Err(err) => {
-            let message = format!("Not a timeline window (`window`): {err}.");
-            return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, &message);
-        }
+    let Ok(window) = timeline::parse_window(&query.window) else {
+        return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, timeline::NOT_A_WINDOW);
     };
     let filter = KeyFilter::new().job(name).limit(PAGE);
     let during = During::Page {
@@ -305,7 +302,7 @@ pub(super) async fn job(
         .collect();
     let body = html! {
         h1 { "Job " bdi #job { (name) } }
-        @if let Some(done) = query.done.as_deref().and_then(Done::parse) { p #flash { (done.text()) } }
+        @if let Some(done) = console.access.take_flash(&viewer, &subject) { p #flash { (done.text()) } }
         dl #job-pause {
             dt { "State" }
             @if let Some(p) = paused {
@@ -337,7 +334,7 @@ pub(super) async fn job(
             p { a #next href={ "./?job=" (enc(name)) "&after=" (enc(after)) } { "Next " (PAGE) " keys →" } }
         }
     };
-    let title = format!("\u{2068}{name}\u{2069}");
+    let title = layout::isolate(name);
     layout::page(
         &base,
         &title,

@@ -26,8 +26,13 @@
 //!   as `token:<name>`.
 //! - **Everything is escaped and isolated**: keys, holders, job names and
 //!   error messages are text (maud escapes every interpolated value) in a
-//!   `<bdi>`, so none reorders the console's own words; its messages are
-//!   fixed sentences, never text from the URL; every answer carries a
+//!   `<bdi>`, so none reorders the console's own words, and every hidden
+//!   character in them (bidirectional controls, invisible and format
+//!   characters, fillers: `leasehold_rules::hidden_char`) is shown escaped
+//!   (`\u{202e}`), so none can close that isolate; its messages are fixed
+//!   sentences, never text from the URL, and an action's outcome is shown
+//!   only to the actor who took it, on the first view of its page after
+//!   the action (a link cannot make it say "Paused."); every answer carries a
 //!   strict Content-Security-Policy (only the console's own script and
 //!   style) and the other security headers.
 //! - **It cannot starve the service or the runtime**: at most
@@ -37,7 +42,7 @@
 //!   get a "busy, retry" page (HTTP 503 with `Retry-After`). So a burst of
 //!   page views on a pool the runtime shares cannot delay its heartbeats.
 //! - **Self-contained**: its CSS and one small script (`assets/console.js`:
-//!   auto-refresh, and an action's result dropped from the address bar) are
+//!   auto-refresh, keeping an action's result on the page meanwhile) are
 //!   compiled in; nothing is fetched from elsewhere.
 //! - **Works under any path**: pages link relatively from a `<base href>`
 //!   computed from the request, so it works under any prefix. Mount it

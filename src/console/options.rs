@@ -32,6 +32,7 @@ pub struct ConsoleOptions {
     pub(crate) read_wait: Duration,
     pub(crate) allowed_hosts: Option<Vec<String>>,
     pub(crate) secure_cookie: bool,
+    pub(crate) trust_forwarded_proto: bool,
     pub(crate) session_idle: Duration,
 }
 
@@ -46,6 +47,7 @@ impl fmt::Debug for ConsoleOptions {
             .field("read_wait", &self.read_wait)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("secure_cookie", &self.secure_cookie)
+            .field("trust_forwarded_proto", &self.trust_forwarded_proto)
             .field("session_idle", &self.session_idle)
             .finish()
     }
@@ -88,6 +90,7 @@ impl ConsoleOptions {
             read_wait: Self::DEFAULT_READ_WAIT,
             allowed_hosts: None,
             secure_cookie: false,
+            trust_forwarded_proto: false,
             session_idle: Self::DEFAULT_SESSION_IDLE,
         }
     }
@@ -170,10 +173,23 @@ impl ConsoleOptions {
     /// (`__Secure-leasehold_console` under a path), so an HTTP service on
     /// another port of the same host never receives it. Set it when the
     /// console is served over TLS, including behind a TLS-terminating
-    /// proxy: the console does not read `X-Forwarded-Proto`, which any
-    /// client can send. Default off (plain HTTP on loopback).
+    /// proxy. Default off (plain HTTP on loopback); a request whose URI
+    /// says `https` (HTTP/2 over TLS) gets the `Secure` cookie anyway, and
+    /// so does one a trusted proxy marks ([`trust_forwarded_proto`](Self::trust_forwarded_proto)).
     pub fn secure_cookie(mut self, secure: bool) -> Self {
         self.secure_cookie = secure;
+        self
+    }
+
+    /// Trusts the `X-Forwarded-Proto` header: a request carrying exactly
+    /// `X-Forwarded-Proto: https` is taken to have reached the proxy over
+    /// TLS, so its login cookie is `Secure` (named as with
+    /// [`secure_cookie`](Self::secure_cookie)). Set it only when a proxy
+    /// in front sets (overwrites) that header on every request and nothing
+    /// reaches the console around it: any client can send the header
+    /// itself. Default off: the header is ignored.
+    pub fn trust_forwarded_proto(mut self, trust: bool) -> Self {
+        self.trust_forwarded_proto = trust;
         self
     }
 

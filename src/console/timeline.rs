@@ -47,6 +47,11 @@ const HOLDER_CHARS: usize = 20;
 
 /// Reads the `window` parameter: a whole number and a unit (`s`, `m`,
 /// `h` or `d`), from a minute to a week; empty for the default hour.
+/// The error page's sentence for a `window` parameter [`parse_window`]
+/// refuses.
+pub(super) const NOT_A_WINDOW: &str = "Not a timeline window (`window`): use a whole number of minutes, hours \
+                                       or days such as 30m, 6h or 2d, from 1m to 7d.";
+
 pub(super) fn parse_window(text: &str) -> Result<Duration, String> {
     const FIX: &str = "use a whole number of minutes, hours or days such as 30m, 6h or 2d, from 1m to 7d";
     if text.is_empty() {
@@ -85,7 +90,7 @@ pub(super) fn window_param(window: Duration) -> String {
 /// Text from outside the console (a key, a holder, an actor) isolated for
 /// a place that cannot hold a `<bdi>` (SVG text, a tooltip).
 fn isolated(text: &str) -> String {
-    format!("\u{2068}{text}\u{2069}")
+    super::layout::isolate(text)
 }
 
 /// One bar: a recorded run, or the tenure in progress.
@@ -393,15 +398,19 @@ fn fitting(width: f64, fence: i64, took: &str) -> Option<String> {
 }
 
 /// A key's latest outcomes as small squares, oldest left: `runs` newest
-/// first, as the history returns them.
+/// first, as the history returns them. Its accessible name (`aria-label`,
+/// and its `<title>` for tooltips) says the outcomes in words, newest
+/// first, so a screen reader reads what the colours show.
 pub(super) fn strip(runs: &[&RunRecord]) -> Markup {
     const SIDE: f64 = 10.0;
     const STEP: f64 = 12.0;
     let width = STEP * runs.len() as f64;
+    let label = strip_label(runs);
     html! {
         @if !runs.is_empty() {
-            svg.strip xmlns="http://www.w3.org/2000/svg" role="img" width=(width) height=(SIDE)
+            svg.strip xmlns="http://www.w3.org/2000/svg" role="img" aria-label=(label) width=(width) height=(SIDE)
                 viewBox={ "0 0 " (width) " " (SIDE) } data-runs=(runs.len()) {
+                title { (label) }
                 @for (i, r) in runs.iter().rev().enumerate() {
                     rect class=(r.outcome) x=(i as f64 * STEP) y="0" width=(SIDE) height=(SIDE) {
                         title { "run " (r.run_no) " · fence " (r.fence) " · " (r.outcome)
@@ -411,6 +420,17 @@ pub(super) fn strip(runs: &[&RunRecord]) -> Markup {
             }
         }
     }
+}
+
+/// The outcome strip's name: `Last 3 runs, newest first: succeeded,
+/// failed, succeeded`.
+fn strip_label(runs: &[&RunRecord]) -> String {
+    let outcomes: Vec<&str> = runs.iter().map(|r| r.outcome.as_str()).collect();
+    let runs = match outcomes.len() {
+        1 => "Last run".to_owned(),
+        n => format!("Last {n} runs, newest first"),
+    };
+    format!("{runs}: {}", outcomes.join(", "))
 }
 
 #[cfg(test)]

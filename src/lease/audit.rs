@@ -67,7 +67,7 @@ impl LeaseStore {
     /// order of `targets`.
     pub(crate) async fn record_actions(&self, targets: &[PauseTarget], action: &str, actor: &str) -> Result<Vec<i64>> {
         for target in targets {
-            validate::key(target.name())?;
+            validate::existing_key(target.name())?;
         }
         validate_actor(actor)?;
         let scopes: Vec<&str> = targets.iter().map(PauseTarget::scope).collect();
@@ -127,7 +127,7 @@ impl LeaseStore {
     /// # Ok(()) }
     /// ```
     pub async fn actions(&self, key: &str, limit: usize) -> Result<Vec<ActionRecord>> {
-        validate::key(key)?;
+        validate::existing_key(key)?;
         if limit == 0 || limit > MAX_ACTIONS {
             return Err(Error::invalid(
                 "actions limit",

@@ -71,8 +71,10 @@ impl PauseTarget {
 
     fn check(&self) -> Result<()> {
         match self {
-            PauseTarget::Key(key) => validate::key(key),
-            PauseTarget::Job(name) => validate::job_name(name),
+            // Existing keys and jobs (a row stored before hidden
+            // characters were refused can still be paused and resumed).
+            PauseTarget::Key(key) => validate::existing_key(key),
+            PauseTarget::Job(name) => validate::existing_job_name(name),
         }
     }
 
@@ -307,7 +309,7 @@ impl LeaseStore {
     /// # Ok(()) }
     /// ```
     pub async fn trigger(&self, key: &str) -> Result<Triggered> {
-        validate::key(key)?;
+        validate::existing_key(key)?;
         // $1 key, $2 the wake-up channel. The notify rides in the same
         // transaction, so listeners are woken exactly when the new due time
         // is visible to their claims. The due time, read from the clock

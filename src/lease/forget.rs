@@ -49,7 +49,7 @@ impl LeaseStore {
     /// # Ok(()) }
     /// ```
     pub async fn forget(&self, key: &str) -> Result<Forgotten> {
-        validate::key(key)?;
+        validate::existing_key(key)?;
         // $1 key. The expiry clause is the whole safety of this statement:
         // deleting a live lease would let another replica claim it while its
         // run goes on. The key's history goes with it: its run numbers

@@ -377,7 +377,7 @@ impl LeaseStore {
     /// # Ok(()) }
     /// ```
     pub async fn history(&self, key: &str, limit: usize) -> Result<Vec<RunRecord>> {
-        validate::key(key)?;
+        validate::existing_key(key)?;
         if limit == 0 || limit > MAX_HISTORY {
             return Err(Error::invalid(
                 "history limit",
@@ -410,7 +410,7 @@ impl LeaseStore {
     /// One key as [`list`](Self::list) reads it (lease row, paused, latest
     /// runs), or `None` if it has no lease row. Two statements; cancel-safe.
     pub async fn status(&self, key: &str) -> Result<Option<KeyStatus>> {
-        validate::key(key)?;
+        validate::existing_key(key)?;
         let mut filter = KeyFilter::new().limit(1);
         filter.only = Some(key.to_owned());
         Ok(self.list_page(&filter).await?.keys.pop())

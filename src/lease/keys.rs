@@ -506,7 +506,7 @@ impl LeaseStore {
             ));
         }
         for key in keys {
-            validate::key(key)?;
+            validate::existing_key(key)?;
         }
         // A kind is live while the vouch of its latest replica lasts, as
         // `kinds` reads it; a kind with no row was never registered.

@@ -274,7 +274,7 @@ impl LeaseStore {
     /// Reads the row of `key` as the server sees it now, or `None` if the key
     /// was never claimed (or its row was deleted).
     pub async fn get(&self, key: &str) -> Result<Option<LeaseInfo>> {
-        validate::key(key)?;
+        validate::existing_key(key)?;
         const GET: &str = "SELECT l.*, clock_timestamp() AS server_now FROM leasehold_lease l WHERE l.key = $1";
         let row: Option<LeaseRow> =
             connection::run!(&self.conns, |conn| sqlx::query_as(GET).bind(key).fetch_optional(conn))?;

@@ -48,7 +48,7 @@ impl LeaseStore {
             ));
         }
         for key in keys {
-            validate::key(key)?;
+            validate::existing_key(key)?;
         }
         if keys.is_empty() {
             return Ok(Vec::new());

@@ -86,7 +86,7 @@ impl LeaseStore {
     /// # Ok(()) }
     /// ```
     pub async fn revoke(&self, key: &str, revoke: Revoke, resources: &[&str]) -> Result<Revoked> {
-        validate::key(key)?;
+        validate::existing_key(key)?;
         let mut raise = vec![key];
         for &resource in resources {
             validate::resource(resource)?;

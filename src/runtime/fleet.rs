@@ -315,7 +315,10 @@ impl Loaded {
 
     /// Reports a key this replica cannot run, once per version.
     async fn report(&mut self, shared: &Shared, key: &Arc<str>, version: i64, problem: &str) {
-        tracing::error!(key = %key, kind = %self.kind.name, version, problem,
+        // A key stored before names were checked may hold hidden
+        // characters: shown escaped.
+        tracing::error!(key = %crate::validate::shown(key), kind = %self.kind.name, version,
+            problem = %crate::validate::shown(problem),
             "stored key not run: fix it with `leasehold update` (or LeaseStore::update_key)");
         self.bad.insert(key.clone(), version);
         if let Err(error) = shared.store.report_args_error(key, version, problem).await {

@@ -189,7 +189,10 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (Ending, 
             if is_fencing(&*error) || tenure.reason().is_some() {
                 (Ending::Cancelled(tenure.reason()), None)
             } else {
-                tracing::error!(job = %job.name, key = %job.key, fence = tenure.fence, %error, "run failed");
+                // The job's own text: shown with its hidden characters
+                // escaped, so a log line cannot be reordered or hidden.
+                let shown = crate::validate::shown(&error.to_string()).into_owned();
+                tracing::error!(job = %job.name, key = %job.key, fence = tenure.fence, error = %shown, "run failed");
                 (Ending::Failed, Some(error_chain(&*error)))
             }
         }
@@ -200,7 +203,8 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (Ending, 
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            tracing::error!(job = %job.name, key = %job.key, fence = tenure.fence, %message, "run panicked");
+            tracing::error!(job = %job.name, key = %job.key, fence = tenure.fence,
+                message = %crate::validate::shown(&message), "run panicked");
             (Ending::Panicked, Some(message))
         }
         Some(Err(_)) | None => (Ending::Cancelled(tenure.reason()), None),

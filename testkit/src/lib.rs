@@ -29,6 +29,8 @@
 //!
 //! # Shared scaffolding for tests and benchmarks
 //!
+//! - [`hostile`]: every hidden Unicode character, by class (controls,
+//!   format characters, separators, variation selectors, fillers).
 //! - [`wait`]: poll a condition until it holds ([`eventually`],
 //!   [`wait_for`]).
 //! - [`child`]: a child process's stderr kept in a file, for the message
@@ -46,6 +48,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod child;
+pub mod hostile;
 #[cfg(feature = "jobs")]
 pub mod jobs;
 pub mod mutation;

@@ -114,3 +114,60 @@ async fn status_shows_a_never_run_job_as_never_run() {
     let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(doc["leases"][0]["state"], "never-run", "{doc}");
 }
+
+/// Rows stored before names were checked, one per class of hidden
+/// character (`leasehold_testkit::hostile`): `status` shows each key,
+/// holder and job name escaped, so no line is reordered (U+2069 then
+/// U+202E) and no name displays as another (`admin` + INVISIBLE TIMES).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_every_hidden_character_of_stored_rows_escaped() {
+    use leasehold_testkit::hostile;
+
+    let db = migrated_db().await;
+    let url = url(&db);
+    let store = LeaseStore::new(db.pool.clone());
+    let samples = hostile::samples();
+    for (i, (class, sample)) in samples.iter().enumerate() {
+        let plain = format!("plain-{i}");
+        assert!(
+            store.claim(sample, "web-1", LONG).await.is_err(),
+            "the library refuses a key with {class}"
+        );
+        acquired(store.claim(&plain, "web-1", LONG).await.unwrap());
+        // Written past the library, as an older version would have.
+        sqlx::query("UPDATE leasehold_lease SET key = $1, holder = $2, job_name = $3 WHERE key = $4")
+            .bind(format!("{i}-{sample}"))
+            .bind(sample)
+            .bind(sample)
+            .bind(&plain)
+            .execute(&db.pool)
+            .await
+            .expect("store a hostile row");
+    }
+
+    let out = leasehold(Some(&url), &["status"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    for line in text.lines() {
+        let hidden: Vec<String> = line
+            .chars()
+            .filter(|c| leasehold_rules::hidden_char(*c))
+            .map(|c| format!("U+{:04X}", u32::from(c)))
+            .collect();
+        assert!(hidden.is_empty(), "{hidden:?} printed raw in {line:?}");
+    }
+    for (class, sample) in &samples {
+        let c = sample
+            .chars()
+            .find(|c| leasehold_rules::hidden_char(*c))
+            .expect("a hidden character");
+        let escaped = match c {
+            '\n' | '\r' | '\t' => c.escape_debug().to_string(),
+            c => format!("\\u{{{:x}}}", u32::from(c)),
+        };
+        assert!(
+            text.matches(&escaped).count() >= 3,
+            "{class}: key, holder and job name shown escaped as {escaped}:\n{text}"
+        );
+    }
+}

@@ -4,15 +4,6 @@
 // Plain JavaScript, no dependencies; pages work without it.
 "use strict";
 (function () {
-  // An action's result (`done=…`) is shown once: the address bar drops it,
-  // so a reload shows the page without it; the refresh below keeps it.
-  if (window.URL && history.replaceState) {
-    var url = new URL(location.href);
-    if (url.searchParams.has("done")) {
-      url.searchParams.delete("done");
-      history.replaceState(history.state, "", url.href);
-    }
-  }
   var seconds = Number(document.body.dataset.refresh || 0);
   var box = document.getElementById("autorefresh");
   if (!seconds || !box) return;
@@ -32,9 +23,10 @@
         var doc = new DOMParser().parseFromString(text, "text/html");
         var next = doc.querySelector("main");
         var main = document.querySelector("main");
-        // The address no longer asks for the action's message, so the
-        // fresh <main> lacks it: carry it over, or it would vanish after
-        // one refresh period, before a slow reader has seen it.
+        // An action's message is shown once (the server hands it to the
+        // first view of the page after the action), so the fresh <main>
+        // lacks it: carry it over, or it would vanish after one refresh
+        // period, before a slow reader has seen it.
         var flash = main && main.querySelector("#flash");
         if (next && flash && !next.querySelector("#flash")) {
           var title = next.querySelector("h1");

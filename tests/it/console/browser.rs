@@ -683,3 +683,174 @@ async fn screenshots(c: &Client, home: &str, dir: PathBuf) {
         driver::set_viewport(c, driver::WIDTH, driver::HEIGHT).await;
     }
 }
+
+/// Issue 42, items 4 and 7: rows stored before names were checked (one
+/// per class of hidden character, `leasehold_testkit::hostile`) and a
+/// job's error text holding U+2069 then U+202E show every hidden
+/// character escaped in what the browser displays — the leases table, a
+/// key's page with its runs, tooltips, the title — so none closes its
+/// isolate or reorders the row; the outcome strips have accessible names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hidden_characters_show_escaped_and_the_outcome_strips_are_named() {
+    use leasehold_testkit::hostile;
+
+    let (db, store) = support::store().await;
+    // A key with two recorded runs, the second failed with a hostile error.
+    for run_no in 1..=2 {
+        let lease = store
+            .claim("ledger", "replica-1", support::LONG)
+            .await
+            .expect("claim")
+            .acquired()
+            .expect("a free key");
+        assert!(store.release_recorded(&lease, run_no, 100).await.expect("release"));
+    }
+    let evil_error = format!("timeout{}(gnp.exe", hostile::REORDER);
+    sqlx::query(
+        "UPDATE leasehold_run SET outcome = 'failed', error = $1, holder = $2 WHERE key = 'ledger' AND run_no = 2",
+    )
+    .bind(&evil_error)
+    .bind(hostile::FAKE_ADMIN)
+    .execute(&db.pool)
+    .await
+    .expect("a hostile error text");
+    let samples = hostile::samples();
+    for (i, (class, sample)) in samples.iter().enumerate() {
+        assert!(
+            store.claim(sample, "replica-1", support::LONG).await.is_err(),
+            "the library refuses a key with {class}"
+        );
+        let plain = format!("plain-{i}");
+        store.claim(&plain, "replica-1", support::LONG).await.expect("claim");
+        // Written past the library, as an older version would have.
+        sqlx::query("UPDATE leasehold_lease SET key = $1, holder = $2, job_name = $3 WHERE key = $4")
+            .bind(format!("{i}-{sample}"))
+            .bind(sample)
+            .bind(sample)
+            .bind(&plain)
+            .execute(&db.pool)
+            .await
+            .expect("store a hostile row");
+    }
+
+    let options = ConsoleOptions::new()
+        .authorize(|_| Some(ACTOR.to_owned()))
+        .refresh(Duration::ZERO);
+    let app = Router::new().nest_service(MOUNT, console::router(db.pool.clone(), options));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the console");
+    let addr = listener.local_addr().expect("console address");
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let browser = Browser::start().await;
+    let c = &browser.client;
+
+    c.goto(&format!("http://{addr}{MOUNT}/"))
+        .await
+        .expect("open the leases page");
+    assert_nothing_hidden(c, "the leases page").await;
+    let keys = lease_keys(c).await;
+    for (i, (class, sample)) in samples.iter().enumerate() {
+        let shown = leasehold_rules::escape_hidden(sample).into_owned();
+        let row = keys
+            .iter()
+            .find(|k| k.starts_with(&format!("{i}-")))
+            .unwrap_or_else(|| panic!("{class}: no row in {keys:?}"));
+        let row = lease_row(c, row).await;
+        assert_eq!(
+            cell(&row, "key").await,
+            format!("{i}-{shown}"),
+            "{class}: the key as shown"
+        );
+        assert_eq!(cell(&row, "holder").await, shown, "{class}: the holder as shown");
+    }
+    // The outcome strip is an image with a name that says the outcomes.
+    let strip = lease_row(c, "ledger")
+        .await
+        .find(Locator::Css("svg.strip"))
+        .await
+        .expect("an outcome strip");
+    assert_eq!(strip.attr("role").await.expect("role").as_deref(), Some("img"));
+    assert_eq!(
+        strip.attr("aria-label").await.expect("aria-label").as_deref(),
+        Some("Last 2 runs, newest first: failed, succeeded"),
+        "the strip's accessible name"
+    );
+    let named = c
+        .execute(
+            "return [...document.querySelectorAll('svg')].every(s => s.getAttribute('aria-label') || \
+             (s.firstElementChild && s.firstElementChild.tagName === 'title' && s.firstElementChild.textContent))",
+            vec![],
+        )
+        .await
+        .expect("check the SVGs");
+    assert_eq!(named, true, "every SVG on the leases page has a name");
+
+    // The key's page: the run's error text and holder, escaped.
+    open_key(c, "ledger").await;
+    assert_nothing_hidden(c, "the key's page").await;
+    let errors = c
+        .find_all(Locator::Css("td.error bdi"))
+        .await
+        .expect("the runs' error cells");
+    let mut shown = Vec::new();
+    for e in errors {
+        shown.push(e.text().await.expect("error text"));
+    }
+    assert!(
+        shown.iter().any(|e| e == "timeout\\u{2069}\\u{202e}(gnp.exe"),
+        "the error text as shown: {shown:?}"
+    );
+    let page = c.source().await.expect("page source");
+    assert!(page.contains("admin\\u{2062}"), "the run's holder is shown escaped");
+    let named = c
+        .execute(
+            "return [...document.querySelectorAll('svg')].every(s => s.getAttribute('aria-label') || \
+             (s.firstElementChild && s.firstElementChild.tagName === 'title' && s.firstElementChild.textContent))",
+            vec![],
+        )
+        .await
+        .expect("check the SVGs");
+    assert_eq!(named, true, "every SVG on the key's page has a name");
+
+    browser.quit().await;
+    server.abort();
+}
+
+/// Nothing the browser displays on the current page (its text, title,
+/// tooltips and accessible names) holds a hidden character, but the
+/// layout's own line breaks and tabs in `innerText` and the console's own
+/// balanced isolates (U+2068 … U+2069 with nothing hidden between) in
+/// tooltips and the title.
+async fn assert_nothing_hidden(c: &Client, page: &str) {
+    let shown = c
+        .execute(
+            "return [document.body.innerText, document.title, \
+             ...[...document.querySelectorAll('[title],[aria-label]')].flatMap(e => \
+                 [e.getAttribute('title') || '', e.getAttribute('aria-label') || '']), \
+             ...[...document.querySelectorAll('title')].map(t => t.textContent)].join('\\n')",
+            vec![],
+        )
+        .await
+        .expect("read the page");
+    let shown = shown.as_str().expect("text").to_owned();
+    let mut hidden = Vec::new();
+    let mut chars = shown.chars().peekable();
+    while let Some(ch) = chars.next() {
+        if ch == '\u{2068}' {
+            // The console's own isolate: up to its U+2069, nothing hidden.
+            let inner: String = chars.by_ref().take_while(|c| *c != '\u{2069}').collect();
+            hidden.extend(
+                inner
+                    .chars()
+                    .filter(|c| leasehold_rules::hidden_char(*c) && !"\n\t".contains(*c)),
+            );
+            continue;
+        }
+        if leasehold_rules::hidden_char(ch) && !"\n\t".contains(ch) {
+            hidden.push(ch);
+        }
+    }
+    let hidden: Vec<String> = hidden.iter().map(|c| format!("U+{:04X}", u32::from(*c))).collect();
+    assert!(hidden.is_empty(), "{page}: displayed raw: {hidden:?}");
+}

@@ -124,11 +124,7 @@ async fn an_action_needs_its_actors_own_csrf_token_and_a_same_origin_fetch() {
     )
     .await;
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
-    assert!(
-        done.location().starts_with("/key?key=ledger&done=paused"),
-        "{}",
-        done.location()
-    );
+    assert_eq!(done.location(), "/key?key=ledger", "the redirect names no outcome");
     assert_eq!(state(&store, "ledger").await, KeyState::Paused);
     let actions = store.actions("ledger", 10).await.expect("actions");
     assert_eq!(actions.len(), 1, "the refused attempts left no record: {actions:?}");
@@ -461,8 +457,9 @@ async fn the_flash_message_is_the_consoles_own_text() {
         assert_eq!(page.status, StatusCode::OK);
         assert!(!page.body.contains("evil.example"), "{query}: the URL's text is shown");
     }
-    let page = get(&app, "/key?key=ledger&done=paused", &[]).await;
-    assert!(page.body.contains("<p id=\"flash\">Paused.</p>"), "{}", page.body);
+    // Nor does a link name an outcome: only an action this actor took.
+    let page = get(&app, "/key?key=ledger&done=paused", &[("x-user", "alice")]).await;
+    assert!(!page.body.contains("id=\"flash\""), "{}", page.body);
 }
 
 #[tokio::test]
@@ -574,10 +571,21 @@ async fn a_name_cannot_pass_for_another() {
 }
 
 #[tokio::test]
-async fn untrusted_text_is_direction_isolated() {
+async fn untrusted_text_is_direction_isolated_and_its_hidden_characters_escaped() {
     let (db, store) = support::store().await;
     let key = "\u{202e}ledger";
-    store.claim(key, "\u{202e}replica-1", LONG).await.expect("claim");
+    assert!(
+        store.claim(key, "replica-1", LONG).await.is_err(),
+        "a new key with U+202E is refused"
+    );
+    // A row stored before the rule: read, shown escaped, acted on.
+    store.claim("ledger", "replica-1", LONG).await.expect("claim");
+    sqlx::query("UPDATE leasehold_lease SET key = $1, holder = $2 WHERE key = 'ledger'")
+        .bind(key)
+        .bind("\u{202e}replica-1")
+        .execute(&db.pool)
+        .await
+        .expect("a row stored before the rule");
     store
         .revoke(key, leasehold::operator::Revoke::Force, &[])
         .await
@@ -586,17 +594,31 @@ async fn untrusted_text_is_direction_isolated() {
     let page = get(&app, &format!("/key?key={}", enc(key)), &[]).await;
     assert!(
         page.body
-            .contains("<bdi>\u{202e}replica-1</bdi><span class=\"muted\"> (last)"),
+            .contains("<bdi>\\u{202e}replica-1</bdi><span class=\"muted\"> (last)"),
         "{}",
         page.body
     );
     assert!(
-        page.body.contains("<h1 id=\"key\"><bdi>\u{202e}ledger</bdi></h1>"),
+        page.body.contains("<h1 id=\"key\"><bdi>\\u{202e}ledger</bdi></h1>"),
         "{}",
         page.body
     );
+    assert!(!page.body.contains('\u{202e}'), "{}", page.body);
     let list = get(&app, "/", &[]).await;
-    assert!(list.body.contains("<bdi>\u{202e}ledger</bdi>"), "{}", list.body);
+    assert!(list.body.contains("<bdi>\\u{202e}ledger</bdi>"), "{}", list.body);
+    assert!(!list.body.contains('\u{202e}'), "{}", list.body);
+    // Its actions still name it exactly.
+    let asked = get(
+        &app,
+        &format!("/confirm?key={}&action=pause", enc(key)),
+        &[("x-user", "alice")],
+    )
+    .await;
+    assert!(
+        asked.body.contains("name=\"key\" value=\"\u{202e}ledger\""),
+        "{}",
+        asked.body
+    );
 }
 
 #[tokio::test]

@@ -217,3 +217,53 @@ async fn a_runtimes_own_trigger_pause_and_resume_are_recorded_with_its_holder_id
     );
     runtime.shutdown().await;
 }
+
+/// Issue 42, item 4: every hidden character (each class of
+/// `leasehold_testkit::hostile`, and every character of them as a key) is
+/// refused at the boundary — keys, holders, actors, and who paused a key,
+/// which follows the actor rule (`admin` + INVISIBLE TIMES would show as
+/// `admin`) — with the value escaped in the error and nothing written.
+#[tokio::test]
+async fn hidden_characters_are_refused_in_every_name_and_who_acted_follows_one_rule() {
+    use leasehold_testkit::hostile;
+
+    let (_db, store) = support::store().await;
+    for c in hostile::hidden_chars() {
+        let key = format!("k{c}");
+        let err = store
+            .claim(&key, "replica-1", LONG)
+            .await
+            .expect_err("a hidden character in a key");
+        assert!(
+            matches!(err, Error::InvalidInput { .. }),
+            "U+{:04X}: {err}",
+            u32::from(c)
+        );
+    }
+    for (class, sample) in hostile::samples() {
+        let err = store.claim("ledger", &sample, LONG).await.expect_err("holder");
+        let msg = err.to_string();
+        assert!(msg.contains("holder id") && msg.contains("remove it"), "{class}: {msg}");
+        assert!(
+            !msg.chars().any(leasehold_rules::hidden_char),
+            "{class}: the error shows the value escaped: {msg:?}"
+        );
+        let err = Operator::new(store.clone(), sample.as_str()).expect_err("actor");
+        assert!(matches!(err, Error::InvalidInput { .. }), "{class}: {err}");
+        let err = store
+            .pause(&PauseTarget::key("ledger"), false, &sample)
+            .await
+            .expect_err("paused by");
+        assert!(err.to_string().contains("paused by"), "{class}: {err}");
+    }
+    let err = store
+        .pause(&PauseTarget::key("ledger"), false, hostile::FAKE_ADMIN)
+        .await
+        .expect_err("admin + INVISIBLE TIMES");
+    assert!(err.to_string().contains("\\u{2062}"), "{err}");
+    assert!(store.pauses().await.expect("pauses").is_empty(), "nothing was paused");
+    assert!(
+        store.status("ledger").await.expect("status").is_none(),
+        "nothing was claimed"
+    );
+}
