@@ -422,7 +422,7 @@ liveness_mutations = [
   "r.registered_at > pg_postmaster_start_time() THEN", "THEN",
   "takeover::a_server_restart_takes_no_run_over_early"),
  ("liveness.session_gone", "liveness: session test removed (a frozen replica's run is taken over after the grace)",
-  "pg_try_advisory_xact_lock(1818783844, r.pid)", "true",
+  "pg_try_advisory_xact_lock(", "true OR pg_try_advisory_xact_lock(",
   "takeover::a_frozen_replica_keeps_its_run_past_the_grace"),
 ]
 

@@ -53,6 +53,14 @@ pub(crate) const GRACE: Duration = Duration::from_secs(1);
 /// longer lease are claimed without a stamp and fall back to their lease.
 pub(crate) const SESSION_HORIZON: Duration = Duration::from_secs(3600);
 
+/// The first key of the liveness sessions' advisory locks ("lhld" in
+/// ASCII), the second being the session's pid: a literal, for `concat!`.
+macro_rules! liveness_lock_ns {
+    () => {
+        "1818783844"
+    };
+}
+
 /// A dead registration, for the lease row's stamp `$owner` (an SQL
 /// expression) of a run acquired at `$acquired`: an SQL boolean. The CASE
 /// orders the tests, so the lock is only tried for a silent registration
@@ -68,7 +76,9 @@ macro_rules! dead_owner {
             " < r.confirmed_at + r.grace
                 AND CASE WHEN /* guard:liveness.silent */ r.confirmed_at + r.grace <= clock_timestamp()
                           AND /* guard:liveness.this_server_life */ r.registered_at > pg_postmaster_start_time()
-                         THEN /* guard:liveness.session_gone */ pg_try_advisory_xact_lock(1818783844, r.pid)
+                         THEN /* guard:liveness.session_gone */ pg_try_advisory_xact_lock(",
+            liveness_lock_ns!(),
+            ", r.pid)
                          ELSE false END)"
         )
     };
@@ -112,19 +122,23 @@ impl LeaseStore {
         // - `pg_advisory_lock`: session scope, released by PostgreSQL when
         //   the session ends, whatever the client did — the fact a claimer
         //   tests. The pid makes it this session's own.
-        const REGISTER: &str = "
+        const REGISTER: &str = concat!(
+            "
             WITH s AS (
                 SELECT set_config('idle_session_timeout', '0', false),
                        set_config('tcp_keepalives_idle', $3, false),
                        set_config('tcp_keepalives_interval', '60', false),
                        set_config('tcp_keepalives_count', '10', false),
                        set_config('tcp_user_timeout', ($3::int8 * 1000)::text, false),
-                       pg_advisory_lock(1818783844, pg_backend_pid())
+                       pg_advisory_lock(",
+            liveness_lock_ns!(),
+            ", pg_backend_pid())
             )
             INSERT INTO leasehold_replica (pid, holder, registered_at, confirmed_at, grace)
             SELECT pg_backend_pid(), $1, clock_timestamp(), clock_timestamp(), make_interval(secs => $2)
               FROM s
-            RETURNING id, pg_postmaster_start_time()";
+            RETURNING id, pg_postmaster_start_time()"
+        );
         let (id, server_started): (i64, DateTime<Utc>) = sqlx::query_as(REGISTER)
             .bind(holder)
             .bind(GRACE.as_secs_f64())
@@ -165,7 +179,6 @@ impl LeaseStore {
             ), dead AS (
                 UPDATE leasehold_replica AS d SET reported_at = clock_timestamp()
                  WHERE d.reported_at IS NULL AND d.id <> $1
-                   AND d.confirmed_at + d.grace <= clock_timestamp()
                    AND ",
             dead_owner!(owner = "d.id", acquired = "d.confirmed_at"),
             "
@@ -198,9 +211,13 @@ impl LeaseStore {
     where
         E: Executor<'c, Database = Postgres>,
     {
-        const UNREGISTER: &str = "
+        const UNREGISTER: &str = concat!(
+            "
             WITH gone AS (DELETE FROM leasehold_replica WHERE id = $1)
-            SELECT pg_advisory_unlock(1818783844, pg_backend_pid())";
+            SELECT pg_advisory_unlock(",
+            liveness_lock_ns!(),
+            ", pg_backend_pid())"
+        );
         sqlx::query(UNREGISTER).bind(registration.id).execute(conn).await?;
         Ok(())
     }

@@ -255,7 +255,13 @@ async fn serve(shared: &Arc<Shared>, mut listener: PgListener, stop: &Cancellati
                 )
                 .await;
                 match confirmed {
-                    Ok(Ok(c)) if c.still_registered => shared.liveness.confirmed(registration, sent),
+                    Ok(Ok(c)) if c.still_registered => {
+                        shared.liveness.confirmed(registration, sent);
+                        if c.woken > 0 {
+                            tracing::debug!(holder = %shared.holder, keys = c.woken,
+                                "a replica's liveness session ended: woke the keys of its runs");
+                        }
+                    }
                     Ok(Ok(_)) => {
                         liveness::session_ended(shared, SessionEnd::Unregistered);
                         return Stopped::SessionEnded;
