@@ -415,11 +415,11 @@ BATCH = ["src/lease/batch/register.rs", "src/lease/batch/claim_due.rs", "src/lea
 # The liveness rule (src/lease/liveness.rs, invariant 10), expanded in
 # claim_due's early takeover, the reporter and the re-point.
 liveness_mutations = [
- ("liveness.silent", "liveness: grace removed (a live replica whose session ended is taken over before it stops its run)",
-  "r.confirmed_at + r.grace <= clock_timestamp() AND", "",
+ ("liveness.gone_for_grace", "liveness: grace removed (a live replica whose session ended is taken over before it stops its run)",
+  "r.gone_seen_at + r.grace <= clock_timestamp()", "r.gone_seen_at IS NOT NULL",
   "takeover::a_replica_whose_session_ended_stops_its_run_before_another_may_take_it_over"),
  ("liveness.this_server_life", "liveness: server-life test removed (a server restart hands every run in progress over early)",
-  "r.registered_at > pg_postmaster_start_time() THEN", "THEN",
+  "n.registered_at > pg_postmaster_start_time() THEN", "true THEN",
   "takeover::a_server_restart_takes_no_run_over_early"),
  ("liveness.session_gone", "liveness: session test removed (a frozen replica's run is taken over after the grace)",
   "pg_try_advisory_xact_lock(", "true OR pg_try_advisory_xact_lock(",

@@ -22,6 +22,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (9, include_str!("../migrations/0009_lost_runs.sql")),
     (10, include_str!("../migrations/0010_key_life.sql")),
     (11, include_str!("../migrations/0011_liveness.sql")),
+    (12, include_str!("../migrations/0012_gone_seen.sql")),
 ];
 
 /// The schema version this library needs and knows.

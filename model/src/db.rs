@@ -61,6 +61,14 @@ pub struct Reg {
     pub registered: u16,
     /// `confirmed_at` (server units).
     pub confirmed: u16,
+    /// `gone_seen_at` (server units): when a confirmation first saw the
+    /// session gone. Set when the session ends, the earliest any
+    /// confirmation could see it (a real one sees it up to a confirm
+    /// interval later, which only delays takeovers). Without the sighting's
+    /// lock test ([`Variant::NoSessionDeadTest`]) it is set at
+    /// registration: the first confirmation of another replica would stamp
+    /// a live session.
+    pub gone_seen: Option<u16>,
 }
 
 /// One row of `leasehold_fence` (a fenced resource). An absent row is
@@ -200,31 +208,31 @@ impl Db {
         }
     }
 
-    /// Whether registration `id` is dead, as `pick` and the confirm's
-    /// report test it, in this order: (a) `confirmed_at + grace <= now`,
-    /// (b) `registered_at > pg_postmaster_start_time()` (always true here:
-    /// no server restart is modelled), (c) `pg_try_advisory_xact_lock(<ns>,
-    /// pid)` succeeds — its session is gone. A missing registration (NULL
-    /// owner) is not dead: the row falls back to expiry.
-    /// [`Variant::NoGrace`] drops (a), [`Variant::NoSessionDeadTest`] (c).
+    /// Whether registration `id` is dead, as `pick`, the confirm's report
+    /// and the re-point test it (`dead_owner!`): seen gone a grace ago
+    /// (`gone_seen_at + grace <= now`). The sighting tests (b)
+    /// `registered_at > pg_postmaster_start_time()` (always true here: no
+    /// server restart is modelled) and (c) the session's advisory lock: see
+    /// [`Reg::gone_seen`]. A missing registration (NULL owner) is not dead:
+    /// the row falls back to expiry. [`Variant::NoGrace`] drops the grace
+    /// (dead once seen gone).
     pub fn reg_dead(&self, id: Option<u8>, grace: u16, variant: Variant) -> bool {
-        let Some(reg) = id.and_then(|id| self.regs.get(id as usize - 1)) else {
+        let Some(seen) = id.and_then(|id| self.regs.get(id as usize - 1)).and_then(|reg| reg.gone_seen) else {
             return false;
         };
-        let silent = !variant.grace_test() || reg.confirmed + grace <= self.clock;
-        let gone = !variant.session_test() || !reg.alive;
-        silent && gone
+        !variant.grace_test() || seen + grace <= self.clock
     }
 
     /// A runtime registers (after it listens, or after its session ended):
     /// a new session takes the advisory lock and inserts its row,
     /// `registered_at = confirmed_at = now`. Returns the new id.
-    pub fn register(&mut self, replica: u8) -> u8 {
+    pub fn register(&mut self, replica: u8, variant: Variant) -> u8 {
         self.regs.push(Reg {
             replica,
             alive: true,
             registered: self.clock,
             confirmed: self.clock,
+            gone_seen: (!variant.session_test()).then_some(self.clock),
         });
         self.regs.len() as u8
     }
@@ -245,8 +253,10 @@ impl Db {
 
     /// The session of registration `id` ends on the server.
     pub fn end_session(&mut self, id: u8) {
+        let now = self.clock;
         if let Some(reg) = self.regs.get_mut(id as usize - 1) {
             reg.alive = false;
+            reg.gone_seen.get_or_insert(now);
         }
     }
 

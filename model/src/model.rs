@@ -31,6 +31,7 @@ impl Model for LeaseModel {
                         alive: true,
                         registered: 0,
                         confirmed: 0,
+                        gone_seen: (!self.cfg.variant.session_test()).then_some(0),
                     })
                     .collect()
             } else {

@@ -33,7 +33,7 @@ impl LeaseModel {
     /// on the new session; it cannot reach a cut-off server, so it is not
     /// enabled then).
     pub(crate) fn register(&self, s: &mut State, r: u8) {
-        let id = s.db.register(r);
+        let id = s.db.register(r, self.cfg.variant);
         let rep = &mut s.replicas[r as usize];
         rep.reg = Some(id);
         rep.confirmed = rep.clock;

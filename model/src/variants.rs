@@ -74,15 +74,15 @@ pub enum Variant {
     /// transaction blocks its successor's advance for as long as it stays
     /// frozen.
     NoIdleTimeout,
-    /// Crash takeover (issue 40) without the session test: `pick` counts a
-    /// registration dead once `confirmed_at + grace <= now`, whether or
-    /// not its session still holds its advisory lock
-    /// (`pg_try_advisory_xact_lock(<ns>, pid)` removed). A frozen or
-    /// partitioned holder, whose session the server keeps, is taken over
-    /// after the grace while its run goes on.
+    /// Crash takeover (issue 40) without the session test: a confirmation
+    /// stamps `gone_seen_at` on a registration whether or not its session
+    /// still holds its advisory lock (`pg_try_advisory_xact_lock(<ns>,
+    /// pid)` removed from the sighting), so it is dead a grace after it
+    /// registered. A frozen or partitioned holder, whose session the server
+    /// keeps, is taken over after the grace while its run goes on.
     NoSessionDeadTest,
     /// Crash takeover without the grace: `pick` counts a registration dead
-    /// as soon as its session is gone (`confirmed_at + grace <= now`
+    /// as soon as its session is seen gone (`gone_seen_at + grace <= now`
     /// removed). A holder whose session was killed (pg_terminate_backend,
     /// a pooler, a TCP reset) is taken over before it can notice.
     NoGrace,
@@ -103,13 +103,13 @@ pub enum Variant {
 }
 
 impl Variant {
-    /// The claimer's dead test asks that the registration's session be
-    /// gone (its advisory lock free).
+    /// A registration is seen gone only once its session is gone (its
+    /// advisory lock free).
     pub fn session_test(self) -> bool {
         self != Variant::NoSessionDeadTest
     }
 
-    /// The claimer's dead test asks that `confirmed_at + grace <= now`.
+    /// The claimer's dead test asks that `gone_seen_at + grace <= now`.
     pub fn grace_test(self) -> bool {
         self != Variant::NoGrace
     }

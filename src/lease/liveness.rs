@@ -6,19 +6,29 @@
 //! and confirms the registration every [`CONFIRM_EVERY`]. Its claims stamp
 //! each run's lease row with the registration (`leasehold_lease.owner`).
 //! Another replica may take such a run over before its lease expires only
-//! when the registration is **dead**, [`dead_owner!`]:
+//! when the registration is **dead**, [`dead_owner!`]: a confirmation of
+//! another runtime *saw it gone* a grace ([`GRACE`]) ago or more by the
+//! server clock, and the stamp is genuine (the run was claimed while its
+//! registration was confirmed; a replica of schema version 10 claims
+//! without stamping). Each confirmation stamps `gone_seen_at` on every other
+//! registration not seen gone yet that is
 //!
-//! 1. *silent*: not confirmed for its grace ([`GRACE`]) by the server clock;
-//! 2. *of this server's life*: registered after the server last started
+//! 1. *of this server's life*: registered after the server last started
 //!    (rows of an UNLOGGED table survive a clean restart, whose sessions
-//!    did not);
-//! 3. *its session is gone*: the session-level advisory lock the
-//!    registration took is free, which PostgreSQL guarantees the moment the
-//!    session ends — a killed process's socket closes, its backend exits;
-//! 4. the stamp is genuine: the run was claimed while its registration was
-//!    confirmed (a replica of schema version 10 claims without stamping).
+//!    did not), and
+//! 2. *gone*: the session-level advisory lock the registration took is
+//!    free, which PostgreSQL guarantees the moment the session ends — a
+//!    killed process's socket closes, its backend exits. A session that
+//!    ended never comes back, so the sighting stays true.
 //!
-//! A frozen process keeps its session (the kernel keeps its socket), so 3
+//! The grace counts from the sighting, not from the last confirmation: a
+//! live process whose session ends always has a grace to read the error and
+//! re-point its runs, even if it had been silent (a stall, a brief cut) just
+//! before. A confirmation cannot succeed once its session is gone, so the
+//! sighting is after the last confirmation, and the runtime's own stop
+//! (counted from its last confirmation) comes before any takeover.
+//!
+//! A frozen process keeps its session (the kernel keeps its socket), so 2
 //! fails and its runs keep their leases; so does a partitioned one, whose
 //! session the server keeps for at least [`SESSION_HORIZON`] (this module
 //! sets the session's TCP timeouts). A live process whose session ended
@@ -40,11 +50,10 @@ use crate::error::Result;
 /// How often a runtime confirms its registration.
 pub(crate) const CONFIRM_EVERY: Duration = Duration::from_millis(250);
 
-/// How long a registration may go unconfirmed before its runs may be taken
-/// over, once its session is gone. Four confirmations: a busy replica's
-/// late confirmation never counts against it (its session is alive), and a
-/// live replica whose session ended has this long to register again and
-/// keep its runs.
+/// How long after its session was first seen gone a registration's runs
+/// may be taken over: a live replica whose session ended has this long to
+/// register again and keep its runs (or stop them). A busy replica's late
+/// confirmations never count against it: its session is alive.
 pub(crate) const GRACE: Duration = Duration::from_secs(1);
 
 /// How long the server keeps a liveness session whose client went silent
@@ -62,10 +71,11 @@ macro_rules! liveness_lock_ns {
 }
 
 /// A dead registration, for the lease row's stamp `$owner` (an SQL
-/// expression) of a run acquired at `$acquired`: an SQL boolean. The CASE
-/// orders the tests, so the lock is only tried for a silent registration
-/// of this server's life, and then held until the statement's transaction
-/// ends (a session registering with the same pid meanwhile waits).
+/// expression) of a run acquired at `$acquired`: an SQL boolean. Seen gone
+/// (by a confirmation's `seen`, which tests the session's lock and the
+/// server's life) a grace ago or more. The lock is not tested again: a
+/// session that ended never comes back, and its registration's process, if
+/// it lives, registers anew under another id.
 macro_rules! dead_owner {
     (owner = $owner:literal, acquired = $acquired:literal) => {
         concat!(
@@ -74,12 +84,7 @@ macro_rules! dead_owner {
             " AND ",
             $acquired,
             " < r.confirmed_at + r.grace
-                AND CASE WHEN /* guard:liveness.silent */ r.confirmed_at + r.grace <= clock_timestamp()
-                          AND /* guard:liveness.this_server_life */ r.registered_at > pg_postmaster_start_time()
-                         THEN /* guard:liveness.session_gone */ pg_try_advisory_xact_lock(",
-            liveness_lock_ns!(),
-            ", r.pid)
-                         ELSE false END)"
+                AND /* guard:liveness.gone_for_grace */ r.gone_seen_at + r.grace <= clock_timestamp())"
         )
     };
 }
@@ -167,6 +172,11 @@ impl LeaseStore {
         //   registration and still within its lease; the replicas that run
         //   the key claim it at once. A hash join on an empty `dead` reads
         //   no lease row.
+        // - `seen`: stamps `gone_seen_at` on each other registration whose
+        //   session is gone (its lock free; tried only for one of this
+        //   server's life, whose lock a live session would hold), where
+        //   `dead_owner!` starts its grace. Not the rows `dead` reports:
+        //   those were seen already (one statement updates a row once).
         // - `gone`: registrations not confirmed for an hour are dropped (a
         //   missing registration is never dead: its runs fall back to
         //   their leases).
@@ -187,6 +197,14 @@ impl LeaseStore {
                 SELECT pg_notify($2, l.key)
                   FROM leasehold_lease AS l JOIN dead ON l.owner = dead.id
                  WHERE l.expires_at > clock_timestamp()
+            ), seen AS (
+                UPDATE leasehold_replica AS n SET gone_seen_at = clock_timestamp()
+                 WHERE n.gone_seen_at IS NULL AND n.id <> $1
+                   AND CASE WHEN /* guard:liveness.this_server_life */ n.registered_at > pg_postmaster_start_time()
+                            THEN /* guard:liveness.session_gone */ pg_try_advisory_xact_lock(",
+            liveness_lock_ns!(),
+            ", n.pid)
+                            ELSE false END
             ), gone AS (
                 DELETE FROM leasehold_replica AS g
                  WHERE g.id <> $1 AND g.confirmed_at < clock_timestamp() - interval '1 hour'

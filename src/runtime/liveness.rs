@@ -11,7 +11,8 @@
 //! restarted (a new start time, or it refuses connections as it starts or
 //! shuts down) — then no one can take it over early. A server that does
 //! not answer in time may be up: the run is stopped. No other replica takes
-//! it over before the server's `confirmed_at + grace`, which is later.
+//! it over before the server's `gone_seen_at + grace`, which is later
+//! (the session was seen gone after its last confirmation).
 //! Silence — a confirmation that gets no answer — stops nothing: the
 //! session may well be alive on the server (a partition), its lock held,
 //! and the lease is the bound, as without a registration.

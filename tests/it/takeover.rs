@@ -319,6 +319,65 @@ async fn a_replica_whose_session_ended_stops_its_run_before_another_may_take_it_
     cut.shutdown().await;
 }
 
+/// A replica silent for longer than the grace (stalled: its session open,
+/// nothing sent, not even a release) whose session then ends is not taken
+/// over at once: the grace counts from when another replica first saw the
+/// session gone, so the takeover comes a grace after the end, by which time
+/// the replica, which reads the error at once, has stopped its run (its own
+/// deadline, counted from its last confirmation, has passed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_silent_for_a_grace_whose_session_then_ends_is_not_taken_over_at_once() {
+    let db = support::db().await;
+    let gate = Gate::default();
+    let settings = quick(Schedule::Manual, Duration::from_secs(60));
+    let stalled = support::replica(&db, "stalled", 2, vec![job(KEY, settings.clone(), gate.body())]).await;
+    registered(&db.pool, "stalled").await;
+    stalled.trigger(KEY).await.expect("trigger");
+    let run = gate.runs().wait_started(1, Duration::from_secs(10)).await[0].clone();
+    assert!(
+        stamped(&db.pool).await,
+        "the run is stamped with its replica's registration"
+    );
+    let other = support::replica(&db, "other", 2, vec![job(KEY, settings, gate.body())]).await;
+    support::wait_polls(&other, 2).await;
+
+    stalled.faults().partition(true);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (pid, confirmed_at) = registration(&db.pool, "stalled").await;
+    let ended_at = server_now(&db.pool).await;
+    assert!(
+        ended_at - confirmed_at > chrono::Duration::seconds(1),
+        "the registration is silent for longer than its grace before its session ends"
+    );
+    let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&db.pool)
+        .await
+        .expect("terminate the liveness session");
+    assert!(terminated);
+    nudge(&db.pool, Duration::from_millis(2500)).await;
+    let (_, fence, acquired_at) = tenure(&db.pool).await;
+    assert!(fence > run.fence, "the key was taken over after the grace");
+    assert!(
+        acquired_at >= ended_at + chrono::Duration::seconds(1),
+        "taken over {} ms after the session ended, within the grace",
+        (acquired_at - ended_at).num_milliseconds()
+    );
+    let runs = gate.runs().all();
+    let (stopped, reason) = runs[0]
+        .cancelled
+        .expect("the stalled replica stopped its run");
+    assert_eq!(reason, CancelReason::Deadline);
+    assert!(
+        runs[1..].iter().all(|r| r.started >= stopped),
+        "no run of the key starts before the stalled run stopped: {runs:?}"
+    );
+    stalled.faults().partition(false);
+    gate.finish_one();
+    other.shutdown().await;
+    stalled.shutdown().await;
+}
+
 /// A clean restart of the server ends every liveness session and keeps the
 /// registrations (an UNLOGGED table survives a clean shutdown), silent and
 /// with their locks free: none of them counts as dead, since each is older

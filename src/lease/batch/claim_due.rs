@@ -71,8 +71,8 @@ impl LeaseStore {
     //   whoever held it, this holder id included (two processes may
     //   share one id); or (invariant 10) the run was stamped with a
     //   liveness registration that is dead (`dead_owner!`, liveness.rs):
-    //   its session is gone and it has been silent for its grace, so its
-    //   process is dead or has stopped the run itself;
+    //   its session was seen gone a grace ago, so its process is dead or
+    //   has stopped the run itself;
     // - next_due_at <= now: the key is due by the server clock, so
     //   replicas whose timers fire at different moments still start one
     //   run per slot;

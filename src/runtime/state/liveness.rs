@@ -8,9 +8,10 @@
 //!   session is seen to fail, so a claim sent after the failure stamps
 //!   nothing (its run falls back to its lease).
 //! - Its instant is the local instant the latest successful confirmation
-//!   was *sent*: the server wrote its `confirmed_at` after that, so no
-//!   replica can take a run stamped with it over before that instant plus
-//!   the grace, by any clock that runs at the real rate.
+//!   was *sent*: the server wrote its `confirmed_at` after that, and can
+//!   only see the session gone after its last confirmation, so no replica
+//!   can take a run stamped with it over before that instant plus the
+//!   grace, by any clock that runs at the real rate.
 
 use std::sync::Mutex;
 
