@@ -217,7 +217,10 @@ impl Db {
     /// the row falls back to expiry. [`Variant::NoGrace`] drops the grace
     /// (dead once seen gone).
     pub fn reg_dead(&self, id: Option<u8>, grace: u16, variant: Variant) -> bool {
-        let Some(seen) = id.and_then(|id| self.regs.get(id as usize - 1)).and_then(|reg| reg.gone_seen) else {
+        let Some(seen) = id
+            .and_then(|id| self.regs.get(id as usize - 1))
+            .and_then(|reg| reg.gone_seen)
+        else {
             return false;
         };
         !variant.grace_test() || seen + grace <= self.clock

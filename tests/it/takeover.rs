@@ -364,9 +364,7 @@ async fn a_replica_silent_for_a_grace_whose_session_then_ends_is_not_taken_over_
         (acquired_at - ended_at).num_milliseconds()
     );
     let runs = gate.runs().all();
-    let (stopped, reason) = runs[0]
-        .cancelled
-        .expect("the stalled replica stopped its run");
+    let (stopped, reason) = runs[0].cancelled.expect("the stalled replica stopped its run");
     assert_eq!(reason, CancelReason::Deadline);
     assert!(
         runs[1..].iter().all(|r| r.started >= stopped),
