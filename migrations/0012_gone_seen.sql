@@ -4,8 +4,8 @@
 --
 -- Every runtime's confirmation tests the advisory lock of each other
 -- registration not yet seen gone, and stamps `gone_seen_at` when it is
--- free. A registration is dead once `gone_seen_at + grace` has passed (and
--- its lock is still free). Before, the grace counted from its last
+-- free. A registration is dead once `gone_seen_at + grace` has passed (a
+-- session that ended never comes back, so the lock is not tested again). Before, the grace counted from its last
 -- confirmation: a replica silent for about a grace (a stall, a brief cut)
 -- whose session then ended was taken over at once, before it could read
 -- the error and move its runs to a new registration. Now it has a grace
