@@ -378,10 +378,11 @@ async fn a_replica_silent_for_a_grace_whose_session_then_ends_is_not_taken_over_
 
 /// A clean restart of the server ends every liveness session and keeps the
 /// registrations (an UNLOGGED table survives a clean shutdown), silent and
-/// with their locks free: none of them counts as dead, since each is older
-/// than the server's start. The run in progress keeps its lease, however
-/// hard the other replica is woken, and its replica registers again and
-/// goes on.
+/// with their locks free: none of them is ever seen gone, since each is
+/// older than the server's start. The run's replica is slow to register
+/// again (its liveness held back for longer than a grace) while the other
+/// one registers and confirms: the run keeps its lease, however hard the
+/// other replica is woken, and its replica then registers and goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restart_takes_no_run_over_early() {
     let cluster = support::PgCluster::start_durable().expect("a cluster of its own");
@@ -399,19 +400,35 @@ async fn a_server_restart_takes_no_run_over_early() {
     let second = support::replica(&db, "second", 2, vec![job(KEY, settings, gate.body())]).await;
     registered(&db.pool, "second").await;
 
+    first.faults().freeze_liveness(true);
     cluster.stop(false).expect("stop the server");
     cluster.start_server().expect("start the server again");
     let pool = db.pool_with(2).await;
-    // Both replicas register again; the old registrations are still there.
-    support::eventually_async(Duration::from_secs(60), || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM leasehold_replica")
-            .fetch_one(&pool)
-            .await
-            .is_ok_and(|n| n >= 4)
-            .then_some(())
-    })
-    .await;
+    let registrations = |at_least: i64| {
+        let pool = pool.clone();
+        async move {
+            support::eventually_async(Duration::from_secs(60), || async {
+                sqlx::query_scalar::<_, i64>("SELECT count(*) FROM leasehold_replica")
+                    .fetch_one(&pool)
+                    .await
+                    .is_ok_and(|n| n >= at_least)
+                    .then_some(())
+            })
+            .await;
+        }
+    };
+    // The second registers again and confirms for more than a grace; the
+    // old registrations are still there.
+    registrations(3).await;
     nudge(&pool, Duration::from_millis(2500)).await;
+    assert_eq!(
+        tenure(&pool).await.1,
+        run.fence,
+        "the run keeps its lease while its replica has not registered again"
+    );
+    first.faults().freeze_liveness(false);
+    registrations(4).await;
+    nudge(&pool, Duration::from_millis(1000)).await;
     assert_eq!(
         tenure(&pool).await.1,
         run.fence,
