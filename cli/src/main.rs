@@ -7,8 +7,9 @@
 //! fence (`revoke`), delete the row of a key no replica registers any more
 //! (`forget`), add, update and remove the keys of job kinds for the whole
 //! fleet (`add`, `update`, `remove`), create the schema (`migrate`), check a database and this
-//! machine's clock (`check`), and serve the operator web console on a local
-//! address (`console`). `cli/README.md` has example sessions.
+//! machine's clock (`check`), serve the operator web console on a local
+//! address (`console`), and print shell completions (`completions`).
+//! `cli/README.md` has example sessions.
 //!
 //! # Exit codes
 //!
@@ -152,6 +153,16 @@ enum Command {
     /// resume and revoke, recorded under the name they give. Listens on
     /// loopback only unless --allow-remote (it speaks plain HTTP).
     Console(console::Args),
+    /// Print a completion script for SHELL on standard output (no database).
+    ///
+    /// bash: `leasehold completions bash > ~/.local/share/bash-completion/completions/leasehold`;
+    /// zsh: `leasehold completions zsh > "${fpath[1]}/_leasehold"`; fish:
+    /// `leasehold completions fish > ~/.config/fish/completions/leasehold.fish`.
+    Completions {
+        /// bash, elvish, fish, powershell or zsh.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -217,6 +228,7 @@ fn init_logging() {
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
+        Command::Completions { shell } => return completions(*shell),
         Command::Revoke(args) => args.validate()?,
         Command::Forget(args) => args.validate()?,
         Command::History(args) => args.validate()?,
@@ -252,5 +264,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Migrate(args) => db.migrate(&args).await,
         Command::Check(args) => check::run(&db, &args).await,
         Command::Console(args) => console::run(&db, &args).await,
+        Command::Completions { shell } => completions(shell),
     }
+}
+
+/// Writes the completion script for `shell`, generated from the same
+/// definitions that parse the arguments (so it cannot drift from them).
+fn completions(shell: clap_complete::Shell) -> Result<(), Failure> {
+    use clap::CommandFactory;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "leasehold", &mut script);
+    out::print(String::from_utf8_lossy(&script))
 }

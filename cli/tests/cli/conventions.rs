@@ -230,3 +230,51 @@ async fn tables_align_wide_and_combining_characters() {
         assert_eq!(column(line, "web-1"), holder, "HOLDER of {key} lines up:\n{text}");
     }
 }
+
+/// `completions SHELL` prints a script for that shell without a database,
+/// generated from the same definitions that parse the arguments: every
+/// command is in it. An unknown shell is a usage error naming the ones
+/// there are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_for_each_shell_without_a_database() {
+    let commands = [
+        "status",
+        "history",
+        "pause",
+        "resume",
+        "trigger",
+        "revoke",
+        "forget",
+        "add",
+        "update",
+        "remove",
+        "migrate",
+        "check",
+        "console",
+        "completions",
+    ];
+    for (shell, marker) in [
+        ("bash", "_leasehold()"),
+        ("zsh", "#compdef leasehold"),
+        ("fish", "complete -c leasehold"),
+        ("elvish", "edit:completion:arg-completer[leasehold]"),
+        ("powershell", "Register-ArgumentCompleter"),
+    ] {
+        let out = leasehold(None, &["completions", shell]).await;
+        assert_exit(&out, 0);
+        let script = stdout(&out);
+        assert!(script.contains(marker), "{shell}: no {marker:?} in\n{script}");
+        for command in commands {
+            assert!(script.contains(command), "{shell}: no {command:?} in the script");
+        }
+        assert!(script.contains("database-url"), "{shell}: the global flags are there");
+    }
+
+    let out = leasehold(None, &["completions", "tcsh"]).await;
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("tcsh") && err.contains("bash") && err.contains("zsh"),
+        "{err}"
+    );
+}
