@@ -194,9 +194,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
         }
     };
     db.require_schema().await?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| Failure::error(format!("cannot listen on {addr}: {e}")))?;
+    let listener = listen(addr).map_err(|e| Failure::error(format!("cannot listen on {addr}: {e}")))?;
     let local = listener
         .local_addr()
         .map_err(|e| Failure::error(format!("cannot read the address served: {e}")))?;
@@ -448,4 +446,24 @@ async fn stop_signal() {
         () = interrupt => {}
         () = terminate => {}
     }
+}
+
+/// Connections the kernel completes and queues for the accept loop:
+/// under a connection flood a full queue drops new handshakes, and a
+/// dropped SYN is retried only after a second, so an operator's request
+/// would wait that long. 4,096 instead of tokio's default 1,024; the
+/// kernel caps it at `net.core.somaxconn` (4,096 on current Linux).
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`, as
+/// `TcpListener::bind` sets, so a restarted console can bind at once).
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
