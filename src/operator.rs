@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::lease::{KeyFilter, LeaseStore, NewKey, validate_actor};
 
 pub use crate::action::{OperatorAction, added, removed, updated};
-pub use crate::lease::{ActionRecord, Forgotten, Pause, PauseTarget, Resumed, Revoke, Revoked, Triggered};
+pub use crate::lease::{ActionRecord, Forgotten, Pause, Resumed, Revoke, Revoked, Target, Triggered};
 
 /// Keys read at a time by [`Operator::trigger_job`].
 const TRIGGER_PAGE: usize = 500;
@@ -24,10 +24,10 @@ const TRIGGER_PAGE: usize = 500;
 ///
 /// ```no_run
 /// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
-/// use leasehold::operator::{Operator, PauseTarget};
+/// use leasehold::operator::{Operator, Target};
 /// use leasehold::store::LeaseStore;
 /// let alice = Operator::new(LeaseStore::new(pool), "alice@laptop")?;
-/// alice.pause(&PauseTarget::job("billing"), false).await?;
+/// alice.pause(&Target::job("billing"), false).await?;
 /// alice.trigger("nightly-reconcile").await?;
 /// # Ok(()) }
 /// ```
@@ -59,7 +59,7 @@ impl Operator {
     /// statements committed or did not; dropped after the first, the
     /// history shows the action without an outcome.
     pub async fn trigger(&self, key: &str) -> Result<Triggered> {
-        let target = PauseTarget::key(key);
+        let target = Target::key(key);
         self.recorded(
             &target,
             OperatorAction::Trigger,
@@ -93,7 +93,7 @@ impl Operator {
     /// [`LeaseStore::pause`], recorded as [`OperatorAction::Pause`], or
     /// [`OperatorAction::PauseCancel`] when the runs in progress are asked
     /// to stop. Cancel-safe as [`trigger`](Self::trigger).
-    pub async fn pause(&self, target: &PauseTarget, cancel: bool) -> Result<Pause> {
+    pub async fn pause(&self, target: &Target, cancel: bool) -> Result<Pause> {
         let action = if cancel {
             OperatorAction::PauseCancel
         } else {
@@ -110,7 +110,7 @@ impl Operator {
 
     /// [`LeaseStore::resume`], recorded as [`OperatorAction::Resume`].
     /// Cancel-safe as [`trigger`](Self::trigger).
-    pub async fn resume(&self, target: &PauseTarget) -> Result<Resumed> {
+    pub async fn resume(&self, target: &Target) -> Result<Resumed> {
         self.recorded(
             target,
             OperatorAction::Resume,
@@ -128,7 +128,7 @@ impl Operator {
             Revoke::Force => OperatorAction::ForceRevoke,
             Revoke::IfFree => OperatorAction::Revoke,
         };
-        let target = PauseTarget::key(key);
+        let target = Target::key(key);
         self.recorded(
             &target,
             action,
@@ -151,7 +151,7 @@ impl Operator {
     /// # Ok(()) }
     /// ```
     pub async fn forget(&self, key: &str) -> Result<Forgotten> {
-        let target = PauseTarget::key(key);
+        let target = Target::key(key);
         self.recorded(&target, OperatorAction::Forget, self.store.forget(key), Outcome::words)
             .await
     }
@@ -161,7 +161,7 @@ impl Operator {
     /// statements whatever the number of keys: every record, then the
     /// keys, then every outcome. Cancel-safe as [`trigger`](Self::trigger).
     pub async fn add_keys(&self, keys: &[NewKey]) -> Result<u64> {
-        let targets: Vec<PauseTarget> = keys.iter().map(|k| PauseTarget::key(k.key())).collect();
+        let targets: Vec<Target> = keys.iter().map(|k| Target::key(k.key())).collect();
         let ids = self
             .store
             .record_actions(&targets, OperatorAction::Add.as_str(), &self.actor)
@@ -187,7 +187,7 @@ impl Operator {
     /// [`LeaseStore::update_key`], recorded as [`OperatorAction::Update`],
     /// with the new version. Cancel-safe as [`trigger`](Self::trigger).
     pub async fn update_key(&self, key: &NewKey) -> Result<Option<i64>> {
-        let target = PauseTarget::key(key.key());
+        let target = Target::key(key.key());
         self.recorded(&target, OperatorAction::Update, self.store.update_key(key), |v| {
             (action::updated(key, *v), None)
         })
@@ -197,7 +197,7 @@ impl Operator {
     /// [`LeaseStore::remove_key`], recorded as [`OperatorAction::Remove`].
     /// Cancel-safe as [`trigger`](Self::trigger).
     pub async fn remove_key(&self, kind: &str, key: &str) -> Result<bool> {
-        let target = PauseTarget::key(key);
+        let target = Target::key(key);
         self.recorded(&target, OperatorAction::Remove, self.store.remove_key(kind, key), |r| {
             (action::removed(kind, *r), None)
         })
@@ -209,7 +209,7 @@ impl Operator {
     /// and the caller must hear so.
     async fn recorded<T>(
         &self,
-        target: &PauseTarget,
+        target: &Target,
         action: OperatorAction,
         run: impl Future<Output = Result<T>>,
         describe: impl FnOnce(&T) -> (String, Option<i64>),

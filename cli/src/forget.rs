@@ -16,7 +16,7 @@
 //! - `leasehold_fence` rows (fenced resources) are left alone: they only
 //!   reject fences lower than any the sequence hands out from now on.
 
-use leasehold::operator::{Forgotten, OperatorAction, PauseTarget};
+use leasehold::operator::{Forgotten, OperatorAction, Target};
 use serde::Serialize;
 
 use crate::db::Db;
@@ -60,7 +60,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     db.require_schema().await?;
     // Through `Operator`, so the key's history records who forgot it.
     let outcome = ops::operator(db)?.forget(&args.key).await.map_err(|e| db.failure(e))?;
-    let line = said(OperatorAction::Forget, &PauseTarget::key(args.key.as_str()), &outcome);
+    let line = said(OperatorAction::Forget, &Target::key(args.key.as_str()), &outcome);
     match outcome {
         Forgotten::Deleted => {
             if args.json {

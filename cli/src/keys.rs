@@ -5,7 +5,7 @@
 
 use leasehold::{
     CatchUp, NewKey, Schedule,
-    operator::{OperatorAction, PauseTarget},
+    operator::{OperatorAction, Target},
 };
 use serde::Serialize;
 
@@ -136,7 +136,7 @@ pub(crate) async fn add(db: &Db, args: &DefineArgs) -> Result<(), Failure> {
         .map_err(|e| db.failure(e))?;
     let line = said(
         OperatorAction::Add,
-        &PauseTarget::key(key.key()),
+        &Target::key(key.key()),
         leasehold::operator::added(&key, added, 1),
     );
     args.key.json(if added == 0 { "exists" } else { "added" }, None)?;
@@ -158,7 +158,7 @@ pub(crate) async fn update(db: &Db, args: &DefineArgs) -> Result<(), Failure> {
     let version = operator(db)?.update_key(&key).await.map_err(|e| db.failure(e))?;
     let line = said(
         OperatorAction::Update,
-        &PauseTarget::key(key.key()),
+        &Target::key(key.key()),
         leasehold::operator::updated(&key, version),
     );
     args.key
@@ -184,7 +184,7 @@ pub(crate) async fn remove(db: &Db, args: &KeyArgs) -> Result<(), Failure> {
         .map_err(|e| db.failure(e))?;
     let line = said(
         OperatorAction::Remove,
-        &PauseTarget::key(args.key.as_str()),
+        &Target::key(args.key.as_str()),
         leasehold::operator::removed(&args.kind, removed),
     );
     args.json(if removed { "removed" } else { "not-found" }, None)?;

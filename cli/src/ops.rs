@@ -7,7 +7,7 @@ use std::ops::Deref;
 
 use chrono::{DateTime, Utc};
 use leasehold::{
-    operator::{Operator, OperatorAction, Pause, PauseTarget},
+    operator::{Operator, OperatorAction, Pause, Target},
     store::{KeyState, LeaseInfo, LeaseStore},
 };
 use serde::Serialize;
@@ -26,7 +26,7 @@ pub(crate) fn operator(db: &Db) -> Result<Operator, Failure> {
 /// taken on and the library's words for the outcome (the `Display` of its
 /// answer) — what the key's history records and the console shows — on
 /// one line, safe for a terminal.
-pub(crate) fn said(action: OperatorAction, on: &PauseTarget, outcome: impl Display) -> String {
+pub(crate) fn said(action: OperatorAction, on: &Target, outcome: impl Display) -> String {
     text::one_line(&format!("{action} {on}: {outcome}"))
 }
 

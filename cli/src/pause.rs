@@ -7,7 +7,7 @@
 //! library's words (as the key's history records it).
 
 use leasehold::{
-    operator::{Operator, OperatorAction, Pause, PauseTarget, Resumed},
+    operator::{Operator, OperatorAction, Pause, Resumed, Target},
     store::LeaseStore,
 };
 use serde::Serialize;
@@ -22,7 +22,7 @@ use crate::text;
 /// What to pause or resume: a key, or a job's keys (exactly one).
 #[derive(Debug, clap::Args)]
 #[group(required = true, multiple = false)]
-pub(crate) struct Target {
+pub(crate) struct TargetArgs {
     /// The lease key.
     key: Option<String>,
     /// Every key of the job with this name (`FencedJob::name`), including
@@ -31,7 +31,7 @@ pub(crate) struct Target {
     job: Option<String>,
 }
 
-impl Target {
+impl TargetArgs {
     fn validate(&self) -> Result<(), Failure> {
         match (&self.key, &self.job) {
             (Some(key), None) => check_name("lease key", key),
@@ -41,18 +41,18 @@ impl Target {
         }
     }
 
-    fn target(&self) -> Result<PauseTarget, Failure> {
+    fn target(&self) -> Result<Target, Failure> {
         self.validate()?;
         match (&self.key, &self.job) {
-            (Some(key), None) => Ok(PauseTarget::key(key.as_str())),
-            (None, Some(job)) => Ok(PauseTarget::job(job.as_str())),
+            (Some(key), None) => Ok(Target::key(key.as_str())),
+            (None, Some(job)) => Ok(Target::job(job.as_str())),
             _ => Err(Failure::usage("name exactly one of KEY or --job NAME")),
         }
     }
 }
 
 /// The target as the operator would type it again: `KEY` or `--job NAME`.
-fn as_args(target: &PauseTarget) -> String {
+fn as_args(target: &Target) -> String {
     let name = target.name();
     match target.scope() {
         "job" => format!("--job {}", text::shell_word(name)),
@@ -65,7 +65,7 @@ fn as_args(target: &PauseTarget) -> String {
 #[derive(Debug, clap::Args)]
 pub(crate) struct PauseArgs {
     #[command(flatten)]
-    target: Target,
+    target: TargetArgs,
     /// Also stop the runs in progress, at their next renewal (reason
     /// `paused`); without it they finish.
     #[arg(long)]
@@ -177,7 +177,7 @@ fn pause_text(pause: &Pause, before: Option<&Pause>, cancel: bool) -> String {
 #[derive(Debug, clap::Args)]
 pub(crate) struct ResumeArgs {
     #[command(flatten)]
-    target: Target,
+    target: TargetArgs,
     /// Print the outcome as JSON (in every outcome; the exit code is the
     /// same as without --json).
     #[arg(long)]
@@ -281,7 +281,7 @@ pub(crate) async fn resume(db: &Db, args: &ResumeArgs) -> Result<(), Failure> {
 
 /// For a key target: the key's job, if that job is paused (a key is also
 /// paused through its job, which resuming the key does not lift).
-async fn job_pause_of_key(db: &Db, store: &LeaseStore, target: &PauseTarget) -> Result<Option<String>, Failure> {
+async fn job_pause_of_key(db: &Db, store: &LeaseStore, target: &Target) -> Result<Option<String>, Failure> {
     if target.scope() != "key" {
         return Ok(None);
     }
@@ -298,7 +298,7 @@ async fn job_pause_of_key(db: &Db, store: &LeaseStore, target: &PauseTarget) -> 
         .await
         .map_err(|e| db.failure(e))?
         .iter()
-        .any(|p| p.target == PauseTarget::job(job.as_str()));
+        .any(|p| p.target == Target::job(job.as_str()));
     Ok(paused.then_some(job))
 }
 

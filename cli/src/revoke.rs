@@ -12,7 +12,7 @@
 //! running under it, but a paused ex-holder may still wake up and write, and
 //! this fences it out. A held lease needs `--force`.
 
-use leasehold::operator::{OperatorAction, PauseTarget, Revoke, Revoked};
+use leasehold::operator::{OperatorAction, Revoke, Revoked, Target};
 use serde::Serialize;
 
 use crate::db::Db;
@@ -84,7 +84,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
         .revoke(&args.key, revoke, &resources)
         .await
         .map_err(|e| db.failure(e))?;
-    let line = said(action, &PauseTarget::key(args.key.as_str()), &outcome);
+    let line = said(action, &Target::key(args.key.as_str()), &outcome);
     match outcome {
         Revoked::Ended { fence, previous } => {
             let mut raised = vec![args.key.as_str()];

@@ -15,7 +15,7 @@
 
 use chrono::{DateTime, Utc};
 use leasehold::{
-    operator::{Pause, PauseTarget},
+    operator::{Pause, Target},
     store::{KeyState, KeyStatus, KindStatus, LeaseStore, RunRecord},
 };
 use serde::Serialize;
@@ -294,7 +294,7 @@ fn relevant_pauses(pauses: Vec<Pause>, entries: &[Entry], prefix: Option<&str>) 
         .into_iter()
         .filter(|pause| {
             // A key pause under the prefix counts even before its key has a row.
-            (matches!(pause.target, PauseTarget::Key(_)) && pause.target.name().starts_with(prefix))
+            (matches!(pause.target, Target::Key(_)) && pause.target.name().starts_with(prefix))
                 || entries
                     .iter()
                     .any(|e| pause.target.covers(&e.row.key, e.row.job_name.as_deref()))

@@ -3,7 +3,7 @@
 //! wakes the listening replicas, recorded in the key's history; no SQL of
 //! its own). The outcome is said in the library's words.
 
-use leasehold::operator::{OperatorAction, PauseTarget, Triggered};
+use leasehold::operator::{OperatorAction, Target, Triggered};
 use serde::Serialize;
 
 use crate::db::Db;
@@ -45,7 +45,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     // Through `Operator`, so the key's history records who triggered it.
     let operator = ops::operator(db)?;
     let outcome = operator.trigger(&args.key).await.map_err(|e| db.failure(e))?;
-    let line = said(OperatorAction::Trigger, &PauseTarget::key(args.key.as_str()), outcome);
+    let line = said(OperatorAction::Trigger, &Target::key(args.key.as_str()), outcome);
     let (name, paused) = match outcome {
         Triggered::Due => ("due", false),
         Triggered::Paused => ("paused", true),

@@ -33,10 +33,11 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 
-use super::actions::{Done, Subject};
+use super::actions::Done;
 use super::layout::{self, Base, Tab};
 use super::viewer::Viewer;
 use super::{ConsoleOptions, Shared};
+use crate::lease::Target;
 use crate::lease::validate_actor;
 
 /// Name of the session cookie a token login sets over plain HTTP.
@@ -85,7 +86,7 @@ const FLASH_TTL: Duration = Duration::from_secs(60);
 
 /// An action's outcome, waiting for the actor's next view of its page.
 struct Flash {
-    subject: Subject,
+    target: Target,
     done: Done,
     at: Instant,
 }
@@ -294,10 +295,10 @@ impl Access {
         }
     }
 
-    /// Leaves what the action `actor` just took on `subject` did, for
+    /// Leaves what the action `actor` just took on `target` did, for
     /// their next view of its page to say once ([`take_flash`](Self::take_flash)).
     /// Only the POST that took the action calls this.
-    pub(super) fn flash(&self, actor: &str, subject: Subject, done: Done) {
+    pub(super) fn flash(&self, actor: &str, target: Target, done: Done) {
         let mut flashes = self.flashes.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         if !flashes.contains_key(actor) && flashes.len() >= MAX_FLASHES {
@@ -308,19 +309,19 @@ impl Access {
                 flashes.remove(&oldest);
             }
         }
-        flashes.insert(actor.to_owned(), Flash { subject, done, at: now });
+        flashes.insert(actor.to_owned(), Flash { target, done, at: now });
     }
 
-    /// The outcome of the action the viewer took on `subject`, if this is
+    /// The outcome of the action the viewer took on `target`, if this is
     /// their first view of its page since (within a minute): taken, so a
     /// reload, another tab's view or a link shows none.
-    pub(super) fn take_flash(&self, viewer: &Viewer, subject: &Subject) -> Option<Done> {
+    pub(super) fn take_flash(&self, viewer: &Viewer, target: &Target) -> Option<Done> {
         let Viewer::Actor { name, .. } = viewer else {
             return None;
         };
         let mut flashes = self.flashes.lock().unwrap_or_else(PoisonError::into_inner);
         let flash = flashes.get(name.as_str())?;
-        if flash.subject != *subject {
+        if flash.target != *target {
             return None;
         }
         let flash = flashes.remove(name.as_str())?;

@@ -12,7 +12,7 @@ use super::Shared;
 use super::access::read_only;
 use super::layout::{self, Base, During, Tab, enc};
 use super::reads::ReadError;
-use crate::lease::{PauseTarget, Resumed, Revoke, Revoked, Triggered};
+use crate::lease::{Resumed, Revoke, Revoked, Target, Triggered};
 use crate::operator::{Operator, OperatorAction};
 
 /// The actions the console offers, each an [`OperatorAction`] under its
@@ -39,35 +39,35 @@ fn offered(name: &str) -> Option<OperatorAction> {
     OperatorAction::parse(name).filter(|a| OFFERED.contains(a))
 }
 
-/// What `action` does to `subject`, said on its confirmation page.
-fn explain(action: OperatorAction, subject: &Subject) -> &'static str {
-    match (action, subject) {
-        (OperatorAction::Trigger, Subject::Job(_)) => {
+/// What `action` does to `target`, said on its confirmation page.
+fn explain(action: OperatorAction, target: &Target) -> &'static str {
+    match (action, target) {
+        (OperatorAction::Trigger, Target::Job(_)) => {
             "Every key of the job becomes due now for the whole fleet: the first replica to claim each runs \
              it, once (a paused key once resumed)."
         }
-        (OperatorAction::Pause, Subject::Job(_)) => {
+        (OperatorAction::Pause, Target::Job(_)) => {
             "No replica will claim any key of this job, including keys registered later, until the job is \
              resumed. Runs in progress finish, unless you also cancel them below."
         }
-        (OperatorAction::Resume, Subject::Job(_)) => {
+        (OperatorAction::Resume, Target::Job(_)) => {
             "Lifts the job's pause: replicas may claim its keys again (a key also paused by its own name \
              stays paused); overdue keys run at once."
         }
-        (_, Subject::Job(_)) => "A job cannot be force-revoked: revoke its keys one by one.",
-        (OperatorAction::Trigger, Subject::Key(_)) => {
+        (_, Target::Job(_)) => "A job cannot be force-revoked: revoke its keys one by one.",
+        (OperatorAction::Trigger, Target::Key(_)) => {
             "The key becomes due now for the whole fleet: the first replica to claim it runs it, once. \
              A missed slot it owes stays owed."
         }
-        (OperatorAction::Pause, Subject::Key(_)) => {
+        (OperatorAction::Pause, Target::Key(_)) => {
             "No replica will claim this key until it is resumed. A run in progress finishes, unless you also \
              cancel it below."
         }
-        (OperatorAction::Resume, Subject::Key(_)) => {
+        (OperatorAction::Resume, Target::Key(_)) => {
             "Replicas may claim the key again; if it is overdue it runs at once (its catch-up policy decides \
              how many slots)."
         }
-        (_, Subject::Key(_)) => {
+        (_, Target::Key(_)) => {
             "Ends the current tenure now and gives the key a new fence: a run in progress is cancelled at its \
              next heartbeat and every fenced write it still tries is rejected. The schedule is untouched."
         }
@@ -122,52 +122,36 @@ impl Done {
     }
 }
 
-/// What an action is taken on: one key, or every key of a job. A form or
-/// link names it by `key=…` or `job=…` (exactly one).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Subject {
-    Key(String),
-    Job(String),
+/// The target named by a form's or link's `key` and `job` parameters
+/// (exactly one); the message (a fixed sentence, quoting nothing of the
+/// request) says what is wrong.
+fn target_of(key: &str, job: &str) -> Result<Target, &'static str> {
+    match (key.is_empty(), job.is_empty()) {
+        (false, true) => match crate::validate::existing_key(key) {
+            Ok(()) => Ok(Target::key(key)),
+            Err(_) => Err(NOT_A_KEY),
+        },
+        (true, false) => match crate::validate::existing_job_name(job) {
+            Ok(()) => Ok(Target::job(job)),
+            Err(_) => Err(NOT_A_JOB),
+        },
+        _ => Err("Name exactly one of `key` or `job`."),
+    }
 }
 
-impl Subject {
-    /// From the `key` and `job` parameters; the message (a fixed
-    /// sentence, quoting nothing of the request) says what is wrong.
-    fn parse(key: &str, job: &str) -> Result<Self, &'static str> {
-        match (key.is_empty(), job.is_empty()) {
-            (false, true) => match crate::validate::existing_key(key) {
-                Ok(()) => Ok(Subject::Key(key.to_owned())),
-                Err(_) => Err(NOT_A_KEY),
-            },
-            (true, false) => match crate::validate::existing_job_name(job) {
-                Ok(()) => Ok(Subject::Job(job.to_owned())),
-                Err(_) => Err(NOT_A_JOB),
-            },
-            _ => Err("Name exactly one of `key` or `job`."),
-        }
+/// The target's page, relative to the base.
+pub(super) fn page_of(target: &Target) -> String {
+    match target {
+        Target::Key(key) => format!("key?key={}", enc(key)),
+        Target::Job(name) => format!("job?name={}", enc(name)),
     }
+}
 
-    fn target(&self) -> PauseTarget {
-        match self {
-            Subject::Key(key) => PauseTarget::key(key.as_str()),
-            Subject::Job(name) => PauseTarget::job(name.as_str()),
-        }
-    }
-
-    /// The subject's page, relative to the base.
-    pub(super) fn page(&self) -> String {
-        match self {
-            Subject::Key(key) => format!("key?key={}", enc(key)),
-            Subject::Job(name) => format!("job?name={}", enc(name)),
-        }
-    }
-
-    /// The confirmation page of `action` on it.
-    pub(super) fn confirm(&self, action: OperatorAction) -> String {
-        match self {
-            Subject::Key(key) => format!("confirm?key={}&action={action}", enc(key)),
-            Subject::Job(name) => format!("confirm?job={}&action={action}", enc(name)),
-        }
+/// The confirmation page of `action` on `target`.
+pub(super) fn confirm_page(target: &Target, action: OperatorAction) -> String {
+    match target {
+        Target::Key(key) => format!("confirm?key={}&action={action}", enc(key)),
+        Target::Job(name) => format!("confirm?job={}&action={action}", enc(name)),
     }
 }
 
@@ -196,24 +180,24 @@ pub(super) async fn confirm(
     let Some(csrf) = viewer.csrf() else {
         return read_only(&base, &viewer);
     };
-    let subject = match Subject::parse(&query.key, &query.job) {
-        Ok(subject) => subject,
+    let target = match target_of(&query.key, &query.job) {
+        Ok(target) => target,
         Err(message) => return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, message),
     };
-    if let (Subject::Job(_), OperatorAction::ForceRevoke) = (&subject, action) {
-        return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, explain(action, &subject));
+    if let (Target::Job(_), OperatorAction::ForceRevoke) = (&target, action) {
+        return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, explain(action, &target));
     }
     let body = html! {
-        h1 { (action.label()) @if let Subject::Job(_) = subject { " every key of the job" } "?" }
-        @match &subject {
-            Subject::Key(key) => p { "Key " strong #confirm-key { bdi { (key) } } },
-            Subject::Job(name) => p { "Job " strong #confirm-job { bdi { (name) } } },
+        h1 { (action.label()) @if let Target::Job(_) = target { " every key of the job" } "?" }
+        @match &target {
+            Target::Key(key) => p { "Key " strong #confirm-key { bdi { (key) } } },
+            Target::Job(name) => p { "Job " strong #confirm-job { bdi { (name) } } },
         }
-        p { (explain(action, &subject)) }
+        p { (explain(action, &target)) }
         form #confirm-form method="post" action="action" {
-            @match &subject {
-                Subject::Key(key) => input type="hidden" name="key" value=(key);,
-                Subject::Job(name) => input type="hidden" name="job" value=(name);,
+            @match &target {
+                Target::Key(key) => input type="hidden" name="key" value=(key);,
+                Target::Job(name) => input type="hidden" name="job" value=(name);,
             }
             input type="hidden" name="action" value=(action);
             input type="hidden" name="csrf" value=(csrf);
@@ -222,7 +206,7 @@ pub(super) async fn confirm(
             }
             button #confirm type="submit" { (action.label()) }
             " "
-            a href=(subject.page()) { "Cancel" }
+            a href=(page_of(&target)) { "Cancel" }
         }
     };
     layout::page(&base, action.label(), Tab::None, &viewer, 0, body)
@@ -273,21 +257,20 @@ pub(super) async fn act(
             );
         }
     };
-    let subject = match Subject::parse(&form.key, &form.job) {
-        Ok(subject) => subject,
+    let target = match target_of(&form.key, &form.job) {
+        Ok(target) => target,
         Err(message) => return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, message),
     };
-    let target = subject.target();
     // Actions take their turn on the database like page views: an
     // operator's click cannot add to a flood either.
     let work = async {
-        match (action, &subject) {
-            (OperatorAction::Trigger, Subject::Key(key)) => operator.trigger(key).await.map(|t| match t {
+        match (action, &target) {
+            (OperatorAction::Trigger, Target::Key(key)) => operator.trigger(key).await.map(|t| match t {
                 Triggered::Due => Done::Triggered,
                 Triggered::Paused => Done::TriggeredPaused,
                 _ => Done::NotRegistered,
             }),
-            (OperatorAction::Trigger, Subject::Job(name)) => operator.trigger_job(name).await.map(|n| match n {
+            (OperatorAction::Trigger, Target::Job(name)) => operator.trigger_job(name).await.map(|n| match n {
                 0 => Done::NotRegistered,
                 _ => Done::TriggeredJob,
             }),
@@ -302,25 +285,25 @@ pub(super) async fn act(
                         _ => Done::Paused,
                     })
             }
-            (OperatorAction::Resume, _) => operator.resume(&target).await.map(|r| match (r, &subject) {
+            (OperatorAction::Resume, _) => operator.resume(&target).await.map(|r| match (r, &target) {
                 (Resumed::Yes { woken: 0 }, _) => Done::Resumed,
                 (Resumed::Yes { .. }, _) => Done::ResumedOverdue,
-                (_, Subject::Key(_)) => Done::NotPaused,
-                (_, Subject::Job(_)) => Done::JobNotPaused,
+                (_, Target::Key(_)) => Done::NotPaused,
+                (_, Target::Job(_)) => Done::JobNotPaused,
             }),
-            (OperatorAction::ForceRevoke, Subject::Key(key)) => {
+            (OperatorAction::ForceRevoke, Target::Key(key)) => {
                 operator.revoke(key, Revoke::Force, &[]).await.map(|r| match r {
                     Revoked::Ended { .. } => Done::Revoked,
                     Revoked::Held(_) => Done::StillHeld,
                     _ => Done::NoRow,
                 })
             }
-            (_, Subject::Job(name)) => Err(crate::Error::invalid(
+            (_, Target::Job(name)) => Err(crate::Error::invalid(
                 "action",
                 name,
                 "a job cannot be force-revoked: revoke its keys one by one",
             )),
-            (other, Subject::Key(key)) => Err(crate::Error::invalid(
+            (other, Target::Key(key)) => Err(crate::Error::invalid(
                 "action",
                 other,
                 format!("the console does not take it on {key:?}: use the CLI"),
@@ -330,8 +313,8 @@ pub(super) async fn act(
     let done = console.reads.run(work).await;
     match done {
         Ok(done) => {
-            let to = format!("{}{}", base.0, subject.page());
-            console.access.flash(&actor_name, subject, done);
+            let to = format!("{}{}", base.0, page_of(&target));
+            console.access.flash(&actor_name, target, done);
             Redirect::to(&to).into_response()
         }
         Err(ReadError::Failed(crate::Error::InvalidInput { .. })) => layout::error(

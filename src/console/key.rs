@@ -9,13 +9,13 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::Shared;
-use super::actions::{Done, NOT_A_KEY, OFFERED, Subject};
+use super::actions::{Done, NOT_A_KEY, OFFERED, confirm_page, page_of};
 use super::kinds::stored_box;
 use super::layout::{self, Base, During, Tab, enc, span, when};
 use super::reads::ReadError;
 use super::timeline::{self, Timeline};
 use super::viewer::Viewer;
-use crate::lease::{ActionRecord, KeyState, KeyStatus, Pause, PauseTarget, RunRecord, StoredKey};
+use crate::lease::{ActionRecord, KeyState, KeyStatus, Pause, RunRecord, StoredKey, Target};
 use crate::operator::OperatorAction;
 
 /// Runs and actions shown on the page.
@@ -72,7 +72,7 @@ pub(super) async fn page(
         }
         Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
-    let done = console.access.take_flash(&viewer, &Subject::Key(key.to_owned()));
+    let done = console.access.take_flash(&viewer, &Target::key(key));
     let Some(status) = status else {
         return no_row(&base, &viewer, key, done, &pauses, stored.as_ref(), now);
     };
@@ -125,7 +125,7 @@ fn no_row(
     stored: Option<&StoredKey>,
     now: DateTime<Utc>,
 ) -> Response {
-    let own = PauseTarget::key(key);
+    let own = Target::key(key);
     let paused = pauses.iter().find(|p| p.target == own);
     if done.is_none() && paused.is_none() && stored.is_none() {
         return layout::error(
@@ -148,7 +148,7 @@ fn no_row(
             }
             @if let Viewer::Actor { .. } = viewer {
                 nav.actions {
-                    a.action #action-resume href=(Subject::Key(key.to_owned()).confirm(OperatorAction::Resume)) { "Resume" }
+                    a.action #action-resume href=(confirm_page(&Target::key(key), OperatorAction::Resume)) { "Resume" }
                 }
             }
         }
@@ -179,8 +179,8 @@ fn tenure(status: &KeyStatus, covering: &[&Pause], actions: &[ActionRecord]) -> 
                 dt { "Paused" }
                 dd.pause {
                     @match &p.target {
-                        PauseTarget::Job(name) => {
-                            "through its job " a #paused-job href=(Subject::Job(name.clone()).page()) { bdi { (name) } }
+                        Target::Job(name) => {
+                            "through its job " a #paused-job href=(page_of(&Target::job(name.as_str()))) { bdi { (name) } }
                         }
                         _ => { "by its own name" }
                     }
@@ -218,7 +218,7 @@ fn tenure(status: &KeyStatus, covering: &[&Pause], actions: &[ActionRecord]) -> 
 /// name: a pause through its job is lifted on the job's page (the tenure
 /// box links to it), and a key-level Resume could not lift it.
 fn actions_bar(viewer: &Viewer, key: &str, covering: &[&Pause]) -> Markup {
-    let own = covering.iter().any(|p| matches!(p.target, PauseTarget::Key(_)));
+    let own = covering.iter().any(|p| matches!(p.target, Target::Key(_)));
     let offered: Vec<OperatorAction> = OFFERED
         .into_iter()
         .filter(|a| match a {
@@ -227,12 +227,12 @@ fn actions_bar(viewer: &Viewer, key: &str, covering: &[&Pause]) -> Markup {
             _ => true,
         })
         .collect();
-    let subject = Subject::Key(key.to_owned());
+    let target = Target::key(key);
     html! {
         @if let Viewer::Actor { .. } = viewer {
             nav.actions {
                 @for action in offered {
-                    a.action id={ "action-" (action.as_str()) } href=(subject.confirm(action)) { (action.label()) }
+                    a.action id={ "action-" (action.as_str()) } href=(confirm_page(&target, action)) { (action.label()) }
                 }
             }
         }

@@ -14,13 +14,13 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::Shared;
-use super::actions::{NOT_A_JOB, Subject};
+use super::actions::{NOT_A_JOB, confirm_page, page_of};
 use super::kinds::not_run_badge;
 use super::layout::{self, Base, During, Tab, enc, when};
 use super::timeline::{self, Timeline};
 use super::viewer::Viewer;
 use crate::lease::{
-    ActionRecord, KeyFilter, KeyPage, KeyState, KeyStatus, LeaseStore, Pause, PauseTarget, RunRecord, StoredKey,
+    ActionRecord, KeyFilter, KeyPage, KeyState, KeyStatus, LeaseStore, Pause, RunRecord, StoredKey, Target,
 };
 use crate::operator::OperatorAction;
 
@@ -211,21 +211,17 @@ fn pauses_in_force(viewer: &Viewer, pauses: &[Pause], now: DateTime<Utc>) -> Mar
             table #pauses {
                 thead { tr { th { "Paused" } th { "By" } th { "Since" } th { "Keys" } th { "Runs" } th {} } }
                 tbody { @for p in pauses {
-                    @let subject = match &p.target {
-                        PauseTarget::Job(name) => Subject::Job(name.clone()),
-                        target => Subject::Key(target.name().to_owned()),
-                    };
                     tr.pause data-scope=(p.target.scope()) data-name=(p.target.name()) {
-                        td { (p.target.scope()) " " a href=(subject.page()) { bdi { (p.target.name()) } } }
+                        td { (p.target.scope()) " " a href=(page_of(&p.target)) { bdi { (p.target.name()) } } }
                         td { bdi { (p.paused_by) } }
                         td { (when(p.paused_at, now)) }
                         td.keys {
-                            @if p.keys == 0 && matches!(subject, Subject::Key(_)) { span.muted { "no lease row" } }
+                            @if p.keys == 0 && matches!(p.target, Target::Key(_)) { span.muted { "no lease row" } }
                             @else { (p.keys) }
                         }
                         td { (p.running) " running" @if p.cancel { ", cancelled" } }
                         td { @if let Viewer::Actor { .. } = viewer {
-                            a.action href=(subject.confirm(OperatorAction::Resume)) { "Resume" }
+                            a.action href=(confirm_page(&p.target, OperatorAction::Resume)) { "Resume" }
                         } }
                     }
                 } }
@@ -283,9 +279,9 @@ pub(super) async fn job(
         Ok(read) => read,
         Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
-    let own = PauseTarget::job(name);
+    let own = Target::job(name);
     let paused = pauses.iter().find(|p| p.target == own);
-    let subject = Subject::Job(name.to_owned());
+    let target = Target::job(name);
     let offered = [
         if paused.is_some() {
             OperatorAction::Resume
@@ -298,11 +294,11 @@ pub(super) async fn job(
     // shade the whole job.
     let marked: Vec<ActionRecord> = actions
         .into_iter()
-        .filter(|a| a.fence.is_some() || matches!(a.target, PauseTarget::Job(_)))
+        .filter(|a| a.fence.is_some() || matches!(a.target, Target::Job(_)))
         .collect();
     let body = html! {
         h1 { "Job " bdi #job { (name) } }
-        @if let Some(done) = console.access.take_flash(&viewer, &subject) { p #flash { (done.text()) } }
+        @if let Some(done) = console.access.take_flash(&viewer, &target) { p #flash { (done.text()) } }
         dl #job-pause {
             dt { "State" }
             @if let Some(p) = paused {
@@ -315,7 +311,7 @@ pub(super) async fn job(
         @if let Viewer::Actor { .. } = viewer {
             nav.actions {
                 @for action in offered {
-                    a.action id={ "action-" (action.as_str()) } href=(subject.confirm(action)) {
+                    a.action id={ "action-" (action.as_str()) } href=(confirm_page(&target, action)) {
                         @if action == OperatorAction::Trigger { "Trigger every key" } @else { (action.label()) " the job" }
                     }
                 }

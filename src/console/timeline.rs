@@ -21,7 +21,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use maud::{Markup, html};
 
 use super::layout::span;
-use crate::lease::{ActionRecord, LeaseInfo, Pause, PauseTarget, RunRecord};
+use crate::lease::{ActionRecord, LeaseInfo, Pause, RunRecord, Target};
 use crate::operator::OperatorAction;
 
 /// The window a page shows unless `window` says otherwise.
@@ -107,7 +107,7 @@ struct Bar<'a> {
 /// A revoke by an operator: a line across the lanes at its time.
 struct Mark<'a> {
     /// The key revoked.
-    target: &'a PauseTarget,
+    target: &'a Target,
     at: DateTime<Utc>,
     action: OperatorAction,
     actor: &'a str,
@@ -561,7 +561,7 @@ mod tests {
     #[test]
     fn revokes_are_marked_and_pauses_shaded_until_their_resume() {
         let now = now();
-        let target = crate::lease::PauseTarget::key("k");
+        let target = crate::lease::Target::key("k");
         let action = |name: &str, ago: i64, outcome: &str, fence: Option<i64>| ActionRecord {
             target: target.clone(),
             action: name.to_owned(),

@@ -8,7 +8,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{LeaseStore, PauseTarget};
+use super::{LeaseStore, Target};
 use crate::connection;
 use crate::error::{Error, Result};
 use crate::validate;
@@ -21,7 +21,7 @@ const MAX_ACTIONS: usize = 1000;
 #[non_exhaustive]
 pub struct ActionRecord {
     /// What was acted on: the key itself, or its job (a pause or resume).
-    pub target: PauseTarget,
+    pub target: Target,
     /// The action's [`OperatorAction`](crate::operator::OperatorAction) name as
     /// stored: `trigger`, `pause`, `pause-cancel` (a pause that cancels the
     /// run in progress), `resume`, `revoke`, `force-revoke`, or for a key
@@ -55,7 +55,7 @@ struct ActionRow {
 impl LeaseStore {
     /// Records that `actor` asks for `action` on `target`, before it runs;
     /// returns the record's id for [`record_outcome`](Self::record_outcome).
-    pub(crate) async fn record_action(&self, target: &PauseTarget, action: &str, actor: &str) -> Result<i64> {
+    pub(crate) async fn record_action(&self, target: &Target, action: &str, actor: &str) -> Result<i64> {
         let ids = self.record_actions(std::slice::from_ref(target), action, actor).await?;
         ids.first()
             .copied()
@@ -65,13 +65,13 @@ impl LeaseStore {
     /// Records that `actor` asks for `action` on each of `targets`, in one
     /// statement whatever their number; returns the records' ids in the
     /// order of `targets`.
-    pub(crate) async fn record_actions(&self, targets: &[PauseTarget], action: &str, actor: &str) -> Result<Vec<i64>> {
+    pub(crate) async fn record_actions(&self, targets: &[Target], action: &str, actor: &str) -> Result<Vec<i64>> {
         for target in targets {
             validate::existing_key(target.name())?;
         }
         validate_actor(actor)?;
-        let scopes: Vec<&str> = targets.iter().map(PauseTarget::scope).collect();
-        let names: Vec<&str> = targets.iter().map(PauseTarget::name).collect();
+        let scopes: Vec<&str> = targets.iter().map(Target::scope).collect();
+        let names: Vec<&str> = targets.iter().map(Target::name).collect();
         // $1 scopes, $2 names, $3 action, $4 actor. Rows are inserted in
         // the targets' order, so their ids (from one sequence) rise in it.
         const RECORD: &str = "
@@ -186,7 +186,7 @@ impl LeaseStore {
 impl ActionRow {
     fn into_record(self) -> ActionRecord {
         ActionRecord {
-            target: PauseTarget::from_row(&self.scope, self.name),
+            target: Target::from_row(&self.scope, self.name),
             action: self.action,
             actor: self.actor,
             at: self.at,

@@ -14,41 +14,43 @@ use crate::connection;
 use crate::error::Result;
 use crate::validate;
 
-/// What a pause applies to: one key, or every key of a job (by
-/// [`FencedJob::name`](crate::FencedJob::name)), including keys registered
-/// after the pause.
+/// What an operator action targets: one key, or every key of a job (by
+/// [`FencedJob::name`](crate::FencedJob::name)). The one type for it in
+/// the library, the CLI and the console: pauses, resumes and triggers take
+/// either; a revoke or a forget takes a key, and is recorded under
+/// `Target::Key`. A pause of a job covers keys registered after it too.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum PauseTarget {
+pub enum Target {
     /// One lease key.
     Key(String),
     /// Every key whose job has this name.
     Job(String),
 }
 
-impl PauseTarget {
+impl Target {
     /// One lease key.
     pub fn key(key: impl Into<String>) -> Self {
-        PauseTarget::Key(key.into())
+        Target::Key(key.into())
     }
 
     /// Every key of the job named `name`.
     pub fn job(name: impl Into<String>) -> Self {
-        PauseTarget::Job(name.into())
+        Target::Job(name.into())
     }
 
     /// `"key"` or `"job"`: the `scope` column.
     pub fn scope(&self) -> &'static str {
         match self {
-            PauseTarget::Key(_) => "key",
-            PauseTarget::Job(_) => "job",
+            Target::Key(_) => "key",
+            Target::Job(_) => "job",
         }
     }
 
     /// The key or the job name.
     pub fn name(&self) -> &str {
         match self {
-            PauseTarget::Key(name) | PauseTarget::Job(name) => name,
+            Target::Key(name) | Target::Job(name) => name,
         }
     }
 
@@ -57,15 +59,15 @@ impl PauseTarget {
     /// (invariant 8); this is for showing which pauses hold a key back.
     ///
     /// ```
-    /// use leasehold::operator::PauseTarget;
-    /// assert!(PauseTarget::job("billing").covers("billing:acme", Some("billing")));
-    /// assert!(PauseTarget::key("billing:acme").covers("billing:acme", None));
-    /// assert!(!PauseTarget::job("billing").covers("reindex", Some("reindex")));
+    /// use leasehold::operator::Target;
+    /// assert!(Target::job("billing").covers("billing:acme", Some("billing")));
+    /// assert!(Target::key("billing:acme").covers("billing:acme", None));
+    /// assert!(!Target::job("billing").covers("reindex", Some("reindex")));
     /// ```
     pub fn covers(&self, key: &str, job: Option<&str>) -> bool {
         match self {
-            PauseTarget::Key(name) => name == key,
-            PauseTarget::Job(name) => job == Some(name.as_str()),
+            Target::Key(name) => name == key,
+            Target::Job(name) => job == Some(name.as_str()),
         }
     }
 
@@ -73,20 +75,20 @@ impl PauseTarget {
         match self {
             // Existing keys and jobs (a row stored before hidden
             // characters were refused can still be paused and resumed).
-            PauseTarget::Key(key) => validate::existing_key(key),
-            PauseTarget::Job(name) => validate::existing_job_name(name),
+            Target::Key(key) => validate::existing_key(key),
+            Target::Job(name) => validate::existing_job_name(name),
         }
     }
 
     pub(super) fn from_row(scope: &str, name: String) -> Self {
         match scope {
-            "job" => PauseTarget::Job(name),
-            _ => PauseTarget::Key(name),
+            "job" => Target::Job(name),
+            _ => Target::Key(name),
         }
     }
 }
 
-impl fmt::Display for PauseTarget {
+impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {:?}", self.scope(), self.name())
     }
@@ -97,7 +99,7 @@ impl fmt::Display for PauseTarget {
 #[non_exhaustive]
 pub struct Pause {
     /// What is paused.
-    pub target: PauseTarget,
+    pub target: Target,
     /// Whether runs in progress are asked to stop (at their next renewal,
     /// reason [`CancelReason::Paused`](crate::CancelReason::Paused)).
     pub cancel: bool,
@@ -154,7 +156,7 @@ struct PauseRow {
 impl From<PauseRow> for Pause {
     fn from(row: PauseRow) -> Self {
         Pause {
-            target: PauseTarget::from_row(&row.scope, row.name),
+            target: Target::from_row(&row.scope, row.name),
             cancel: row.cancel,
             paused_by: row.paused_by,
             paused_at: row.paused_at,
@@ -178,12 +180,12 @@ impl LeaseStore {
     ///
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
-    /// use leasehold::operator::PauseTarget;
-    /// let pause = store.pause(&PauseTarget::job("billing"), false, "alice@laptop").await?;
+    /// use leasehold::operator::Target;
+    /// let pause = store.pause(&Target::job("billing"), false, "alice@laptop").await?;
     /// println!("{} paused: {} keys, {} running (they finish)", pause.target, pause.keys, pause.running);
     /// # Ok(()) }
     /// ```
-    pub async fn pause(&self, target: &PauseTarget, cancel: bool, by: &str) -> Result<Pause> {
+    pub async fn pause(&self, target: &Target, cancel: bool, by: &str) -> Result<Pause> {
         target.check()?;
         validate::paused_by(by)?;
         // $1 scope, $2 name, $3 cancel, $4 by. The pause takes effect when
@@ -219,7 +221,7 @@ impl LeaseStore {
     /// cancel) gets its next due time from that run's release. A key also
     /// paused another way (its own name and its job) stays paused until
     /// both are lifted. Cancel-safe.
-    pub async fn resume(&self, target: &PauseTarget) -> Result<Resumed> {
+    pub async fn resume(&self, target: &Target) -> Result<Resumed> {
         target.check()?;
         // $1 scope, $2 name, $3 the wake-up channel.
         // - `woken`: an overdue key's due time moves to now, so pollers'

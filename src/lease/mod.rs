@@ -85,7 +85,7 @@ pub(crate) use audit::validate_actor;
 pub(crate) use batch::{Candidate, Claimed, ClaimedRun, Finish, Polled, Registered, Released, Sighting};
 pub(crate) use claim::ClaimRow;
 pub use claim::{Claim, Due};
-pub use control::{Pause, PauseTarget, Resumed, Triggered};
+pub use control::{Pause, Resumed, Target, Triggered};
 #[cfg(feature = "test-util")]
 pub use faults::LockedRow;
 pub use fleet::{Fleet, HolderSeen};

@@ -16,7 +16,7 @@ use crate::cancel::CancelReason;
 use crate::error::{Error, Result};
 use crate::health::Degraded;
 use crate::job::FencedJob;
-use crate::lease::{LeaseStore, Pause, PauseTarget, Resumed, Triggered};
+use crate::lease::{LeaseStore, Pause, Resumed, Target, Triggered};
 use crate::metrics;
 use crate::operator::Operator;
 use crate::schedule::first_due;
@@ -221,13 +221,13 @@ impl Runtime {
     ///
     /// ```no_run
     /// # async fn demo(runtime: leasehold::Runtime) -> leasehold::Result<()> {
-    /// use leasehold::operator::PauseTarget;
-    /// runtime.pause(&PauseTarget::job("billing"), true).await?; // stop billing everywhere, now
+    /// use leasehold::operator::Target;
+    /// runtime.pause(&Target::job("billing"), true).await?; // stop billing everywhere, now
     /// // ... the incident is over:
-    /// runtime.resume(&PauseTarget::job("billing")).await?;
+    /// runtime.resume(&Target::job("billing")).await?;
     /// # Ok(()) }
     /// ```
-    pub async fn pause(&self, target: &PauseTarget, cancel: bool) -> Result<Pause> {
+    pub async fn pause(&self, target: &Target, cancel: bool) -> Result<Pause> {
         self.operator()?.pause(target, cancel).await
     }
 
@@ -236,7 +236,7 @@ impl Runtime {
     /// and what runs for the slots missed meanwhile is each job's
     /// [`CatchUp`](crate::CatchUp) policy. Cancel-safe as
     /// [`Operator::resume`].
-    pub async fn resume(&self, target: &PauseTarget) -> Result<Resumed> {
+    pub async fn resume(&self, target: &Target) -> Result<Resumed> {
         let resumed = self.operator()?.resume(target).await?;
         self.shared().wake_target(target);
         Ok(resumed)

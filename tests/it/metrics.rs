@@ -621,25 +621,18 @@ async fn the_paused_gauge_follows_pauses_of_keys_and_jobs() {
     let rt = replica(&db, "a", 2, jobs).await;
     assert_eq!(paused(m), Some(0.0), "primed at zero");
     store
-        .pause(&leasehold::operator::PauseTarget::job(name), false, "test")
+        .pause(&leasehold::operator::Target::job(name), false, "test")
         .await
         .unwrap();
     eventually(Duration::from_secs(5), || (paused(m) == Some(3.0)).then_some(())).await;
+    store.resume(&leasehold::operator::Target::job(name)).await.unwrap();
     store
-        .resume(&leasehold::operator::PauseTarget::job(name))
-        .await
-        .unwrap();
-    store
-        .pause(
-            &leasehold::operator::PauseTarget::key(format!("{name}:1")),
-            false,
-            "test",
-        )
+        .pause(&leasehold::operator::Target::key(format!("{name}:1")), false, "test")
         .await
         .unwrap();
     eventually(Duration::from_secs(5), || (paused(m) == Some(1.0)).then_some(())).await;
     store
-        .resume(&leasehold::operator::PauseTarget::key(format!("{name}:1")))
+        .resume(&leasehold::operator::Target::key(format!("{name}:1")))
         .await
         .unwrap();
     eventually(Duration::from_secs(5), || (paused(m) == Some(0.0)).then_some(())).await;
@@ -687,7 +680,7 @@ async fn a_removed_paused_key_is_no_longer_counted_paused() {
         .start()
         .await
         .unwrap();
-    let key = leasehold::operator::PauseTarget::key(format!("{name}:1"));
+    let key = leasehold::operator::Target::key(format!("{name}:1"));
     store.pause(&key, false, "test").await.unwrap();
     eventually(Duration::from_secs(5), || (paused(m) == Some(1.0)).then_some(())).await;
     assert!(store.remove_key(name, &format!("{name}:1")).await.unwrap());

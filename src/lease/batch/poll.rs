@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use super::Sighting;
 use crate::connection;
 use crate::error::Result;
-use crate::lease::{KindGenerations, LeaseStore, PauseTarget};
+use crate::lease::{KindGenerations, LeaseStore, Target};
 
 /// What a poll ([`LeaseStore::due_since`]) learned.
 #[derive(Debug)]
@@ -17,7 +17,7 @@ pub(crate) struct Polled {
     /// Keys that became claimable since the window's start.
     pub(crate) seen: Vec<Sighting>,
     /// Every pause in force.
-    pub(crate) paused: Vec<PauseTarget>,
+    pub(crate) paused: Vec<Target>,
     /// The server's WAL timeline (`leasehold_timeline_id()`): it rises on
     /// every promotion of a standby.
     pub(crate) timeline: Option<i64>,
@@ -114,8 +114,8 @@ impl LeaseStore {
                     .into_iter()
                     .zip(std::mem::take(&mut first.names))
                     .map(|(scope, name)| match scope.as_str() {
-                        "job" => PauseTarget::Job(name),
-                        _ => PauseTarget::Key(name),
+                        "job" => Target::Job(name),
+                        _ => Target::Key(name),
                     })
                     .collect(),
                 KindGenerations {

@@ -52,7 +52,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::health::Tracker;
-use crate::lease::{Finish, LeaseStore, PauseTarget, Released, Sighting};
+use crate::lease::{Finish, LeaseStore, Released, Sighting, Target};
 use crate::tenure::Tenure;
 
 mod clock;
@@ -141,7 +141,7 @@ pub(crate) struct Shared {
     /// Runs kept per key in the history ring.
     pub(crate) history: u32,
     /// The pauses in force, as the latest poll read them (for the gauge).
-    paused: Mutex<Vec<PauseTarget>>,
+    paused: Mutex<Vec<Target>>,
     /// The server's WAL timeline as the latest poll read it; 0 before the
     /// first (timelines start at 1).
     timeline: AtomicI64,
@@ -257,7 +257,7 @@ impl Shared {
     }
 
     /// Wakes every key `target` covers (after a resume), and the scheduler.
-    pub(crate) fn wake_target(&self, target: &PauseTarget) {
+    pub(crate) fn wake_target(&self, target: &Target) {
         self.registry().wake_target(target, Instant::now());
         self.wake_scheduler();
     }
@@ -347,7 +347,7 @@ impl Shared {
 
     /// Records the pauses a poll read; when they changed, sets the paused
     /// gauge of every job registered here.
-    pub(crate) fn pauses_seen(&self, pauses: Vec<PauseTarget>) {
+    pub(crate) fn pauses_seen(&self, pauses: Vec<Target>) {
         let mut known = lock(&self.paused);
         if *known == pauses {
             return;

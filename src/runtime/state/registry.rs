@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{JobEntry, Reading};
-use crate::lease::{PauseTarget, Sighting};
+use crate::lease::{Sighting, Target};
 use crate::runtime::run_end::Streak;
 
 #[cfg(test)]
@@ -266,10 +266,10 @@ impl Registry {
     }
 
     /// Wakes every waiting key `target` covers (after a resume).
-    pub(crate) fn wake_target(&mut self, target: &PauseTarget, now: Instant) {
+    pub(crate) fn wake_target(&mut self, target: &Target, now: Instant) {
         let keys: Vec<Arc<str>> = match target {
-            PauseTarget::Key(key) => vec![Arc::from(key.as_str())],
-            PauseTarget::Job(name) => self
+            Target::Key(key) => vec![Arc::from(key.as_str())],
+            Target::Job(name) => self
                 .slots
                 .values()
                 .filter(|s| *s.job.name == **name)
@@ -328,7 +328,7 @@ impl Registry {
     }
 
     /// For every job registered here, how many of its keys `pauses` cover.
-    pub(crate) fn paused_per_job(&self, pauses: &[PauseTarget]) -> HashMap<Arc<str>, usize> {
+    pub(crate) fn paused_per_job(&self, pauses: &[Target]) -> HashMap<Arc<str>, usize> {
         let mut counts: HashMap<Arc<str>, usize> = HashMap::new();
         for slot in self.slots.values() {
             let job = &slot.job;

@@ -6,7 +6,7 @@ use axum::Router;
 use axum::http::StatusCode;
 use leasehold::console::ConsoleOptions;
 use leasehold::{
-    operator::{Operator, PauseTarget},
+    operator::{Operator, Target},
     store::LeaseStore,
 };
 
@@ -73,7 +73,7 @@ async fn a_job_is_paused_resumed_and_triggered_from_its_page() {
     assert_eq!(paused.location(), "/job?name=billing");
     let pauses = store.pauses().await.expect("pauses");
     assert_eq!(pauses.len(), 1);
-    assert_eq!((&pauses[0].target, pauses[0].keys), (&PauseTarget::job("billing"), 2));
+    assert_eq!((&pauses[0].target, pauses[0].keys), (&Target::job("billing"), 2));
     assert_eq!(
         store.actions("billing:acme", 10).await.expect("actions")[0].actor,
         "alice"
@@ -141,8 +141,8 @@ async fn every_pause_in_force_is_listed_and_a_key_without_a_row_keeps_its_messag
     let (db, store) = support::store().await;
     store.claim("ledger", "replica-1", LONG).await.expect("claim");
     let op = Operator::new(store.clone(), "bob").expect("operator");
-    op.pause(&PauseTarget::key("ledger"), false).await.expect("pause");
-    op.pause(&PauseTarget::job("invoices"), true).await.expect("pause");
+    op.pause(&Target::key("ledger"), false).await.expect("pause");
+    op.pause(&Target::job("invoices"), true).await.expect("pause");
     let app = behind_proxy(&db.pool);
 
     // An operator pauses a key no runtime registered yet.

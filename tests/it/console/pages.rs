@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use leasehold::console::ConsoleOptions;
 use leasehold::{
     Schedule,
-    operator::{Operator, PauseTarget, Revoke},
+    operator::{Operator, Revoke, Target},
     store::LeaseStore,
 };
 
@@ -27,7 +27,7 @@ async fn five_keys(store: &LeaseStore) {
     }
     let op = Operator::new(store.clone(), "alice").expect("operator");
     for key in ["a-paused", "a-paused-held"] {
-        op.pause(&PauseTarget::key(key), false).await.expect("pause");
+        op.pause(&Target::key(key), false).await.expect("pause");
     }
 }
 

@@ -6,7 +6,7 @@
 use axum::http::StatusCode;
 use leasehold::console::ConsoleOptions;
 use leasehold::{
-    operator::{Operator, PauseTarget, Revoke, Revoked},
+    operator::{Operator, Revoke, Revoked, Target},
     store::{LeaseStore, RunRecord},
 };
 
@@ -68,8 +68,8 @@ async fn the_key_page_draws_each_run_of_the_last_hour_with_its_fence_and_marks_t
     old_runs(&db, &store, key, 1..=2).await;
     runs(&store, key, 3..=8, &["replica-a", HOSTILE_HOLDER]).await;
     let op = Operator::new(store.clone(), "alice").expect("operator");
-    op.pause(&PauseTarget::key(key), false).await.expect("pause");
-    op.resume(&PauseTarget::key(key)).await.expect("resume");
+    op.pause(&Target::key(key), false).await.expect("pause");
+    op.resume(&Target::key(key)).await.expect("resume");
     store.claim(key, "replica-a", LONG).await.expect("claim");
     let Revoked::Ended { fence: forced, .. } = op.revoke(key, Revoke::Force, &[]).await.expect("revoke") else {
         panic!("the forced revoke ends the tenure")
@@ -146,7 +146,7 @@ async fn a_jobs_page_draws_the_runs_of_all_its_keys_their_revokes_and_its_pauses
     runs(&store, "billing:zeta", 1..=2, &["replica-b"]).await;
     runs(&store, "reindex:all", 1..=4, &["replica-a"]).await;
     let op = Operator::new(store.clone(), "alice").expect("operator");
-    let (billing, reindex) = (PauseTarget::job("billing"), PauseTarget::job("reindex"));
+    let (billing, reindex) = (Target::job("billing"), Target::job("reindex"));
     // The job paused and resumed, a key of it force-revoked, and paused
     // again; meanwhile another job paused and resumed, its key
     // force-revoked, and one key of the job paused by its own name.
@@ -162,7 +162,7 @@ async fn a_jobs_page_draws_the_runs_of_all_its_keys_their_revokes_and_its_pauses
             other => panic!("the forced revoke ends the tenure: {other:?}"),
         }
     }
-    op.pause(&PauseTarget::key("billing:zeta"), false).await.expect("pause");
+    op.pause(&Target::key("billing:zeta"), false).await.expect("pause");
     op.pause(&billing, false).await.expect("pause");
     let app = console(&db.pool, ConsoleOptions::new());
 

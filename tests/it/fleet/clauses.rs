@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use leasehold::{NewKey, Schedule, operator::PauseTarget, store::LeaseStore};
+use leasehold::{NewKey, Schedule, operator::Target, store::LeaseStore};
 
 use super::{TenantKind, replica, runs_of, tenant};
 use crate::support;
@@ -128,7 +128,7 @@ async fn a_new_schedule_never_postpones_a_due_run() {
     store.add_keys(&[tenant("k", "basic", "manual")]).await.unwrap();
     let a = replica(&db, "a", &kind, Duration::from_millis(100), true).await;
     support::eventually(Duration::from_secs(5), || (a.health().registered == 1).then_some(())).await;
-    let key = PauseTarget::key("k");
+    let key = Target::key("k");
     store.pause(&key, false, "test").await.unwrap();
     store.trigger("k").await.unwrap();
     store.update_key(&tenant("k", "basic", "every 1h")).await.unwrap();

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use leasehold::{
     NewKey, Runtime, Schedule,
-    operator::{Operator, PauseTarget, Revoke},
+    operator::{Operator, Revoke, Target},
     runtime::Connections,
     store::{KeyFilter, LeaseStore},
 };
@@ -232,7 +232,7 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
     let pause = sweep(&db, &pool, step, "pause+resume", |n| {
         let store = store.clone();
         async move {
-            let target = PauseTarget::key(format!("op:{n}"));
+            let target = Target::key(format!("op:{n}"));
             store.pause(&target, n % 2 == 0, "sweeper").await?;
             store.resume(&target).await.map(drop)
         }
@@ -292,7 +292,7 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
             sweep(&db, &pool, step, &format!("runtime pause+resume ({mode:?})"), |n| {
                 let rt = rt.clone();
                 async move {
-                    let target = PauseTarget::job(format!("job-{n}"));
+                    let target = Target::job(format!("job-{n}"));
                     rt.pause(&target, true).await?;
                     rt.resume(&target).await.map(drop)
                 }

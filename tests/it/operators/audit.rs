@@ -4,7 +4,7 @@
 
 use leasehold::{
     Error, NewKey, Schedule,
-    operator::{Forgotten, Operator, OperatorAction, PauseTarget, Revoke, Revoked},
+    operator::{Forgotten, Operator, OperatorAction, Revoke, Revoked, Target},
 };
 
 use crate::support::{self, LONG};
@@ -17,10 +17,10 @@ async fn each_action_is_recorded_with_its_actor_outcome_and_fence() {
     let alice = Operator::new(store.clone(), "alice@laptop").expect("operator");
     let bob = Operator::new(store.clone(), "bob (console)").expect("operator");
 
-    alice.pause(&PauseTarget::key("billing:eu"), true).await.expect("pause");
+    alice.pause(&Target::key("billing:eu"), true).await.expect("pause");
     bob.trigger("billing:eu").await.expect("trigger");
     bob.trigger("billing:us").await.expect("another key");
-    alice.resume(&PauseTarget::key("billing:eu")).await.expect("resume");
+    alice.resume(&Target::key("billing:eu")).await.expect("resume");
     let Revoked::Ended { fence, .. } = bob.revoke("billing:eu", Revoke::Force, &[]).await.expect("revoke") else {
         panic!("a held lease is ended by a forced revoke");
     };
@@ -82,13 +82,11 @@ async fn a_job_pause_is_in_the_history_of_each_of_its_keys_and_an_operator_must_
     )
     .await;
     let op = Operator::new(store.clone(), "carol").expect("operator");
-    op.pause(&PauseTarget::job("report"), false)
-        .await
-        .expect("pause the job");
+    op.pause(&Target::job("report"), false).await.expect("pause the job");
     for key in ["report:a", "report:b"] {
         let actions = store.actions(key, 10).await.expect("actions");
         assert_eq!(actions.len(), 1, "{key}: {actions:?}");
-        assert_eq!(actions[0].target, PauseTarget::job("report"));
+        assert_eq!(actions[0].target, Target::job("report"));
     }
     // Nobody, too long, or a name that displays as another ("admin").
     for nobody in ["", "   ", &"x".repeat(256), "\u{202e}nimda", "ad\u{200b}min"] {
@@ -194,12 +192,9 @@ async fn a_runtimes_own_trigger_pause_and_resume_are_recorded_with_its_holder_id
     )
     .await;
 
-    runtime
-        .pause(&PauseTarget::key("report:a"), false)
-        .await
-        .expect("pause");
+    runtime.pause(&Target::key("report:a"), false).await.expect("pause");
     runtime.trigger("report:a").await.expect("trigger");
-    runtime.resume(&PauseTarget::key("report:a")).await.expect("resume");
+    runtime.resume(&Target::key("report:a")).await.expect("resume");
 
     let actions = store.actions("report:a", 10).await.expect("actions");
     let seen: Vec<(&str, &str, bool)> = actions
@@ -251,13 +246,13 @@ async fn hidden_characters_are_refused_in_every_name_and_who_acted_follows_one_r
         let err = Operator::new(store.clone(), sample.as_str()).expect_err("actor");
         assert!(matches!(err, Error::InvalidInput { .. }), "{class}: {err}");
         let err = store
-            .pause(&PauseTarget::key("ledger"), false, &sample)
+            .pause(&Target::key("ledger"), false, &sample)
             .await
             .expect_err("paused by");
         assert!(err.to_string().contains("paused by"), "{class}: {err}");
     }
     let err = store
-        .pause(&PauseTarget::key("ledger"), false, hostile::FAKE_ADMIN)
+        .pause(&Target::key("ledger"), false, hostile::FAKE_ADMIN)
         .await
         .expect_err("admin + INVISIBLE TIMES");
     assert!(err.to_string().contains("\\u{2062}"), "{err}");

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use leasehold::{
     CancelReason, Schedule,
-    operator::{PauseTarget, Resumed, Triggered},
+    operator::{Resumed, Target, Triggered},
     runtime::RunOutcome,
     store::{Claim, Due, LeaseStore},
 };
@@ -41,7 +41,7 @@ async fn a_paused_key_runs_on_no_replica_until_resumed() {
     }
     runs.wait_started(2, Duration::from_secs(5)).await;
 
-    let pause = store.pause(&PauseTarget::key("nightly"), false, "test").await.unwrap();
+    let pause = store.pause(&Target::key("nightly"), false, "test").await.unwrap();
     assert_eq!((pause.keys, pause.cancel), (1, false));
     // A run claimed just before the pause committed may still start: one
     // whole pass of each replica begun after the pause, and that run's end.
@@ -72,7 +72,7 @@ async fn a_paused_key_runs_on_no_replica_until_resumed() {
 
     let resumed_at = Instant::now();
     assert!(matches!(
-        store.resume(&PauseTarget::key("nightly")).await.unwrap(),
+        store.resume(&Target::key("nightly")).await.unwrap(),
         Resumed::Yes { .. }
     ));
     support::eventually(Duration::from_secs(3), || {
@@ -99,10 +99,7 @@ async fn a_paused_key_runs_on_no_replica_until_resumed() {
         "runs in only {} slots after resume: {slots:?}",
         slots.len()
     );
-    assert_eq!(
-        store.resume(&PauseTarget::key("nightly")).await.unwrap(),
-        Resumed::NotPaused
-    );
+    assert_eq!(store.resume(&Target::key("nightly")).await.unwrap(), Resumed::NotPaused);
     for rt in fleet {
         rt.shutdown().await;
     }
@@ -131,9 +128,9 @@ async fn a_pause_lets_the_run_finish_unless_it_cancels_it() {
     rt.trigger("long:b").await.unwrap();
     runs.wait_started(2, Duration::from_secs(5)).await;
 
-    rt.pause(&PauseTarget::key("short:a"), false).await.unwrap();
+    rt.pause(&Target::key("short:a"), false).await.unwrap();
     let paused_at = Instant::now();
-    let cancelling = rt.pause(&PauseTarget::job("long"), true).await.unwrap();
+    let cancelling = rt.pause(&Target::job("long"), true).await.unwrap();
     assert_eq!((cancelling.keys, cancelling.running), (1, 1));
 
     let all = support::eventually(Duration::from_secs(5), || {
@@ -182,7 +179,7 @@ async fn a_pause_lets_the_run_finish_unless_it_cancels_it() {
 async fn a_paused_job_pauses_all_its_keys_and_nothing_else() {
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
-    store.pause(&PauseTarget::job("tenant"), false, "test").await.unwrap();
+    store.pause(&Target::job("tenant"), false, "test").await.unwrap();
     let runs = Runs::default();
     let settings = || quick(Schedule::every(Duration::from_secs(1)), Duration::from_secs(5));
     let rt = support::replica(
@@ -218,13 +215,10 @@ async fn a_paused_job_pauses_all_its_keys_and_nothing_else() {
     assert!(keys.iter().all(|k| k == "other"), "a paused job's key ran: {keys:?}");
     let pauses = store.pauses().await.unwrap();
     assert_eq!(pauses.len(), 1);
-    assert_eq!(
-        (pauses[0].target.clone(), pauses[0].keys),
-        (PauseTarget::job("tenant"), 3)
-    );
+    assert_eq!((pauses[0].target.clone(), pauses[0].keys), (Target::job("tenant"), 3));
 
     let before = runs.all().len();
-    rt.resume(&PauseTarget::job("tenant")).await.unwrap();
+    rt.resume(&Target::job("tenant")).await.unwrap();
     let all = support::eventually(Duration::from_secs(5), || {
         let all = runs.all();
         let tenants = all[before..].iter().filter(|r| r.key.starts_with("tenant:")).count();
@@ -246,7 +240,7 @@ async fn every_claim_refuses_a_paused_key() {
     let ttl = Duration::from_secs(5);
     let paused = |claim: Claim| matches!(claim, Claim::Paused { .. });
 
-    store.pause(&PauseTarget::key("k:new"), false, "test").await.unwrap();
+    store.pause(&Target::key("k:new"), false, "test").await.unwrap();
     assert!(
         paused(store.claim("k:new", "h1", ttl).await.unwrap()),
         "insert path, claim"
@@ -264,7 +258,7 @@ async fn every_claim_refuses_a_paused_key() {
         .acquired()
         .unwrap();
     assert!(store.release(&lease.key, "h1", lease.fence).await.unwrap());
-    store.pause(&PauseTarget::key("k:old"), false, "test").await.unwrap();
+    store.pause(&Target::key("k:old"), false, "test").await.unwrap();
     assert!(
         paused(store.claim("k:old", "h2", ttl).await.unwrap()),
         "takeover path, claim"
@@ -274,7 +268,7 @@ async fn every_claim_refuses_a_paused_key() {
         "takeover path, claim_run"
     );
 
-    store.resume(&PauseTarget::key("k:old")).await.unwrap();
+    store.resume(&Target::key("k:old")).await.unwrap();
     assert!(
         store
             .claim_run("k:old", "h2", ttl, Due::Now)
@@ -294,7 +288,7 @@ async fn every_claim_refuses_a_paused_key() {
     )
     .await;
     rt.shutdown().await;
-    store.pause(&PauseTarget::job("reports"), false, "test").await.unwrap();
+    store.pause(&Target::job("reports"), false, "test").await.unwrap();
     assert!(
         paused(store.claim("reports:x", "h3", ttl).await.unwrap()),
         "job pause, claim"

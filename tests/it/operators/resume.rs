@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{TimeDelta, Utc};
 use leasehold::{
     Schedule,
-    operator::{PauseTarget, Resumed},
+    operator::{Resumed, Target},
     store::LeaseStore,
 };
 
@@ -43,13 +43,13 @@ async fn a_resume_wakes_only_the_overdue_keys_of_its_target() {
         |t: chrono::DateTime<Utc>| chrono::DateTime::from_timestamp_micros(t.timestamp_micros()).expect("in range");
     let past = micros(Utc::now() - TimeDelta::minutes(10));
     let future = micros(Utc::now() + TimeDelta::hours(1));
-    store.pause(&PauseTarget::job("tenant"), false, "test").await.unwrap();
+    store.pause(&Target::job("tenant"), false, "test").await.unwrap();
     support::owe_slot(&db.pool, "tenant:overdue", past).await;
     support::owe_slot(&db.pool, "tenant:later", future).await;
     support::owe_slot(&db.pool, "other:overdue", past).await;
     let due = |info: Option<leasehold::store::LeaseInfo>| info.expect("row").next_due_at.expect("scheduled");
 
-    let resumed = store.resume(&PauseTarget::job("tenant")).await.unwrap();
+    let resumed = store.resume(&Target::job("tenant")).await.unwrap();
 
     assert_eq!(resumed, Resumed::Yes { woken: 1 });
     let woken = due(store.get("tenant:overdue").await.unwrap());
@@ -75,7 +75,7 @@ async fn a_resume_wakes_only_the_overdue_keys_of_its_target() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pausing_again_without_cancel_keeps_the_cancel() {
     let (_db, store) = support::store().await;
-    let target = PauseTarget::key("billing");
+    let target = Target::key("billing");
     assert!(store.pause(&target, true, "alice").await.unwrap().cancel);
     let again = store.pause(&target, false, "bob").await.unwrap();
     assert!(again.cancel, "the second pause kept the cancel: {again:?}");
@@ -107,7 +107,7 @@ async fn a_resume_while_the_key_runs_adds_no_run() {
     rt.trigger("ledger").await.unwrap();
     gate.runs().wait_started(1, Duration::from_secs(10)).await;
 
-    let target = PauseTarget::key("ledger");
+    let target = Target::key("ledger");
     store.pause(&target, false, "test").await.unwrap();
     let resumed = store.resume(&target).await.unwrap();
     gate.finish_one();

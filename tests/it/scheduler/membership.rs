@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use leasehold::{CancelReason, Error, FenceGuard, Runtime, Schedule, operator::PauseTarget, store::LeaseStore};
+use leasehold::{CancelReason, Error, FenceGuard, Runtime, Schedule, operator::Target, store::LeaseStore};
 use tokio::time::Instant;
 
 use crate::support::{self, Gate, Runs, job, quick};
@@ -273,14 +273,14 @@ async fn a_paused_key_added_back_keeps_its_missed_slots_for_the_resume() {
     let tenant = || job("tenant:acme", hourly(), runs.body(Duration::from_millis(10)));
     let rt = support::replica(&db, "a", 2, vec![tenant()]).await;
     assert!(rt.remove("tenant:acme").await.unwrap());
-    store.pause(&PauseTarget::job("tenant"), false, "test").await.unwrap();
+    store.pause(&Target::job("tenant"), false, "test").await.unwrap();
     let owed = slots_passed(&db.pool, "tenant:acme").await;
 
     rt.add(tenant()).await.unwrap();
 
     let row = store.get("tenant:acme").await.unwrap().expect("its row");
     assert_eq!(row.next_due_at, Some(owed), "still owed: {row:?}");
-    rt.resume(&PauseTarget::job("tenant")).await.unwrap();
+    rt.resume(&Target::job("tenant")).await.unwrap();
     runs.wait_started(1, Duration::from_secs(10)).await;
     rt.shutdown().await;
 }

@@ -1,6 +1,6 @@
 //! The README's operators' example: a zoned nightly job that catches up on
 //! missed nights and reads its slot, paused and resumed for a whole job.
-use leasehold::{CatchUp, FenceGuard, FencedJob, JobError, Runtime, Schedule, operator::PauseTarget};
+use leasehold::{CatchUp, FenceGuard, FencedJob, JobError, Runtime, Schedule, operator::Target};
 
 #[derive(FencedJob)]
 #[job(key = "billing:{tenant}", cron = "0 3 * * *", tz = "Europe/Paris", catch_up = "all(7)")]
@@ -19,9 +19,9 @@ impl Billing {
 #[allow(dead_code)]
 async fn demo(runtime: Runtime) -> leasehold::Result<()> {
     // During an incident: no replica starts a billing run, and those running stop.
-    runtime.pause(&PauseTarget::job("billing"), true).await?;
+    runtime.pause(&Target::job("billing"), true).await?;
     // Afterwards: each tenant runs the nights it missed (at most 7), oldest first.
-    runtime.resume(&PauseTarget::job("billing")).await?;
+    runtime.resume(&Target::job("billing")).await?;
     Ok(())
 }
 

@@ -199,7 +199,7 @@ async fn a_running_key_is_never_proposed_and_a_stale_claim_starts_nothing() {
 /// counts, per job, the keys the pauses in force cover.
 #[tokio::test(start_paused = true)]
 async fn a_resume_wakes_its_targets_keys_and_pauses_are_counted_per_job() {
-    use crate::lease::PauseTarget;
+    use crate::lease::Target;
     use crate::runtime::state::testing::entry_of;
 
     let later = Instant::now() + Duration::from_secs(3600);
@@ -207,13 +207,13 @@ async fn a_resume_wakes_its_targets_keys_and_pauses_are_counted_per_job() {
     for (job, key) in [("billing", "billing:1"), ("billing", "billing:2"), ("mail", "mail:1")] {
         registry.insert(entry_of(job, key), later);
     }
-    let pauses = [PauseTarget::job("billing"), PauseTarget::key("mail:2")];
+    let pauses = [Target::job("billing"), Target::key("mail:2")];
     let counts = registry.paused_per_job(&pauses);
     assert_eq!((counts["billing"], counts["mail"]), (2, 0));
 
-    registry.wake_target(&PauseTarget::job("billing"), Instant::now());
+    registry.wake_target(&Target::job("billing"), Instant::now());
     assert_eq!(proposed(&registry, Instant::now()), ["billing:1", "billing:2"]);
-    registry.wake_target(&PauseTarget::key("mail:1"), Instant::now());
+    registry.wake_target(&Target::key("mail:1"), Instant::now());
     assert_eq!(
         proposed(&registry, Instant::now()),
         ["billing:1", "billing:2", "mail:1"]
