@@ -72,8 +72,6 @@ mod connection;
 #[cfg(feature = "console")]
 pub mod console;
 mod error;
-#[cfg(feature = "prometheus")]
-mod exporter;
 mod fast_hash;
 mod guard;
 mod health;

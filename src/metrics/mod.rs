@@ -84,6 +84,8 @@ use crate::cancel::CancelReason;
 pub use metrics_exporter_prometheus::PrometheusHandle;
 
 pub(crate) mod catalog;
+#[cfg(feature = "prometheus")]
+pub(crate) mod exporter;
 pub use catalog::{buckets, describe, names};
 
 /// Installs the process-wide `metrics` recorder for Prometheus, with
@@ -99,7 +101,7 @@ pub use catalog::{buckets, describe, names};
 /// another `metrics` recorder is already installed.
 #[cfg(feature = "prometheus")]
 pub fn prometheus_handle() -> crate::Result<PrometheusHandle> {
-    crate::exporter::handle()
+    exporter::handle()
 }
 
 /// A key's answer in a batch claim: the `outcome` label of

@@ -59,7 +59,7 @@ pub(super) async fn start(mut builder: RuntimeBuilder) -> Result<Runtime> {
     builder.check_kinds()?;
     #[cfg(feature = "prometheus")]
     if let Some(addr) = &builder.prometheus {
-        crate::exporter::install(addr)?;
+        crate::metrics::exporter::install(addr)?;
     }
     let store = builder.open_store().await?;
     // Also the first connect of an owned pool: a server that takes the

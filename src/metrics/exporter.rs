@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use super::catalog::{buckets, describe, names};
 use crate::error::{Error, Result};
-use crate::metrics::catalog::{buckets, describe, names};
 
 /// The recorder leasehold installed in this process, if any.
 static INSTALLED: Mutex<Option<Installed>> = Mutex::new(None);
