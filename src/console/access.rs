@@ -33,7 +33,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 
-use super::actions::Done;
+use super::done::Done;
 use super::layout::{self, Base, Tab};
 use super::viewer::Viewer;
 use super::{ConsoleOptions, Shared};

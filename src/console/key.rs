@@ -9,7 +9,8 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::Shared;
-use super::actions::{Done, NOT_A_KEY, OFFERED, confirm_page, page_of};
+use super::actions::{NOT_A_KEY, OFFERED, confirm_page, page_of};
+use super::done::Done;
 use super::kinds::stored_box;
 use super::layout::{self, Base, During, Tab, enc, span, when};
 use super::reads::ReadError;

@@ -81,6 +81,7 @@
 mod access;
 mod actions;
 mod assets;
+mod done;
 mod fleet;
 mod key;
 mod kinds;
