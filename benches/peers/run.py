@@ -9,7 +9,9 @@ Environment (all optional):
   PEERS_ROUNDS    ceiling rounds (default 3)
   PEERS_WARMUP    seconds before each window (default 3)
   PEERS_WINDOW    seconds of each window (default 10)
-  PEERS_SYSTEMS   comma-separated subset of leasehold,river,graphile
+  PEERS_SYSTEMS   comma-separated subset of leasehold,leasehold_full,river,graphile
+                  (leasehold_full: leasehold with every key's history ring
+                  filled before it starts; no-op body only, ceiling only)
   PEERS_BODIES    comma-separated body lengths in µs (default 0,1000)
   PEERS_LATENCY   0 to skip the trigger → start phases (default 1)
   PEERS_EXPLAIN   0 to skip the auto_explain run of leasehold (default 1)
@@ -40,7 +42,7 @@ NODE_WORKER = os.path.join(HERE, "graphile", "worker.js")
 ROUNDS = int(os.environ.get("PEERS_ROUNDS", "3"))
 WARMUP = float(os.environ.get("PEERS_WARMUP", "3"))
 WINDOW = float(os.environ.get("PEERS_WINDOW", "10"))
-SYSTEMS = os.environ.get("PEERS_SYSTEMS", "leasehold,river,graphile").split(",")
+SYSTEMS = os.environ.get("PEERS_SYSTEMS", "leasehold,leasehold_full,river,graphile").split(",")
 BODIES = [int(b) for b in os.environ.get("PEERS_BODIES", "0,1000").split(",")]
 LATENCY = os.environ.get("PEERS_LATENCY", "1") != "0"
 EXPLAIN = os.environ.get("PEERS_EXPLAIN", "1") != "0"
@@ -293,7 +295,7 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
             "load_after": loadavg(),
         })
         # The backlog must outlast the window, or the figure is not a ceiling.
-        res["drained"] = system != "leasehold" and mode == "ceiling" and r1 >= size - 1
+        res["drained"] = not system.startswith("leasehold") and mode == "ceiling" and r1 >= size - 1
         with open(os.path.join(OUT, f"statements-{db}.tsv"), "w") as f:
             f.write("calls\ttotal_exec_ms\trows\tshared_hit\tshared_read\tshared_dirtied\twal_records\twal_fpi\t"
                     "wal_bytes\tquery\n")
@@ -358,10 +360,15 @@ def explain_phase(cluster):
                 else "finish_many" if "released AS" in p and "overwritten AS" in p else "other")
         kinds[kind].append((float(m.group(1)), p))
     for kind, ps in kinds.items():
+        ps = sorted(ps, key=lambda x: x[0])
+        # Five of them: the quartiles, the fastest and the slowest.
+        pick = sorted({0, len(ps) // 4, len(ps) // 2, 3 * len(ps) // 4, len(ps) - 1}) if ps else []
         with open(os.path.join(OUT, f"explain-{kind}.txt"), "w") as f:
-            f.write(f"# {len(ps)} plans logged by auto_explain (sample_rate 0.05), load before {load0}\n\n")
-            for d, p in sorted(ps, key=lambda x: x[0]):
-                f.write(p.rstrip() + "\n\n")
+            f.write(f"# {len(ps)} plans logged by auto_explain (sample_rate 0.05), load before {load0}; "
+                    f"durations ms: {' '.join(f'{d:.3f}' for d, _ in ps)}\n# kept: the fastest, the quartiles "
+                    "and the slowest\n\n")
+            for i in pick:
+                f.write(ps[i][1].rstrip() + "\n\n")
         if ps and kind != "other":
             ds = sorted(d for d, _ in ps)
             med = sorted(ps, key=lambda x: x[0])[len(ps) // 2][1]
@@ -390,15 +397,16 @@ def main():
     # A first backlog guess; then each system's is sized from its own rate.
     backlog = {"river": 600_000, "graphile": 900_000}
     rate = {}
-    combos = [(s, b) for b in BODIES for s in SYSTEMS]
+    combos = [(s, b) for b in BODIES for s in SYSTEMS if s != "leasehold_full" or b == 0]
+    LAT = [s for s in SYSTEMS if s != "leasehold_full"]
     for rnd in range(1, ROUNDS + 1):
         # Alternate: each round starts with the next system.
         order = combos[(rnd - 1) % len(combos):] + combos[:(rnd - 1) % len(combos)]
         for system, body in order:
-            size = LEASEHOLD_KEYS if system == "leasehold" else backlog[system]
+            size = LEASEHOLD_KEYS if system.startswith("leasehold") else backlog[system]
             r = measure(cluster, system, body, "ceiling", rnd, size)
             results.append(r)
-            if system != "leasehold":
+            if not system.startswith("leasehold"):
                 best = max(r["runs_per_s"], rate.get(system, 0))
                 rate[system] = best
                 backlog[system] = max(backlog[system] if r["drained"] else 0,
@@ -407,16 +415,17 @@ def main():
                     backlog[system] = int(backlog[system] * 2)
     if LATENCY:
         ceil = {}
-        for system in SYSTEMS:
+        for system in LAT:
             xs = [r["runs_per_s"] for r in results
                   if r["system"] == system and r["body_us"] == 0 and not r.get("drained")]
             ceil[system] = statistics.median(xs) if xs else 0
-        for system in SYSTEMS:
+        for system in LAT:
             results.append(measure(cluster, system, 0, "idle", 1, 0, 0, PROBES))
-        for system in SYSTEMS:
+        for system in LAT:
             target = 0.8 * ceil[system]
             if system == "leasehold":
-                keys = max(100, int(round(target / 10 / LEASEHOLD_RUNTIMES / 100)) * 100)
+                # Every runtime registers the same keys: demand = keys × 10/s.
+                keys = max(100, int(round(target / 10 / 100)) * 100)
                 results.append(measure(cluster, system, 0, "load80", 1, keys, 0, PROBES))
             else:
                 feed = max(100, int(round(target / 10 / 100)) * 100)
@@ -440,6 +449,7 @@ def fmt_range(xs, f="{:.0f}"):
 
 NAMES = {
     "leasehold": "leasehold (4 runtimes × 16k keys, every 100 ms, defaults, history on)",
+    "leasehold_full": "leasehold, the same with every key's history ring (100 places) full before it starts",
     "river": "River for Rust 0.5.0 (2,000 workers, fetch cooldown 2 ms, poll 20 ms, pool 50), work only",
     "graphile": "graphile-worker 0.18.0, batched (localQueue 500, completeJobBatchDelay 0, useNodeTime), work only",
 }
@@ -486,8 +496,12 @@ def miss(p):
 
 
 def breakdown(results):
+    return "".join(breakdown_of(results, s) for s in ("leasehold", "leasehold_full"))
+
+
+def breakdown_of(results, system):
     """leasehold's statements in its no-op ceiling windows, per run."""
-    rs = [r for r in results if r["system"] == "leasehold" and r["body_us"] == 0 and r["mode"] == "ceiling"]
+    rs = [r for r in results if r["system"] == system and r["body_us"] == 0 and r["mode"] == "ceiling"]
     if not rs:
         return ""
     agg = {}
@@ -505,7 +519,7 @@ def breakdown(results):
             a["hit"] += int(s["hit"])
             a["dirtied"] += int(s["dirtied"])
     total = sum(a["ms"] for a in agg.values())
-    out = [f"\nleasehold no-op at its ceiling, {len(rs)} windows, {runs} runs: server CPU {cpu * 1e6 / runs:.1f} µs/run, "
+    out = [f"\n{NAMES[system]}, no-op at its ceiling, {len(rs)} windows, {runs} runs: server CPU {cpu * 1e6 / runs:.1f} µs/run, "
            f"statement execution (pg_stat_statements total_exec_time) {total * 1000 / runs:.1f} µs/run\n",
            "| statement | calls per run | rows per call | exec µs per run | share of exec time | mean ms per call "
            "| WAL records per run | WAL bytes per run | buffers hit per run |",

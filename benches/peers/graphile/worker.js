@@ -104,6 +104,8 @@ async function main() {
           await sleep(0.2);
         }
         out.push(String(got));
+        // Three misses in a row: past its capacity, stop probing.
+        if (out.length >= 3 && out.slice(-3).every((x) => x === "-1")) break;
         await sleep(20 + ((i * 37) % 60));
       }
       console.log(`probe ${out.join(" ")}`);

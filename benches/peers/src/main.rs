@@ -5,14 +5,16 @@
 //! - `mark`: prints `mark <runs started so far> <seconds since start>`;
 //! - `probe <n>`: triggers `n` probe runs one after the other (each once the
 //!   previous started, 20–80 ms apart) and prints `probe <µs> <µs> …`, the
-//!   trigger → start time of each (`-1` for one that did not start within 5 s);
+//!   trigger → start time of each (`-1` for one that did not start within 5 s;
+//!   after three of those in a row it stops);
 //! - `stop`: shuts down and prints `stopped`.
 //!
-//! Usage: `peers-client <leasehold|river> <url> <body µs> <size> [feed]`:
+//! Usage: `peers-client <leasehold|leasehold_full|river> <url> <body µs> <size> [feed]`:
 //!
 //! - leasehold: `size` keys per runtime ([`RUNTIMES`] runtimes all
 //!   registering the same keys, every 100 ms, defaults, history on); `feed`
-//!   is not used.
+//!   is not used. `leasehold_full`: the same with every key's history ring
+//!   filled first ([`prefill_ring`]).
 //! - river: `size` jobs inserted (by SQL, one statement per 50,000, copying
 //!   one job the client inserted) before the client starts: the backlog it
 //!   drains; `feed` jobs inserted the same way every 100 ms while it runs.
@@ -165,6 +167,28 @@ async fn start_leasehold(url: &str, keys: usize, work: Duration, counters: &Arc<
     runtimes
 }
 
+/// `leasehold_full`: every key's history ring (the default 100 places)
+/// already full before the runtimes start, as after a while in production:
+/// each release then rewrites its place in place (an `UPDATE`) instead of
+/// inserting it, which a fresh database only reaches after 100 runs of
+/// every key (minutes at the ceiling, longer than a window).
+async fn prefill_ring(url: &str, keys: usize) {
+    let pool = PgPoolOptions::new().max_connections(1).connect(url).await.expect("connect");
+    leasehold::migrate(&pool).await.expect("migrate");
+    sqlx::query(
+        "INSERT INTO leasehold_run (key, slot, run_no, job_name, fence, holder, scheduled_for, started_at, ended_at,
+                                    outcome)
+         SELECT 'peers-' || g, s, 0, 'peers', 0, 'prefill', now(), now(), now(), 'succeeded'
+           FROM generate_series(0, $1 - 1) AS g, generate_series(0, 99) AS s",
+    )
+    .bind(keys as i32)
+    .execute(&pool)
+    .await
+    .expect("prefill the history ring");
+    sqlx::query("VACUUM ANALYZE leasehold_run").execute(&pool).await.expect("vacuum");
+    pool.close().await;
+}
+
 // ---------------------------------------------------------------- River
 
 #[derive(Clone, Debug, Deserialize, JobArgs, Serialize)]
@@ -179,13 +203,40 @@ struct Probe {
     inserted_us: i64,
 }
 
+/// The columns of `river_job` to copy (all but `id` and generated ones),
+/// and what to copy into them: the template's value, except for the state
+/// of an attempt, which starts afresh (the template may have been worked).
+async fn copy_columns(pool: &PgPool) -> (String, String) {
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT column_name::text FROM information_schema.columns
+          WHERE table_name = 'river_job' AND column_name <> 'id' AND is_generated = 'NEVER'
+          ORDER BY ordinal_position",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("columns");
+    let values = names
+        .iter()
+        .map(|c| match c.as_str() {
+            "state" => "'available'".to_owned(),
+            "attempt" => "0".to_owned(),
+            "attempted_at" | "attempted_by" | "finalized_at" | "errors" => "NULL".to_owned(),
+            "scheduled_at" | "created_at" => "now()".to_owned(),
+            other => format!("\"{other}\""),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let columns = names.iter().map(|c| format!("\"{c}\"")).collect::<Vec<_>>().join(", ");
+    (columns, values)
+}
+
 /// Inserts `n` copies of the `peers_work` job `template` by SQL, in
 /// statements of at most 50,000 rows.
-async fn copy_jobs(pool: &PgPool, columns: &str, template: i64, mut n: usize) {
+async fn copy_jobs(pool: &PgPool, (columns, values): &(String, String), template: i64, mut n: usize) {
     while n > 0 {
         let now = n.min(50_000);
         let sql = format!(
-            "INSERT INTO river_job ({columns}) SELECT {columns} FROM river_job, generate_series(1, $2) WHERE id = $1"
+            "INSERT INTO river_job ({columns}) SELECT {values} FROM river_job, generate_series(1, $2) WHERE id = $1"
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(template)
@@ -248,13 +299,7 @@ async fn start_river(
     // One job through River's own insert, copied by SQL (River's insert_many
     // would cost far more than the work measured, and it is not measured).
     let template = client.insert(Work { n: 0 }).await.expect("insert").id();
-    let columns: String = sqlx::query_scalar(
-        "SELECT string_agg(quote_ident(column_name), ', ' ORDER BY ordinal_position) FROM information_schema.columns
-          WHERE table_name = 'river_job' AND column_name <> 'id' AND is_generated = 'NEVER'",
-    )
-    .fetch_one(&pool)
-    .await
-    .expect("columns");
+    let columns = copy_columns(&pool).await;
     copy_jobs(&pool, &columns, template, backlog.saturating_sub(1)).await;
     sqlx::query("VACUUM ANALYZE river_job").execute(&pool).await.expect("vacuum");
     let mut run = client.start().expect("River starts");
@@ -294,7 +339,7 @@ impl System {
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 5 {
-        eprintln!("usage: peers-client <leasehold|river> <url> <body µs> <size> [feed]");
+        eprintln!("usage: peers-client <leasehold|leasehold_full|river> <url> <body µs> <size> [feed]");
         std::process::exit(2);
     }
     let url = &args[2];
@@ -305,6 +350,10 @@ async fn main() {
     let t0 = Instant::now();
     let system = match args[1].as_str() {
         "leasehold" => System::Leasehold(start_leasehold(url, size, work, &counters).await),
+        "leasehold_full" => {
+            prefill_ring(url, size).await;
+            System::Leasehold(start_leasehold(url, size, work, &counters).await)
+        }
         "river" => {
             let (c, r, f) = start_river(url, size, feed, work, &counters).await;
             System::River(c, r, f)
@@ -337,6 +386,10 @@ async fn main() {
                         tokio::time::sleep(Duration::from_micros(200)).await;
                     }
                     out.push(got.map_or(-1, |d| d.as_micros() as i64).to_string());
+                    // Three misses in a row: the system is past its capacity, stop probing.
+                    if out.len() >= 3 && out[out.len() - 3..].iter().all(|x| x == "-1") {
+                        break;
+                    }
                     tokio::time::sleep(Duration::from_millis(20 + (i as u64 * 37) % 60)).await;
                 }
                 println!("probe {}", out.join(" "));
