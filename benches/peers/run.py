@@ -132,6 +132,7 @@ class Cluster:
             self.pid = int(f.readline())
         self.version = self.sql("SHOW server_version")
         self.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        self.sql("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
 
     def cmd(self, prog, *args):
         argv = [os.path.join(self.bin, prog), *args]
@@ -276,6 +277,7 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
         time.sleep(WARMUP)
         cluster.sql("SELECT pg_stat_statements_reset()")
         w0 = cluster.wal()
+        lsn0 = cluster.sql("SELECT pg_current_wal_lsn()")
         s0 = cluster.cpu_ticks()
         c0 = client_ticks(c.p.pid)
         r0, t0 = c.mark()
@@ -284,7 +286,17 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
         c1 = client_ticks(c.p.pid)
         s1 = cluster.cpu_ticks()
         w1 = cluster.wal()
+        lsn1 = cluster.sql("SELECT pg_current_wal_lsn()")
         stmts = cluster.sql(STMTS.format(db=db))
+        # The window's WAL by record type (pg_walinspect), read after the
+        # CPU and WAL counters.
+        kinds = cluster.sql(
+            f"SELECT \"resource_manager/record_type\", count, combined_size FROM pg_get_wal_stats('{lsn0}', "
+            f"'{lsn1}', true) WHERE count > 0 ORDER BY count DESC")
+        with open(os.path.join(OUT, f"wal-{db}.tsv"), "w") as f:
+            f.write("record_type\tcount\tbytes\n" + kinds + "\n")
+        res["wal_kinds"] = {line.split("\t")[0]: [int(line.split("\t")[1]), int(line.split("\t")[2])]
+                            for line in kinds.splitlines() if line}
         runs = r1 - r0
         secs = t1 - t0
         res.update({
@@ -436,6 +448,7 @@ def main():
         json.dump(results, f, indent=1)
     print(table(results, ceil if LATENCY else {}))
     print(breakdown(results))
+    print(wal_kinds(results))
     log(f"done; uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
 
 
@@ -519,6 +532,12 @@ def breakdown_of(results, system):
             a["hit"] += int(s["hit"])
             a["dirtied"] += int(s["dirtied"])
     total = sum(a["ms"] for a in agg.values())
+    wk = {}
+    for r in rs:
+        for k, (n, b) in r.get("wal_kinds", {}).items():
+            wk.setdefault(k, [0, 0])
+            wk[k][0] += n
+            wk[k][1] += b
     out = [f"\n{NAMES[system]}, no-op at its ceiling, {len(rs)} windows, {runs} runs: server CPU {cpu * 1e6 / runs:.1f} µs/run, "
            f"statement execution (pg_stat_statements total_exec_time) {total * 1000 / runs:.1f} µs/run\n",
            "| statement | calls per run | rows per call | exec µs per run | share of exec time | mean ms per call "
@@ -529,6 +548,31 @@ def breakdown_of(results, system):
             f"| `{q[:110]}{'…' if len(q) > 110 else ''}` | {a['calls'] / runs:.4f} | {a['rows'] / max(a['calls'], 1):.1f} "
             f"| {a['ms'] * 1000 / runs:.1f} | {100 * a['ms'] / total:.1f} % | {a['ms'] / max(a['calls'], 1):.3f} "
             f"| {a['wal_records'] / runs:.2f} | {a['wal_bytes'] / runs:.0f} | {a['hit'] / runs:.1f} |")
+    if wk:
+        out += ["", f"WAL of the same windows by record type (pg_walinspect; the whole cluster):", "",
+                "| record type | records per run | bytes per run |", "|---|---|---|"]
+        for k, (n, b) in sorted(wk.items(), key=lambda kv: -kv[1][0])[:12]:
+            out.append(f"| {k} | {n / runs:.3f} | {b / runs:.0f} |")
+    return "\n".join(out) + "\n"
+
+
+def wal_kinds(results):
+    """Every system's no-op ceiling WAL by record type, per run."""
+    out = ["\nWAL by record type, no-op at the ceiling, per run (all windows of each system):\n"]
+    for system in SYSTEMS:
+        rs = [r for r in results if r["system"] == system and r["body_us"] == 0 and r["mode"] == "ceiling"
+              and r.get("wal_kinds") and not r.get("drained")]
+        runs = sum(r["runs"] for r in rs)
+        if not runs:
+            continue
+        wk = {}
+        for r in rs:
+            for k, (n, b) in r["wal_kinds"].items():
+                wk.setdefault(k, [0, 0])
+                wk[k][0] += n
+                wk[k][1] += b
+        top = sorted(wk.items(), key=lambda kv: -kv[1][0])[:8]
+        out.append(f"- {system}: " + ", ".join(f"{k} {n / runs:.2f} ({b / runs:.0f} B)" for k, (n, b) in top))
     return "\n".join(out) + "\n"
 
 
