@@ -15,6 +15,8 @@ Environment (all optional):
   PEERS_BODIES    comma-separated body lengths in µs (default 0,1000)
   PEERS_LATENCY   0 to skip the trigger → start phases (default 1)
   PEERS_EXPLAIN   0 to skip the auto_explain run of leasehold (default 1)
+  PEERS_PERF      1 to profile every window with `perf record -e cpu-clock` (the
+                  server's processes and the client apart; flat, by symbol)
   PEERS_PROBES    probes per latency measurement (default 60)
   PEERS_OUT       directory for the raw outputs (default: a new temporary one)
 """
@@ -46,6 +48,7 @@ SYSTEMS = os.environ.get("PEERS_SYSTEMS", "leasehold,leasehold_full,river,graphi
 BODIES = [int(b) for b in os.environ.get("PEERS_BODIES", "0,1000").split(",")]
 LATENCY = os.environ.get("PEERS_LATENCY", "1") != "0"
 EXPLAIN = os.environ.get("PEERS_EXPLAIN", "1") != "0"
+PERF = os.environ.get("PEERS_PERF", "0") != "0"
 PROBES = int(os.environ.get("PEERS_PROBES", "60"))
 OUT = os.environ.get("PEERS_OUT") or tempfile.mkdtemp(prefix="peers-out-")
 # leasehold: 4 runtimes × 16,000 keys every 100 ms (160,000 runs/s demanded),
@@ -281,7 +284,10 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
         s0 = cluster.cpu_ticks()
         c0 = client_ticks(c.p.pid)
         r0, t0 = c.mark()
+        perfs = start_perf(cluster, c, db) if PERF else []
         time.sleep(WINDOW)
+        for p in perfs:
+            p.send_signal(signal.SIGINT)
         r1, t1 = c.mark()
         c1 = client_ticks(c.p.pid)
         s1 = cluster.cpu_ticks()
@@ -290,7 +296,9 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
         stmts = cluster.sql(STMTS.format(db=db))
         # The window's WAL by record type (pg_walinspect), read after the
         # CPU and WAL counters.
-        kinds = cluster.sql(
+        # (A window that wrote no WAL, an idle one, has nothing to read:
+        # pg_get_wal_stats refuses an end that is its start.)
+        kinds = "" if lsn0 == lsn1 else cluster.sql(
             f"SELECT \"resource_manager/record_type\", count, combined_size FROM pg_get_wal_stats('{lsn0}', "
             f"'{lsn1}', true) WHERE count > 0 ORDER BY count DESC")
         with open(os.path.join(OUT, f"wal-{db}.tsv"), "w") as f:
@@ -317,6 +325,8 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
                       "query"], line.split("\t")))
             for line in stmts.splitlines() if line
         ]
+        for p in perfs:
+            p.wait(60)
         if probes:
             res["probes_us"] = c.probe(probes)
     finally:
@@ -330,6 +340,28 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
     with open(os.path.join(OUT, "results.jsonl"), "a") as f:
         f.write(json.dumps({k: v for k, v in res.items() if k != "statements"}) + "\n")
     return res
+
+
+def start_perf(cluster, c, db):
+    """`perf record` of the server's processes and of the client, for the
+    window; reports by symbol are written after the run (`perf_reports`)."""
+    server = [int(e) for e in os.listdir("/proc") if e.isdigit() and (st := proc_stat(int(e)))
+              and int(st[1]) == cluster.pid] + [cluster.pid]
+    out = []
+    for who, pids in (("server", server), ("client", [c.p.pid])):
+        out.append(subprocess.Popen(
+            ["perf", "record", "-q", "-e", "cpu-clock", "-F", "997", "-o", os.path.join(OUT, f"perf-{who}-{db}.data"),
+             "-p", ",".join(map(str, pids))], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return out
+
+
+def perf_reports():
+    for data in sorted(glob.glob(os.path.join(OUT, "perf-*.data"))):
+        r = subprocess.run(["perf", "report", "--stdio", "--no-children", "-i", data, "--sort", "dso,sym",
+                            "--percent-limit", "0.3"], capture_output=True, text=True)
+        with open(data[:-5] + ".txt", "w") as f:
+            f.write(r.stdout)
+        os.remove(data)
 
 
 def explain_phase(cluster):
@@ -401,7 +433,37 @@ def pct(xs, p):
 # ------------------------------------------------------------------ main
 
 
+def report(out_dir):
+    """`run.py --report DIR`: the table and the breakdown again from a
+    run's raw outputs (results.jsonl, statements-*.tsv), e.g. of a run
+    stopped before its end."""
+    results = []
+    with open(os.path.join(out_dir, "results.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            db = f"{r['system']}_{r['mode']}_{r['body_us']}_{r['round']}"
+            path = os.path.join(out_dir, f"statements-{db}.tsv")
+            if os.path.exists(path):
+                with open(path) as g:
+                    next(g)
+                    r["statements"] = [
+                        dict(zip(["calls", "total_ms", "rows", "hit", "read", "dirtied", "wal_records", "wal_fpi",
+                                  "wal_bytes", "query"], line.rstrip("\n").split("\t")))
+                        for line in g if line.strip()]
+            results.append(r)
+    ceil = {}
+    for system in SYSTEMS:
+        xs = [r["runs_per_s"] for r in results if r["system"] == system and r["body_us"] == 0
+              and r["mode"] == "ceiling" and not r.get("drained")]
+        ceil[system] = statistics.median(xs) if xs else 0
+    print(table(results, ceil))
+    print(breakdown(results))
+    print(wal_kinds(results))
+
+
 def main():
+    if sys.argv[1:2] == ["--report"]:
+        return report(sys.argv[2])
     cluster = Cluster()
     log(f"PostgreSQL {cluster.version} on port {cluster.port} (loopback), data {cluster.data}; raw outputs in {OUT}")
     log(f"machine: {os.cpu_count()} CPUs; uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
@@ -444,6 +506,8 @@ def main():
                 results.append(measure(cluster, system, 0, "load80", 1, 0, feed, PROBES))
     if EXPLAIN and "leasehold" in SYSTEMS:
         explain_phase(cluster)
+    if PERF:
+        perf_reports()
     with open(os.path.join(OUT, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     print(table(results, ceil if LATENCY else {}))
