@@ -358,7 +358,7 @@ def start_perf(cluster, c, db):
 def perf_reports():
     for data in sorted(glob.glob(os.path.join(OUT, "perf-*.data"))):
         r = subprocess.run(["perf", "report", "--stdio", "--no-children", "-i", data, "--sort", "dso,sym",
-                            "--percent-limit", "0.3"], capture_output=True, text=True)
+                            "--percent-limit", "0.05"], capture_output=True, text=True)
         with open(data[:-5] + ".txt", "w") as f:
             f.write(r.stdout)
         os.remove(data)
