@@ -211,7 +211,13 @@ async fn a_run_past_its_time_limit_is_counted_once_as_a_timeout() {
     let settings = quick(Schedule::Manual, Duration::from_secs(3))
         .timeout(Duration::from_millis(200))
         .grace(Duration::from_millis(200));
-    let rt = replica(&db, "a", 2, vec![job(name, settings, runs.body(Duration::from_secs(120)))]).await;
+    let rt = replica(
+        &db,
+        "a",
+        2,
+        vec![job(name, settings, runs.body(Duration::from_secs(120)))],
+    )
+    .await;
     assert!(m.has_counter(names::TIMEOUTS, &[("job_name", name)]), "primed");
     assert_eq!(m.counter(names::TIMEOUTS, &[("job_name", name)]), 0);
     rt.trigger(name).await.unwrap();
@@ -223,7 +229,11 @@ async fn a_run_past_its_time_limit_is_counted_once_as_a_timeout() {
     assert_eq!(m.counter(names::TIMEOUTS, &[("job_name", name)]), 1);
     assert_runs(m, name, &[("cancelled", 1)]);
     for reason in REASONS {
-        assert_eq!(m.counter(names::LOST, &[("job_name", name), ("reason", reason)]), 0, "{reason}");
+        assert_eq!(
+            m.counter(names::LOST, &[("job_name", name), ("reason", reason)]),
+            0,
+            "{reason}"
+        );
     }
 }
 

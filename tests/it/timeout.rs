@@ -12,12 +12,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use leasehold::console::ConsoleOptions;
 use leasehold::{
     CancelReason, Error, FenceGuard, JobError, JobKind, JobSettings, Runtime, Schedule,
     runtime::RunOutcome,
     store::{LeaseStore, RunRecord},
 };
 
+use crate::console::http::{console, get};
 use crate::support::{self, Runs, job, quick};
 
 const LIMIT: Duration = Duration::from_millis(300);
@@ -123,20 +125,35 @@ async fn a_run_that_ignores_its_cancellation_is_dropped_after_its_grace_and_the_
     let rt = support::replica(&db, "r1", 2, vec![job("deaf", limited(), body)]).await;
 
     // The first run is dropped, and the key runs again.
-    support::eventually(Duration::from_secs(15), || (started.lock().unwrap().len() >= 2).then_some(())).await;
+    support::eventually(Duration::from_secs(15), || {
+        (started.lock().unwrap().len() >= 2).then_some(())
+    })
+    .await;
     let first_start = started.lock().unwrap()[0];
     let first_drop = dropped.lock().unwrap()[0];
     let lived = first_drop - first_start;
-    assert!(lived >= LIMIT + GRACE, "dropped after {lived:?}, before its limit and grace");
-    assert!(lived < LIMIT + GRACE + Duration::from_millis(700), "dropped after {lived:?}");
+    assert!(
+        lived >= LIMIT + GRACE,
+        "dropped after {lived:?}, before its limit and grace"
+    );
+    assert!(
+        lived < LIMIT + GRACE + Duration::from_millis(700),
+        "dropped after {lived:?}"
+    );
     let second_start = started.lock().unwrap()[1];
-    assert!(second_start >= first_drop, "the next run started while the dropped one still ran");
+    assert!(
+        second_start >= first_drop,
+        "the next run started while the dropped one still ran"
+    );
 
     let history = recorded(&store, "deaf", 1).await;
     rt.shutdown().await;
     let first = &history[0];
     assert!(is_timeout(first), "{first:?}");
-    assert!(first.duration() >= LIMIT + GRACE, "held its lease through its grace: {first:?}");
+    assert!(
+        first.duration() >= LIMIT + GRACE,
+        "held its lease through its grace: {first:?}"
+    );
 }
 
 /// Without a limit (the default), a run that takes longer than any limit
@@ -222,9 +239,9 @@ async fn bad_limits_are_refused_with_the_value_and_the_range() {
 }
 
 /// While a run is in progress its lease row says how long it has been
-/// going and against what limit (what `leasehold status` and the console
-/// show); a job without a limit has none, and a lease taken with the
-/// low-level `claim` is no run.
+/// going and against what limit, and the console shows it (`leasehold
+/// status`: `cli/tests/cli/status.rs`); a job without a limit has none,
+/// and a lease taken with the low-level `claim` is no run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_in_progress_shows_how_long_it_has_been_going_against_its_limit() {
     let db = support::db().await;
@@ -242,7 +259,11 @@ async fn a_run_in_progress_shows_how_long_it_has_been_going_against_its_limit() 
         "r1",
         2,
         vec![
-            job("limited", settings(Some(Duration::from_secs(900))), runs.body(Duration::from_secs(60))),
+            job(
+                "limited",
+                settings(Some(Duration::from_secs(900))),
+                runs.body(Duration::from_secs(60)),
+            ),
             job("unlimited", settings(None), runs.body(Duration::from_secs(60))),
         ],
     )
@@ -254,7 +275,10 @@ async fn a_run_in_progress_shows_how_long_it_has_been_going_against_its_limit() 
 
     let limited = store.get("limited").await.unwrap().expect("a row");
     let going = limited.running_for().expect("a run in progress");
-    assert!(going >= Duration::from_millis(300) && going < Duration::from_secs(10), "{going:?}");
+    assert!(
+        going >= Duration::from_millis(300) && going < Duration::from_secs(10),
+        "{going:?}"
+    );
     assert_eq!(limited.run_timeout, Some(Duration::from_secs(900)));
     let unlimited = store.get("unlimited").await.unwrap().expect("a row");
     assert!(unlimited.running_for().is_some());
@@ -263,6 +287,29 @@ async fn a_run_in_progress_shows_how_long_it_has_been_going_against_its_limit() 
     let listed = store.list("limited").await.unwrap();
     assert_eq!(listed[0].lease.run_timeout, Some(Duration::from_secs(900)));
     assert!(listed[0].lease.running_for().is_some());
+    // The console shows it on the leases page and the key's page.
+    let app = console(&db.pool, ConsoleOptions::new());
+    let page = get(&app, "/", &[]).await;
+    let row = |key: &str| {
+        let row = page.body.split(&format!("data-key=\"{key}\"")).nth(1).expect("a row");
+        row.split("</tr>").next().expect("a row").to_owned()
+    };
+    assert!(
+        row("limited").contains("running ") && row("limited").contains(" of 15 min"),
+        "{}",
+        row("limited")
+    );
+    assert!(row("unlimited").contains(", no limit"), "{}", row("unlimited"));
+    let key = get(&app, "/key?key=limited", &[]).await;
+    let running = key.body.split("id=\"running\"").nth(1).expect("the run's line");
+    assert!(
+        running
+            .split("</dd>")
+            .next()
+            .is_some_and(|dd| dd.contains(" of 15 min")),
+        "{}",
+        key.body
+    );
 
     rt.shutdown().await;
     let ended = store.get("limited").await.unwrap().expect("a row");
@@ -271,4 +318,90 @@ async fn a_run_in_progress_shows_how_long_it_has_been_going_against_its_limit() 
     store.claim("by-hand", "tool", Duration::from_secs(30)).await.unwrap();
     let by_hand = store.get("by-hand").await.unwrap().expect("a row");
     assert!(by_hand.is_held() && by_hand.running_for().is_none() && by_hand.run_timeout.is_none());
+}
+
+/// A kind whose keys work for a second, or until cancelled.
+struct Reports(Runs);
+
+impl JobKind for Reports {
+    type Args = u64;
+    fn name(&self) -> &str {
+        "reports"
+    }
+    fn settings(&self) -> JobSettings {
+        quick(Schedule::Manual, Duration::from_secs(3)).grace(GRACE)
+    }
+    async fn run(&self, _tenant: u64, guard: FenceGuard) -> Result<(), JobError> {
+        (self.0.body(Duration::from_secs(1)))(guard).await
+    }
+}
+
+/// A key of a kind may have its own limit, in place of its kind's (none
+/// here): given when it is added, changed or dropped by an update, and
+/// read by every replica that runs the kind. A bad one is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_a_kind_has_its_own_limit_given_when_added_and_changed_by_an_update() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let runs = Runs::default();
+    let rt = support::builder(
+        db.pool.clone(),
+        "r1",
+        Some(Duration::from_millis(100)),
+        Vec::<support::ScriptedJob>::new(),
+    )
+    .register_kind(Reports(runs.clone()))
+    .start()
+    .await
+    .unwrap();
+    let key = |name: &str| leasehold::NewKey::new("reports", name, &7u64, Schedule::Manual).unwrap();
+    let bad = store
+        .add_keys(&[key("reports:bad").timeout(Duration::from_millis(50))])
+        .await;
+    let text = bad.expect_err("refused").to_string();
+    assert!(
+        text.contains("run timeout 50ms") && text.contains("from 100ms to 168h") && text.contains("reports:bad"),
+        "{text}"
+    );
+    store
+        .add_keys(&[key("reports:limited").timeout(LIMIT), key("reports:plain")])
+        .await
+        .unwrap();
+    let stored = store.stored_keys(&["reports:limited", "reports:plain"]).await.unwrap();
+    assert_eq!((stored[0].timeout, stored[1].timeout), (Some(LIMIT), None));
+
+    /// Triggers `key` once it runs on the replica, and returns its newest
+    /// recorded run once there is one more than `before`.
+    async fn run_once(rt: &Runtime, store: &LeaseStore, key: &str, before: usize) -> RunRecord {
+        // Registered by the replica's sync, at the notification or its next poll.
+        support::eventually_async(Duration::from_secs(10), || async { rt.trigger(key).await.ok() }).await;
+        recorded(store, key, before + 1).await.pop().expect("a run")
+    }
+    let limited = run_once(&rt, &store, "reports:limited", 0).await;
+    assert!(is_timeout(&limited), "the key's own limit: {limited:?}");
+    let plain = run_once(&rt, &store, "reports:plain", 0).await;
+    assert_eq!(plain.outcome, RunOutcome::Succeeded, "the kind has no limit: {plain:?}");
+
+    // The limit moves from one key to the other.
+    store
+        .update_key(&key("reports:limited"))
+        .await
+        .unwrap()
+        .expect("updated");
+    store
+        .update_key(&key("reports:plain").timeout(LIMIT))
+        .await
+        .unwrap()
+        .expect("updated");
+    // Every replica syncs at the notification, or within a poll (100 ms).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let limited = run_once(&rt, &store, "reports:limited", 1).await;
+    assert_eq!(
+        limited.outcome,
+        RunOutcome::Succeeded,
+        "its limit was dropped: {limited:?}"
+    );
+    let plain = run_once(&rt, &store, "reports:plain", 1).await;
+    assert!(is_timeout(&plain), "given a limit by its update: {plain:?}");
+    rt.shutdown().await;
 }
