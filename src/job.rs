@@ -414,7 +414,7 @@ mod tests {
             every_second().timeout(good).validate("k").unwrap();
         }
         for (bad, shown) in [
-            (Duration::ZERO, "0s"),
+            (Duration::ZERO, "0ns"),
             (Duration::from_millis(99), "99ms"),
             (rules::MAX_TIMEOUT + Duration::from_secs(3600), "169h"),
         ] {

@@ -207,7 +207,7 @@ async fn bad_limits_are_refused_with_the_value_and_the_range() {
     let noop = |_: FenceGuard| async { Ok(()) };
     let manual = || JobSettings::new(Schedule::Manual);
     for (limit, shown) in [
-        (Duration::ZERO, "0s"),
+        (Duration::ZERO, "0ns"),
         (Duration::from_millis(50), "50ms"),
         (Duration::from_secs(169 * 3600), "169h"),
     ] {
