@@ -403,5 +403,11 @@ async fn a_key_of_a_kind_has_its_own_limit_given_when_added_and_changed_by_an_up
     );
     let plain = run_once(&rt, &store, "reports:plain", 1).await;
     assert!(is_timeout(&plain), "given a limit by its update: {plain:?}");
+    // The console's key page shows a key's own limit, and none for the other.
+    let app = console(&db.pool, ConsoleOptions::new());
+    let page = get(&app, "/key?key=reports%3Aplain", &[]).await;
+    assert!(page.body.contains("<dd id=\"timeout\">300ms per run"), "{}", page.body);
+    let page = get(&app, "/key?key=reports%3Alimited", &[]).await;
+    assert!(!page.body.contains("id=\"timeout\""), "{}", page.body);
     rt.shutdown().await;
 }
