@@ -194,8 +194,14 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (Ending, 
     let (ending, message) = match finished {
         // A run an operator's pause cancelled is recorded as cancelled even
         // if it returned Ok: most jobs return early when cancelled, and the
-        // slot must stay owed so it runs again once resumed.
-        Some(Ok(Ok(()))) if matches!(tenure.reason(), Some(CancelReason::Paused | CancelReason::Removed)) => {
+        // slot must stay owed so it runs again once resumed. Likewise a run
+        // stopped at its time limit: returning early is not success.
+        Some(Ok(Ok(())))
+            if matches!(
+                tenure.reason(),
+                Some(CancelReason::Paused | CancelReason::Removed | CancelReason::Timeout)
+            ) =>
+        {
             (Ending::Cancelled(tenure.reason()), None)
         }
         Some(Ok(Ok(()))) => (Ending::Succeeded, None),

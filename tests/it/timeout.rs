@@ -92,6 +92,25 @@ async fn a_run_that_never_returns_is_cancelled_at_its_limit_and_its_key_runs_at_
     assert!(b.started_at >= slot_b, "{b:?} started before its slot");
 }
 
+/// A run that stops cleanly when told (returns `Ok` at its cancellation)
+/// is still recorded as cancelled at its limit, not as a success: its work
+/// was cut short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_returns_ok_when_cancelled_at_its_limit_is_recorded_as_timed_out() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let settings = quick(Schedule::Manual, Duration::from_secs(3)).timeout(LIMIT);
+    let body = |guard: FenceGuard| async move {
+        guard.cancelled().await;
+        Ok::<(), JobError>(())
+    };
+    let rt = support::replica(&db, "r1", 2, vec![job("polite", settings, body)]).await;
+    rt.trigger("polite").await.unwrap();
+    let history = recorded(&store, "polite", 1).await;
+    rt.shutdown().await;
+    assert!(is_timeout(&history[0]), "{:?}", history[0]);
+}
+
 /// A run that ignores its cancellation (a call that never returns) is
 /// dropped at the end of its grace, keeps its lease until then so no one
 /// else starts the key, is recorded as cancelled (timeout), and the key
