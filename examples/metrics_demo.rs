@@ -20,7 +20,9 @@
 //!   fenced transaction;
 //! - `flaky` every two seconds: fails on its first run, panics on its
 //!   second, then mostly succeeds (every fifth run fails);
-//! - `billing`, triggered once: a long run of fenced steps.
+//! - `billing`, triggered once: a long run of fenced steps;
+//! - `stuck` every 5 seconds: a call that never returns, cancelled at its
+//!   1 s time limit (`timeout`) and dropped after its grace.
 //!
 //! The scenario: the `billing` lease row is locked for 1.6 s, so a
 //! heartbeat cannot renew it (outcome `busy`: leasehold skips locked rows
@@ -115,6 +117,26 @@ impl FencedJob for Flaky {
             n if n % 5 == 1 => Err(format!("flaky: downstream refused attempt {n}").into()),
             _ => Ok(()),
         }
+    }
+}
+
+/// A run stuck on a call that never returns, and that ignores its
+/// cancellation: stopped at its time limit, dropped after its grace.
+struct Stuck;
+
+impl FencedJob for Stuck {
+    fn name(&self) -> &str {
+        "stuck"
+    }
+    fn settings(&self) -> JobSettings {
+        JobSettings::new(Schedule::every(Duration::from_secs(5)))
+            .lease(Duration::from_secs(3))
+            .timeout(Duration::from_secs(1))
+            .grace(Duration::from_millis(200))
+    }
+    async fn run(&self, _guard: FenceGuard) -> Result<(), JobError> {
+        std::future::pending::<()>().await;
+        Ok(())
     }
 }
 
@@ -277,6 +299,7 @@ async fn main() -> Result<(), Failure> {
             .register(Flaky {
                 attempts: attempts.clone(),
             })
+            .register(Stuck)
             .register(Billing {
                 db: pool.clone(),
                 guards: guards.clone(),

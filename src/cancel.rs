@@ -25,6 +25,11 @@ pub enum CancelReason {
     /// ([`Runtime::remove`](crate::Runtime::remove)), or as a key of a job
     /// kind removed fleet-wide (`remove_key`, `leasehold kind remove`).
     Removed,
+    /// The run went on past its time limit
+    /// ([`JobSettings::timeout`](crate::JobSettings::timeout), `#[job(timeout = "15m")]`).
+    /// It still holds its lease while it winds down within its grace; the
+    /// key runs again at its next slot.
+    Timeout,
 }
 
 impl CancelReason {
@@ -37,6 +42,7 @@ impl CancelReason {
             CancelReason::Shutdown => "shutdown",
             CancelReason::Paused => "paused",
             CancelReason::Removed => "removed",
+            CancelReason::Timeout => "timeout",
         }
     }
 }

@@ -134,7 +134,8 @@ impl FenceGuard {
         self.tenure.remaining()
     }
 
-    /// Resolves when the run is cancelled (lease lost, deadline, shutdown).
+    /// Resolves when the run is cancelled (lease lost, deadline, shutdown,
+    /// pause, removal, its time limit: [`reason`](FenceGuard::reason) says which).
     /// Cancel-safe.
     pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
         self.tenure.token().cancelled()
@@ -157,8 +158,10 @@ impl FenceGuard {
     }
 
     /// `Ok` while the run may go on; [`Error::LeaseLost`] once the lease was
-    /// lost (stolen, expired, or past the local deadline). A run cancelled
-    /// for shutdown still holds its lease and may finish its writes.
+    /// lost (stolen, expired, or past the local deadline) or the run was
+    /// told to stop (paused, removed, past its time limit: the error's
+    /// reason says which). A run cancelled for shutdown still holds its
+    /// lease and may finish its writes.
     pub fn check(&self) -> Result<()> {
         match self.tenure.reason() {
             None | Some(CancelReason::Shutdown) => Ok(()),

@@ -70,7 +70,7 @@ pub trait FencedJob: Send + Sync + 'static {
 /// chained setters; checked when the runtime starts.
 ///
 /// Defaults: lease 60 s, heartbeat lease/3, local deadline margin lease/10,
-/// grace 5 s, retry backoff from 1 s doubling to at most 5 min, one run for
+/// grace 5 s, no time limit per run, retry backoff from 1 s doubling to at most 5 min, one run for
 /// a stretch of missed slots ([`CatchUp::Once`]).
 ///
 /// # Naming
@@ -90,6 +90,7 @@ pub trait FencedJob: Send + Sync + 'static {
 /// | [`heartbeat`](JobSettings::heartbeat) | [`get_heartbeat`](JobSettings::get_heartbeat) | `heartbeat` |
 /// | [`margin`](JobSettings::margin) | [`get_margin`](JobSettings::get_margin) | `margin` |
 /// | [`grace`](JobSettings::grace) | [`get_grace`](JobSettings::get_grace) | `grace` |
+/// | [`timeout`](JobSettings::timeout) | [`get_timeout`](JobSettings::get_timeout) | `timeout` |
 /// | [`retry`](JobSettings::retry) | [`get_retry`](JobSettings::get_retry) | `retry`, `retry_max` |
 ///
 /// ```
@@ -110,6 +111,7 @@ pub struct JobSettings {
     pub(crate) heartbeat: Option<Duration>,
     pub(crate) margin: Option<Duration>,
     pub(crate) grace: Duration,
+    pub(crate) timeout: Option<Duration>,
     pub(crate) retry_initial: Duration,
     pub(crate) retry_max: Duration,
     pub(crate) catch_up: CatchUp,
@@ -124,6 +126,7 @@ impl JobSettings {
             heartbeat: None,
             margin: None,
             grace: rules::DEFAULT_GRACE,
+            timeout: None,
             retry_initial: rules::DEFAULT_RETRY,
             retry_max: rules::DEFAULT_RETRY_MAX,
             catch_up: CatchUp::Once,
@@ -165,6 +168,34 @@ impl JobSettings {
     /// (default 5 s).
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
+        self
+    }
+
+    /// The time limit of a run: a run still going `limit` after it started
+    /// is cancelled with [`CancelReason::Timeout`](crate::CancelReason::Timeout)
+    /// (its guard's [`cancelled`](crate::FenceGuard::cancelled) fires), dropped
+    /// if it has not returned within its [`grace`](JobSettings::grace), and
+    /// recorded in the history as cancelled (`timeout`); the key then runs
+    /// again at its next slot, its catch-up policy applying. The lease is
+    /// kept (and renewed) until the run has ended, so no other replica
+    /// starts the key meanwhile.
+    ///
+    /// [`MIN_TIMEOUT`](crate::store::MIN_TIMEOUT) (100 ms) to
+    /// [`MAX_TIMEOUT`](crate::store::MAX_TIMEOUT) (168 h), checked when the
+    /// runtime starts. None by default: without one, a run stuck on a call
+    /// that never returns keeps its key until an operator revokes it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leasehold::{JobSettings, Schedule};
+    ///
+    /// let settings = JobSettings::new(Schedule::every(Duration::from_secs(3600)))
+    ///     .timeout(Duration::from_secs(15 * 60));
+    /// assert_eq!(settings.get_timeout(), Some(Duration::from_secs(900)));
+    /// assert_eq!(JobSettings::new(Schedule::Manual).get_timeout(), None);
+    /// ```
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
         self
     }
 
@@ -219,6 +250,7 @@ impl JobSettings {
             heartbeat,
             margin,
             grace,
+            timeout,
             retry_initial,
             retry_max,
             catch_up,
@@ -233,6 +265,7 @@ impl JobSettings {
             && *heartbeat == other.heartbeat
             && *margin == other.margin
             && *grace == other.grace
+            && *timeout == other.timeout
             && *retry_initial == other.retry_initial
             && *retry_max == other.retry_max
             && *catch_up == other.catch_up
@@ -251,6 +284,11 @@ impl JobSettings {
     /// The grace period of a cancelled run.
     pub fn get_grace(&self) -> Duration {
         self.grace
+    }
+
+    /// The time limit of a run, if any (none by default).
+    pub fn get_timeout(&self) -> Option<Duration> {
+        self.timeout
     }
 
     /// The retry backoff: `(initial, max)`.
@@ -293,6 +331,9 @@ impl JobSettings {
         };
         let timing = self.timing();
         rules::lease("lease duration", self.lease).map_err(|e| context(validate::rule(e)))?;
+        if let Some(limit) = self.timeout {
+            rules::run_timeout("run timeout", limit).map_err(|e| context(validate::rule(e)))?;
+        }
         self.schedule.validate().map_err(context)?;
         self.catch_up.validate().map_err(context)?;
         timing.check().map_err(|e| context(validate::rule(e)))
@@ -318,6 +359,7 @@ mod tests {
             ("heartbeat", every_second().heartbeat(s(9))),
             ("margin", every_second().margin(s(3))),
             ("grace", every_second().grace(s(7))),
+            ("timeout", every_second().timeout(s(60))),
             ("retry initial", every_second().retry(s(2), rules::DEFAULT_RETRY_MAX)),
             ("retry max", every_second().retry(rules::DEFAULT_RETRY, s(3599))),
             ("catch-up", every_second().catch_up(CatchUp::Skip)),
@@ -363,6 +405,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("deadline margin 45s"), "{msg}");
+    }
+
+    #[test]
+    fn a_timeout_is_none_by_default_and_out_of_range_values_are_refused_by_name() {
+        assert_eq!(every_second().get_timeout(), None);
+        for good in [rules::MIN_TIMEOUT, Duration::from_secs(900), rules::MAX_TIMEOUT] {
+            every_second().timeout(good).validate("k").unwrap();
+        }
+        for (bad, shown) in [
+            (Duration::ZERO, "0ns"),
+            (Duration::from_millis(99), "99ms"),
+            (rules::MAX_TIMEOUT + Duration::from_secs(3600), "169h"),
+        ] {
+            let msg = every_second().timeout(bad).validate("k").unwrap_err().to_string();
+            assert!(
+                msg.contains(&format!("run timeout {shown}"))
+                    && msg.contains("from 100ms to 168h")
+                    && msg.contains("job \"k\""),
+                "{msg}"
+            );
+        }
     }
 
     #[test]

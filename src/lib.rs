@@ -110,7 +110,7 @@ pub mod store {
         Claim, Due, Fleet, HolderSeen, KeyFilter, KeyPage, KeyState, KeyStatus, KindStatus, Lease, LeaseInfo,
         LeaseStore, MAX_ARGS_BYTES, NewKey, Renewal, RenewedMany, RunRecord, StoredKey,
     };
-    pub use crate::validate::{MAX_KEY_BYTES, MAX_LEASE, MIN_LEASE};
+    pub use crate::validate::{MAX_KEY_BYTES, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE, MIN_TIMEOUT};
 }
 
 /// The schema leasehold's tables follow, and its migrations.

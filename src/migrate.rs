@@ -23,6 +23,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (10, include_str!("../migrations/0010_key_life.sql")),
     (11, include_str!("../migrations/0011_liveness.sql")),
     (12, include_str!("../migrations/0012_gone_seen.sql")),
+    (13, include_str!("../migrations/0013_run_timeout.sql")),
 ];
 
 /// The schema version this library needs and knows.

@@ -13,10 +13,10 @@
 //!   the time left measured by the server after the write. The server's
 //!   expiry cannot come before `sent + remaining` in real time, so the run is
 //!   stopped `margin` before anyone else can claim the lease.
-//! - A tenure cancelled for any reason but shutdown or pause is never
-//!   renewed again: after a loss, silently extending the lease would hide a
-//!   gap in exclusion. (Shutdown and pause are requests to stop, not
-//!   losses: the run still holds its lease while it winds down.)
+//! - A tenure cancelled for any reason but shutdown, pause, removal or
+//!   timeout is never renewed again: after a loss, silently extending the
+//!   lease would hide a gap in exclusion. (Those four are requests to stop,
+//!   not losses: the run still holds its lease while it winds down.)
 //!
 //! [`FenceGuard`]: crate::FenceGuard
 
@@ -206,12 +206,14 @@ impl Tenure {
     }
 
     /// Whether the heartbeat should keep renewing this tenure: yes while
-    /// it runs, and while a run asked to stop (shutdown, pause) winds down
-    /// within its grace — it still legitimately holds the lease.
+    /// it runs, and while a run asked to stop (shutdown, pause, removal,
+    /// its time limit) winds down within its grace — it still legitimately
+    /// holds the lease, and no other replica may start the key before it
+    /// has ended.
     pub(crate) fn wants_renewal(&self) -> bool {
         matches!(
             self.reason(),
-            None | Some(CancelReason::Shutdown | CancelReason::Paused | CancelReason::Removed)
+            None | Some(CancelReason::Shutdown | CancelReason::Paused | CancelReason::Removed | CancelReason::Timeout)
         )
     }
 
@@ -352,7 +354,12 @@ mod tests {
             t.renewed(&lease("billing", 7, LEASE), Instant::now());
             assert_eq!(t.deadline(), before, "{reason}: a loss is never papered over");
         }
-        for reason in [CancelReason::Shutdown, CancelReason::Paused, CancelReason::Removed] {
+        for reason in [
+            CancelReason::Shutdown,
+            CancelReason::Paused,
+            CancelReason::Removed,
+            CancelReason::Timeout,
+        ] {
             let t = tenure();
             t.cancel(reason);
             assert!(t.wants_renewal(), "{reason}: still holds its lease while it winds down");

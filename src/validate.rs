@@ -8,7 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use leasehold_rules::RuleError;
-pub use leasehold_rules::{MAX_KEY_BYTES, MAX_LEASE, MIN_LEASE};
+pub use leasehold_rules::{MAX_KEY_BYTES, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE, MIN_TIMEOUT};
 
 use crate::error::{Error, Result};
 

@@ -79,6 +79,10 @@ pub(crate) struct DefineArgs {
     /// Slots missed while no replica ran the key: once, skip or all(N).
     #[arg(long, value_name = "POLICY", default_value = "once")]
     catch_up: String,
+    /// The key's own time limit per run (100ms to 168h), in place of its
+    /// kind's: a run still going at it is cancelled (reason timeout).
+    #[arg(long, value_name = "DURATION")]
+    timeout: Option<String>,
 }
 
 impl KeyArgs {
@@ -121,8 +125,17 @@ impl DefineArgs {
             .parse()
             .map_err(|e: leasehold::Error| Failure::usage(e.to_string()))?;
         let key = NewKey::new(&self.key.kind, &self.key.key, &args, self.schedule()?)
-            .map_err(|e| Failure::usage(e.to_string()))?;
-        Ok(key.catch_up(catch_up))
+            .map_err(|e| Failure::usage(e.to_string()))?
+            .catch_up(catch_up);
+        let Some(text) = &self.timeout else {
+            return Ok(key);
+        };
+        let limit = leasehold_rules::parse_duration(text.trim())
+            .map_err(|e| Failure::usage(format!("--timeout {}: {e}", text::cell(text))))
+            .and_then(|limit| {
+                leasehold_rules::run_timeout("run timeout", limit).map_err(|e| Failure::usage(e.to_string()))
+            })?;
+        Ok(key.timeout(limit))
     }
 }
 

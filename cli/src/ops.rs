@@ -104,6 +104,18 @@ impl Row {
         }
     }
 
+    /// `running 3m 12s of 15m` for a run in progress with a time limit,
+    /// `running 3m 12s (no limit)` without one; `None` unless a run holds
+    /// the lease.
+    pub(crate) fn running_text(&self) -> Option<String> {
+        let running = self.running_for()?;
+        let limit = match self.run_timeout {
+            Some(limit) => format!("of {}", leasehold_rules::format_duration(limit)),
+            None => "(no limit)".to_owned(),
+        };
+        Some(format!("running {} {limit}", text::span(running.as_secs_f64())))
+    }
+
     /// `now`, `in 4m 10s`, `3m 2s ago` (due since then), or `never` for a
     /// job that only runs when triggered.
     pub(crate) fn due_text(&self) -> String {
@@ -137,6 +149,12 @@ pub(crate) struct LeaseJson<'a> {
     next_due_at: Option<DateTime<Utc>>,
     /// Negative when already due; `null` with `next_due_at`.
     due_in_seconds: Option<f64>,
+    /// How long the run in progress has been going (server clock); `null`
+    /// unless a runtime's run holds the lease.
+    running_for_seconds: Option<f64>,
+    /// The time limit of the run in progress (`JobSettings::timeout`);
+    /// `null` without a run in progress or without a limit.
+    timeout_seconds: Option<f64>,
 }
 
 impl Row {
@@ -152,6 +170,8 @@ impl Row {
             expires_in_seconds: self.expires_in(),
             next_due_at: self.next_due_at,
             due_in_seconds: self.next_due_at.map(|due| text::secs(due - self.server_now)),
+            running_for_seconds: self.running_for().map(|d| d.as_secs_f64()),
+            timeout_seconds: self.running_for().and(self.run_timeout).map(|d| d.as_secs_f64()),
         }
     }
 }

@@ -64,15 +64,21 @@ impl From<KeyStatus> for Entry {
 }
 
 impl Entry {
-    /// `held`, `free`, `never-run`, with `, paused` when it is; `removed`.
+    /// `held`, `free`, `never-run`, with `, running 3m 12s of 15m` while
+    /// a run holds it and `, paused` when it is; `removed`.
     fn state_text(&self) -> String {
         if self.removed {
-            KeyState::Removed.to_string()
-        } else if self.paused {
-            format!("{}, paused", self.row.state())
-        } else {
-            self.row.state().to_string()
+            return KeyState::Removed.to_string();
         }
+        let mut text = self.row.state().to_string();
+        if let Some(running) = self.row.running_text() {
+            text.push_str(", ");
+            text.push_str(&running);
+        }
+        if self.paused {
+            text.push_str(", paused");
+        }
+        text
     }
 
     /// `succeeded 41s ago`, `cancelled (paused) 3m 2s ago`, or `-`.

@@ -72,6 +72,7 @@ mod validate;
 /// | `heartbeat = "20s"` | lease/3 | renewal interval; below half the lease | yes |
 /// | `margin = "6s"` | lease/10 | local deadline margin; heartbeat + margin below the lease, and at least lease/50 (2ρ × lease, ρ = 1 %: the clock-rate error it covers) | yes |
 /// | `grace = "5s"` | `5s` | how long a cancelled run may take to return before it is dropped | yes |
+/// | `timeout = "15m"` | none | time limit of a run: past it the run is cancelled (reason `timeout`), dropped after its grace, and the key runs again at its next slot; `100ms` to `168h` (`MIN_TIMEOUT`..=`MAX_TIMEOUT`) | yes |
 /// | `retry = "1s"` | `1s` | first backoff after a failed run, doubling per failure | yes |
 /// | `retry_max = "5m"` | `5m` | backoff cap; at least `retry` | yes |
 ///

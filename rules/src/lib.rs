@@ -16,7 +16,8 @@
 //! - the duration syntax of `#[job(...)]` ([`parse_duration`],
 //!   [`format_duration`]);
 //! - identifier checks for keys, holder ids and job names ([`identifier`]);
-//! - the bounds of a lease ([`lease`]) and of a schedule period ([`period`]),
+//! - the bounds of a lease ([`lease`]), of a schedule period ([`period`])
+//!   and of a run's time limit ([`run_timeout`]),
 //!   and the relations between lease, heartbeat, margin and retry backoff
 //!   ([`Timing`]);
 //! - cron validity ([`cron`], [`cron_fires`]), parsed by the one `croner`
@@ -58,7 +59,7 @@ pub use crate::identifier::{
     IdentifierError, actor, check_identifier, escape_hidden, find_hidden, hidden_char, identifier,
 };
 pub use crate::settings::SETTINGS;
-pub use crate::timing::{Timing, catch_up_bound, covered_clock_rate, lease, min_margin, period};
+pub use crate::timing::{Timing, catch_up_bound, covered_clock_rate, lease, min_margin, period, run_timeout};
 pub use crate::zone::{edit_distance, suggest_zone, zone};
 
 /// Longest lease key, holder id or job name, in bytes (also a CHECK in the
@@ -76,6 +77,14 @@ pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The largest bound of a catch-up of every missed slot (`CatchUp::All`): a
 /// key catches up on at most the latest 1000 missed slots.
 pub const MAX_CATCH_UP: u32 = 1000;
+
+/// The shortest time limit of a run (`JobSettings::timeout`): below this, a
+/// run is cancelled before it has done a round trip to the database.
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The longest time limit of a run (`JobSettings::timeout`): a week, like
+/// the longest lease; a run that may take longer should have no limit.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The shortest period of an interval schedule (`Schedule::every`).
 pub const MIN_PERIOD: Duration = Duration::from_millis(100);

@@ -109,6 +109,10 @@ fn lease_bound(lease: Duration) -> Result<Duration, RuleError> {
     crate::lease("lease duration", lease)
 }
 
+fn timeout_bound(limit: Duration) -> Result<Duration, RuleError> {
+    crate::run_timeout("run timeout", limit)
+}
+
 /// Every setting, in the order the docs list them.
 pub const SETTINGS: &[Setting] = &[
     Setting {
@@ -200,7 +204,7 @@ pub const SETTINGS: &[Setting] = &[
         name: "lease",
         value: Value::Duration,
         example: "\"60s\"",
-        synonyms: &["ttl", "lease_ttl", "timeout"],
+        synonyms: &["ttl", "lease_ttl"],
         bound: Some(lease_bound),
         applies: Applies::Both,
         setter: Setter::Duration("lease"),
@@ -240,6 +244,18 @@ pub const SETTINGS: &[Setting] = &[
         setter: Setter::Duration("grace"),
         default: "`5s`",
         doc: "how long a cancelled run may take to return before it is dropped",
+    },
+    Setting {
+        name: "timeout",
+        value: Value::Duration,
+        example: "\"15m\"",
+        synonyms: &["time_limit", "max_duration", "run_timeout"],
+        bound: Some(timeout_bound),
+        applies: Applies::Both,
+        setter: Setter::Duration("timeout"),
+        default: "none",
+        doc: "time limit of a run: past it the run is cancelled (reason `timeout`), dropped after its grace, and \
+              the key runs again at its next slot; `100ms` to `168h` (`MIN_TIMEOUT`..=`MAX_TIMEOUT`)",
     },
     Setting {
         name: "retry",

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::{
     CLOCK_RATE_BOUND_PERCENT, DEFAULT_GRACE, DEFAULT_LEASE, DEFAULT_RETRY, DEFAULT_RETRY_MAX, MAX_CATCH_UP, MAX_LEASE,
-    MIN_LEASE, MIN_PERIOD, RuleError, default_heartbeat, default_margin, format_duration,
+    MAX_TIMEOUT, MIN_LEASE, MIN_PERIOD, MIN_TIMEOUT, RuleError, default_heartbeat, default_margin, format_duration,
 };
 
 /// Checks a lease length (`what`: `"lease duration"`): [`MIN_LEASE`] to
@@ -32,6 +32,28 @@ pub fn lease(what: &'static str, lease: Duration) -> Result<Duration, RuleError>
         ));
     }
     Ok(lease)
+}
+
+/// Checks a run's time limit (`what`: `"run timeout"`): [`MIN_TIMEOUT`] to
+/// [`MAX_TIMEOUT`], both named in the error.
+pub fn run_timeout(what: &'static str, limit: Duration) -> Result<Duration, RuleError> {
+    if (MIN_TIMEOUT..=MAX_TIMEOUT).contains(&limit) {
+        return Ok(limit);
+    }
+    let why = if limit < MIN_TIMEOUT {
+        "a run would be cancelled before its first round trip to the database"
+    } else {
+        "a run that may take longer than a week should have no limit (leave it out)"
+    };
+    Err(RuleError::shown(
+        what,
+        format_duration(limit),
+        format!(
+            "must be from {} to {} (`MIN_TIMEOUT`..=`MAX_TIMEOUT`): {why}",
+            format_duration(MIN_TIMEOUT),
+            format_duration(MAX_TIMEOUT)
+        ),
+    ))
 }
 
 /// The smallest deadline margin that covers clocks whose rates are off by

@@ -200,6 +200,7 @@ fn tenure(status: &KeyStatus, covering: &[&Pause], actions: &[ActionRecord]) -> 
                 dt { "Holder" } dd #holder { bdi { (lease.holder) } @if !lease.is_held() { span.muted { " (last)" } } }
                 dt { "Fence" } dd #fence { (lease.fence) }
                 dt { "Tenure began" } dd { (when(lease.acquired_at, now)) }
+                @if let Some(running) = layout::running(lease) { dt { "Run" } dd #running { (running) } }
                 dt { @if lease.is_held() { "Expires" } @else { "Ended" } } dd { (when(lease.expires_at, now)) }
             }
             dt { "Next due" }

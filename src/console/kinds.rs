@@ -110,13 +110,17 @@ pub(super) fn not_run_badge(stored: &StoredKey) -> Markup {
 }
 
 /// What the key page shows of a stored key: its kind, arguments,
-/// schedule and, when it does not run, why.
+/// schedule, its own time limit if it has one and, when it does not run,
+/// why.
 pub(super) fn stored_box(stored: &StoredKey, now: DateTime<Utc>) -> Markup {
     html! {
         dl #stored-key {
             dt { "Kind" } dd { bdi #kind { (stored.kind) } @if !stored.kind_live { span.muted { " (no live replica registers it)" } } }
             dt { "Arguments" } dd { "version " (stored.version) ", updated " (when(stored.updated_at, now)) ": " code { bdi #args { (stored.args) } } }
             dt { "Schedule" } dd { (stored.schedule) ", catch-up " (stored.catch_up) }
+            @if let Some(limit) = stored.timeout {
+                dt { "Time limit" } dd #timeout { (leasehold_rules::format_duration(limit)) " per run (the key's own)" }
+            }
             @if let Some(problem) = stored.problem() {
                 dt { "Not run" } dd.error #not-run { bdi { (problem) } }
             }

@@ -375,6 +375,23 @@ pub(super) fn relative(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
     }
 }
 
+/// How long the run holding `lease` has been going against its time limit
+/// ("running 3 min of 15 min", "running 12 s, no limit"), by the server
+/// clock; nothing unless a run holds it.
+pub(super) fn running(lease: &crate::lease::LeaseInfo) -> Option<Markup> {
+    let going = lease.running_for()?;
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let text = match lease.run_timeout {
+        Some(limit) => format!("running {} of {}", span(ms(going)), span(ms(limit))),
+        None => format!("running {}, no limit", span(ms(going))),
+    };
+    let title = match lease.run_timeout {
+        Some(_) => "how long the run in progress has been going, against its time limit (JobSettings::timeout)",
+        None => "how long the run in progress has been going; its job has no time limit (JobSettings::timeout)",
+    };
+    Some(html! { span.running title=(title) { (text) } })
+}
+
 /// A duration for people: "850 ms", "12 s", "3 min", "5 h", "2 d".
 pub(super) fn span(ms: u64) -> String {
     match ms {

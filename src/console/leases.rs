@@ -172,6 +172,7 @@ fn table(keys: &[KeyStatus], recent: &[RunRecord], stored: &[StoredKey]) -> Mark
                         td.key { a href={ "key?key=" (enc(&lease.key)) } { bdi { (lease.key) } } }
                         td.state {
                             span class={ "badge " (k.state()) } { (k.state()) }
+                            @if let Some(running) = layout::running(lease) { " " (running) }
                             @if let Some(stored) = stored.get(lease.key.as_str()) { (not_run_badge(stored)) }
                         }
                         td.holder {

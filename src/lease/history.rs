@@ -45,7 +45,8 @@ pub struct RunRecord {
     /// How it ended.
     pub outcome: RunOutcome,
     /// Why a cancelled run stopped (`stolen`, `expired`, `deadline`,
-    /// `shutdown`, `paused`, `removed`); `expired` for a lost run.
+    /// `shutdown`, `paused`, `removed`, `timeout`: the names of
+    /// [`CancelReason`]); `expired` for a lost run.
     pub reason: Option<String>,
     /// The job's error or panic message (at most 2,000 bytes).
     pub error: Option<String>,

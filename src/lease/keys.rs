@@ -26,6 +26,7 @@
 //!   due time alone (`finish_many`'s `earlier_life` clause).
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -47,7 +48,8 @@ pub(crate) const KIND_CHANNEL: &str = "leasehold_kinds";
 pub const MAX_ARGS_BYTES: usize = 64 * 1024;
 
 /// A key of a job kind, to add or update: its kind, its lease key, its
-/// arguments (the kind's `Args`, as JSON), its schedule and catch-up.
+/// arguments (the kind's `Args`, as JSON), its schedule and catch-up, and
+/// optionally a time limit per run of its own (else its kind's).
 ///
 /// ```
 /// use std::time::Duration;
@@ -69,6 +71,7 @@ pub struct NewKey {
     args: String,
     schedule: Schedule,
     catch_up: CatchUp,
+    timeout: Option<Duration>,
 }
 
 impl NewKey {
@@ -99,6 +102,7 @@ impl NewKey {
             args,
             schedule,
             catch_up: CatchUp::Once,
+            timeout: None,
         })
     }
 
@@ -106,6 +110,52 @@ impl NewKey {
     pub fn catch_up(mut self, policy: CatchUp) -> Self {
         self.catch_up = policy;
         self
+    }
+
+    /// The time limit of each run of this key, in place of its kind's
+    /// ([`JobSettings::timeout`](crate::JobSettings::timeout)): a run still
+    /// going at it is cancelled (reason `timeout`), dropped after the
+    /// kind's grace, and the key runs again at its next slot. Without it,
+    /// the kind's limit applies (none by default). `100ms` to `168h`,
+    /// checked by [`add_keys`](LeaseStore::add_keys) and
+    /// [`update_key`](LeaseStore::update_key).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leasehold::{NewKey, Schedule};
+    ///
+    /// // The biggest tenant's report may take an hour; the kind's others, 15 minutes.
+    /// let key = NewKey::new("report", "report:acme", &7, Schedule::every(Duration::from_secs(86_400)))?
+    ///     .timeout(Duration::from_secs(3600));
+    /// assert_eq!(key.get_timeout(), Some(Duration::from_secs(3600)));
+    /// # Ok::<(), leasehold::Error>(())
+    /// ```
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
+        self
+    }
+
+    /// The key's own time limit per run, if it has one.
+    pub fn get_timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// The key's own time limit in seconds, checked, for its row.
+    fn timeout_secs(&self) -> Result<Option<f64>> {
+        self.timeout
+            .map(|limit| {
+                leasehold_rules::run_timeout("run timeout", limit)
+                    .map(|limit| limit.as_secs_f64())
+                    .map_err(|e| match validate::rule(e) {
+                        Error::InvalidInput { what, value, problem } => Error::InvalidInput {
+                            what,
+                            value,
+                            problem: format!("{problem} (key {:?})", self.key),
+                        },
+                        other => other,
+                    })
+            })
+            .transpose()
     }
 
     /// The kind.
@@ -188,6 +238,8 @@ pub struct StoredKey {
     pub schedule: String,
     /// The catch-up policy's text form (`once`, `skip`, `all(N)`).
     pub catch_up: String,
+    /// The key's own time limit per run (`None`: its kind's).
+    pub timeout: Option<Duration>,
     /// 1 when added, one more at every update.
     pub version: i64,
     /// What a replica running the kind found wrong with this version (its
@@ -239,6 +291,8 @@ pub(crate) struct KeyRow {
     pub(crate) args: String,
     pub(crate) schedule: String,
     pub(crate) catch_up: String,
+    /// The key's own time limit per run, in seconds (NULL: its kind's).
+    pub(crate) timeout_secs: Option<f64>,
     pub(crate) version: i64,
 }
 
@@ -269,6 +323,7 @@ struct KeyStatusRow {
     args: String,
     schedule: String,
     catch_up: String,
+    timeout_secs: Option<f64>,
     version: i64,
     args_error: Option<String>,
     updated_at: DateTime<Utc>,
@@ -283,6 +338,9 @@ impl KeyStatusRow {
             args: self.args,
             schedule: self.schedule,
             catch_up: self.catch_up,
+            timeout: self
+                .timeout_secs
+                .and_then(|secs| Duration::try_from_secs_f64(secs).ok()),
             version: self.version,
             args_error: self.args_error,
             updated_at: self.updated_at,
@@ -338,13 +396,14 @@ impl LeaseStore {
         let args: Vec<&str> = sorted.iter().map(|k| &*k.args).collect();
         let schedules: Vec<String> = sorted.iter().map(|k| k.schedule.to_string()).collect();
         let catch_ups: Vec<String> = sorted.iter().map(|k| k.catch_up.to_string()).collect();
+        let timeouts: Vec<Option<f64>> = sorted.iter().map(|k| k.timeout_secs()).collect::<Result<_>>()?;
         // A key added again starts on its new schedule: its first slot
         // after now, by the server clock (as a replica's registration and a
         // schedule change compute it).
         let server_now = self.server_now().await?;
         let firsts: Vec<DateTime<Utc>> = sorted.iter().map(|k| first_due(&k.schedule, server_now)).collect();
         // $1..$5 the keys' columns, $6 the kinds' channel, $7 each key's
-        // first slot.
+        // first slot, $8 each key's own time limit (seconds, NULL: none).
         // - ON CONFLICT DO NOTHING: an existing key keeps its arguments.
         // - `version`: one more than the last version of the key's earlier
         //   life, if it had one (`leasehold_key_life`): a key name's
@@ -361,11 +420,12 @@ impl LeaseStore {
         //   every replica reloads the kind (invariant "never misses").
         const ADD_KEYS: &str = "
             WITH t AS (
-                SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $7::timestamptz[])
-                    AS t(key, kind, args, schedule, catch_up, first_due)
+                SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $7::timestamptz[],
+                                     $8::float8[])
+                    AS t(key, kind, args, schedule, catch_up, first_due, timeout_secs)
             ), inserted AS (
-                INSERT INTO leasehold_key (key, kind, args, schedule, catch_up, version)
-                SELECT t.key, t.kind, t.args::jsonb, t.schedule, t.catch_up,
+                INSERT INTO leasehold_key (key, kind, args, schedule, catch_up, timeout_secs, version)
+                SELECT t.key, t.kind, t.args::jsonb, t.schedule, t.catch_up, t.timeout_secs,
                        /* guard:add_keys.version_goes_on */ coalesce((SELECT d.last_version FROM leasehold_key_life AS d WHERE d.key = t.key), 0) + 1
                   FROM t
                 ON CONFLICT (key) DO NOTHING
@@ -395,25 +455,29 @@ impl LeaseStore {
             .bind(&catch_ups)
             .bind(KIND_CHANNEL)
             .bind(&firsts)
+            .bind(&timeouts)
             .fetch_one(conn))?;
         Ok(u64::try_from(added).unwrap_or_default())
     }
 
-    /// Replaces the arguments, schedule and catch-up of `key.key()`, a key
+    /// Replaces the arguments, schedule, catch-up and time limit (its own,
+    /// or none: its kind's) of `key.key()`, a key
     /// of `key.kind()`; returns its new version, or `None` if there is no
     /// such key of that kind. Takes effect at the key's next claim on
     /// whichever replica claims it; a run in progress keeps the arguments it
     /// started with ([`FenceGuard::args_version`](crate::FenceGuard::args_version)
     /// tells which). Cancel-safe as described on [`LeaseStore`].
     pub async fn update_key(&self, key: &NewKey) -> Result<Option<i64>> {
-        // $1 key, $2 kind, $3 args, $4 schedule, $5 catch-up, $6 channel.
+        let timeout = key.timeout_secs()?;
+        // $1 key, $2 kind, $3 args, $4 schedule, $5 catch-up, $6 channel,
+        // $7 time limit (seconds, NULL: the kind's).
         // - `kind = $2`: never rewrites a key of another kind.
         // - `args_error = NULL`: a report was about the old version.
         // - the generation moves: every replica reloads the kind.
         const UPDATE_KEY: &str = "
             WITH updated AS (
                 UPDATE leasehold_key
-                   SET args = $3::jsonb, schedule = $4, catch_up = $5, version = version + 1,
+                   SET args = $3::jsonb, schedule = $4, catch_up = $5, timeout_secs = $7, version = version + 1,
                        /* guard:update_key.clear_error */ args_error = NULL, updated_at = clock_timestamp()
                  WHERE key = $1 /* guard:update_key.kind */ AND kind = $2
                 RETURNING kind, version
@@ -432,6 +496,7 @@ impl LeaseStore {
             .bind(key.schedule.to_string())
             .bind(key.catch_up.to_string())
             .bind(KIND_CHANNEL)
+            .bind(timeout)
             .fetch_optional(conn))
     }
 
@@ -511,8 +576,8 @@ impl LeaseStore {
         // A kind is live while the vouch of its latest replica lasts, as
         // `kinds` reads it; a kind with no row was never registered.
         const STORED_KEYS: &str = "
-            SELECT k.key, k.kind, k.args::text AS args, k.schedule, k.catch_up, k.version, k.args_error, k.updated_at,
-                   coalesce(c.seen_until > clock_timestamp(), false) AS kind_live
+            SELECT k.key, k.kind, k.args::text AS args, k.schedule, k.catch_up, k.timeout_secs, k.version, k.args_error,
+                   k.updated_at, coalesce(c.seen_until > clock_timestamp(), false) AS kind_live
               FROM leasehold_key AS k LEFT JOIN leasehold_kind AS c ON c.kind = k.kind
              WHERE k.key = ANY($1) ORDER BY k.key";
         let rows: Vec<KeyStatusRow> = connection::run!(&self.conns, |conn| sqlx::query_as(STORED_KEYS)
@@ -545,8 +610,8 @@ impl LeaseStore {
         // $1 limit. Liveness as in `stored_keys`.
         const KEYS_NOT_RUN: &str = "
             SELECT * FROM (
-                SELECT k.key, k.kind, k.args::text AS args, k.schedule, k.catch_up, k.version, k.args_error,
-                       k.updated_at, coalesce(c.seen_until > clock_timestamp(), false) AS kind_live
+                SELECT k.key, k.kind, k.args::text AS args, k.schedule, k.catch_up, k.timeout_secs, k.version,
+                       k.args_error, k.updated_at, coalesce(c.seen_until > clock_timestamp(), false) AS kind_live
                   FROM leasehold_key AS k LEFT JOIN leasehold_kind AS c ON c.kind = k.kind
             ) AS s
              WHERE s.args_error IS NOT NULL OR NOT s.kind_live
@@ -583,7 +648,7 @@ impl LeaseStore {
     /// Every key of `kind`, as a replica reloads them.
     pub(crate) async fn keys_of_kind(&self, kind: &str) -> Result<Vec<KeyRow>> {
         const KEYS_OF_KIND: &str = "
-            SELECT key, args::text AS args, schedule, catch_up, version FROM leasehold_key WHERE kind = $1";
+            SELECT key, args::text AS args, schedule, catch_up, timeout_secs, version FROM leasehold_key WHERE kind = $1";
         connection::run!(&self.conns, |conn| sqlx::query_as(KEYS_OF_KIND)
             .bind(kind)
             .fetch_all(conn))

@@ -48,9 +48,25 @@ pub struct LeaseInfo {
     pub job_name: Option<String>,
     /// The server's clock when this was read.
     pub server_now: DateTime<Utc>,
+    /// Whether a runtime's run of the key is open: claimed for a run and
+    /// not released yet (a lease taken with the low-level `claim` is not a
+    /// run).
+    pub run_open: bool,
+    /// The time limit of the current (or last) run, as the runtime that
+    /// claimed it wrote it (`JobSettings::timeout`; `None`: no limit, or a
+    /// runtime older than schema 13).
+    pub run_timeout: Option<Duration>,
 }
 
 impl LeaseInfo {
+    /// How long the run in progress has been going, by the server clock:
+    /// `None` unless the lease is held for a run ([`run_open`](LeaseInfo::run_open)).
+    /// Shown against [`run_timeout`](LeaseInfo::run_timeout) by `leasehold
+    /// status` and the console.
+    pub fn running_for(&self) -> Option<Duration> {
+        (self.is_held() && self.run_open).then(|| (self.server_now - self.acquired_at).to_std().unwrap_or_default())
+    }
+
     /// Whether some holder holds the lease right now (by the server clock).
     pub fn is_held(&self) -> bool {
         self.expires_at > self.server_now
@@ -129,6 +145,13 @@ pub(crate) struct LeaseRow {
     /// Runs claimed for this key so far, this one included.
     pub(crate) runs: i64,
     pub(crate) server_now: DateTime<Utc>,
+    /// Whether a run of the key is open (schema 9; statements that do not
+    /// return it read `false`).
+    #[sqlx(default)]
+    pub(crate) run_open: bool,
+    /// The run's time limit in seconds (schema 13; NULL: none).
+    #[sqlx(default)]
+    pub(crate) run_timeout_secs: Option<f64>,
 }
 
 impl LeaseRow {
@@ -154,6 +177,10 @@ impl LeaseRow {
             next_due_at: self.next_due_at,
             job_name: self.job_name,
             server_now: self.server_now,
+            run_open: self.run_open,
+            run_timeout: self
+                .run_timeout_secs
+                .and_then(|secs| Duration::try_from_secs_f64(secs).ok()),
         }
     }
 }

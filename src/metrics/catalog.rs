@@ -16,6 +16,9 @@ pub mod names {
     pub const HEARTBEAT_DURATION: &str = "leasehold_heartbeat_duration_seconds";
     /// Counter: finished runs by `job_name` and `outcome` (succeeded, failed, cancelled, panicked, lost).
     pub const RUNS: &str = "leasehold_job_runs_total";
+    /// Counter: runs cancelled because they went past their time limit
+    /// (`JobSettings::timeout`), by `job_name`.
+    pub const TIMEOUTS: &str = "leasehold_run_timeouts_total";
     /// Histogram: run duration by `job_name`, in seconds.
     pub const RUN_DURATION: &str = "leasehold_job_duration_seconds";
     /// Gauge: leases this replica holds, by `job_name`.
@@ -58,6 +61,7 @@ pub mod names {
         HEARTBEATS,
         HEARTBEAT_DURATION,
         RUNS,
+        TIMEOUTS,
         RUN_DURATION,
         HELD,
         REMAINING,
@@ -132,6 +136,12 @@ pub fn describe() {
         names::RUNS,
         Unit::Count,
         "Finished runs by job and outcome (succeeded, failed, cancelled, panicked; lost: ended without a release, counted by the replica that took the key over)."
+    );
+    describe_counter!(
+        names::TIMEOUTS,
+        Unit::Count,
+        "Runs cancelled because they went past their time limit (JobSettings::timeout), by job; each is also \
+         a cancelled run with reason timeout in the history."
     );
     describe_histogram!(
         names::RUN_DURATION,

@@ -348,6 +348,7 @@ mod tests {
             m::held("nightly", 1.0);
             m::remaining("nightly", Duration::from_secs(59));
             m::fence_rejected("nightly");
+            m::timed_out("nightly");
             m::fence_wait("nightly", Duration::from_millis(2));
             m::poisoned_connection("in_transaction");
             m::concurrency_limit(100);
@@ -367,6 +368,7 @@ mod tests {
             (names::HEARTBEATS, "counter"),
             (names::HEARTBEAT_DURATION, "histogram"),
             (names::RUNS, "counter"),
+            (names::TIMEOUTS, "counter"),
             (names::RUN_DURATION, "histogram"),
             (names::HELD, "gauge"),
             (names::RUNS_IN_PROGRESS, "gauge"),

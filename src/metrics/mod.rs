@@ -11,6 +11,7 @@
 //! | `leasehold_heartbeats_total` | counter | outcome | heartbeat statements (one per tick for all leases): `renewed`, `lost`, `busy` (a lease row locked elsewhere, not renewed), `error` |
 //! | `leasehold_heartbeat_duration_seconds` | histogram | | duration of one heartbeat statement |
 //! | `leasehold_job_runs_total` | counter | job_name, outcome | finished runs: `succeeded`, `failed`, `cancelled`, `panicked`; and `lost`, counted by the replica whose claim took over a run that ended without a release (a crash, a freeze past its lease, a failed release) |
+//! | `leasehold_run_timeouts_total` | counter | job_name | runs cancelled because they went past their time limit (`JobSettings::timeout`, `#[job(timeout = "15m")]`): each also ends as a `cancelled` run, reason `timeout` in the history |
 //! | `leasehold_job_duration_seconds` | histogram | job_name | run duration, whatever the outcome |
 //! | `leasehold_leases_held` | gauge | job_name | leases this process holds right now |
 //! | `leasehold_lease_remaining_seconds` | gauge | job_name | server time left on the lease right after its last renewal |
@@ -211,6 +212,7 @@ pub(crate) fn prime(job: &str) {
         counter!(names::RUNS, "job_name" => job.to_owned(), "outcome" => outcome.as_str()).increment(0);
     }
     counter!(names::FENCE_REJECTIONS, "job_name" => job.to_owned()).increment(0);
+    counter!(names::TIMEOUTS, "job_name" => job.to_owned()).increment(0);
     gauge!(names::HELD, "job_name" => job.to_owned()).increment(0.0);
     gauge!(names::JOBS_PAUSED, "job_name" => job.to_owned()).increment(0.0);
 }
@@ -222,6 +224,11 @@ pub(crate) fn claim(job: &str, outcome: ClaimOutcome) {
 
 pub(crate) fn lost(job: &str, reason: CancelReason) {
     counter!(names::LOST, "job_name" => job.to_owned(), "reason" => reason.as_str()).increment(1);
+}
+
+/// Counts a run cancelled at its time limit.
+pub(crate) fn timed_out(job: &str) {
+    counter!(names::TIMEOUTS, "job_name" => job.to_owned()).increment(1);
 }
 
 pub(crate) fn heartbeat(outcome: HeartbeatOutcome, took: Duration) {

@@ -108,17 +108,16 @@ impl KindEntry {
     /// the arguments its claim read: an update reaches the next run
     /// wherever it is claimed, and a key removed meanwhile is not run.
     /// `changed_at`: when its schedule replaced the key's registered one.
-    fn entry(
-        self: &Arc<Self>,
-        key: &Arc<str>,
-        schedule: Schedule,
-        catch_up: CatchUp,
-        changed_at: Option<DateTime<Utc>>,
-    ) -> JobEntry {
+    /// The key's own time limit, if it has one, replaces the kind's.
+    fn entry(self: &Arc<Self>, key: &Arc<str>, own: Own, changed_at: Option<DateTime<Utc>>) -> JobEntry {
+        let mut settings = self.settings.clone().schedule(own.schedule).catch_up(own.catch_up);
+        if let Some(limit) = own.timeout {
+            settings = settings.timeout(limit);
+        }
         JobEntry {
             name: self.name.clone(),
             key: key.clone(),
-            settings: Arc::new(self.settings.clone().schedule(schedule).catch_up(catch_up)),
+            settings: Arc::new(settings),
             body: Arc::new(StoredKey {
                 kind: self.clone(),
                 key: key.clone(),
@@ -152,13 +151,42 @@ impl Body for StoredKey {
     }
 }
 
+/// A stored key's own settings, as its row has them (parsed).
+struct Own {
+    schedule: Schedule,
+    catch_up: CatchUp,
+    /// Its own time limit per run (`None`: the kind's).
+    timeout: Option<Duration>,
+}
+
+/// What this replica registered of a stored key: its version, and its own
+/// settings as the row had them.
+#[derive(Debug, Clone, PartialEq)]
+struct Known {
+    version: i64,
+    schedule: String,
+    catch_up: String,
+    timeout: Option<Duration>,
+}
+
+impl Known {
+    fn of(row: &KeyRow, timeout: Option<Duration>) -> Known {
+        Known {
+            version: row.version,
+            schedule: row.schedule.clone(),
+            catch_up: row.catch_up.clone(),
+            timeout,
+        }
+    }
+}
+
 /// What this replica registered of one kind's stored keys.
 struct Loaded {
     kind: Arc<KindEntry>,
     /// The generation the keys were loaded at; `None`: never loaded.
     generation: Option<i64>,
-    /// Registered keys: their version and schedule text.
-    keys: HashMap<Arc<str>, (i64, String, String)>,
+    /// Registered keys: their version and own settings.
+    keys: HashMap<Arc<str>, Known>,
     /// Keys not run for a bad version, and that version (reported once).
     bad: HashMap<Arc<str>, i64>,
 }
@@ -238,10 +266,10 @@ impl Loaded {
         }
         self.bad.retain(|key, _| stored.contains_key(&**key));
         let mut new: Vec<JobEntry> = Vec::new();
-        let mut pending: Vec<(Arc<str>, (i64, String, String))> = Vec::new();
+        let mut pending: Vec<(Arc<str>, Known)> = Vec::new();
         for row in &rows {
             let known = self.keys.get(row.key.as_str());
-            if known.is_some_and(|(version, _, _)| *version == row.version) {
+            if known.is_some_and(|known| known.version == row.version) {
                 continue;
             }
             if self.bad.get(row.key.as_str()) == Some(&row.version) {
@@ -249,7 +277,7 @@ impl Loaded {
             }
             let key: Arc<str> = Arc::from(row.key.as_str());
             let parsed = parse(&self.kind, row);
-            let (schedule, catch_up) = match parsed {
+            let own = match parsed {
                 Ok(parsed) => parsed,
                 Err(problem) => {
                     self.report(shared, &key, row.version, &problem).await;
@@ -259,17 +287,26 @@ impl Loaded {
                     continue;
                 }
             };
+            let now_known = Known::of(row, own.timeout);
             match known {
-                // Same schedule: the next run reads the new arguments.
-                Some((_, text, catch)) if *text == row.schedule && *catch == row.catch_up => {}
+                // Same schedule: the next run reads the new arguments (and
+                // gets the new time limit, if only that changed; a run in
+                // progress keeps the limit it started with).
+                Some(known) if known.schedule == row.schedule && known.catch_up == row.catch_up => {
+                    if known.timeout != own.timeout {
+                        let changed_at = shared.registry().job(&key).and_then(|job| job.changed_at);
+                        let job = self.kind.entry(&key, own, changed_at);
+                        shared.registry().replace(Arc::new(job));
+                    }
+                }
                 Some(_) => {
                     // From now on the new schedule applies: a run in
                     // progress files its next due time from it when it is
                     // released, and a waiting key's pending slot — unless
                     // it is due already — moves to the new first slot.
                     let changed_at = server_now(shared).await?;
-                    let first = first_due(&schedule, changed_at);
-                    let job = self.kind.entry(&key, schedule, catch_up, Some(changed_at));
+                    let first = first_due(&own.schedule, changed_at);
+                    let job = self.kind.entry(&key, own, Some(changed_at));
                     shared.registry().replace(Arc::new(job));
                     if shared.store.reschedule(&key, first).await? {
                         shared.wake_key(&key);
@@ -287,15 +324,14 @@ impl Loaded {
                         .await;
                         continue;
                     }
-                    new.push(self.kind.entry(&key, schedule, catch_up, None));
+                    new.push(self.kind.entry(&key, own, None));
                     self.bad.remove(&key);
-                    pending.push((key, (row.version, row.schedule.clone(), row.catch_up.clone())));
+                    pending.push((key, now_known));
                     continue;
                 }
             }
             self.bad.remove(&key);
-            self.keys
-                .insert(key, (row.version, row.schedule.clone(), row.catch_up.clone()));
+            self.keys.insert(key, now_known);
         }
         metrics::keys_bad_args(&self.kind.name, self.bad.len());
         let added = !new.is_empty();
@@ -327,13 +363,27 @@ impl Loaded {
     }
 }
 
-/// The schedule and catch-up of a stored key, and whether its arguments
-/// read as the kind's.
-fn parse(kind: &KindEntry, row: &KeyRow) -> std::result::Result<(Schedule, CatchUp), String> {
+/// The schedule, catch-up and own time limit of a stored key, and whether
+/// its arguments read as the kind's.
+fn parse(kind: &KindEntry, row: &KeyRow) -> std::result::Result<Own, String> {
     (kind.check)(&row.args).map_err(|e| format!("its arguments do not deserialize as the kind's Args: {e}"))?;
     let schedule: Schedule = row.schedule.parse().map_err(|e| format!("{e}"))?;
     let catch_up: CatchUp = row.catch_up.parse().map_err(|e| format!("{e}"))?;
-    Ok((schedule, catch_up))
+    // A limit written by hand past the checks of `add_keys` is reported
+    // like any other unreadable setting.
+    let timeout = row
+        .timeout_secs
+        .map(|secs| {
+            Duration::try_from_secs_f64(secs)
+                .map_err(|e| format!("its time limit {secs}s is not a duration: {e}"))
+                .and_then(|limit| leasehold_rules::run_timeout("run timeout", limit).map_err(|e| e.to_string()))
+        })
+        .transpose()?;
+    Ok(Own {
+        schedule,
+        catch_up,
+        timeout,
+    })
 }
 
 /// The server's time: as last observed, or asked.

@@ -86,10 +86,12 @@ impl Ending {
     /// The trap: a stopped run is recorded with [`NextRule::Unchanged`]
     /// ("still due: run it again at once"), which is right for a run that
     /// lost its lease or was stopped by shutdown or pause — the slot is
-    /// still owed. A reason that means the run itself is at fault (say, a
-    /// maximum run duration exceeded) must not map there, or the key would
-    /// time out and start again forever: give it [`NextRule::Backoff`] and
-    /// extend the failure streak instead.
+    /// still owed. A reason that means the run itself is at fault must not
+    /// map there, or the key would time out and start again forever: a run
+    /// past its time limit ([`CancelReason::Timeout`]) gives up its slot —
+    /// the key is next due at its next slot, its catch-up policy applying
+    /// ([`NextRule::NextSlot`]) — and extends the failure streak, so a
+    /// failure after it backs off further.
     pub(crate) fn aftermath(self) -> Aftermath {
         let ended = |outcome, next, failures, losses| Aftermath {
             outcome,
@@ -124,14 +126,20 @@ impl Ending {
             Ending::Cancelled(Some(
                 reason @ (CancelReason::Shutdown | CancelReason::Paused | CancelReason::Removed),
             )) => stopped(Some(reason), Streak::Reset, false),
+            // The run's own fault: its slot is given up, not owed again.
+            Ending::Cancelled(Some(CancelReason::Timeout)) => Aftermath {
+                next: NextRule::NextSlot,
+                failures: Streak::Extend,
+                ..stopped(Some(CancelReason::Timeout), Streak::Reset, false)
+            },
             Ending::Cancelled(None) => stopped(None, Streak::Reset, false),
         }
     }
 }
 
 /// Whether a run stopped for `reason` is recorded as cancelled even when
-/// its body failed or panicked meanwhile: a run that lost its lease or was
-/// paused may fail *because* it was stopped. A shutdown is not the run's
+/// its body failed or panicked meanwhile: a run that lost its lease, was
+/// paused or went past its time limit may fail *because* it was stopped. A shutdown is not the run's
 /// business: its failure or panic is recorded as such.
 pub(crate) fn stop_explains_failure(reason: CancelReason) -> bool {
     match reason {
@@ -139,7 +147,8 @@ pub(crate) fn stop_explains_failure(reason: CancelReason) -> bool {
         | CancelReason::Expired
         | CancelReason::Deadline
         | CancelReason::Paused
-        | CancelReason::Removed => true,
+        | CancelReason::Removed
+        | CancelReason::Timeout => true,
         CancelReason::Shutdown => false,
     }
 }
@@ -150,18 +159,19 @@ mod tests {
     use crate::cancel::CancelReason;
     use crate::outcome::RunOutcome;
 
-    const REASONS: [CancelReason; 6] = [
+    const REASONS: [CancelReason; 7] = [
         CancelReason::Stolen,
         CancelReason::Expired,
         CancelReason::Deadline,
         CancelReason::Shutdown,
         CancelReason::Paused,
         CancelReason::Removed,
+        CancelReason::Timeout,
     ];
 
     #[test]
     fn a_stopped_run_stays_due_and_only_a_lost_lease_extends_the_loss_streak() {
-        for reason in REASONS {
+        for reason in REASONS.into_iter().filter(|r| *r != CancelReason::Timeout) {
             let after = Ending::Cancelled(Some(reason)).aftermath();
             assert_eq!(after.outcome, RunOutcome::Cancelled);
             assert_eq!(after.reason, Some(reason), "the history records why");
@@ -172,6 +182,22 @@ mod tests {
             assert_eq!(after.lease_lost, loss, "{reason}");
             assert!(!after.finished);
         }
+    }
+
+    #[test]
+    fn a_run_past_its_time_limit_gives_up_its_slot_and_counts_as_a_failure() {
+        let after = Ending::Cancelled(Some(CancelReason::Timeout)).aftermath();
+        assert_eq!(
+            (after.outcome, after.reason),
+            (RunOutcome::Cancelled, Some(CancelReason::Timeout))
+        );
+        assert_eq!(
+            after.next,
+            NextRule::NextSlot,
+            "not still due: it would time out again at once, forever"
+        );
+        assert_eq!((after.failures, after.losses), (Streak::Extend, Streak::Reset));
+        assert!(!after.lease_lost && !after.finished);
     }
 
     #[test]

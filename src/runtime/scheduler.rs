@@ -271,6 +271,7 @@ impl Scheduler {
                 key: &j.key,
                 job_name: &j.name,
                 lease: j.settings.lease,
+                timeout: j.settings.timeout,
             })
             .collect();
         let answer = bounded(

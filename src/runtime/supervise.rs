@@ -1,6 +1,7 @@
 //! Run supervision: one task per run — start the job's body, stop it on a
-//! lost lease, at its local deadline or at shutdown, then hand the release
-//! to the finisher and put the key back in the due queue.
+//! lost lease, at its local deadline, at its time limit or at shutdown,
+//! then hand the release to the finisher and put the key back in the due
+//! queue.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,8 +84,9 @@ async fn supervise(mut slot: RunSlot, run_no: i64, pending: Option<DateTime<Utc>
     let answer = release(&shared, &job, &tenure, next, report).await;
     let next = refile_if_changed(&shared, &job, &tenure, &after, next, basis, answer).await;
     let released = answer.released();
-    tracing::info!(job = %job.name, key = %job.key, fence = tenure.fence, outcome = after.outcome.as_str(), released,
-        "run ended");
+    let reason = after.reason.map_or("", CancelReason::as_str);
+    tracing::info!(job = %job.name, key = %job.key, fence = tenure.fence, outcome = after.outcome.as_str(), reason,
+        released, "run ended");
     if shared.stopping.is_cancelled() {
         shared.count_stopped_run(after.finished, released);
     }
@@ -147,6 +149,9 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (Ending, 
     tracing::debug!(job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence, "lease acquired; run starting");
     let span = run_span(job, tenure);
     let started = Instant::now();
+    // The run's time limit, on the local monotonic clock (`None`: no limit,
+    // or one too far ahead to represent).
+    let limit_at = job.settings.timeout.and_then(|limit| started.checked_add(limit));
     let mut handle = tokio::spawn(
         job.body
             .clone()
@@ -173,14 +178,30 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (Ending, 
             _ = shared.stopping.cancelled(), if !tenure.token().is_cancelled() => {
                 tenure.cancel(CancelReason::Shutdown);
             }
+            // Past its time limit: asked to stop like a shutdown (it keeps
+            // its lease while it winds down within its grace), then dropped.
+            _ = until(limit_at), if !tenure.token().is_cancelled() => {
+                if tenure.cancel(CancelReason::Timeout) {
+                    tracing::warn!(job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence,
+                        limit = ?job.settings.timeout, reason = CancelReason::Timeout.as_str(),
+                        "run went past its time limit; cancelling it");
+                    metrics::timed_out(&job.name);
+                }
+            }
         }
     };
 
     let (ending, message) = match finished {
         // A run an operator's pause cancelled is recorded as cancelled even
         // if it returned Ok: most jobs return early when cancelled, and the
-        // slot must stay owed so it runs again once resumed.
-        Some(Ok(Ok(()))) if matches!(tenure.reason(), Some(CancelReason::Paused | CancelReason::Removed)) => {
+        // slot must stay owed so it runs again once resumed. Likewise a run
+        // stopped at its time limit: returning early is not success.
+        Some(Ok(Ok(())))
+            if matches!(
+                tenure.reason(),
+                Some(CancelReason::Paused | CancelReason::Removed | CancelReason::Timeout)
+            ) =>
+        {
             (Ending::Cancelled(tenure.reason()), None)
         }
         Some(Ok(Ok(()))) => (Ending::Succeeded, None),
@@ -215,6 +236,14 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (Ending, 
     (ending, message)
 }
 
+/// Sleeps until `at`, or forever when there is none.
+async fn until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The span the job's body runs in: its job, key, holder and fence, and
 /// how it ended, recorded by [`record_end`] (the fields declared empty
 /// here). `otel.status_code` and `otel.status_description` are the names
@@ -229,9 +258,9 @@ fn run_span(job: &JobEntry, tenure: &Tenure) -> tracing::Span {
 /// Records how the run ended on its span: the outcome (the names of the
 /// history and of `leasehold_job_runs_total`), why a cancelled run was
 /// stopped (the names of `leasehold_lease_lost_total`'s reasons, plus
-/// `shutdown` and `paused`), and an error status for a run that failed,
-/// panicked or lost its lease — not for one stopped by shutdown or pause,
-/// which did nothing wrong.
+/// `shutdown`, `paused`, `removed` and `timeout`), and an error status for
+/// a run that failed, panicked, lost its lease or went past its time limit
+/// — not for one stopped by shutdown or pause, which did nothing wrong.
 fn record_end(span: &tracing::Span, after: &Aftermath, error: Option<&str>) {
     // Nothing to format for a span no subscriber wants.
     if span.is_disabled() {
@@ -250,6 +279,7 @@ fn record_end(span: &tracing::Span, after: &Aftermath, error: Option<&str>) {
                 .to_owned(),
         ),
         (RunOutcome::Cancelled, Some(reason)) if after.lease_lost => Some(format!("lease lost ({reason})")),
+        (RunOutcome::Cancelled, Some(CancelReason::Timeout)) => Some("run timed out".to_owned()),
         (RunOutcome::Cancelled | RunOutcome::Succeeded | RunOutcome::Skipped | RunOutcome::Lost, _) => None,
     };
     if let Some(description) = status {

@@ -38,6 +38,7 @@ impl Bare {
     heartbeat = "5s",
     margin = "2s",
     grace = "1s",
+    timeout = "15m",
     retry = "2s",
     retry_max = "1m",
     catch_up = "all(3)"
@@ -73,9 +74,12 @@ fn each_attribute_sets_the_setting_of_the_same_name() {
         .heartbeat(secs(5))
         .margin(secs(2))
         .grace(secs(1))
+        .timeout(secs(15 * 60))
         .retry(secs(2), secs(60))
         .catch_up(CatchUp::all(3));
     assert_eq!(format!("{:?}", Everything.settings()), format!("{by_hand:?}"));
+    assert_eq!(Everything.settings().get_timeout(), Some(secs(900)));
+    assert_eq!(Bare.settings().get_timeout(), None, "no time limit by default");
 }
 
 /// What a run of [`Reconcile`] saw.

@@ -21,4 +21,5 @@ mod record;
 mod runtime;
 mod scheduler;
 mod takeover;
+mod timeout;
 mod traces;

@@ -199,6 +199,44 @@ fn held(m: &TestRecorder, job: &str) -> Option<f64> {
 // Runtime metrics
 // ---------------------------------------------------------------------------
 
+/// A run past its time limit counts once in `leasehold_run_timeouts_total`
+/// (primed at zero when the job is registered, so `increase()` sees the
+/// first one) and as a cancelled run; it is no lease loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_time_limit_is_counted_once_as_a_timeout() {
+    let m = recorder();
+    let db = support::db().await;
+    let name = "metrics_timeout";
+    let runs = Runs::default();
+    let settings = quick(Schedule::Manual, Duration::from_secs(3))
+        .timeout(Duration::from_millis(200))
+        .grace(Duration::from_millis(200));
+    let rt = replica(
+        &db,
+        "a",
+        2,
+        vec![job(name, settings, runs.body(Duration::from_secs(120)))],
+    )
+    .await;
+    assert!(m.has_counter(names::TIMEOUTS, &[("job_name", name)]), "primed");
+    assert_eq!(m.counter(names::TIMEOUTS, &[("job_name", name)]), 0);
+    rt.trigger(name).await.unwrap();
+    eventually(Duration::from_secs(10), || {
+        (m.counter(names::RUNS, &[("job_name", name), ("outcome", "cancelled")]) == 1).then_some(())
+    })
+    .await;
+    rt.shutdown().await;
+    assert_eq!(m.counter(names::TIMEOUTS, &[("job_name", name)]), 1);
+    assert_runs(m, name, &[("cancelled", 1)]);
+    for reason in REASONS {
+        assert_eq!(
+            m.counter(names::LOST, &[("job_name", name), ("reason", reason)]),
+            0,
+            "{reason}"
+        );
+    }
+}
+
 /// A replica cut off from the database stops its run at the local deadline:
 /// one loss, reason `deadline`, in the metric and in health; the run counts
 /// as cancelled; the lease is no longer held; the renewals before it set the

@@ -148,9 +148,48 @@ async fn bad_arguments_or_schedules_exit_2() {
             vec!["add", "k", "x", "--args", "1", "--manual", "--catch-up", "all(0)"],
             "all(0)",
         ),
+        (
+            vec!["add", "k", "x", "--args", "1", "--manual", "--timeout", "50ms"],
+            "run timeout 50ms: must be from 100ms to 168h",
+        ),
+        (
+            vec!["add", "k", "x", "--args", "1", "--manual", "--timeout", "169h"],
+            "run timeout 169h: must be from 100ms to 168h",
+        ),
+        (
+            vec!["update", "k", "x", "--args", "1", "--manual", "--timeout", "soon"],
+            "--timeout soon",
+        ),
     ] {
         let out = leasehold(Some(&url), &args).await;
         assert_exit(&out, 2);
         assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
     }
+}
+
+/// `--timeout` gives a key its own time limit per run; an update without
+/// it goes back to its kind's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_gets_its_own_time_limit_and_an_update_without_one_drops_it() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let store = LeaseStore::new(db.pool.clone());
+    let add = [
+        "add",
+        "report",
+        "report:acme",
+        "--args",
+        "7",
+        "--every",
+        "1h",
+        "--timeout",
+        "15m",
+    ];
+    assert_exit(&leasehold(Some(&url), &add).await, 0);
+    let row = store.stored_key("report:acme").await.unwrap().unwrap();
+    assert_eq!(row.timeout, Some(std::time::Duration::from_secs(900)));
+    let update = ["update", "report", "report:acme", "--args", "7", "--every", "1h"];
+    assert_exit(&leasehold(Some(&url), &update).await, 0);
+    let row = store.stored_key("report:acme").await.unwrap().unwrap();
+    assert_eq!((row.timeout, row.version), (None, 2));
 }

@@ -171,3 +171,95 @@ async fn status_shows_every_hidden_character_of_stored_rows_escaped() {
         );
     }
 }
+
+/// A job with a time limit of 15 minutes that waits to be cancelled.
+struct Limited {
+    guards: mpsc::UnboundedSender<FenceGuard>,
+}
+
+impl FencedJob for Limited {
+    fn name(&self) -> &str {
+        "limited-job"
+    }
+
+    fn settings(&self) -> JobSettings {
+        JobSettings::new(Schedule::Manual)
+            .lease(Duration::from_secs(10))
+            .timeout(Duration::from_secs(15 * 60))
+    }
+
+    async fn run(&self, guard: FenceGuard) -> Result<(), JobError> {
+        let _ = self.guards.send(guard.clone());
+        guard.cancelled().await;
+        Ok(())
+    }
+}
+
+/// A run in progress shows how long it has been going against its time
+/// limit, in the state column and in `--json`; a job without a limit says
+/// so; a lease held with the low-level `claim` is no run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_each_run_in_progress_against_its_time_limit() {
+    let db = migrated_db().await;
+    let url = url(&db);
+    let (tx, mut guards) = mpsc::unbounded_channel();
+    let rt = Runtime::builder(db.pool.clone())
+        .holder("a")
+        .poll_interval(Duration::from_millis(100))
+        .register(Limited { guards: tx.clone() })
+        .register(Holding { guards: tx })
+        .start()
+        .await
+        .expect("runtime starts");
+    rt.trigger("limited-job").await.unwrap();
+    rt.trigger("held-job").await.unwrap();
+    for _ in 0..2 {
+        tokio::time::timeout(Duration::from_secs(10), guards.recv())
+            .await
+            .expect("the jobs start within 10s")
+            .expect("a guard");
+    }
+    let store = LeaseStore::new(db.pool.clone());
+    acquired(store.claim("by-hand", "tool", LONG).await.unwrap());
+
+    let out = leasehold(Some(&url), &["status"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let state = &table_row(&text, "limited-job")[1];
+    assert!(
+        state.starts_with("held, running ") && state.ends_with(" of 15m"),
+        "{text}"
+    );
+    let state = &table_row(&text, "held-job")[1];
+    assert!(
+        state.starts_with("held, running ") && state.ends_with(" (no limit)"),
+        "{text}"
+    );
+    assert_eq!(table_row(&text, "by-hand")[1], "held", "{text}");
+
+    let out = leasehold(Some(&url), &["status", "--json"]).await;
+    assert_exit(&out, 0);
+    let doc = json(&out);
+    let lease = |key: &str| {
+        doc["leases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["key"] == key)
+            .unwrap_or_else(|| panic!("no {key} in {doc}"))
+            .clone()
+    };
+    let limited = lease("limited-job");
+    let going = limited["running_for_seconds"].as_f64().expect("a run in progress");
+    assert!((0.0..60.0).contains(&going), "{limited}");
+    assert_eq!(limited["timeout_seconds"].as_f64(), Some(900.0), "{limited}");
+    let unlimited = lease("held-job");
+    assert!(unlimited["running_for_seconds"].as_f64().is_some(), "{unlimited}");
+    assert!(unlimited["timeout_seconds"].is_null(), "{unlimited}");
+    let by_hand = lease("by-hand");
+    assert!(
+        by_hand["running_for_seconds"].is_null() && by_hand["timeout_seconds"].is_null(),
+        "{by_hand}"
+    );
+    rt.shutdown().await;
+}

@@ -74,4 +74,10 @@ fn the_bounds_are_the_library_rules() {
     let every = setting("every").and_then(|s| s.bound).expect("every has a bound");
     assert!(every(Duration::from_millis(99)).is_err());
     assert!(every(crate::MIN_PERIOD).is_ok());
+    let timeout = setting("timeout").and_then(|s| s.bound).expect("timeout has a bound");
+    assert!(timeout(crate::MIN_TIMEOUT).is_ok() && timeout(crate::MAX_TIMEOUT).is_ok());
+    for bad in [Duration::from_millis(99), crate::MAX_TIMEOUT + Duration::from_secs(1)] {
+        let message = timeout(bad).expect_err("out of range").to_string();
+        assert!(message.contains("from 100ms to 168h"), "{message}");
+    }
 }

@@ -47,6 +47,9 @@ pub(crate) struct Candidate<'a> {
     pub(crate) key: &'a str,
     pub(crate) job_name: &'a str,
     pub(crate) lease: Duration,
+    /// The run's time limit (`JobSettings::timeout`), written on the row
+    /// for status and the console.
+    pub(crate) timeout: Option<Duration>,
 }
 
 /// The answer to a batch claim.
@@ -64,7 +67,7 @@ impl LeaseStore {
     // $1 holder, $2 keys, $3 lease seconds, $4 how many to claim at most,
     // $5 job names, $6 the history ring's length, $7 this runtime's
     // liveness registration (NULL: none), $8 the longest lease a stamp
-    // covers (seconds).
+    // covers (seconds), $9 each key's run time limit (seconds, NULL: none).
     // `pick` decides, with the guards of `claim_run` (invariant 3, no
     // re-entrance), evaluated on the latest row version once locked:
     // - expires_at <= now: the lease is free by the server clock —
@@ -88,7 +91,8 @@ impl LeaseStore {
     // outlives a partition),
     // times from clock_timestamp() after the locks were taken, so
     // acquired_at is never before the due time it consumed; the run's
-    // number (its history slot), the job's name, and the slot it owes.
+    // number (its history slot), the job's name, the slot it owes, and
+    // its time limit (shown only: the replica enforces it).
     // The UNION half reports the unclaimed candidates, paused or not, so
     // the caller learns when to look again in the same round trip; it
     // leaves out the claimed ones by the candidate's key (`t.key`), so
@@ -111,7 +115,7 @@ impl LeaseStore {
     pub(crate) const CLAIM_DUE: &str = concat!(
         "
             WITH t AS (
-                SELECT * FROM unnest($2::text[], $3::float8[], $5::text[]) AS t(key, ttl, job)
+                SELECT * FROM unnest($2::text[], $3::float8[], $5::text[], $9::float8[]) AS t(key, ttl, job, run_timeout)
             ), pick AS (
                 SELECT l.key, l.run_open, l.runs, l.job_name, l.fence, l.holder, l.slot_at, l.acquired_at,
                        l.expires_at
@@ -137,6 +141,7 @@ impl LeaseStore {
                        runs        = l.runs + 1,
                        slot_at     = COALESCE(l.slot_at, l.next_due_at),
                        run_open    = true,
+                       run_timeout_secs = t.run_timeout,
                        owner       = CASE WHEN t.ttl <= $8 THEN (SELECT r.id FROM leasehold_replica AS r
                                            WHERE r.id = $7 AND r.confirmed_at + r.grace / 2 > clock_timestamp()) END
                   FROM pick, t
@@ -194,12 +199,14 @@ impl LeaseStore {
         let mut keys = Vec::with_capacity(candidates.len());
         let mut jobs = Vec::with_capacity(candidates.len());
         let mut ttls = Vec::with_capacity(candidates.len());
+        let mut timeouts: Vec<Option<f64>> = Vec::with_capacity(candidates.len());
         for candidate in candidates {
             validate::key(candidate.key)?;
             validate::job_name(candidate.job_name)?;
             keys.push(candidate.key);
             jobs.push(candidate.job_name);
             ttls.push(validate::lease_secs("lease duration", candidate.lease)?);
+            timeouts.push(candidate.timeout.map(|limit| limit.as_secs_f64()));
         }
         if keys.is_empty() || limit == 0 {
             return Ok(Claimed::default());
@@ -214,6 +221,7 @@ impl LeaseStore {
             .bind(i64::from(ring))
             .bind(owner.map(|r| r.id))
             .bind(SESSION_HORIZON.as_secs_f64())
+            .bind(&timeouts)
             .fetch_all(conn))?;
         let mut claimed = Claimed::default();
         for DueRow {

@@ -1,7 +1,7 @@
 //! The operator console (feature `console`).
 
 mod browser;
-mod http;
+pub(crate) mod http;
 mod jobs;
 mod kinds;
 mod pages;

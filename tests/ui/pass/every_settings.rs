@@ -1,7 +1,7 @@
 //! An interval job with every setting given, over several `#[job]`s.
 use std::time::Duration;
 
-use leasehold::{FenceGuard, FencedJob, JobError, Schedule};
+use leasehold::{FenceGuard, FencedJob, JobError, JobKind, Schedule};
 
 #[derive(FencedJob)]
 #[job(name = "sync", every = "5m")]
@@ -23,6 +23,37 @@ struct Fast;
 
 impl Fast {
     async fn run(&self, _guard: FenceGuard) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+/// A time limit per run, at both ends of its range, on a job and a kind.
+#[derive(FencedJob)]
+#[job(every = "1h", timeout = "15m")]
+struct Limited;
+
+impl Limited {
+    async fn run(&self, _guard: FenceGuard) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+#[derive(FencedJob)]
+#[job(timeout = "100ms")]
+struct Shortest;
+
+impl Shortest {
+    async fn run(&self, _guard: FenceGuard) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+#[derive(JobKind)]
+#[kind(args = u64, timeout = "168h")]
+struct Longest;
+
+impl Longest {
+    async fn run(&self, _args: u64, _guard: FenceGuard) -> Result<(), JobError> {
         Ok(())
     }
 }
@@ -59,4 +90,8 @@ fn main() {
     }
 
     assert!(format!("{:?}", Weekly.settings()).contains("lease: 604800s"));
+    assert_eq!(Weekly.settings().get_timeout(), None);
+    assert_eq!(Limited.settings().get_timeout(), Some(Duration::from_secs(900)));
+    assert_eq!(Shortest.settings().get_timeout(), Some(Duration::from_millis(100)));
+    assert_eq!(Longest.settings().get_timeout(), Some(Duration::from_secs(168 * 3600)));
 }
