@@ -91,6 +91,38 @@ async fn stamped(pool: &PgPool) -> bool {
         .is_some()
 }
 
+/// A manual job of `KEY` with a 60 s lease, as every replica here runs it.
+fn manual(gate: &Gate) -> support::ScriptedJob {
+    job(KEY, quick(Schedule::Manual, Duration::from_secs(60)), gate.body())
+}
+
+/// The shared start of the scenarios below: replica `holder` registers its
+/// liveness session and runs `KEY` once triggered, its run stamped with
+/// the registration. Returns the replica and the run.
+async fn a_stamped_run(db: &support::TestDb, gate: &Gate, holder: &str) -> (leasehold::Runtime, support::RunRecord) {
+    let replica = support::replica(db, holder, 2, vec![manual(gate)]).await;
+    registered(&db.pool, holder).await;
+    replica.trigger(KEY).await.expect("trigger");
+    let run = gate.runs().wait_started(1, Duration::from_secs(10)).await[0].clone();
+    assert!(
+        stamped(&db.pool).await,
+        "the run is stamped with its replica's registration"
+    );
+    (replica, run)
+}
+
+/// Ends `holder`'s liveness session from the server, as a pooler,
+/// `pg_terminate_backend` or a reset would.
+async fn terminate_session(pool: &PgPool, holder: &str) {
+    let (pid, _) = registration(pool, holder).await;
+    let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(pool)
+        .await
+        .expect("terminate the liveness session");
+    assert!(terminated, "{holder}'s liveness session was ended");
+}
+
 /// Not a test of its own: the replica that
 /// [`a_killed_replicas_run_is_taken_over_within_two_seconds_with_the_default_lease`]
 /// kills, run as a child process. Does nothing unless that test started it.
@@ -242,17 +274,9 @@ async fn a_killed_replicas_run_is_taken_over_within_two_seconds_with_the_default
 async fn a_frozen_replica_keeps_its_run_past_the_grace() {
     let db = support::db().await;
     let gate = Gate::default();
-    let settings = quick(Schedule::Manual, Duration::from_secs(60));
-    let frozen = support::replica(&db, "frozen", 2, vec![job(KEY, settings.clone(), gate.body())]).await;
-    registered(&db.pool, "frozen").await;
-    frozen.trigger(KEY).await.expect("trigger");
-    let run = gate.runs().wait_started(1, Duration::from_secs(10)).await[0].clone();
-    assert!(
-        stamped(&db.pool).await,
-        "the run is stamped with its replica's registration"
-    );
+    let (frozen, run) = a_stamped_run(&db, &gate, "frozen").await;
     frozen.faults().freeze_liveness(true);
-    let other = support::replica(&db, "other", 2, vec![job(KEY, settings, gate.body())]).await;
+    let other = support::replica(&db, "other", 2, vec![manual(&gate)]).await;
     nudge(&db.pool, Duration::from_millis(2500)).await;
     assert_eq!(
         tenure(&db.pool).await.1,
@@ -275,26 +299,12 @@ async fn a_frozen_replica_keeps_its_run_past_the_grace() {
 async fn a_replica_whose_session_ended_stops_its_run_before_another_may_take_it_over() {
     let db = support::db().await;
     let gate = Gate::default();
-    let settings = quick(Schedule::Manual, Duration::from_secs(60));
-    let cut = support::replica(&db, "cut", 2, vec![job(KEY, settings.clone(), gate.body())]).await;
-    registered(&db.pool, "cut").await;
-    cut.trigger(KEY).await.expect("trigger");
-    let run = gate.runs().wait_started(1, Duration::from_secs(10)).await[0].clone();
-    assert!(
-        stamped(&db.pool).await,
-        "the run is stamped with its replica's registration"
-    );
-    let other = support::replica(&db, "other", 2, vec![job(KEY, settings, gate.body())]).await;
+    let (cut, run) = a_stamped_run(&db, &gate, "cut").await;
+    let other = support::replica(&db, "other", 2, vec![manual(&gate)]).await;
     support::wait_polls(&other, 2).await;
 
     cut.faults().freeze_liveness(true);
-    let (pid, _) = registration(&db.pool, "cut").await;
-    let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
-        .bind(pid)
-        .fetch_one(&db.pool)
-        .await
-        .expect("terminate the liveness session");
-    assert!(terminated);
+    terminate_session(&db.pool, "cut").await;
     let (_, confirmed_at) = registration(&db.pool, "cut").await;
     nudge(&db.pool, Duration::from_millis(2500)).await;
     let runs = gate.runs().all();
@@ -329,32 +339,19 @@ async fn a_replica_whose_session_ended_stops_its_run_before_another_may_take_it_
 async fn a_replica_silent_for_a_grace_whose_session_then_ends_is_not_taken_over_at_once() {
     let db = support::db().await;
     let gate = Gate::default();
-    let settings = quick(Schedule::Manual, Duration::from_secs(60));
-    let stalled = support::replica(&db, "stalled", 2, vec![job(KEY, settings.clone(), gate.body())]).await;
-    registered(&db.pool, "stalled").await;
-    stalled.trigger(KEY).await.expect("trigger");
-    let run = gate.runs().wait_started(1, Duration::from_secs(10)).await[0].clone();
-    assert!(
-        stamped(&db.pool).await,
-        "the run is stamped with its replica's registration"
-    );
-    let other = support::replica(&db, "other", 2, vec![job(KEY, settings, gate.body())]).await;
+    let (stalled, run) = a_stamped_run(&db, &gate, "stalled").await;
+    let other = support::replica(&db, "other", 2, vec![manual(&gate)]).await;
     support::wait_polls(&other, 2).await;
 
     stalled.faults().partition(true);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let (pid, confirmed_at) = registration(&db.pool, "stalled").await;
+    let (_, confirmed_at) = registration(&db.pool, "stalled").await;
     let ended_at = server_now(&db.pool).await;
     assert!(
         ended_at - confirmed_at > chrono::Duration::seconds(1),
         "the registration is silent for longer than its grace before its session ends"
     );
-    let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
-        .bind(pid)
-        .fetch_one(&db.pool)
-        .await
-        .expect("terminate the liveness session");
-    assert!(terminated);
+    terminate_session(&db.pool, "stalled").await;
     nudge(&db.pool, Duration::from_millis(2500)).await;
     let (_, fence, acquired_at) = tenure(&db.pool).await;
     assert!(fence > run.fence, "the key was taken over after the grace");
@@ -388,16 +385,8 @@ async fn a_server_restart_takes_no_run_over_early() {
     let cluster = support::PgCluster::start_durable().expect("a cluster of its own");
     let db = leasehold_testkit::create_db(&cluster.options()).await;
     let gate = Gate::default();
-    let settings = quick(Schedule::Manual, Duration::from_secs(60));
-    let first = support::replica(&db, "first", 2, vec![job(KEY, settings.clone(), gate.body())]).await;
-    registered(&db.pool, "first").await;
-    first.trigger(KEY).await.expect("trigger");
-    let run = gate.runs().wait_started(1, Duration::from_secs(10)).await[0].clone();
-    assert!(
-        stamped(&db.pool).await,
-        "the run is stamped with its replica's registration"
-    );
-    let second = support::replica(&db, "second", 2, vec![job(KEY, settings, gate.body())]).await;
+    let (first, run) = a_stamped_run(&db, &gate, "first").await;
+    let second = support::replica(&db, "second", 2, vec![manual(&gate)]).await;
     registered(&db.pool, "second").await;
 
     first.faults().freeze_liveness(true);
