@@ -310,7 +310,7 @@ async fn main() -> Result<(), Failure> {
         replicas.push(builder.start().await?);
     }
     let tenant = NewKey::new("tenant", "tenant:1", &TenantArgs { id: 1 }, "every 2s".parse()?)?;
-    replicas[0].store().add_keys(&[tenant]).await?;
+    replicas[0].store().keys().add(&[tenant]).await?;
     println!(
         "metrics_demo: 3 replicas started; metrics on http://{}/metrics",
         args.addr

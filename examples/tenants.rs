@@ -1,7 +1,7 @@
 //! A multi-tenant service: tenants sign up and leave over HTTP, on any
 //! replica, and every replica runs the tenants' jobs — with no table of the
 //! service's own and no sync loop. Each tenant is a key of the job kind
-//! `invoice`, stored once (`LeaseStore::add_keys`); each replica registers
+//! `invoice`, stored once (`Keys::add`); each replica registers
 //! the kind (`RuntimeBuilder::register_kind`).
 //!
 //! ```sh
@@ -79,7 +79,7 @@ fn key(id: u32, plan: String) -> leasehold::Result<NewKey> {
 /// Sign-up: the tenant's key, once, for the whole fleet.
 async fn sign_up(State(rt): State<Runtime>, Path(id): Path<u32>, Query(p): Query<Plan>) -> (StatusCode, String) {
     match key(id, p.plan) {
-        Ok(key) => match rt.store().add_keys(&[key]).await {
+        Ok(key) => match rt.store().keys().add(&[key]).await {
             Ok(1) => (StatusCode::CREATED, format!("tenant {id} added\n")),
             Ok(_) => (StatusCode::CONFLICT, format!("tenant {id} exists\n")),
             Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
@@ -91,7 +91,7 @@ async fn sign_up(State(rt): State<Runtime>, Path(id): Path<u32>, Query(p): Query
 /// A new plan: the tenant's next run, on whichever replica, uses it.
 async fn change(State(rt): State<Runtime>, Path(id): Path<u32>, Query(p): Query<Plan>) -> (StatusCode, String) {
     match key(id, p.plan) {
-        Ok(key) => match rt.store().update_key(&key).await {
+        Ok(key) => match rt.store().keys().update(&key).await {
             Ok(Some(v)) => (StatusCode::OK, format!("tenant {id} at version {v}\n")),
             Ok(None) => (StatusCode::NOT_FOUND, format!("no tenant {id}\n")),
             Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
@@ -102,7 +102,7 @@ async fn change(State(rt): State<Runtime>, Path(id): Path<u32>, Query(p): Query<
 
 /// The tenant left: every replica stops its job.
 async fn leave(State(rt): State<Runtime>, Path(id): Path<u32>) -> (StatusCode, String) {
-    match rt.store().remove_key("invoice", &format!("invoice:{id}")).await {
+    match rt.store().keys().remove("invoice", &format!("invoice:{id}")).await {
         Ok(true) => (StatusCode::OK, format!("tenant {id} removed\n")),
         Ok(false) => (StatusCode::NOT_FOUND, format!("no tenant {id}\n")),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),

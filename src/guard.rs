@@ -73,7 +73,7 @@ impl FenceGuard {
 
     /// For a key of a [`JobKind`](crate::JobKind): the version of the
     /// stored arguments this run was started with (1 when added, one more
-    /// per [`update_key`](crate::store::LeaseStore::update_key)). An update while
+    /// per [`update_key`](crate::store::Keys::update)). An update while
     /// the run goes on does not change it: the run keeps its arguments, and
     /// the next run starts with the new ones. `None` for other jobs.
     ///

@@ -1,6 +1,6 @@
 //! What a job kind is: the [`JobKind`] trait. A kind is code (how to run a
 //! key from its stored arguments); its keys are data, stored once in the
-//! database ([`LeaseStore::add_keys`](crate::store::LeaseStore::add_keys)) and run
+//! database ([`Keys::add`](crate::store::Keys::add)) and run
 //! by every replica that registers the kind
 //! ([`RuntimeBuilder::register_kind`](crate::RuntimeBuilder::register_kind)).
 

@@ -38,7 +38,7 @@
 //!   lease; [`Runtime`] runs the registered jobs on this replica — once per
 //!   slot across the fleet, heartbeating, cancelling on loss;
 //! - [`JobKind`] declares a kind of job whose keys live in the database
-//!   ([`NewKey`], [`LeaseStore::add_keys`](store::LeaseStore::add_keys)):
+//!   ([`NewKey`], [`Keys::add`](store::Keys::add)):
 //!   every replica that registers the kind runs them;
 //! - [`FenceGuard`] is a run's tenure: its fence, its cancellation, and the
 //!   fenced writes ([`FenceGuard::begin_fenced`], [`FenceGuard::update`]);
@@ -107,8 +107,8 @@ pub mod store {
     #[cfg(feature = "test-util")]
     pub use crate::lease::LockedRow;
     pub use crate::lease::{
-        Claim, Due, Fleet, HolderSeen, KeyFilter, KeyPage, KeyState, KeyStatus, KindStatus, Lease, LeaseInfo,
-        LeaseStore, MAX_ARGS_BYTES, NewKey, Renewal, RenewedMany, RunRecord, StoredKey,
+        Claim, Controls, Due, Fleet, HolderSeen, KeyFilter, KeyPage, KeyState, KeyStatus, Keys, KindStatus, Lease,
+        LeaseInfo, LeaseStore, MAX_ARGS_BYTES, NewKey, Records, Renewal, RenewedMany, RunRecord, StoredKey,
     };
     pub use crate::validate::{MAX_KEY_BYTES, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE, MIN_TIMEOUT};
 }

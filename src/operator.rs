@@ -54,7 +54,7 @@ impl Operator {
         &self.actor
     }
 
-    /// [`LeaseStore::trigger`], recorded as [`OperatorAction::Trigger`].
+    /// [`Controls::trigger`](crate::store::Controls::trigger), recorded as [`OperatorAction::Trigger`].
     /// Cancel-safe in the sense of [`LeaseStore`]: each of its three
     /// statements committed or did not; dropped after the first, the
     /// history shows the action without an outcome.
@@ -63,7 +63,7 @@ impl Operator {
         self.recorded(
             &target,
             OperatorAction::Trigger,
-            self.store.trigger(key),
+            self.store.controls().trigger(key),
             Outcome::words,
         )
         .await
@@ -77,7 +77,7 @@ impl Operator {
         let mut filter = KeyFilter::new().job(job).limit(TRIGGER_PAGE);
         let mut triggered = 0;
         loop {
-            let page = self.store.list_page(&filter).await?;
+            let page = self.store.records().list_page(&filter).await?;
             for status in &page.keys {
                 if self.trigger(&status.lease.key).await? != Triggered::NotFound {
                     triggered += 1;
@@ -90,7 +90,7 @@ impl Operator {
         }
     }
 
-    /// [`LeaseStore::pause`], recorded as [`OperatorAction::Pause`], or
+    /// [`Controls::pause`](crate::store::Controls::pause), recorded as [`OperatorAction::Pause`], or
     /// [`OperatorAction::PauseCancel`] when the runs in progress are asked
     /// to stop. Cancel-safe as [`trigger`](Self::trigger).
     pub async fn pause(&self, target: &Target, cancel: bool) -> Result<Pause> {
@@ -102,25 +102,25 @@ impl Operator {
         self.recorded(
             target,
             action,
-            self.store.pause(target, cancel, &self.actor),
+            self.store.controls().pause(target, cancel, &self.actor),
             Outcome::words,
         )
         .await
     }
 
-    /// [`LeaseStore::resume`], recorded as [`OperatorAction::Resume`].
+    /// [`Controls::resume`](crate::store::Controls::resume), recorded as [`OperatorAction::Resume`].
     /// Cancel-safe as [`trigger`](Self::trigger).
     pub async fn resume(&self, target: &Target) -> Result<Resumed> {
         self.recorded(
             target,
             OperatorAction::Resume,
-            self.store.resume(target),
+            self.store.controls().resume(target),
             Outcome::words,
         )
         .await
     }
 
-    /// [`LeaseStore::revoke`], recorded as [`OperatorAction::Revoke`], or
+    /// [`Controls::revoke`](crate::store::Controls::revoke), recorded as [`OperatorAction::Revoke`], or
     /// [`OperatorAction::ForceRevoke`] with [`Revoke::Force`], with the
     /// fence it gave the key. Cancel-safe as [`trigger`](Self::trigger).
     pub async fn revoke(&self, key: &str, revoke: Revoke, resources: &[&str]) -> Result<Revoked> {
@@ -132,13 +132,13 @@ impl Operator {
         self.recorded(
             &target,
             action,
-            self.store.revoke(key, revoke, resources),
+            self.store.controls().revoke(key, revoke, resources),
             Outcome::words,
         )
         .await
     }
 
-    /// [`LeaseStore::forget`], recorded as [`OperatorAction::Forget`]: the
+    /// [`Controls::forget`](crate::store::Controls::forget), recorded as [`OperatorAction::Forget`]: the
     /// record outlives the row it deleted. Cancel-safe as
     /// [`trigger`](Self::trigger).
     ///
@@ -152,11 +152,16 @@ impl Operator {
     /// ```
     pub async fn forget(&self, key: &str) -> Result<Forgotten> {
         let target = Target::key(key);
-        self.recorded(&target, OperatorAction::Forget, self.store.forget(key), Outcome::words)
-            .await
+        self.recorded(
+            &target,
+            OperatorAction::Forget,
+            self.store.controls().forget(key),
+            Outcome::words,
+        )
+        .await
     }
 
-    /// [`LeaseStore::add_keys`], recorded on each key as
+    /// [`Keys::add`](crate::store::Keys::add), recorded on each key as
     /// [`OperatorAction::Add`], with its kind and arguments. Three
     /// statements whatever the number of keys: every record, then the
     /// keys, then every outcome. Cancel-safe as [`trigger`](Self::trigger).
@@ -164,9 +169,10 @@ impl Operator {
         let targets: Vec<Target> = keys.iter().map(|k| Target::key(k.key())).collect();
         let ids = self
             .store
+            .records()
             .record_actions(&targets, OperatorAction::Add.as_str(), &self.actor)
             .await?;
-        let result = self.store.add_keys(keys).await;
+        let result = self.store.keys().add(keys).await;
         let outcomes: Vec<(i64, String, Option<i64>)> = ids
             .into_iter()
             .zip(keys)
@@ -178,29 +184,32 @@ impl Operator {
                 (id, outcome, None)
             })
             .collect();
-        if let Err(err) = self.store.record_outcomes(&outcomes).await {
+        if let Err(err) = self.store.records().record_outcomes(&outcomes).await {
             tracing::warn!(keys = keys.len(), error = %err, "the actions' outcomes were not recorded");
         }
         result
     }
 
-    /// [`LeaseStore::update_key`], recorded as [`OperatorAction::Update`],
+    /// [`Keys::update`](crate::store::Keys::update), recorded as [`OperatorAction::Update`],
     /// with the new version. Cancel-safe as [`trigger`](Self::trigger).
     pub async fn update_key(&self, key: &NewKey) -> Result<Option<i64>> {
         let target = Target::key(key.key());
-        self.recorded(&target, OperatorAction::Update, self.store.update_key(key), |v| {
+        self.recorded(&target, OperatorAction::Update, self.store.keys().update(key), |v| {
             (action::updated(key, *v), None)
         })
         .await
     }
 
-    /// [`LeaseStore::remove_key`], recorded as [`OperatorAction::Remove`].
+    /// [`Keys::remove`](crate::store::Keys::remove), recorded as [`OperatorAction::Remove`].
     /// Cancel-safe as [`trigger`](Self::trigger).
     pub async fn remove_key(&self, kind: &str, key: &str) -> Result<bool> {
         let target = Target::key(key);
-        self.recorded(&target, OperatorAction::Remove, self.store.remove_key(kind, key), |r| {
-            (action::removed(kind, *r), None)
-        })
+        self.recorded(
+            &target,
+            OperatorAction::Remove,
+            self.store.keys().remove(kind, key),
+            |r| (action::removed(kind, *r), None),
+        )
         .await
     }
 
@@ -214,13 +223,17 @@ impl Operator {
         run: impl Future<Output = Result<T>>,
         describe: impl FnOnce(&T) -> (String, Option<i64>),
     ) -> Result<T> {
-        let id = self.store.record_action(target, action.as_str(), &self.actor).await?;
+        let id = self
+            .store
+            .records()
+            .record_action(target, action.as_str(), &self.actor)
+            .await?;
         let result = run.await;
         let (outcome, fence) = match &result {
             Ok(done) => describe(done),
             Err(err) => (format!("error: {err}"), None),
         };
-        if let Err(err) = self.store.record_outcome(id, &outcome, fence).await {
+        if let Err(err) = self.store.records().record_outcome(id, &outcome, fence).await {
             tracing::warn!(%target, %action, error = %err, "the action's outcome was not recorded");
         }
         result

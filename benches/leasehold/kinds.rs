@@ -38,7 +38,7 @@ pub(crate) async fn kinds(b: &Bench) {
     let (db, stats) = fresh_db(&b.server).await;
     println!("## 11. Keys of a job kind: {n} keys created through the API, start and idle\n");
     println!(
-        "`LeaseStore::add_keys` creates {n} keys of one kind (`u64` arguments, `every 7 days`: never due here) \
+        "`Keys::add` creates {n} keys of one kind (`u64` arguments, `every 7 days`: never due here) \
          in one call; a runtime registering the kind (default settings, poll 5 s, own pool of 2) is then \
          started: `start()` and the time until all {n} keys are registered (its first poll's sync reads them \
          and creates their lease rows in one statement). Idle: statements/s over {} s after that, all \
@@ -54,7 +54,7 @@ pub(crate) async fn kinds(b: &Bench) {
         reset_statement_stats(&db.pool).await;
     }
     let t = Instant::now();
-    let added = store.add_keys(&keys).await.expect("add_keys");
+    let added = store.keys().add(&keys).await.expect("add_keys");
     let add_took = t.elapsed();
     let add_statements = if stats {
         statement_totals(&db.pool, ANY_SQL).await.calls.to_string()

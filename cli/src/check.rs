@@ -246,9 +246,9 @@ async fn lease_round_trip(db: &Db) -> Result<String, String> {
     let took = started.elapsed();
     // Whatever happened, leave no scratch row behind. A round trip cut
     // short may have left the key held: end that tenure, then forget it.
-    let cleanup = match store.forget(&key).await {
-        Ok(Forgotten::Held(_)) => match store.revoke(&key, Revoke::Force, &[]).await {
-            Ok(_) => store.forget(&key).await.map(|_| ()),
+    let cleanup = match store.controls().forget(&key).await {
+        Ok(Forgotten::Held(_)) => match store.controls().revoke(&key, Revoke::Force, &[]).await {
+            Ok(_) => store.controls().forget(&key).await.map(|_| ()),
             Err(e) => Err(e),
         },
         other => other.map(|_| ()),

@@ -2,7 +2,7 @@
 //! replica registers any more (a removed tenant, a renamed job).
 //!
 //! All through `leasehold::operator::Operator::forget` (recorded in the key's
-//! history, whose words the CLI prints; `LeaseStore::forget` is one
+//! history, whose words the CLI prints; `Controls::forget` is one
 //! statement): the row is
 //! deleted only if its lease is free by the server clock, so a run in
 //! progress keeps its lease and no other replica can claim the key under

@@ -1,7 +1,7 @@
 //! `leasehold history KEY [--limit N] [--json]`: the recorded runs of a key,
 //! newest first.
 //!
-//! Through `leasehold::store::LeaseStore::history` (the ring of each key's latest
+//! Through `leasehold::store::Records::history` (the ring of each key's latest
 //! runs, written by each run's release) and `LeaseStore::get` (the server
 //! clock, and whether the key has a lease row); no SQL of its own.
 
@@ -62,7 +62,11 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     db.require_schema().await?;
     let store = LeaseStore::new(db.pool.clone());
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
-    let runs = store.history(&args.key, limit).await.map_err(|e| db.failure(e))?;
+    let runs = store
+        .records()
+        .history(&args.key, limit)
+        .await
+        .map_err(|e| db.failure(e))?;
     let info = store.get(&args.key).await.map_err(|e| db.failure(e))?;
     let server_now = match &info {
         Some(info) => info.server_now,

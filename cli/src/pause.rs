@@ -107,6 +107,7 @@ pub(crate) async fn pause(db: &Db, args: &PauseArgs) -> Result<(), Failure> {
     // Only to tell the operator whether this pause is new: the pause
     // itself is one statement that keeps an earlier one.
     let before = store
+        .controls()
         .pauses()
         .await
         .map_err(|e| db.failure(e))?
@@ -294,6 +295,7 @@ async fn job_pause_of_key(db: &Db, store: &LeaseStore, target: &Target) -> Resul
         return Ok(None);
     };
     let paused = store
+        .controls()
         .pauses()
         .await
         .map_err(|e| db.failure(e))?

@@ -1,7 +1,7 @@
 //! `leasehold status`: every lease as the server sees it now, whether it is
 //! paused, its latest runs, and the pauses in force.
 //!
-//! All read through the library (`LeaseStore::list`, `LeaseStore::pauses`):
+//! All read through the library (`Records::list`, `Controls::pauses`):
 //! the CLI sends no SQL of its own for them.
 //!
 //! A lease is **held** while its `expires_at` is after the server clock, and
@@ -39,7 +39,7 @@ pub(crate) struct Args {
 }
 
 /// One key as `status` shows it: its lease row, whether it is paused, and
-/// its latest runs (all from `LeaseStore::list`).
+/// its latest runs (all from `Records::list`).
 pub(crate) struct Entry {
     pub(crate) row: Row,
     pub(crate) paused: bool,
@@ -198,15 +198,16 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     let store = LeaseStore::new(db.pool.clone());
     let prefix = args.prefix.as_deref().unwrap_or("");
     let entries: Vec<Entry> = store
+        .records()
         .list(prefix)
         .await
         .map_err(|e| db.failure(e))?
         .into_iter()
         .map(Entry::from)
         .collect();
-    let pauses = store.pauses().await.map_err(|e| db.failure(e))?;
+    let pauses = store.controls().pauses().await.map_err(|e| db.failure(e))?;
     let pauses = relevant_pauses(pauses, &entries, args.prefix.as_deref());
-    let kinds = store.kinds().await.map_err(|e| db.failure(e))?;
+    let kinds = store.keys().kinds().await.map_err(|e| db.failure(e))?;
     let server_now = match entries.first() {
         Some(entry) => entry.row.server_now,
         None => db.server_now().await?,

@@ -432,7 +432,7 @@ impl Chaos {
     /// a slow server count as none: the fault is then skipped).
     pub(crate) async fn live_leases(&self) -> Vec<LeaseInfo> {
         let store = LeaseStore::new(self.admin.clone());
-        let keys = tokio::time::timeout(Duration::from_secs(1), store.list(""))
+        let keys = tokio::time::timeout(Duration::from_secs(1), store.records().list(""))
             .await
             .ok()
             .and_then(|r| r.ok())

@@ -573,7 +573,7 @@ impl Db {
         }
     }
 
-    /// An operator's forced revoke: `LeaseStore::revoke(key, Force, [])`,
+    /// An operator's forced revoke: `Controls::revoke(key, Force, [])`,
     /// `REVOKE` in `src/lease/revoke.rs`: the row takes a fresh fence from
     /// the sequence and expires now (`LEAST(expires_at, GREATEST(now,
     /// acquired_at + 1 µs))`); the key's fence row rises to it (`GREATEST`,

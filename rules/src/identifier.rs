@@ -164,7 +164,7 @@ pub fn escape_hidden(value: &str) -> Cow<'_, str> {
 /// paused a key): not blank, at most [`MAX_KEY_BYTES`] bytes, no control
 /// character, and nothing that displays it as another name
 /// ([`hidden_char`]: `"admin\u{2062}"` would display as "admin"). The one
-/// rule for "who did this": `Operator`, `LeaseStore::pause`, the console's
+/// rule for "who did this": `Operator`, `Controls::pause`, the console's
 /// actors and the CLI's `--by` all check it.
 pub fn actor(value: &str) -> Result<(), RuleError> {
     let problem = if value.trim().is_empty() {

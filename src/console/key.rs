@@ -50,11 +50,11 @@ pub(super) async fn page(
     };
     let store = &console.store;
     let read = async {
-        let status = store.status(key).await?;
-        let runs = store.history(key, TIMELINE_RUNS).await?;
-        let actions = store.actions(key, SHOWN).await?;
-        let pauses = store.pauses().await?;
-        let stored = store.stored_key(key).await?;
+        let status = store.records().status(key).await?;
+        let runs = store.records().history(key, TIMELINE_RUNS).await?;
+        let actions = store.records().actions(key, SHOWN).await?;
+        let pauses = store.controls().pauses().await?;
+        let stored = store.keys().get(key).await?;
         // Times are shown against the server's clock; a key with no row
         // brings none, so it is asked for.
         let now = match &status {

@@ -22,8 +22,8 @@ pub(super) async fn page(State(console): State<Shared>, base: Base, parts: Parts
     let viewer = console.access.viewer(&console.options, &parts);
     let store = &console.store;
     let read = async {
-        let kinds = store.kinds().await?;
-        let not_run = store.keys_not_run(NOT_RUN_SHOWN).await?;
+        let kinds = store.keys().kinds().await?;
+        let not_run = store.keys().not_run(NOT_RUN_SHOWN).await?;
         let now = store.server_now().await?;
         crate::Result::Ok((kinds, not_run, now))
     };

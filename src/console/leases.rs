@@ -367,21 +367,24 @@ struct Listing {
 /// kinds (one statement) and, for a job's timeline over a window,
 /// their runs in it and the operators' actions on the job and its keys.
 async fn listing(store: &LeaseStore, filter: &KeyFilter, timeline: Option<(&str, Duration)>) -> crate::Result<Listing> {
-    let page = store.list_page(filter).await?;
-    let pauses = store.pauses().await?;
+    let page = store.records().list_page(filter).await?;
+    let pauses = store.controls().pauses().await?;
     let now = match page.keys.first() {
         Some(k) => k.lease.server_now,
         None => store.server_now().await?,
     };
     let keys: Vec<&str> = page.keys.iter().map(|k| k.lease.key.as_str()).collect();
-    let recent = store.recent_runs(&keys, None, STRIP).await?;
-    let stored = store.stored_keys(&keys).await?;
+    let recent = store.records().recent_runs(&keys, None, STRIP).await?;
+    let stored = store.keys().get_many(&keys).await?;
     let (windowed, actions) = match timeline {
         Some((job, window)) => {
             let since = now - chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX);
             (
-                store.recent_runs(&keys, Some(since), JOB_TIMELINE_RUNS).await?,
-                store.job_actions(job, JOB_ACTIONS).await?,
+                store
+                    .records()
+                    .recent_runs(&keys, Some(since), JOB_TIMELINE_RUNS)
+                    .await?,
+                store.records().job_actions(job, JOB_ACTIONS).await?,
             )
         }
         None => (Vec::new(), Vec::new()),

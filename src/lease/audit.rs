@@ -8,12 +8,12 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{LeaseStore, Target};
+use super::{Records, Target};
 use crate::connection;
 use crate::error::{Error, Result};
 use crate::validate;
 
-/// Most actions one [`LeaseStore::actions`] call returns.
+/// Most actions one [`Records::actions`](crate::store::Records::actions) call returns.
 const MAX_ACTIONS: usize = 1000;
 
 /// One operator action on a key, or on the job a key belongs to.
@@ -52,10 +52,10 @@ struct ActionRow {
     fence: Option<i64>,
 }
 
-impl LeaseStore {
+impl Records<'_> {
     /// Records that `actor` asks for `action` on `target`, before it runs;
     /// returns the record's id for [`record_outcome`](Self::record_outcome).
-    pub(crate) async fn record_action(&self, target: &Target, action: &str, actor: &str) -> Result<i64> {
+    pub(crate) async fn record_action(self, target: &Target, action: &str, actor: &str) -> Result<i64> {
         let ids = self.record_actions(std::slice::from_ref(target), action, actor).await?;
         ids.first()
             .copied()
@@ -65,7 +65,7 @@ impl LeaseStore {
     /// Records that `actor` asks for `action` on each of `targets`, in one
     /// statement whatever their number; returns the records' ids in the
     /// order of `targets`.
-    pub(crate) async fn record_actions(&self, targets: &[Target], action: &str, actor: &str) -> Result<Vec<i64>> {
+    pub(crate) async fn record_actions(self, targets: &[Target], action: &str, actor: &str) -> Result<Vec<i64>> {
         for target in targets {
             validate::existing_key(target.name())?;
         }
@@ -79,7 +79,7 @@ impl LeaseStore {
             SELECT scope, name, $3, $4 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(scope, name, n)
              ORDER BY n
             RETURNING id";
-        let mut ids: Vec<i64> = connection::run!(&self.conns, |conn| sqlx::query_scalar(RECORD)
+        let mut ids: Vec<i64> = connection::run!(&self.store.conns, |conn| sqlx::query_scalar(RECORD)
             .bind(&scopes)
             .bind(&names)
             .bind(action)
@@ -91,13 +91,13 @@ impl LeaseStore {
 
     /// Fills in what the action `id` did. Only a record without an outcome
     /// is written, so a late or repeated call never rewrites history.
-    pub(crate) async fn record_outcome(&self, id: i64, outcome: &str, fence: Option<i64>) -> Result<()> {
+    pub(crate) async fn record_outcome(self, id: i64, outcome: &str, fence: Option<i64>) -> Result<()> {
         self.record_outcomes(&[(id, outcome.to_owned(), fence)]).await
     }
 
     /// [`record_outcome`](Self::record_outcome) for each `(id, outcome,
     /// fence)`, in one statement whatever their number.
-    pub(crate) async fn record_outcomes(&self, outcomes: &[(i64, String, Option<i64>)]) -> Result<()> {
+    pub(crate) async fn record_outcomes(self, outcomes: &[(i64, String, Option<i64>)]) -> Result<()> {
         let ids: Vec<i64> = outcomes.iter().map(|o| o.0).collect();
         // The column's limit is the history's error limit.
         let texts: Vec<String> = outcomes.iter().map(|o| super::storable_text(o.1.clone())).collect();
@@ -107,7 +107,7 @@ impl LeaseStore {
             UPDATE leasehold_action AS a SET outcome = t.outcome, fence = t.fence
               FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS t(id, outcome, fence)
              WHERE a.id = t.id AND a.outcome IS NULL";
-        connection::run!(&self.conns, |conn| sqlx::query(OUTCOME)
+        connection::run!(&self.store.conns, |conn| sqlx::query(OUTCOME)
             .bind(&ids)
             .bind(&texts)
             .bind(&fences)
@@ -120,13 +120,13 @@ impl LeaseStore {
     ///
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
-    /// for action in store.actions("nightly-reconcile", 20).await? {
+    /// for action in store.records().actions("nightly-reconcile", 20).await? {
     ///     println!("{} {} {} by {}: {}", action.at, action.action, action.target, action.actor,
     ///              action.outcome.as_deref().unwrap_or("(outcome not recorded)"));
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn actions(&self, key: &str, limit: usize) -> Result<Vec<ActionRecord>> {
+    pub async fn actions(self, key: &str, limit: usize) -> Result<Vec<ActionRecord>> {
         validate::existing_key(key)?;
         if limit == 0 || limit > MAX_ACTIONS {
             return Err(Error::invalid(
@@ -141,7 +141,7 @@ impl LeaseStore {
              WHERE (scope = 'key' AND name = $1)
                 /* guard:actions.job_scope */ OR (scope = 'job' AND name = (SELECT job_name FROM leasehold_lease WHERE key = $1))
              ORDER BY id DESC LIMIT $2";
-        let rows: Vec<ActionRow> = connection::run!(&self.conns, |conn| sqlx::query_as(ACTIONS)
+        let rows: Vec<ActionRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(ACTIONS)
             .bind(key)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(conn))?;
@@ -154,12 +154,12 @@ impl LeaseStore {
     ///
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
-    /// for action in store.job_actions("billing", 20).await? {
+    /// for action in store.records().job_actions("billing", 20).await? {
     ///     println!("{} {} {} by {}", action.at, action.action, action.target, action.actor);
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn job_actions(&self, job: &str, limit: usize) -> Result<Vec<ActionRecord>> {
+    pub async fn job_actions(self, job: &str, limit: usize) -> Result<Vec<ActionRecord>> {
         validate::job_name(job)?;
         if limit == 0 || limit > MAX_ACTIONS {
             return Err(Error::invalid(
@@ -175,7 +175,7 @@ impl LeaseStore {
              WHERE (scope = 'job' AND /* guard:job_actions.job_name */ name = $1)
                 /* guard:job_actions.key_scope */ OR (scope = 'key' AND name IN (SELECT key FROM leasehold_lease /* guard:job_actions.key_job */ WHERE job_name = $1))
              ORDER BY id DESC LIMIT $2";
-        let rows: Vec<ActionRow> = connection::run!(&self.conns, |conn| sqlx::query_as(JOB_ACTIONS)
+        let rows: Vec<ActionRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(JOB_ACTIONS)
             .bind(job)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(conn))?;

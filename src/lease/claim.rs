@@ -21,7 +21,7 @@ pub enum Claim {
         /// The current row, when visible.
         current: Option<LeaseInfo>,
     },
-    /// The key, or its job, is paused ([`LeaseStore::pause`]): it is not
+    /// The key, or its job, is paused ([`Controls::pause`](crate::store::Controls::pause)): it is not
     /// claimed until resumed. `current` is the row, if the key has one.
     Paused {
         /// The current row, when there is one.
@@ -272,7 +272,7 @@ impl LeaseStore {
     /// snapshot), or paused. With no row at all, a second statement tells a
     /// paused key without a row from a winner committed after the snapshot.
     async fn claim_outcome(&self, key: &str, row: Option<ClaimRow>, due: Due) -> Result<Claim> {
-        if row.is_none() && self.pause_of_key(key).await? {
+        if row.is_none() && self.controls().pause_of_key(key).await? {
             return Ok(Claim::Paused { current: None });
         }
         Ok(claim_outcome(row, due))

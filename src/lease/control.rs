@@ -114,7 +114,7 @@ pub struct Pause {
     pub running: u64,
 }
 
-/// What [`LeaseStore::resume`] did.
+/// What [`Controls::resume`](crate::store::Controls::resume) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Resumed {
@@ -129,7 +129,7 @@ pub enum Resumed {
     NotPaused,
 }
 
-/// What [`LeaseStore::trigger`] did.
+/// What [`Controls::trigger`](crate::store::Controls::trigger) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Triggered {
@@ -166,8 +166,20 @@ impl From<PauseRow> for Pause {
     }
 }
 
-impl LeaseStore {
-    /// Pauses `target` for the whole fleet until [`LeaseStore::resume`]:
+/// Operators' controls on the schedule and on leases, fleet-wide: pause,
+/// resume, trigger, revoke and forget. Got from [`LeaseStore::controls`];
+/// each method is one statement and cancel-safe.
+///
+/// These record nothing: [`Operator`](crate::operator::Operator) runs the
+/// same statements between two audit records, as the CLI and the console
+/// do.
+#[derive(Debug, Clone, Copy)]
+pub struct Controls<'s> {
+    pub(super) store: &'s LeaseStore,
+}
+
+impl Controls<'_> {
+    /// Pauses `target` for the whole fleet until [`Controls::resume`](crate::store::Controls::resume):
     /// no replica claims a paused key, not even for a trigger. A run in
     /// progress finishes, unless `cancel`: then its next renewal reports it
     /// and the runtime cancels it (reason *paused*), gives it its grace
@@ -181,11 +193,11 @@ impl LeaseStore {
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// use leasehold::operator::Target;
-    /// let pause = store.pause(&Target::job("billing"), false, "alice@laptop").await?;
+    /// let pause = store.controls().pause(&Target::job("billing"), false, "alice@laptop").await?;
     /// println!("{} paused: {} keys, {} running (they finish)", pause.target, pause.keys, pause.running);
     /// # Ok(()) }
     /// ```
-    pub async fn pause(&self, target: &Target, cancel: bool, by: &str) -> Result<Pause> {
+    pub async fn pause(self, target: &Target, cancel: bool, by: &str) -> Result<Pause> {
         target.check()?;
         validate::paused_by(by)?;
         // $1 scope, $2 name, $3 cancel, $4 by. The pause takes effect when
@@ -206,7 +218,7 @@ impl LeaseStore {
             pause_covers!(pause = "p", key = "l.key", jobs = "l.job_name"),
             ") AS c"
         );
-        let row: PauseRow = connection::run!(&self.conns, |conn| sqlx::query_as(PAUSE)
+        let row: PauseRow = connection::run!(&self.store.conns, |conn| sqlx::query_as(PAUSE)
             .bind(target.scope())
             .bind(target.name())
             .bind(cancel)
@@ -221,7 +233,7 @@ impl LeaseStore {
     /// cancel) gets its next due time from that run's release. A key also
     /// paused another way (its own name and its job) stays paused until
     /// both are lifted. Cancel-safe.
-    pub async fn resume(&self, target: &Target) -> Result<Resumed> {
+    pub async fn resume(self, target: &Target) -> Result<Resumed> {
         target.check()?;
         // $1 scope, $2 name, $3 the wake-up channel.
         // - `woken`: an overdue key's due time moves to now, so pollers'
@@ -250,7 +262,7 @@ impl LeaseStore {
             SELECT (SELECT count(*) FROM gone) AS resumed,
                    (SELECT count(*) FROM (SELECT pg_notify($3, w.key) FROM woken AS w) AS n) AS woken"
         );
-        let (resumed, woken): (i64, i64) = connection::run!(&self.conns, |conn| sqlx::query_as(RESUME)
+        let (resumed, woken): (i64, i64) = connection::run!(&self.store.conns, |conn| sqlx::query_as(RESUME)
             .bind(target.scope())
             .bind(target.name())
             .bind(WAKE_CHANNEL)
@@ -265,7 +277,7 @@ impl LeaseStore {
     }
 
     /// Every pause in force, keys first, then jobs, by name. Cancel-safe.
-    pub async fn pauses(&self) -> Result<Vec<Pause>> {
+    pub async fn pauses(self) -> Result<Vec<Pause>> {
         const PAUSES: &str = concat!(
             "
             SELECT p.scope, p.name, p.cancel, p.paused_by, p.paused_at, c.keys, c.running
@@ -277,18 +289,20 @@ impl LeaseStore {
             ") AS c
              ORDER BY p.scope DESC, p.name"
         );
-        let rows: Vec<PauseRow> = connection::run!(&self.conns, |conn| sqlx::query_as(PAUSES).fetch_all(conn))?;
+        let rows: Vec<PauseRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(PAUSES).fetch_all(conn))?;
         Ok(rows.into_iter().map(Pause::from).collect())
     }
 
     /// Whether `key` is paused, by its own name or by its row's job.
-    pub(crate) async fn pause_of_key(&self, key: &str) -> Result<bool> {
+    pub(crate) async fn pause_of_key(self, key: &str) -> Result<bool> {
         const PAUSED: &str = concat!(
             "
             SELECT ",
             paused!(key = "$1", jobs = "SELECT job_name FROM leasehold_lease WHERE key = $1")
         );
-        connection::run!(&self.conns, |conn| sqlx::query_scalar(PAUSED).bind(key).fetch_one(conn))
+        connection::run!(&self.store.conns, |conn| sqlx::query_scalar(PAUSED)
+            .bind(key)
+            .fetch_one(conn))
     }
 
     /// Makes `key` due now, for the whole fleet: the first replica that
@@ -303,14 +317,14 @@ impl LeaseStore {
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// use leasehold::operator::Triggered;
-    /// match store.trigger("nightly-reconcile").await? {
+    /// match store.controls().trigger("nightly-reconcile").await? {
     ///     Triggered::Due => println!("it runs now"),
     ///     Triggered::Paused => println!("due, but paused: it runs once resumed"),
     ///     _ => println!("no replica registered that key"),
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn trigger(&self, key: &str) -> Result<Triggered> {
+    pub async fn trigger(self, key: &str) -> Result<Triggered> {
         validate::existing_key(key)?;
         // $1 key, $2 the wake-up channel. The notify rides in the same
         // transaction, so listeners are woken exactly when the new due time
@@ -333,7 +347,7 @@ impl LeaseStore {
             paused!(key = "$1", jobs = "SELECT job_name FROM due"),
             " AS paused"
         );
-        let (found, paused): (i64, bool) = connection::run!(&self.conns, |conn| sqlx::query_as(TRIGGER)
+        let (found, paused): (i64, bool) = connection::run!(&self.store.conns, |conn| sqlx::query_as(TRIGGER)
             .bind(key)
             .bind(WAKE_CHANNEL)
             .fetch_one(conn))?;

@@ -78,7 +78,7 @@ impl LeaseStore {
     }
 
     /// Fault: an operator deletes the lease row of `key` by hand (not
-    /// [`LeaseStore::forget`], which refuses a live lease). `true` if there
+    /// [`Controls::forget`](crate::store::Controls::forget), which refuses a live lease). `true` if there
     /// was a row.
     #[doc(hidden)]
     pub async fn delete_row_for_test(&self, key: &str) -> Result<bool> {

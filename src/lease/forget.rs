@@ -1,11 +1,11 @@
 //! Forgetting a key: its row and history deleted, unless its lease is held.
 
-use super::{LeaseInfo, LeaseRow, LeaseStore};
+use super::{Controls, LeaseInfo, LeaseRow};
 use crate::connection;
 use crate::error::Result;
 use crate::validate;
 
-/// What [`LeaseStore::forget`] did.
+/// What [`Controls::forget`](crate::store::Controls::forget) did.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Forgotten {
@@ -29,26 +29,26 @@ struct ForgetRow {
     row: LeaseRow,
 }
 
-impl LeaseStore {
+impl Controls<'_> {
     /// Deletes the row of `key` — its schedule and last holder — unless
     /// its lease is held right now. For keys no replica registers any more
     /// (a removed tenant); a runtime that still registers the key creates
     /// the row again. Fences stay monotonic across forget and re-add: they
     /// come from the sequence, not from the row.
     ///
-    /// Cancel-safe as described on [`LeaseStore`].
+    /// Cancel-safe as described on [`LeaseStore`](super::LeaseStore).
     ///
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// use leasehold::operator::Forgotten;
-    /// match store.forget("reconcile:tenant-42").await? {
+    /// match store.controls().forget("reconcile:tenant-42").await? {
     ///     Forgotten::Deleted | Forgotten::NotFound => {}
     ///     Forgotten::Held(info) => eprintln!("held by {} for {:?}; stop it first", info.holder, info.remaining()),
     ///     _ => {}
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn forget(&self, key: &str) -> Result<Forgotten> {
+    pub async fn forget(self, key: &str) -> Result<Forgotten> {
         validate::existing_key(key)?;
         // $1 key. The expiry clause is the whole safety of this statement:
         // deleting a live lease would let another replica claim it while its
@@ -67,7 +67,7 @@ impl LeaseStore {
             UNION ALL
             SELECT false, l.*, clock_timestamp() FROM leasehold_lease AS l
              WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM gone)";
-        let row: Option<ForgetRow> = connection::run!(&self.conns, |conn| sqlx::query_as(FORGET)
+        let row: Option<ForgetRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(FORGET)
             .bind(key)
             .fetch_optional(conn))?;
         Ok(match row {
@@ -80,7 +80,7 @@ impl LeaseStore {
                     // Free on the statement's snapshot, yet not deleted: a
                     // claim committed before the DELETE reached the row, and
                     // its re-check saw the new tenure. Read that tenure.
-                    match self.get(key).await? {
+                    match self.store.get(key).await? {
                         Some(now) => Forgotten::Held(now),
                         None => Forgotten::NotFound,
                     }

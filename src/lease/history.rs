@@ -52,7 +52,7 @@ pub struct RunRecord {
     pub error: Option<String>,
     /// The run belongs to an earlier life of its key: it started before
     /// the key (of a job kind) was last removed, or before it was added
-    /// again ([`LeaseStore::remove_key`], [`LeaseStore::add_keys`]). Its
+    /// again ([`Keys::remove`](crate::store::Keys::remove), [`Keys::add`](crate::store::Keys::add)). Its
     /// arguments, schedule and version were those of that life.
     pub earlier_life: bool,
 }
@@ -74,9 +74,9 @@ pub struct KeyStatus {
     /// Whether the key is paused, by its own name or by its job.
     pub paused: bool,
     /// The key was a key of a job kind, and was removed
-    /// ([`LeaseStore::remove_key`]) and not added again: no replica runs
+    /// ([`Keys::remove`](crate::store::Keys::remove)) and not added again: no replica runs
     /// it. Its lease row and history stay (fences and run numbers go on if
-    /// it is added again) until [`LeaseStore::forget`] drops them.
+    /// it is added again) until [`Controls::forget`](crate::store::Controls::forget) drops them.
     pub removed: bool,
     /// The latest recorded run.
     pub last: Option<RunRecord>,
@@ -203,7 +203,7 @@ fn assemble(keys: Vec<StatusRow>, latest: Vec<Latest>) -> Vec<KeyStatus> {
         .collect()
 }
 
-/// Most keys one [`LeaseStore::list_page`] call returns.
+/// Most keys one [`Records::list_page`](crate::store::Records::list_page) call returns.
 pub(super) const MAX_PAGE: usize = 10_000;
 
 /// A key's state as operators read it.
@@ -282,7 +282,7 @@ impl KeyStatus {
     }
 }
 
-/// Which keys [`LeaseStore::list_page`] returns: built with
+/// Which keys [`Records::list_page`](crate::store::Records::list_page) returns: built with
 /// [`KeyFilter::new`] and its setters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -297,7 +297,7 @@ pub struct KeyFilter {
     pub after: Option<String>,
     /// At most this many keys (1 to 10,000).
     pub limit: usize,
-    /// Only this key (`LeaseStore::status`).
+    /// Only this key (`Records::status`).
     only: Option<String>,
 }
 
@@ -351,7 +351,7 @@ impl KeyFilter {
     }
 }
 
-/// One page of [`LeaseStore::list_page`].
+/// One page of [`Records::list_page`](crate::store::Records::list_page).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct KeyPage {
@@ -362,7 +362,15 @@ pub struct KeyPage {
     pub next: Option<String>,
 }
 
-impl LeaseStore {
+/// What ran and who did what: each key's run history, the per-key overview
+/// operators list, and the audit trail of operators' actions. Got from
+/// [`LeaseStore::records`]; each method is one statement and cancel-safe.
+#[derive(Debug, Clone, Copy)]
+pub struct Records<'s> {
+    pub(super) store: &'s LeaseStore,
+}
+
+impl Records<'_> {
     /// The recorded runs of `key`, newest first, at most `limit` (1 to
     /// 10,000). The ring keeps the last runs of each key (100 by default,
     /// [`RuntimeBuilder::history`](crate::RuntimeBuilder::history)); a run
@@ -371,13 +379,13 @@ impl LeaseStore {
     ///
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
-    /// for run in store.history("nightly-reconcile", 10).await? {
+    /// for run in store.records().history("nightly-reconcile", 10).await? {
     ///     println!("{} fence {} {} in {:?} {}", run.started_at, run.fence, run.outcome,
     ///              run.duration(), run.error.unwrap_or_default());
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn history(&self, key: &str, limit: usize) -> Result<Vec<RunRecord>> {
+    pub async fn history(self, key: &str, limit: usize) -> Result<Vec<RunRecord>> {
         validate::existing_key(key)?;
         if limit == 0 || limit > MAX_HISTORY {
             return Err(Error::invalid(
@@ -393,7 +401,7 @@ impl LeaseStore {
             earlier_life!(run = "run"),
             " AS earlier_life FROM leasehold_run AS run WHERE run.key = $1 ORDER BY run.run_no DESC LIMIT $2"
         );
-        let rows: Vec<RunRow> = connection::run!(&self.conns, |conn| sqlx::query_as(HISTORY)
+        let rows: Vec<RunRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(HISTORY)
             .bind(key)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(conn))?;
@@ -403,14 +411,14 @@ impl LeaseStore {
     /// Every key whose name starts with `prefix` (taken literally; all keys
     /// for `""`), by key: its lease row, whether it is paused, and its
     /// latest run, success and error. Two statements; cancel-safe.
-    pub async fn list(&self, prefix: &str) -> Result<Vec<KeyStatus>> {
+    pub async fn list(self, prefix: &str) -> Result<Vec<KeyStatus>> {
         let keys = self.key_rows(&KeyFilter::new().prefix(prefix), None).await?;
         self.with_latest(keys).await
     }
 
     /// One key as [`list`](Self::list) reads it (lease row, paused, latest
     /// runs), or `None` if it has no lease row. Two statements; cancel-safe.
-    pub async fn status(&self, key: &str) -> Result<Option<KeyStatus>> {
+    pub async fn status(self, key: &str) -> Result<Option<KeyStatus>> {
         validate::existing_key(key)?;
         let mut filter = KeyFilter::new().limit(1);
         filter.only = Some(key.to_owned());
@@ -426,14 +434,14 @@ impl LeaseStore {
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// use leasehold::store::{KeyFilter, KeyState};
-    /// let page = store.list_page(&KeyFilter::new().prefix("tenant-").state(KeyState::Held).limit(50)).await?;
+    /// let page = store.records().list_page(&KeyFilter::new().prefix("tenant-").state(KeyState::Held).limit(50)).await?;
     /// for key in &page.keys {
     ///     println!("{} held by {} (fence {})", key.lease.key, key.lease.holder, key.lease.fence);
     /// }
     /// if let Some(after) = page.next { println!("more after {after}"); }
     /// # Ok(()) }
     /// ```
-    pub async fn list_page(&self, filter: &KeyFilter) -> Result<KeyPage> {
+    pub async fn list_page(self, filter: &KeyFilter) -> Result<KeyPage> {
         if filter.limit == 0 || filter.limit > MAX_PAGE {
             return Err(Error::invalid(
                 "page limit",
@@ -456,7 +464,7 @@ impl LeaseStore {
 
     /// The lease rows `filter` selects, by key, at most `limit` (`None`:
     /// all), with whether each is paused.
-    async fn key_rows(&self, filter: &KeyFilter, limit: Option<usize>) -> Result<Vec<StatusRow>> {
+    async fn key_rows(self, filter: &KeyFilter, limit: Option<usize>) -> Result<Vec<StatusRow>> {
         // $1 prefix, $2 job or NULL, $3 the last key of the previous page
         // or NULL, $4 state, $5 limit or NULL (none), $6 the only key
         // wanted or NULL. `paused` is the claims' own rule (invariant 8);
@@ -495,7 +503,7 @@ impl LeaseStore {
              ORDER BY s.key
              LIMIT $5"
         );
-        connection::run!(&self.conns, |conn| sqlx::query_as(KEYS)
+        connection::run!(&self.store.conns, |conn| sqlx::query_as(KEYS)
             .bind(&filter.prefix)
             .bind(filter.job.as_deref())
             .bind(filter.after.as_deref())
@@ -506,7 +514,7 @@ impl LeaseStore {
     }
 
     /// `keys` with their latest run, success and error.
-    async fn with_latest(&self, keys: Vec<StatusRow>) -> Result<Vec<KeyStatus>> {
+    async fn with_latest(self, keys: Vec<StatusRow>) -> Result<Vec<KeyStatus>> {
         // $1 the keys. Each key's ring holds a bounded number of rows, so
         // this reads at most (keys x ring length) rows.
         // `earlier_life`: `life_rule.rs`.
@@ -529,8 +537,9 @@ impl LeaseStore {
             return Ok(Vec::new());
         }
         let names: Vec<&str> = keys.iter().map(|k| k.row.key.as_str()).collect();
-        let latest: Vec<Latest> =
-            connection::run!(&self.conns, |conn| sqlx::query_as(LATEST).bind(&names).fetch_all(conn))?;
+        let latest: Vec<Latest> = connection::run!(&self.store.conns, |conn| sqlx::query_as(LATEST)
+            .bind(&names)
+            .fetch_all(conn))?;
         Ok(assemble(keys, latest))
     }
 }

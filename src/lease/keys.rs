@@ -117,8 +117,8 @@ impl NewKey {
     /// going at it is cancelled (reason `timeout`), dropped after the
     /// kind's grace, and the key runs again at its next slot. Without it,
     /// the kind's limit applies (none by default). `100ms` to `168h`,
-    /// checked by [`add_keys`](LeaseStore::add_keys) and
-    /// [`update_key`](LeaseStore::update_key).
+    /// checked by [`Keys::add`](crate::store::Keys::add) and
+    /// [`Keys::update`](crate::store::Keys::update).
     ///
     /// ```
     /// use std::time::Duration;
@@ -224,7 +224,7 @@ fn nul_path(value: &serde_json::Value, path: &mut String) -> Option<String> {
     }
 }
 
-/// A stored key of a job kind, as [`LeaseStore::stored_key`] reads it.
+/// A stored key of a job kind, as [`Keys::get`](crate::store::Keys::get) reads it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct StoredKey {
@@ -269,7 +269,7 @@ impl StoredKey {
     }
 }
 
-/// One kind that keys or replicas named, as [`LeaseStore::kinds`] reads it.
+/// One kind that keys or replicas named, as [`Keys::kinds`](crate::store::Keys::kinds) reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct KindStatus {
@@ -349,14 +349,28 @@ impl KeyStatusRow {
     }
 }
 
-/// Most keys one [`LeaseStore::stored_keys`] or
-/// [`LeaseStore::keys_not_run`] call reads.
+/// The keys of job kinds and the kinds, in the database: add, update,
+/// remove and read them. Every replica that registers a kind runs its keys;
+/// a change reaches them at once (by notification) or at their next poll.
+/// Got from [`LeaseStore::keys`]; each method is one statement, cancel-safe
+/// as described on [`LeaseStore`].
+///
+/// These record nothing: [`Operator`](crate::operator::Operator)'s
+/// `add_keys`, `update_key` and `remove_key` run the same statements
+/// between two audit records.
+#[derive(Debug, Clone, Copy)]
+pub struct Keys<'s> {
+    pub(super) store: &'s LeaseStore,
+}
+
+/// Most keys one [`Keys::get_many`](crate::store::Keys::get_many) or
+/// [`Keys::not_run`](crate::store::Keys::not_run) call reads.
 const MAX_STORED_KEYS: usize = 1000;
 
-impl LeaseStore {
+impl Keys<'_> {
     /// Adds the keys that do not exist yet, in **one** statement whatever
     /// their number; returns how many it added. An existing key keeps its
-    /// arguments and schedule (use [`update_key`](Self::update_key)). Every
+    /// arguments and schedule (use [`update_key`](Self::update)). Every
     /// replica that registers a kind of the added keys syncs at once (by
     /// notification) or at its next poll, and runs them.
     ///
@@ -370,10 +384,10 @@ impl LeaseStore {
     /// let keys = (0..10_000)
     ///     .map(|t| NewKey::new("invoice", &format!("invoice:{t}"), &t, schedule.clone()))
     ///     .collect::<leasehold::Result<Vec<_>>>()?;
-    /// let added = store.add_keys(&keys).await?;
+    /// let added = store.keys().add(&keys).await?;
     /// # Ok(()) }
     /// ```
-    pub async fn add_keys(&self, keys: &[NewKey]) -> Result<u64> {
+    pub async fn add(self, keys: &[NewKey]) -> Result<u64> {
         let mut sorted: Vec<&NewKey> = keys.iter().collect();
         // One order for every writer: concurrent batches of overlapping
         // keys wait for each other instead of deadlocking.
@@ -400,7 +414,7 @@ impl LeaseStore {
         // A key added again starts on its new schedule: its first slot
         // after now, by the server clock (as a replica's registration and a
         // schedule change compute it).
-        let server_now = self.server_now().await?;
+        let server_now = self.store.server_now().await?;
         let firsts: Vec<DateTime<Utc>> = sorted.iter().map(|k| first_due(&k.schedule, server_now)).collect();
         // $1..$5 the keys' columns, $6 the kinds' channel, $7 each key's
         // first slot, $8 each key's own time limit (seconds, NULL: none).
@@ -447,7 +461,7 @@ impl LeaseStore {
             )
             SELECT coalesce((SELECT sum(n) FROM counted), 0)::bigint + 0 * (SELECT n FROM notified)
                    + 0 * (SELECT count(*) FROM new_life)";
-        let added: i64 = connection::run!(&self.conns, |conn| sqlx::query_scalar(ADD_KEYS)
+        let added: i64 = connection::run!(&self.store.conns, |conn| sqlx::query_scalar(ADD_KEYS)
             .bind(&names)
             .bind(&kinds)
             .bind(&args)
@@ -467,7 +481,7 @@ impl LeaseStore {
     /// whichever replica claims it; a run in progress keeps the arguments it
     /// started with ([`FenceGuard::args_version`](crate::FenceGuard::args_version)
     /// tells which). Cancel-safe as described on [`LeaseStore`].
-    pub async fn update_key(&self, key: &NewKey) -> Result<Option<i64>> {
+    pub async fn update(self, key: &NewKey) -> Result<Option<i64>> {
         let timeout = key.timeout_secs()?;
         // $1 key, $2 kind, $3 args, $4 schedule, $5 catch-up, $6 channel,
         // $7 time limit (seconds, NULL: the kind's).
@@ -489,7 +503,7 @@ impl LeaseStore {
                 SELECT count(*) AS n FROM (SELECT pg_notify($6, kind) FROM bumped) AS s
             )
             SELECT u.version FROM updated AS u, notified";
-        connection::run!(&self.conns, |conn| sqlx::query_scalar(UPDATE_KEY)
+        connection::run!(&self.store.conns, |conn| sqlx::query_scalar(UPDATE_KEY)
             .bind(&key.key)
             .bind(&key.kind)
             .bind(&key.args)
@@ -504,9 +518,9 @@ impl LeaseStore {
     /// existed. Every replica running the kind stops it at once (by
     /// notification) or within one poll interval: a run in progress is
     /// cancelled (reason *removed*), given its grace, and released. Its
-    /// lease row and history stay until [`forget`](Self::forget).
+    /// lease row and history stay until [`forget`](crate::store::Controls::forget).
     /// Cancel-safe as described on [`LeaseStore`].
-    pub async fn remove_key(&self, kind: &str, key: &str) -> Result<bool> {
+    pub async fn remove(self, kind: &str, key: &str) -> Result<bool> {
         validate::job_name(kind)?;
         validate::key(key)?;
         // $1 key, $2 kind, $3 channel. `kind = $2`: never deletes a key of
@@ -534,7 +548,7 @@ impl LeaseStore {
                 SELECT count(*) AS n FROM (SELECT pg_notify($3, kind) FROM bumped) AS s
             )
             SELECT g.kind FROM gone AS g, notified WHERE EXISTS (SELECT 1 FROM life)";
-        let gone: Option<String> = connection::run!(&self.conns, |conn| sqlx::query_scalar(REMOVE_KEY)
+        let gone: Option<String> = connection::run!(&self.store.conns, |conn| sqlx::query_scalar(REMOVE_KEY)
             .bind(key)
             .bind(kind)
             .bind(KIND_CHANNEL)
@@ -544,8 +558,8 @@ impl LeaseStore {
 
     /// The stored key `key`, if it is a key of a job kind.
     /// Cancel-safe as described on [`LeaseStore`].
-    pub async fn stored_key(&self, key: &str) -> Result<Option<StoredKey>> {
-        Ok(self.stored_keys(&[key]).await?.pop())
+    pub async fn get(self, key: &str) -> Result<Option<StoredKey>> {
+        Ok(self.get_many(&[key]).await?.pop())
     }
 
     /// Those of `keys` (at most 1,000) that are keys of job kinds, by key,
@@ -555,14 +569,14 @@ impl LeaseStore {
     ///
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
-    /// for key in store.stored_keys(&["invoice:acme", "invoice:globex"]).await? {
+    /// for key in store.keys().get_many(&["invoice:acme", "invoice:globex"]).await? {
     ///     if let Some(problem) = key.problem() {
     ///         println!("{}: {problem}", key.key);
     ///     }
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn stored_keys(&self, keys: &[&str]) -> Result<Vec<StoredKey>> {
+    pub async fn get_many(self, keys: &[&str]) -> Result<Vec<StoredKey>> {
         if keys.len() > MAX_STORED_KEYS {
             return Err(Error::invalid(
                 "stored keys asked for",
@@ -580,7 +594,7 @@ impl LeaseStore {
                    k.updated_at, coalesce(c.seen_until > clock_timestamp(), false) AS kind_live
               FROM leasehold_key AS k LEFT JOIN leasehold_kind AS c ON c.kind = k.kind
              WHERE k.key = ANY($1) ORDER BY k.key";
-        let rows: Vec<KeyStatusRow> = connection::run!(&self.conns, |conn| sqlx::query_as(STORED_KEYS)
+        let rows: Vec<KeyStatusRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(STORED_KEYS)
             .bind(keys)
             .fetch_all(conn))?;
         Ok(rows.into_iter().map(KeyStatusRow::into_stored).collect())
@@ -594,12 +608,12 @@ impl LeaseStore {
     ///
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
-    /// for key in store.keys_not_run(100).await? {
+    /// for key in store.keys().not_run(100).await? {
     ///     println!("{} ({}): {}", key.key, key.kind, key.problem().unwrap_or_default());
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn keys_not_run(&self, limit: usize) -> Result<Vec<StoredKey>> {
+    pub async fn not_run(self, limit: usize) -> Result<Vec<StoredKey>> {
         if limit == 0 || limit > MAX_STORED_KEYS {
             return Err(Error::invalid(
                 "keys_not_run limit",
@@ -616,7 +630,7 @@ impl LeaseStore {
             ) AS s
              WHERE s.args_error IS NOT NULL OR NOT s.kind_live
              ORDER BY s.key LIMIT $1";
-        let rows: Vec<KeyStatusRow> = connection::run!(&self.conns, |conn| sqlx::query_as(KEYS_NOT_RUN)
+        let rows: Vec<KeyStatusRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(KEYS_NOT_RUN)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(conn))?;
         Ok(rows.into_iter().map(KeyStatusRow::into_stored).collect())
@@ -625,7 +639,7 @@ impl LeaseStore {
     /// Every kind that keys or replicas named, by name: its keys, whether a
     /// live replica registers it, and its keys with unreadable arguments.
     /// Cancel-safe as described on [`LeaseStore`].
-    pub async fn kinds(&self) -> Result<Vec<KindStatus>> {
+    pub async fn kinds(self) -> Result<Vec<KindStatus>> {
         // A kind is live while the vouch of its latest replica lasts.
         const KINDS: &str = "
             SELECT c.kind, c.keys, coalesce(c.seen_until > clock_timestamp(), false) AS live,
@@ -633,7 +647,7 @@ impl LeaseStore {
                      WHERE k.kind = c.kind AND k.args_error IS NOT NULL) AS bad_args
               FROM leasehold_kind AS c ORDER BY c.kind";
         let rows: Vec<(String, i64, bool, i64)> =
-            connection::run!(&self.conns, |conn| sqlx::query_as(KINDS).fetch_all(conn))?;
+            connection::run!(&self.store.conns, |conn| sqlx::query_as(KINDS).fetch_all(conn))?;
         Ok(rows
             .into_iter()
             .map(|(kind, keys, live, bad_args)| KindStatus {
@@ -646,10 +660,10 @@ impl LeaseStore {
     }
 
     /// Every key of `kind`, as a replica reloads them.
-    pub(crate) async fn keys_of_kind(&self, kind: &str) -> Result<Vec<KeyRow>> {
+    pub(crate) async fn of_kind(self, kind: &str) -> Result<Vec<KeyRow>> {
         const KEYS_OF_KIND: &str = "
             SELECT key, args::text AS args, schedule, catch_up, timeout_secs, version FROM leasehold_key WHERE kind = $1";
-        connection::run!(&self.conns, |conn| sqlx::query_as(KEYS_OF_KIND)
+        connection::run!(&self.store.conns, |conn| sqlx::query_as(KEYS_OF_KIND)
             .bind(kind)
             .fetch_all(conn))
     }
@@ -658,7 +672,7 @@ impl LeaseStore {
     /// `first`: its lease row is due then, if that is sooner than the due
     /// time it has, or if the row waits for a slot of the old schedule that
     /// is not due yet. Whether it moved.
-    pub(crate) async fn reschedule(&self, key: &str, first: DateTime<Utc>) -> Result<bool> {
+    pub(crate) async fn reschedule(self, key: &str, first: DateTime<Utc>) -> Result<bool> {
         // Either arm moves the row:
         // - a row waiting for a scheduled slot not due yet (the slot its
         //   release or registration filed: `slot_at = next_due_at`, in the
@@ -678,7 +692,7 @@ impl LeaseStore {
                AND ((/* guard:reschedule.not_due */ next_due_at > clock_timestamp()
                      /* guard:reschedule.not_retry */ AND slot_at = next_due_at)
                     /* guard:reschedule.due */ OR next_due_at IS NULL OR next_due_at > $2)";
-        let done = connection::run!(&self.conns, |conn| sqlx::query(RESCHEDULE)
+        let done = connection::run!(&self.store.conns, |conn| sqlx::query(RESCHEDULE)
             .bind(key)
             .bind(first)
             .execute(conn))?;
@@ -687,7 +701,7 @@ impl LeaseStore {
 
     /// Records that version `version` of `key` cannot be run (`problem`);
     /// a newer version is left alone. Whether it wrote.
-    pub(crate) async fn report_args_error(&self, key: &str, version: i64, problem: &str) -> Result<bool> {
+    pub(crate) async fn report_args_error(self, key: &str, version: i64, problem: &str) -> Result<bool> {
         // `version = $2`: a report is about the version read (an update
         // meanwhile cleared the error and must stay clear).
         // The problem quotes what the job's deserializer read: it may hold a NUL.
@@ -695,25 +709,26 @@ impl LeaseStore {
         const REPORT: &str = "
             UPDATE leasehold_key SET args_error = $3
              WHERE key = $1 /* guard:report_args.version */ AND version = $2 AND args_error IS DISTINCT FROM $3";
-        let done = connection::run!(&self.conns, |conn| sqlx::query(REPORT)
+        let done = connection::run!(&self.store.conns, |conn| sqlx::query(REPORT)
             .bind(key)
             .bind(version)
             .bind(&problem)
             .execute(conn))?;
         Ok(done.rows_affected() > 0)
     }
+}
 
+#[cfg(feature = "test-util")]
+impl LeaseStore {
     /// `report_args_error`, for the scenario
     /// test of its version clause: a report about an old version.
-    #[cfg(feature = "test-util")]
     pub async fn report_args_error_for_test(&self, key: &str, version: i64, problem: &str) -> Result<bool> {
-        self.report_args_error(key, version, problem).await
+        self.keys().report_args_error(key, version, problem).await
     }
 
     /// The count of stored keys of kinds no live replica runs, as a
     /// replica registering `kinds` reads it at a poll (for the scenario
     /// test of its own kinds' clause).
-    #[cfg(feature = "test-util")]
     pub async fn unknown_kind_keys_for_test(&self, kinds: &[&str]) -> Result<i64> {
         let now = self.server_now().await?;
         Ok(self
@@ -725,13 +740,13 @@ impl LeaseStore {
 
     /// Every statement a replica's sync and a kind's run send, in turn, for
     /// the cancel-safety sweep (they are not public on their own).
-    #[cfg(feature = "test-util")]
     pub async fn kind_statements_for_test(&self, kind: &str, key: &str) -> Result<()> {
         self.due_since(self.server_now().await?, 1, &[kind], std::time::Duration::from_secs(60))
             .await?;
-        self.keys_of_kind(kind).await?;
+        let keys = self.keys();
+        keys.of_kind(kind).await?;
         let later = self.server_now().await? + chrono::TimeDelta::hours(1);
-        self.reschedule(key, later).await?;
-        self.report_args_error(key, 1, "swept").await.map(drop)
+        keys.reschedule(key, later).await?;
+        keys.report_args_error(key, 1, "swept").await.map(drop)
     }
 }

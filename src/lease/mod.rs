@@ -85,15 +85,15 @@ pub(crate) use audit::validate_actor;
 pub(crate) use batch::{Candidate, Claimed, ClaimedRun, Finish, Polled, Registered, Released, Sighting};
 pub(crate) use claim::ClaimRow;
 pub use claim::{Claim, Due};
-pub use control::{Pause, Resumed, Target, Triggered};
+pub use control::{Controls, Pause, Resumed, Target, Triggered};
 #[cfg(feature = "test-util")]
 pub use faults::LockedRow;
 pub use fleet::{Fleet, HolderSeen};
 pub use forget::Forgotten;
-pub use history::{KeyFilter, KeyPage, KeyState, KeyStatus, RunRecord};
+pub use history::{KeyFilter, KeyPage, KeyState, KeyStatus, Records, RunRecord};
 pub(crate) use history::{RunReport, storable_text};
 pub(crate) use keys::{KIND_CHANNEL, KeyRow, KindGenerations, StoredArgs};
-pub use keys::{KindStatus, MAX_ARGS_BYTES, NewKey, StoredKey};
+pub use keys::{Keys, KindStatus, MAX_ARGS_BYTES, NewKey, StoredKey};
 pub(crate) use listen::{SESSION_MARK, WAKE_CHANNEL, is_pooler_refusal};
 pub(crate) use liveness::{CONFIRM_EVERY, GRACE, Registration, SESSION_HORIZON};
 pub(crate) use release::NextDue;
@@ -269,6 +269,21 @@ impl LeaseStore {
         connection::run!(&self.conns, |conn| sqlx::query_scalar(LIVE_KEYS_OF)
             .bind(holder)
             .fetch_all(conn))
+    }
+
+    /// The keys of job kinds and the kinds ([`Keys`]).
+    pub fn keys(&self) -> Keys<'_> {
+        Keys { store: self }
+    }
+
+    /// Pause, resume, trigger, revoke, forget ([`Controls`]).
+    pub fn controls(&self) -> Controls<'_> {
+        Controls { store: self }
+    }
+
+    /// Run history, the per-key overview and the audit trail ([`Records`]).
+    pub fn records(&self) -> Records<'_> {
+        Records { store: self }
     }
 
     /// Reads the row of `key` as the server sees it now, or `None` if the key

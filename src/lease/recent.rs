@@ -4,14 +4,14 @@
 
 use chrono::{DateTime, Utc};
 
-use super::LeaseStore;
+use super::Records;
 use super::RunRecord;
 use super::history::{MAX_HISTORY, MAX_PAGE, RunRow};
 use crate::connection;
 use crate::error::{Error, Result};
 use crate::validate;
 
-impl LeaseStore {
+impl Records<'_> {
     /// The latest runs of each of `keys` (at most 10,000 keys), newest
     /// first per key, at most `per_key` of each (1 to 10,000) and, with
     /// `since`, only runs that ended at or after it (a server time): what
@@ -22,7 +22,7 @@ impl LeaseStore {
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// let hour_ago = store.server_now().await? - chrono::TimeDelta::hours(1);
-    /// for run in store.recent_runs(&["billing:acme", "billing:zeta"], Some(hour_ago), 10).await? {
+    /// for run in store.records().recent_runs(&["billing:acme", "billing:zeta"], Some(hour_ago), 10).await? {
     ///     println!("{} run {} fence {}: {}", run.key, run.run_no, run.fence, run.outcome);
     /// }
     /// # Ok(()) }
@@ -71,7 +71,7 @@ impl LeaseStore {
                     ORDER BY run.run_no DESC LIMIT $3) AS r
              ORDER BY k.at, r.run_no DESC"
         );
-        let rows: Vec<RunRow> = connection::run!(&self.conns, |conn| sqlx::query_as(RECENT)
+        let rows: Vec<RunRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(RECENT)
             .bind(keys)
             .bind(since)
             .bind(i64::try_from(per_key).unwrap_or(i64::MAX))

@@ -18,12 +18,12 @@
 
 use sqlx::FromRow;
 
-use super::{LeaseInfo, LeaseRow, LeaseStore};
+use super::{Controls, LeaseInfo, LeaseRow};
 use crate::connection;
 use crate::error::Result;
 use crate::validate;
 
-/// Whether [`LeaseStore::revoke`] may end a tenure that is live.
+/// Whether [`Controls::revoke`](crate::store::Controls::revoke) may end a tenure that is live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Revoke {
@@ -35,7 +35,7 @@ pub enum Revoke {
     Force,
 }
 
-/// The answer to [`LeaseStore::revoke`].
+/// The answer to [`Controls::revoke`](crate::store::Controls::revoke).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Revoked {
@@ -62,7 +62,7 @@ struct RevokeRow {
     row: LeaseRow,
 }
 
-impl LeaseStore {
+impl Controls<'_> {
     /// Ends the current tenure of `key` and raises the fence of `key`, and
     /// of each of `resources`, to a fresh fence — an operator's
     /// `leasehold revoke`. See [`Revoke`] for when a held lease is
@@ -72,20 +72,20 @@ impl LeaseStore {
     /// The schedule is untouched: a due job is claimed again at once, by
     /// any replica, with a fence above the new one.
     ///
-    /// Cancel-safe as described on [`LeaseStore`]: one statement, which
+    /// Cancel-safe as described on [`LeaseStore`](super::LeaseStore): one statement, which
     /// either committed or did not.
     ///
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
     /// use leasehold::operator::{Revoke, Revoked};
-    /// match store.revoke("billing", Revoke::IfFree, &["ledger"]).await? {
+    /// match store.controls().revoke("billing", Revoke::IfFree, &["ledger"]).await? {
     ///     Revoked::Ended { previous, fence } => println!("{} fenced out; new fence {fence}", previous.holder),
     ///     Revoked::Held(info) => println!("held by {}: pass Revoke::Force", info.holder),
     ///     _ => println!("no such key"),
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn revoke(&self, key: &str, revoke: Revoke, resources: &[&str]) -> Result<Revoked> {
+    pub async fn revoke(self, key: &str, revoke: Revoke, resources: &[&str]) -> Result<Revoked> {
         validate::existing_key(key)?;
         let mut raise = vec![key];
         for &resource in resources {
@@ -128,7 +128,7 @@ impl LeaseStore {
             )
             SELECT (SELECT fence FROM ended) AS new_fence, old.* FROM old";
         let force = revoke == Revoke::Force;
-        let row: Option<RevokeRow> = connection::run!(&self.conns, |conn| sqlx::query_as(REVOKE)
+        let row: Option<RevokeRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(REVOKE)
             .bind(key)
             .bind(force)
             .bind(&raise)

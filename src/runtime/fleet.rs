@@ -16,7 +16,7 @@
 //!   time); its lease row, if it waits for a slot not due yet, is due at
 //!   the new schedule's first slot after that instant instead — sooner or
 //!   later —, and a due slot or trigger only ever sooner
-//!   (`LeaseStore::reschedule`); a run in progress files, at its release,
+//!   (`Keys::reschedule`); a run in progress files, at its release,
 //!   the new schedule's first slot after the change (`supervise::next_due`),
 //!   so no slot of the new schedule is skipped and none of the old one is
 //!   kept;
@@ -230,7 +230,7 @@ impl FleetSync {
             if loaded.generation == Some(generation) {
                 continue;
             }
-            let rows = shared.store.keys_of_kind(&loaded.kind.name).await?;
+            let rows = shared.store.keys().of_kind(&loaded.kind.name).await?;
             loaded.apply(shared, rows).await?;
             loaded.generation = Some(generation);
         }
@@ -308,7 +308,7 @@ impl Loaded {
                     let first = first_due(&own.schedule, changed_at);
                     let job = self.kind.entry(&key, own, Some(changed_at));
                     shared.registry().replace(Arc::new(job));
-                    if shared.store.reschedule(&key, first).await? {
+                    if shared.store.keys().reschedule(&key, first).await? {
                         shared.wake_key(&key);
                     }
                 }
@@ -355,9 +355,9 @@ impl Loaded {
         // characters: shown escaped.
         tracing::error!(key = %crate::validate::shown(key), kind = %self.kind.name, version,
             problem = %crate::validate::shown(problem),
-            "stored key not run: fix it with `leasehold update` (or LeaseStore::update_key)");
+            "stored key not run: fix it with `leasehold update` (or Keys::update)");
         self.bad.insert(key.clone(), version);
-        if let Err(error) = shared.store.report_args_error(key, version, problem).await {
+        if let Err(error) = shared.store.keys().report_args_error(key, version, problem).await {
             tracing::warn!(key = %key, %error, "could not record the key's problem on its row");
         }
     }

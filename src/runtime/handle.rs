@@ -323,7 +323,7 @@ impl Runtime {
     /// Unregisters `key` on this replica. A run of it in progress here is
     /// cancelled (reason *removed*), given its grace period, and released;
     /// this returns once that is done. The key's row stays (other replicas
-    /// may still run it); delete it with [`LeaseStore::forget`](crate::store::LeaseStore::forget)
+    /// may still run it); delete it with [`Controls::forget`](crate::store::Controls::forget)
     /// (`leasehold forget KEY`) once no replica registers it. Added back
     /// later with [`Runtime::add`], a key no replica ran meanwhile is first
     /// due at its next slot.
@@ -345,8 +345,8 @@ impl Runtime {
     }
 
     /// The lease store this runtime's statements run on: for the keys of
-    /// job kinds ([`LeaseStore::add_keys`], [`LeaseStore::update_key`],
-    /// [`LeaseStore::remove_key`]) and everything else a store does.
+    /// job kinds ([`Keys::add`](crate::store::Keys::add), [`Keys::update`](crate::store::Keys::update),
+    /// [`Keys::remove`](crate::store::Keys::remove)) and everything else a store does.
     pub fn store(&self) -> &LeaseStore {
         &self.shared().store
     }

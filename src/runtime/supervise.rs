@@ -379,7 +379,7 @@ fn after_change(
 /// The next due time to file the key at, once its release answered.
 /// Usually `next` as the release sent it. But a schedule change the sync
 /// applied after [`next_due`] read the registry (`basis`) may have moved
-/// the row (`LeaseStore::reschedule`) before the release landed and
+/// the row (`Keys::reschedule`) before the release landed and
 /// overwrote it with a slot of the old schedule: then the release's next
 /// due time is decided again from the new entry and written the way the
 /// sync writes it (only to a pending slot not due yet, or sooner), and the
@@ -406,7 +406,7 @@ async fn refile_if_changed(
         return next;
     };
     let limit = RELEASE_TIMEOUT.min(job.settings.lease);
-    match tokio::time::timeout(limit, shared.store.reschedule(&job.key, again)).await {
+    match tokio::time::timeout(limit, shared.store.keys().reschedule(&job.key, again)).await {
         Ok(Ok(_)) => NextDue::At(again),
         Ok(Err(error)) => {
             tracing::warn!(job = %job.name, key = %job.key, %error,

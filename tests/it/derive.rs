@@ -188,7 +188,8 @@ async fn a_derived_kind_runs_its_inherent_run_with_each_keys_arguments() {
     let store = LeaseStore::new(db.pool.clone());
     let key = |key: &str, id| NewKey::new("derived_invoice", key, &Customer { id }, Schedule::Manual).expect("key");
     store
-        .add_keys(&[key("invoice:7", 7), key("invoice:42", 42)])
+        .keys()
+        .add(&[key("invoice:7", 7), key("invoice:42", 42)])
         .await
         .expect("add keys");
     let rt = Runtime::builder(db.pool.clone())
@@ -200,7 +201,7 @@ async fn a_derived_kind_runs_its_inherent_run_with_each_keys_arguments() {
         .expect("runtime starts");
     support::eventually(Duration::from_secs(10), || (rt.health().registered == 2).then_some(())).await;
 
-    store.trigger("invoice:42").await.expect("trigger");
+    store.controls().trigger("invoice:42").await.expect("trigger");
     let (seen, id) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
         .await
         .expect("the derived kind ran within 30s")

@@ -336,7 +336,7 @@ async fn a_deadline_loss_is_counted_once_with_its_reason() {
     runs.wait_started(2, Duration::from_secs(20)).await;
     assert_runs(m, name, &[("cancelled", 1), ("lost", 1)]);
     let store = leasehold::store::LeaseStore::new(db.pool.clone());
-    let recorded = store.history(name, 10).await.unwrap();
+    let recorded = store.records().history(name, 10).await.unwrap();
     assert_eq!(
         recorded.iter().map(|r| r.outcome).collect::<Vec<_>>(),
         [leasehold::runtime::RunOutcome::Lost],
@@ -659,17 +659,24 @@ async fn the_paused_gauge_follows_pauses_of_keys_and_jobs() {
     let rt = replica(&db, "a", 2, jobs).await;
     assert_eq!(paused(m), Some(0.0), "primed at zero");
     store
+        .controls()
         .pause(&leasehold::operator::Target::job(name), false, "test")
         .await
         .unwrap();
     eventually(Duration::from_secs(5), || (paused(m) == Some(3.0)).then_some(())).await;
-    store.resume(&leasehold::operator::Target::job(name)).await.unwrap();
     store
+        .controls()
+        .resume(&leasehold::operator::Target::job(name))
+        .await
+        .unwrap();
+    store
+        .controls()
         .pause(&leasehold::operator::Target::key(format!("{name}:1")), false, "test")
         .await
         .unwrap();
     eventually(Duration::from_secs(5), || (paused(m) == Some(1.0)).then_some(())).await;
     store
+        .controls()
         .resume(&leasehold::operator::Target::key(format!("{name}:1")))
         .await
         .unwrap();
@@ -710,7 +717,7 @@ async fn a_removed_paused_key_is_no_longer_counted_paused() {
     let keys: Vec<leasehold::NewKey> = (0..2)
         .map(|k| leasehold::NewKey::new(name, &format!("{name}:{k}"), &"x", Schedule::Manual).unwrap())
         .collect();
-    store.add_keys(&keys).await.unwrap();
+    store.keys().add(&keys).await.unwrap();
     let rt = leasehold::Runtime::builder(db.pool_with(2).await)
         .holder("a")
         .poll_interval(Duration::from_millis(100))
@@ -719,9 +726,9 @@ async fn a_removed_paused_key_is_no_longer_counted_paused() {
         .await
         .unwrap();
     let key = leasehold::operator::Target::key(format!("{name}:1"));
-    store.pause(&key, false, "test").await.unwrap();
+    store.controls().pause(&key, false, "test").await.unwrap();
     eventually(Duration::from_secs(5), || (paused(m) == Some(1.0)).then_some(())).await;
-    assert!(store.remove_key(name, &format!("{name}:1")).await.unwrap());
+    assert!(store.keys().remove(name, &format!("{name}:1")).await.unwrap());
     eventually(Duration::from_secs(5), || (paused(m) == Some(0.0)).then_some(())).await;
     rt.shutdown().await;
 }

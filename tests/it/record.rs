@@ -16,7 +16,7 @@ async fn history_of(store: &LeaseStore, key: &str, n: usize) -> Vec<leasehold::s
         let store = store.clone();
         let key = key.to_owned();
         async move {
-            let rows = store.history(&key, 100).await.expect("history");
+            let rows = store.records().history(&key, 100).await.expect("history");
             (rows.len() >= n).then_some(rows)
         }
     })
@@ -159,7 +159,7 @@ async fn a_run_whose_release_never_came_is_recorded_as_lost_by_the_replica_that_
     a.faults().partition(false);
     a.shutdown().await;
     assert_eq!(
-        store.history("billing", 100).await.expect("history")[1].outcome,
+        store.records().history("billing", 100).await.expect("history")[1].outcome,
         RunOutcome::Lost,
         "the cut-off replica's late report does not rewrite the record"
     );
@@ -192,6 +192,7 @@ async fn released_runs_and_plain_tenures_are_never_recorded_as_lost() {
     }
     rt.shutdown().await;
     let outcomes: Vec<RunOutcome> = store
+        .records()
         .history("plain", 100)
         .await
         .expect("history")

@@ -248,6 +248,7 @@ async fn a_killed_replicas_run_is_taken_over_within_two_seconds_with_the_default
     );
     let store = LeaseStore::new(db.pool.clone());
     let lost = store
+        .records()
         .history(KEY, 10)
         .await
         .expect("history")

@@ -38,7 +38,7 @@ async fn recorded(store: &LeaseStore, key: &str, n: usize) -> Vec<RunRecord> {
         let store = store.clone();
         let key = key.to_owned();
         async move {
-            let mut history = store.history(&key, 100).await.unwrap();
+            let mut history = store.records().history(&key, 100).await.unwrap();
             history.reverse();
             (history.len() >= n).then_some(history)
         }
@@ -303,7 +303,7 @@ async fn a_run_in_progress_shows_how_long_it_has_been_going_against_its_limit() 
     assert!(unlimited.running_for().is_some());
     assert_eq!(unlimited.run_timeout, None);
     // The list operators read (status, the console) says the same.
-    let listed = store.list("limited").await.unwrap();
+    let listed = store.records().list("limited").await.unwrap();
     assert_eq!(listed[0].lease.run_timeout, Some(Duration::from_secs(900)));
     assert!(listed[0].lease.running_for().is_some());
     // The console shows it on the leases page and the key's page.
@@ -375,7 +375,8 @@ async fn a_key_of_a_kind_has_its_own_limit_given_when_added_and_changed_by_an_up
     .unwrap();
     let key = |name: &str| leasehold::NewKey::new("reports", name, &7u64, Schedule::Manual).unwrap();
     let bad = store
-        .add_keys(&[key("reports:bad").timeout(Duration::from_millis(50))])
+        .keys()
+        .add(&[key("reports:bad").timeout(Duration::from_millis(50))])
         .await;
     let text = bad.expect_err("refused").to_string();
     assert!(
@@ -383,10 +384,15 @@ async fn a_key_of_a_kind_has_its_own_limit_given_when_added_and_changed_by_an_up
         "{text}"
     );
     store
-        .add_keys(&[key("reports:limited").timeout(LIMIT), key("reports:plain")])
+        .keys()
+        .add(&[key("reports:limited").timeout(LIMIT), key("reports:plain")])
         .await
         .unwrap();
-    let stored = store.stored_keys(&["reports:limited", "reports:plain"]).await.unwrap();
+    let stored = store
+        .keys()
+        .get_many(&["reports:limited", "reports:plain"])
+        .await
+        .unwrap();
     assert_eq!((stored[0].timeout, stored[1].timeout), (Some(LIMIT), None));
 
     /// Triggers `key` once it runs on the replica, and returns its newest
@@ -403,12 +409,14 @@ async fn a_key_of_a_kind_has_its_own_limit_given_when_added_and_changed_by_an_up
 
     // The limit moves from one key to the other.
     store
-        .update_key(&key("reports:limited"))
+        .keys()
+        .update(&key("reports:limited"))
         .await
         .unwrap()
         .expect("updated");
     store
-        .update_key(&key("reports:plain").timeout(LIMIT))
+        .keys()
+        .update(&key("reports:plain").timeout(LIMIT))
         .await
         .unwrap()
         .expect("updated");

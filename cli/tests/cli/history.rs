@@ -55,12 +55,12 @@ async fn history_shows_recorded_runs_newest_first() {
 
     rt.trigger("invoices:acme").await.expect("trigger");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while store.history("invoices:acme", 10).await.unwrap().len() < 2 {
+    while store.records().history("invoices:acme", 10).await.unwrap().len() < 2 {
         assert!(tokio::time::Instant::now() < deadline, "two runs recorded within 15s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     rt.shutdown().await;
-    let runs = store.history("invoices:acme", 10).await.unwrap();
+    let runs = store.records().history("invoices:acme", 10).await.unwrap();
     assert_eq!(runs.len(), 2, "{runs:?}");
 
     let out = leasehold(Some(&url), &["history", "invoices:acme"]).await;
@@ -215,7 +215,7 @@ async fn history_shows_a_run_whose_release_never_came_as_lost() {
     let successor = replica("web-2").await.expect("runtime starts");
     successor.trigger("reports:acme").await.expect("trigger");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while store.history("reports:acme", 10).await.unwrap().is_empty() {
+    while store.records().history("reports:acme", 10).await.unwrap().is_empty() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the lost run recorded within 20s"
@@ -283,7 +283,7 @@ async fn history_shows_a_run_taken_over_after_its_replicas_session_ended() {
         .await
         .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while store.history("reports:acme", 10).await.unwrap().is_empty() {
+    while store.records().history("reports:acme", 10).await.unwrap().is_empty() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the lost run recorded within 20s"

@@ -9,10 +9,10 @@ use super::*;
 /// removed.
 async fn removed_key(store: &LeaseStore) {
     let key = leasehold::NewKey::new("tenant", "tenant:acme", &"acme", Schedule::Manual).unwrap();
-    assert_eq!(store.add_keys(&[key]).await.unwrap(), 1);
+    assert_eq!(store.keys().add(&[key]).await.unwrap(), 1);
     let lease = acquired(store.claim("tenant:acme", "web-1", LONG).await.unwrap());
     assert!(store.release_recorded(&lease, 1, 100).await.unwrap());
-    assert!(store.remove_key("tenant", "tenant:acme").await.unwrap());
+    assert!(store.keys().remove("tenant", "tenant:acme").await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,7 +54,7 @@ async fn a_removed_key_shows_as_removed_and_its_runs_as_of_an_earlier_life() {
 
     // Added again: live again, its old run still marked.
     let key = leasehold::NewKey::new("tenant", "tenant:acme", &"acme", Schedule::Manual).unwrap();
-    assert_eq!(store.add_keys(&[key]).await.unwrap(), 1);
+    assert_eq!(store.keys().add(&[key]).await.unwrap(), 1);
     let out = leasehold(Some(&url(&db)), &["status", "--json"]).await;
     let doc = json(&out);
     let acme = doc["leases"]

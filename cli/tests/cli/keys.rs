@@ -32,7 +32,7 @@ async fn add_update_and_remove_a_key_of_a_kind() {
         stdout(&out),
         "add key \"invoice:acme\": kind invoice, args {\"tenant\":7}: 1 of 1 keys added (an existing key is kept)\n"
     );
-    let row = store.stored_key("invoice:acme").await.unwrap().unwrap();
+    let row = store.keys().get("invoice:acme").await.unwrap().unwrap();
     assert_eq!(
         (
             row.kind.as_str(),
@@ -74,7 +74,7 @@ async fn add_update_and_remove_a_key_of_a_kind() {
         stdout(&out),
         "update key \"invoice:acme\": updated to version 2: args {\"tenant\":8}\n"
     );
-    let row = store.stored_key("invoice:acme").await.unwrap().unwrap();
+    let row = store.keys().get("invoice:acme").await.unwrap().unwrap();
     assert_eq!(
         (row.args.as_str(), row.schedule.as_str(), row.catch_up.as_str()),
         (r#"{"tenant": 8}"#, "every 5m", "skip")
@@ -94,7 +94,7 @@ async fn add_update_and_remove_a_key_of_a_kind() {
         stdout(&out),
         "remove key \"invoice:acme\": removed: every replica stops it\n"
     );
-    assert!(store.stored_key("invoice:acme").await.unwrap().is_none());
+    assert!(store.keys().get("invoice:acme").await.unwrap().is_none());
     let out = leasehold(Some(&url), &["remove", "invoice", "invoice:acme"]).await;
     assert_exit(&out, 4);
     assert!(
@@ -104,6 +104,7 @@ async fn add_update_and_remove_a_key_of_a_kind() {
     );
 
     let actions: Vec<String> = store
+        .records()
         .actions("invoice:acme", 10)
         .await
         .unwrap()
@@ -186,10 +187,10 @@ async fn a_key_gets_its_own_time_limit_and_an_update_without_one_drops_it() {
         "15m",
     ];
     assert_exit(&leasehold(Some(&url), &add).await, 0);
-    let row = store.stored_key("report:acme").await.unwrap().unwrap();
+    let row = store.keys().get("report:acme").await.unwrap().unwrap();
     assert_eq!(row.timeout, Some(std::time::Duration::from_secs(900)));
     let update = ["update", "report", "report:acme", "--args", "7", "--every", "1h"];
     assert_exit(&leasehold(Some(&url), &update).await, 0);
-    let row = store.stored_key("report:acme").await.unwrap().unwrap();
+    let row = store.keys().get("report:acme").await.unwrap().unwrap();
     assert_eq!((row.timeout, row.version), (None, 2));
 }

@@ -131,7 +131,7 @@ async fn pause_and_resume_of_a_job() {
     );
     assert!(text.contains("`leasehold resume --job held-job`"), "{text}");
     let by = std::env::var("USER").map_or("leasehold-cli".to_owned(), |user| format!("{user}@"));
-    let pause = store.pauses().await.unwrap();
+    let pause = store.controls().pauses().await.unwrap();
     assert!(pause[0].paused_by.starts_with(&by), "{pause:?}");
     assert!(!guard.is_cancelled(), "without --cancel the run goes on");
 
@@ -227,6 +227,6 @@ async fn pause_and_resume_of_a_job() {
     let out = leasehold(Some(&url), &["resume", "--job", "held-job", "--json"]).await;
     assert_exit(&out, 0);
     assert_eq!(json(&out)["outcome"], "resumed");
-    assert!(store.pauses().await.unwrap().is_empty());
+    assert!(store.controls().pauses().await.unwrap().is_empty());
     rt.shutdown().await;
 }

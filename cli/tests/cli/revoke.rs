@@ -120,7 +120,7 @@ async fn revoke_of_a_free_lease_needs_no_force_and_still_fences_out_the_last_hol
             lease.fence, info.fence, info.fence
         )
     );
-    let recorded = store.actions("hourly", 1).await.unwrap();
+    let recorded = store.records().actions("hourly", 1).await.unwrap();
     assert_eq!(recorded[0].action, "revoke", "recorded under the one name");
     assert!(info.fence > lease.fence);
     assert_eq!(info.expires_at, expired_at, "a free lease keeps its expiry");

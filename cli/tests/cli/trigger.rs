@@ -48,7 +48,7 @@ async fn trigger_makes_a_key_due_now_and_a_missing_key_exits_4() {
 
     // Each action is in the key's history, with who took it (the job
     // pause too: it covers this key).
-    let actions = store.actions("held-job", 10).await.unwrap();
+    let actions = store.records().actions("held-job", 10).await.unwrap();
     let taken: Vec<&str> = actions.iter().map(|a| a.action.as_str()).collect();
     assert_eq!(taken, ["trigger", "trigger", "pause", "trigger"], "newest first");
     assert!(

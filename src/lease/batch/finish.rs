@@ -83,7 +83,7 @@ impl LeaseStore {
     // - A trigger accepted after this run's claim is never overwritten:
     //   a scheduled claim consumes a due time no later than its
     //   `acquired_at`, so a due time *after* it was written by a
-    //   trigger during the run (`LeaseStore::trigger`). The key is then
+    //   trigger during the run (`Controls::trigger`). The key is then
     //   due again at the release — one more run, however many triggers
     //   came — while `slot_at` still records the next slot, so the
     //   schedule goes on after that run. Due at the release's time,

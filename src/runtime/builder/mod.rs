@@ -149,7 +149,7 @@ impl RuntimeBuilder {
     }
 
     /// Registers a job kind: this replica runs every stored key of the
-    /// kind ([`LeaseStore::add_keys`](crate::store::LeaseStore::add_keys)) — the
+    /// kind ([`Keys::add`](crate::store::Keys::add)) — the
     /// keys there at start, and those added, updated or removed while it
     /// runs (seen at once by notification, or at the next poll). Its name
     /// must be unique among this runtime's kinds; its settings are checked
@@ -220,7 +220,7 @@ impl RuntimeBuilder {
     /// 10,000; 0 records none). Each run's row is written by the statement
     /// that releases it, into a ring of this many rows per key, so the
     /// table never grows past keys × `runs` rows and never needs pruning.
-    /// Read it with [`LeaseStore::history`](crate::store::LeaseStore::history) or
+    /// Read it with [`Records::history`](crate::store::Records::history) or
     /// `leasehold history KEY`.
     ///
     /// Give every replica the same value: a replica with a shorter ring

@@ -408,7 +408,7 @@ async fn timeline_fences(c: &Client) -> Vec<i64> {
 
 /// The fences of `key`'s recorded runs, newest first.
 async fn history_fences(store: &LeaseStore, key: &str) -> Vec<i64> {
-    let runs = store.history(key, 1000).await.expect("the key's history");
+    let runs = store.records().history(key, 1000).await.expect("the key's history");
     runs.iter().map(|r| r.fence).collect()
 }
 

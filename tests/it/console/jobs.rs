@@ -71,11 +71,11 @@ async fn a_job_is_paused_resumed_and_triggered_from_its_page() {
     let paused = act(&app, ("job", "billing"), "pause").await;
     assert_eq!(paused.status, StatusCode::SEE_OTHER, "{}", paused.body);
     assert_eq!(paused.location(), "/job?name=billing");
-    let pauses = store.pauses().await.expect("pauses");
+    let pauses = store.controls().pauses().await.expect("pauses");
     assert_eq!(pauses.len(), 1);
     assert_eq!((&pauses[0].target, pauses[0].keys), (&Target::job("billing"), 2));
     assert_eq!(
-        store.actions("billing:acme", 10).await.expect("actions")[0].actor,
+        store.records().actions("billing:acme", 10).await.expect("actions")[0].actor,
         "alice"
     );
 
@@ -102,14 +102,14 @@ async fn a_job_is_paused_resumed_and_triggered_from_its_page() {
 
     let resumed = act(&app, ("job", "billing"), "resume").await;
     assert_eq!(resumed.location(), "/job?name=billing");
-    assert!(store.pauses().await.expect("pauses").is_empty());
+    assert!(store.controls().pauses().await.expect("pauses").is_empty());
     let again = act(&app, ("job", "billing"), "resume").await;
     assert_eq!(again.location(), "/job?name=billing");
 
     let triggered = act(&app, ("job", "billing"), "trigger").await;
     assert_eq!(triggered.location(), "/job?name=billing");
     for key in ["billing:acme", "billing:zeta"] {
-        let actions = store.actions(key, 10).await.expect("actions");
+        let actions = store.records().actions(key, 10).await.expect("actions");
         assert!(
             actions.iter().any(|a| a.action == "trigger" && a.actor == "alice"),
             "{key}: {actions:?}"
@@ -117,6 +117,7 @@ async fn a_job_is_paused_resumed_and_triggered_from_its_page() {
     }
     assert!(
         !store
+            .records()
             .actions("reindex:all", 10)
             .await
             .expect("actions")

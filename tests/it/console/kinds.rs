@@ -43,7 +43,8 @@ async fn the_console_shows_which_stored_keys_do_not_run_and_why() {
     )
     .unwrap();
     store
-        .add_keys(&[
+        .keys()
+        .add(&[
             tenant("tenant:ok", "basic", "manual"),
             tenant("tenant:broken", "basic", "manual"),
             retired,
@@ -59,9 +60,9 @@ async fn the_console_shows_which_stored_keys_do_not_run_and_why() {
         Schedule::Manual,
     )
     .unwrap();
-    assert_eq!(store.update_key(&unreadable).await.unwrap(), Some(2));
+    assert_eq!(store.keys().update(&unreadable).await.unwrap(), Some(2));
     support::eventually_async(Duration::from_secs(5), || async {
-        let row = store.stored_key("tenant:broken").await.unwrap().unwrap();
+        let row = store.keys().get("tenant:broken").await.unwrap().unwrap();
         row.args_error.map(drop)
     })
     .await;
@@ -132,7 +133,7 @@ async fn the_console_shows_which_stored_keys_do_not_run_and_why() {
 async fn a_key_whose_kind_no_replica_runs_is_badged_on_the_leases_page() {
     let (db, store) = support::store().await;
     let legacy = NewKey::new("retired", "legacy:1", &1, Schedule::Manual).unwrap();
-    store.add_keys(&[legacy]).await.unwrap();
+    store.keys().add(&[legacy]).await.unwrap();
     // The lease row its last replica left behind.
     store.claim("legacy:1", "replica-gone", support::LONG).await.unwrap();
     let lease = store.get("legacy:1").await.unwrap().expect("row");
@@ -159,7 +160,8 @@ async fn a_removed_key_is_shown_removed_and_its_runs_as_of_an_earlier_life() {
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
     store
-        .add_keys(&[tenant("tenant:gone", "basic", "manual")])
+        .keys()
+        .add(&[tenant("tenant:gone", "basic", "manual")])
         .await
         .unwrap();
     let lease = match store
@@ -171,7 +173,7 @@ async fn a_removed_key_is_shown_removed_and_its_runs_as_of_an_earlier_life() {
         other => panic!("{other:?}"),
     };
     assert!(store.release_recorded(&lease, 1, 100).await.unwrap());
-    assert!(store.remove_key("tenant", "tenant:gone").await.unwrap());
+    assert!(store.keys().remove("tenant", "tenant:gone").await.unwrap());
     let app = console(&db.pool, ConsoleOptions::new());
 
     let leases = get(&app, "/", &[]).await;

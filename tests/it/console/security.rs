@@ -29,7 +29,7 @@ fn behind_proxy(pool: &sqlx::PgPool) -> Router {
 }
 
 async fn state(store: &LeaseStore, key: &str) -> KeyState {
-    store.status(key).await.expect("status").expect("row").state()
+    store.records().status(key).await.expect("status").expect("row").state()
 }
 
 /// The confirmation page of `action` on `key`, as `user` sees it.
@@ -126,7 +126,7 @@ async fn an_action_needs_its_actors_own_csrf_token_and_a_same_origin_fetch() {
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
     assert_eq!(done.location(), "/key?key=ledger", "the redirect names no outcome");
     assert_eq!(state(&store, "ledger").await, KeyState::Paused);
-    let actions = store.actions("ledger", 10).await.expect("actions");
+    let actions = store.records().actions("ledger", 10).await.expect("actions");
     assert_eq!(actions.len(), 1, "the refused attempts left no record: {actions:?}");
     assert_eq!(
         (actions[0].action.as_str(), actions[0].actor.as_str()),
@@ -210,7 +210,7 @@ async fn a_token_login_lets_its_user_act_under_their_name() {
     )
     .await;
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
-    let actions = store.actions("ledger", 10).await.expect("actions");
+    let actions = store.records().actions("ledger", 10).await.expect("actions");
     assert_eq!(
         (actions[0].action.as_str(), actions[0].actor.as_str()),
         ("trigger", "bob")
@@ -227,9 +227,10 @@ async fn keys_holders_and_errors_render_as_text() {
     let failing = job(key, settings, move |_| async move { Err(error.into()) }).named("xss");
     let runtime = replica(&db, holder, 2, vec![failing]).await;
     let store = LeaseStore::new(db.pool.clone());
-    store.trigger(key).await.expect("trigger");
+    store.controls().trigger(key).await.expect("trigger");
     eventually_async(Duration::from_secs(10), || async {
         store
+            .records()
             .history(key, 1)
             .await
             .expect("history")
@@ -566,7 +567,7 @@ async fn a_name_cannot_pass_for_another() {
         let refused = post(&app, "/action", &form, &[("x-user", fake)]).await;
         assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{fake:?}");
     }
-    assert!(store.actions("ledger", 10).await.expect("actions").is_empty());
+    assert!(store.records().actions("ledger", 10).await.expect("actions").is_empty());
     assert_eq!(state(&store, "ledger").await, KeyState::Held);
 }
 
@@ -587,6 +588,7 @@ async fn untrusted_text_is_direction_isolated_and_its_hidden_characters_escaped(
         .await
         .expect("a row stored before the rule");
     store
+        .controls()
         .revoke(key, leasehold::operator::Revoke::Force, &[])
         .await
         .expect("release");

@@ -46,7 +46,7 @@ async fn old_runs(db: &support::TestDb, store: &LeaseStore, key: &str, run_nos: 
 /// The runs of `key` whose release the last hour saw, by the server clock.
 async fn in_the_last_hour(store: &LeaseStore, key: &str) -> Vec<RunRecord> {
     let now = store.server_now().await.expect("server clock");
-    let history = store.history(key, 100).await.expect("history");
+    let history = store.records().history(key, 100).await.expect("history");
     history
         .into_iter()
         .filter(|r| r.ended_at >= now - chrono::TimeDelta::hours(1))
@@ -243,6 +243,7 @@ async fn recent_runs_reads_each_keys_latest_runs_since_a_time_in_one_call() {
         let store = store.clone();
         async move {
             let runs = store
+                .records()
                 .recent_runs(&["b", "a"], since, per_key)
                 .await
                 .expect("recent runs");
@@ -260,6 +261,10 @@ async fn recent_runs_reads_each_keys_latest_runs_since_a_time_in_one_call() {
         pairs(&[("b", 2), ("b", 1), ("a", 5), ("a", 4)]),
         "runs that ended before `since` are left out"
     );
-    let err = store.recent_runs(&["a"], None, 0).await.expect_err("no run asked for");
+    let err = store
+        .records()
+        .recent_runs(&["a"], None, 0)
+        .await
+        .expect_err("no run asked for");
     assert!(err.to_string().contains("ask for 1 to 10000 runs"), "{err}");
 }

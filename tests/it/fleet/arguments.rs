@@ -20,20 +20,24 @@ async fn arguments_changed_between_two_runs() {
     let db = support::db().await;
     let kind = TenantKind::working(Duration::from_millis(800));
     let store = LeaseStore::new(db.pool.clone());
-    store.add_keys(&[tenant("tenant:a", "basic", "manual")]).await.unwrap();
+    store
+        .keys()
+        .add(&[tenant("tenant:a", "basic", "manual")])
+        .await
+        .unwrap();
     let a = replica(&db, "a", &kind, Duration::from_millis(200), true).await;
     let b = replica(&db, "b", &kind, Duration::from_millis(200), true).await;
     support::eventually(Duration::from_secs(5), || {
         (a.health().registered == 1 && b.health().registered == 1).then_some(())
     })
     .await;
-    store.trigger("tenant:a").await.unwrap();
+    store.controls().trigger("tenant:a").await.unwrap();
     support::eventually(Duration::from_secs(5), || {
         (!runs_of(&kind.log, "tenant:a").is_empty()).then_some(())
     })
     .await;
 
-    let version = store.update_key(&tenant("tenant:a", "pro", "manual")).await.unwrap();
+    let version = store.keys().update(&tenant("tenant:a", "pro", "manual")).await.unwrap();
     assert_eq!(version, Some(2));
     // The run in progress is not disturbed.
     let first = &runs_of(&kind.log, "tenant:a")[0];
@@ -43,7 +47,7 @@ async fn arguments_changed_between_two_runs() {
     );
 
     support::until_free(&store, "tenant:a").await;
-    store.trigger("tenant:a").await.unwrap();
+    store.controls().trigger("tenant:a").await.unwrap();
     support::eventually(Duration::from_secs(5), || {
         (runs_of(&kind.log, "tenant:a").len() >= 2).then_some(())
     })
@@ -73,7 +77,8 @@ async fn an_undeserializable_key_is_reported_and_never_run() {
     )
     .unwrap();
     store
-        .add_keys(&[bad, tenant("tenant:good", "pro", "every 1s")])
+        .keys()
+        .add(&[bad, tenant("tenant:good", "pro", "every 1s")])
         .await
         .unwrap();
     let a = replica(&db, "a", &kind, Duration::from_millis(100), true).await;
@@ -84,7 +89,7 @@ async fn an_undeserializable_key_is_reported_and_never_run() {
 
     assert!(runs_of(&kind.log, "tenant:bad").is_empty(), "never run");
     assert_eq!(a.health().registered, 1, "only the good key is registered");
-    let row = store.stored_key("tenant:bad").await.unwrap().unwrap();
+    let row = store.keys().get("tenant:bad").await.unwrap().unwrap();
     let problem = row.args_error.expect("reported on its row");
     assert!(
         problem.contains("do not deserialize") && problem.contains("expected a string"),
@@ -96,7 +101,7 @@ async fn an_undeserializable_key_is_reported_and_never_run() {
         1,
         "logged once, not at every poll: {errors:?}"
     );
-    let kinds = store.kinds().await.unwrap();
+    let kinds = store.keys().kinds().await.unwrap();
     assert_eq!(
         (kinds[0].kind.as_str(), kinds[0].keys, kinds[0].bad_args, kinds[0].live),
         ("tenant", 2, 1, true)
@@ -104,7 +109,8 @@ async fn an_undeserializable_key_is_reported_and_never_run() {
 
     assert_eq!(
         store
-            .update_key(&tenant("tenant:bad", "basic", "every 1s"))
+            .keys()
+            .update(&tenant("tenant:bad", "basic", "every 1s"))
             .await
             .unwrap(),
         Some(2)
@@ -114,7 +120,7 @@ async fn an_undeserializable_key_is_reported_and_never_run() {
     })
     .await;
     assert_eq!(runs_of(&kind.log, "tenant:bad")[0].version, Some(2));
-    assert_eq!(store.stored_key("tenant:bad").await.unwrap().unwrap().args_error, None);
+    assert_eq!(store.keys().get("tenant:bad").await.unwrap().unwrap().args_error, None);
     a.shutdown().await;
 }
 
@@ -133,6 +139,6 @@ async fn oversized_arguments_and_repeated_keys_are_refused() {
 
     let (_db, store) = support::store().await;
     let twice = [tenant("tenant:x", "a", "manual"), tenant("tenant:x", "b", "manual")];
-    let msg = store.add_keys(&twice).await.unwrap_err().to_string();
+    let msg = store.keys().add(&twice).await.unwrap_err().to_string();
     assert!(msg.contains("tenant:x") && msg.contains("twice"), "{msg}");
 }

@@ -27,7 +27,7 @@ async fn three_replicas_and_a_thousand_keys_added_and_removed_while_running() {
     let first: Vec<NewKey> = (0..1000)
         .map(|i| tenant(&format!("t:{i}"), "basic", "every 2s"))
         .collect();
-    assert_eq!(replicas[0].store().add_keys(&first).await.unwrap(), 1000);
+    assert_eq!(replicas[0].store().keys().add(&first).await.unwrap(), 1000);
     // Every first key runs before half of them are removed.
     support::eventually(RUN_WITHIN, || never_ran(&kind, 0..1000).is_empty().then_some(())).await;
 
@@ -35,7 +35,8 @@ async fn three_replicas_and_a_thousand_keys_added_and_removed_while_running() {
         assert!(
             replicas[1]
                 .store()
-                .remove_key("tenant", &format!("t:{i}"))
+                .keys()
+                .remove("tenant", &format!("t:{i}"))
                 .await
                 .unwrap()
         );
@@ -44,7 +45,7 @@ async fn three_replicas_and_a_thousand_keys_added_and_removed_while_running() {
     let more: Vec<NewKey> = (1000..1500)
         .map(|i| tenant(&format!("t:{i}"), "basic", "every 2s"))
         .collect();
-    assert_eq!(replicas[2].store().add_keys(&more).await.unwrap(), 500);
+    assert_eq!(replicas[2].store().keys().add(&more).await.unwrap(), 500);
     // Every replica has synced by then: a notification, or its next poll.
     let settled = removed + poll + Duration::from_millis(500);
     // Every key left runs; and the removed ones get `WATCH` (two and a

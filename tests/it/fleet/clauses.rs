@@ -14,28 +14,30 @@ use crate::support;
 async fn an_update_or_removal_of_another_kind_changes_nothing() {
     let (_db, store) = support::store().await;
     store
-        .add_keys(&[tenant("k:1", "basic", "manual"), tenant("k:2", "basic", "manual")])
+        .keys()
+        .add(&[tenant("k:1", "basic", "manual"), tenant("k:2", "basic", "manual")])
         .await
         .unwrap();
     // A later add: one new key, one that exists (kept as it is).
     let added = store
-        .add_keys(&[tenant("k:3", "basic", "manual"), tenant("k:1", "pro", "manual")])
+        .keys()
+        .add(&[tenant("k:3", "basic", "manual"), tenant("k:1", "pro", "manual")])
         .await
         .unwrap();
     assert_eq!(added, 1);
     let other = NewKey::new("report", "k:1", &"x", Schedule::Manual).unwrap();
-    assert_eq!(store.update_key(&other).await.unwrap(), None);
-    let row = store.stored_key("k:1").await.unwrap().unwrap();
+    assert_eq!(store.keys().update(&other).await.unwrap(), None);
+    let row = store.keys().get("k:1").await.unwrap().unwrap();
     assert_eq!(
         (row.kind.as_str(), row.version, row.args.as_str()),
         ("tenant", 1, r#"{"plan": "basic"}"#)
     );
-    assert!(!store.remove_key("report", "k:1").await.unwrap());
-    assert!(store.stored_key("k:1").await.unwrap().is_some());
+    assert!(!store.keys().remove("report", "k:1").await.unwrap());
+    assert!(store.keys().get("k:1").await.unwrap().is_some());
 
-    assert!(store.remove_key("tenant", "k:1").await.unwrap());
-    assert!(store.stored_key("k:1").await.unwrap().is_none());
-    let kinds = store.kinds().await.unwrap();
+    assert!(store.keys().remove("tenant", "k:1").await.unwrap());
+    assert!(store.keys().get("k:1").await.unwrap().is_none());
+    let kinds = store.keys().kinds().await.unwrap();
     assert_eq!((kinds[0].kind.as_str(), kinds[0].keys), ("tenant", 2));
 }
 
@@ -44,10 +46,13 @@ async fn an_update_or_removal_of_another_kind_changes_nothing() {
 #[tokio::test]
 async fn a_report_about_an_old_version_leaves_the_new_one_clear() {
     let (_db, store) = support::store().await;
-    store.add_keys(&[tenant("k", "basic", "manual")]).await.unwrap();
-    assert_eq!(store.update_key(&tenant("k", "pro", "manual")).await.unwrap(), Some(2));
+    store.keys().add(&[tenant("k", "basic", "manual")]).await.unwrap();
+    assert_eq!(
+        store.keys().update(&tenant("k", "pro", "manual")).await.unwrap(),
+        Some(2)
+    );
     assert!(!store.report_args_error_for_test("k", 1, "bad").await.unwrap());
-    assert_eq!(store.stored_key("k").await.unwrap().unwrap().args_error, None);
+    assert_eq!(store.keys().get("k").await.unwrap().unwrap().args_error, None);
     assert!(store.report_args_error_for_test("k", 2, "bad").await.unwrap());
 }
 
@@ -59,12 +64,12 @@ async fn a_new_schedule_reaches_a_running_replica() {
     let db = support::db().await;
     let kind = TenantKind::working(Duration::from_millis(10));
     let store = LeaseStore::new(db.pool.clone());
-    store.add_keys(&[tenant("k", "basic", "manual")]).await.unwrap();
+    store.keys().add(&[tenant("k", "basic", "manual")]).await.unwrap();
     let a = replica(&db, "a", &kind, Duration::from_millis(100), true).await;
     support::eventually(Duration::from_secs(5), || (a.health().registered == 1).then_some(())).await;
     support::wait_polls(&a, 3).await;
     assert!(runs_of(&kind.log, "k").is_empty(), "manual: never run untriggered");
-    store.update_key(&tenant("k", "basic", "every 1s")).await.unwrap();
+    store.keys().update(&tenant("k", "basic", "every 1s")).await.unwrap();
     support::eventually(Duration::from_secs(5), || {
         (runs_of(&kind.log, "k").len() >= 2).then_some(())
     })
@@ -81,7 +86,8 @@ async fn a_replicas_own_kinds_are_never_counted_unknown_by_its_poll() {
     let (_db, store) = support::store().await;
     let ghost = NewKey::new("ghost", "g:1", &1, Schedule::Manual).unwrap();
     store
-        .add_keys(&[
+        .keys()
+        .add(&[
             ghost,
             tenant("k:1", "basic", "manual"),
             tenant("k:2", "basic", "manual"),
@@ -102,10 +108,14 @@ async fn keys_of_a_kind_nobody_runs_are_visible() {
     let kind = TenantKind::working(Duration::from_millis(10));
     let store = LeaseStore::new(db.pool.clone());
     let ghost = NewKey::new("ghost", "g:1", &1, Schedule::Manual).unwrap();
-    store.add_keys(&[ghost, tenant("k", "basic", "manual")]).await.unwrap();
+    store
+        .keys()
+        .add(&[ghost, tenant("k", "basic", "manual")])
+        .await
+        .unwrap();
     let a = replica(&db, "a", &kind, Duration::from_millis(100), true).await;
     let live = support::eventually_async(Duration::from_secs(5), || async {
-        let kinds = store.kinds().await.unwrap();
+        let kinds = store.keys().kinds().await.unwrap();
         kinds
             .iter()
             .find(|k| k.kind == "tenant" && k.live)
@@ -125,18 +135,18 @@ async fn a_new_schedule_never_postpones_a_due_run() {
     let db = support::db().await;
     let kind = TenantKind::working(Duration::from_millis(10));
     let store = LeaseStore::new(db.pool.clone());
-    store.add_keys(&[tenant("k", "basic", "manual")]).await.unwrap();
+    store.keys().add(&[tenant("k", "basic", "manual")]).await.unwrap();
     let a = replica(&db, "a", &kind, Duration::from_millis(100), true).await;
     support::eventually(Duration::from_secs(5), || (a.health().registered == 1).then_some(())).await;
     let key = Target::key("k");
-    store.pause(&key, false, "test").await.unwrap();
-    store.trigger("k").await.unwrap();
-    store.update_key(&tenant("k", "basic", "every 1h")).await.unwrap();
+    store.controls().pause(&key, false, "test").await.unwrap();
+    store.controls().trigger("k").await.unwrap();
+    store.keys().update(&tenant("k", "basic", "every 1h")).await.unwrap();
     // A has synced the new schedule (its next poll at the latest), and
     // proposed the due key in a claim.
     support::wait_polls(&a, 2).await;
     assert!(runs_of(&kind.log, "k").is_empty(), "paused");
-    store.resume(&key).await.unwrap();
+    store.controls().resume(&key).await.unwrap();
     support::eventually(Duration::from_secs(5), || {
         (!runs_of(&kind.log, "k").is_empty()).then_some(())
     })

@@ -25,7 +25,8 @@ async fn a_key_added_through_a_runs_on_b_when_a_is_gone() {
 
     let added = a
         .store()
-        .add_keys(&[tenant("tenant:acme", "pro", "every 1s")])
+        .keys()
+        .add(&[tenant("tenant:acme", "pro", "every 1s")])
         .await
         .unwrap();
     assert_eq!(added, 1);
@@ -72,7 +73,8 @@ async fn removed_through_b_stops_on_a(listen: bool, poll: Duration, within: Dura
     let kind = TenantKind::working(Duration::from_secs(60));
     let store = LeaseStore::new(db.pool.clone());
     store
-        .add_keys(&[tenant("tenant:gone", "basic", "manual")])
+        .keys()
+        .add(&[tenant("tenant:gone", "basic", "manual")])
         .await
         .unwrap();
     let a = replica(&db, "a", &kind, poll, listen).await;
@@ -85,7 +87,7 @@ async fn removed_through_b_stops_on_a(listen: bool, poll: Duration, within: Dura
     // B only removes: it registers no kind.
     let b = support::replica(&db, "b", 2, Vec::<ScriptedJob>::new()).await;
     let removed = Instant::now();
-    assert!(b.store().remove_key("tenant", "tenant:gone").await.unwrap());
+    assert!(b.store().keys().remove("tenant", "tenant:gone").await.unwrap());
     let why = support::eventually(within, || runs_of(&kind.log, "tenant:gone")[0].cancelled).await;
     assert_eq!(why, CancelReason::Removed);
     let took = removed.elapsed();

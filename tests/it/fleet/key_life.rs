@@ -26,8 +26,8 @@ const NEW: &str = "every 5s";
 /// version 2 has started.
 async fn old_life(db: &TestDb, kind: &TenantKind, poll: Duration, listen: bool) -> (leasehold::Runtime, LeaseStore) {
     let store = LeaseStore::new(db.pool.clone());
-    store.add_keys(&[tenant("k", "basic", OLD)]).await.unwrap();
-    assert_eq!(store.update_key(&tenant("k", "plus", OLD)).await.unwrap(), Some(2));
+    store.keys().add(&[tenant("k", "basic", OLD)]).await.unwrap();
+    assert_eq!(store.keys().update(&tenant("k", "plus", OLD)).await.unwrap(), Some(2));
     let a = replica(db, "a", kind, poll, listen).await;
     support::eventually(Duration::from_secs(10), || {
         runs_of(&kind.log, "k")
@@ -81,7 +81,7 @@ async fn a_key_added_again_starts_on_its_new_schedule_with_a_newer_version() {
     let (a, store) = old_life(&db, &kind, Duration::from_millis(100), true).await;
 
     // Removed while its run is in progress: cancelled, released.
-    assert!(store.remove_key("tenant", "k").await.unwrap());
+    assert!(store.keys().remove("tenant", "k").await.unwrap());
     support::eventually(Duration::from_secs(5), || {
         runs_of(&kind.log, "k")
             .iter()
@@ -92,14 +92,15 @@ async fn a_key_added_again_starts_on_its_new_schedule_with_a_newer_version() {
     support::until_free(&store, "k").await;
 
     // (c) Removed: not a live key anywhere status reads.
-    let status = store.status("k").await.unwrap().expect("its row stays");
+    let status = store.records().status("k").await.unwrap().expect("its row stays");
     assert!(status.removed);
     assert_eq!(status.state(), KeyState::Removed);
     for state in [KeyState::Free, KeyState::NeverRun, KeyState::Paused, KeyState::Held] {
-        let page = store.list_page(&KeyFilter::new().state(state)).await.unwrap();
+        let page = store.records().list_page(&KeyFilter::new().state(state)).await.unwrap();
         assert!(page.keys.is_empty(), "{state}: {:?}", page.keys);
     }
     let page = store
+        .records()
         .list_page(&KeyFilter::new().state(KeyState::Removed))
         .await
         .unwrap();
@@ -109,12 +110,12 @@ async fn a_key_added_again_starts_on_its_new_schedule_with_a_newer_version() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = runs_of(&kind.log, "k").len();
     let t0 = store.server_now().await.unwrap();
-    assert_eq!(store.add_keys(&[tenant("k", "pro", NEW)]).await.unwrap(), 1);
+    assert_eq!(store.keys().add(&[tenant("k", "pro", NEW)]).await.unwrap(), 1);
     let t1 = store.server_now().await.unwrap();
 
     // (b) The version goes on from the old life's last (2).
-    assert_eq!(store.stored_key("k").await.unwrap().unwrap().version, 3);
-    let status = store.status("k").await.unwrap().unwrap();
+    assert_eq!(store.keys().get("k").await.unwrap().unwrap().version, 3);
+    let status = store.records().status("k").await.unwrap().unwrap();
     assert!(!status.removed);
     assert_ne!(status.state(), KeyState::Removed);
 
@@ -125,7 +126,7 @@ async fn a_key_added_again_starts_on_its_new_schedule_with_a_newer_version() {
 
     // (d) The history: the old life's runs marked, the new life's not.
     let history = support::eventually_async(Duration::from_secs(10), || async {
-        let runs = store.history("k", 100).await.unwrap();
+        let runs = store.records().history("k", 100).await.unwrap();
         runs.iter().any(|r: &RunRecord| r.started_at > t1).then_some(runs)
     })
     .await;
@@ -137,9 +138,9 @@ async fn a_key_added_again_starts_on_its_new_schedule_with_a_newer_version() {
             .iter()
             .any(|r| r.earlier_life && r.reason.as_deref() == Some("removed"))
     );
-    let latest = store.status("k").await.unwrap().unwrap();
+    let latest = store.records().status("k").await.unwrap().unwrap();
     assert!(latest.last.as_ref().is_some_and(|r| !r.earlier_life));
-    let recent = store.recent_runs(&["k"], None, 100).await.unwrap();
+    let recent = store.records().recent_runs(&["k"], None, 100).await.unwrap();
     assert_eq!(
         recent.iter().map(|r| r.earlier_life).collect::<Vec<_>>(),
         history.iter().map(|r| r.earlier_life).collect::<Vec<_>>()
@@ -160,10 +161,10 @@ async fn a_key_removed_and_added_again_during_a_run_starts_on_its_new_schedule()
 
     let before = runs_of(&kind.log, "k").len();
     let t0 = store.server_now().await.unwrap();
-    assert!(store.remove_key("tenant", "k").await.unwrap());
-    assert_eq!(store.add_keys(&[tenant("k", "pro", NEW)]).await.unwrap(), 1);
+    assert!(store.keys().remove("tenant", "k").await.unwrap());
+    assert_eq!(store.keys().add(&[tenant("k", "pro", NEW)]).await.unwrap(), 1);
     let t1 = store.server_now().await.unwrap();
-    assert_eq!(store.stored_key("k").await.unwrap().unwrap().version, 3);
+    assert_eq!(store.keys().get("k").await.unwrap().unwrap().version, 3);
 
     support::eventually(Duration::from_secs(12), || (!new_life(&kind).is_empty()).then_some(())).await;
     assert_on_new_schedule(&kind, before, (t0, t1));
@@ -184,8 +185,8 @@ async fn a_run_of_the_old_life_released_after_the_add_leaves_the_new_schedule() 
 
     let before = runs_of(&kind.log, "k").len();
     let t0 = store.server_now().await.unwrap();
-    assert!(store.remove_key("tenant", "k").await.unwrap());
-    assert_eq!(store.add_keys(&[tenant("k", "pro", NEW)]).await.unwrap(), 1);
+    assert!(store.keys().remove("tenant", "k").await.unwrap());
+    assert_eq!(store.keys().add(&[tenant("k", "pro", NEW)]).await.unwrap(), 1);
     let t1 = store.server_now().await.unwrap();
 
     support::eventually(Duration::from_secs(12), || (!new_life(&kind).is_empty()).then_some(())).await;

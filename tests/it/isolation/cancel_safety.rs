@@ -173,7 +173,7 @@ async fn scheduler_calls_dropped_at_every_await_leave_no_open_transaction() {
                 .acquired()
                 .expect("free key");
             direct.release(&key, "sweeper", lease.fence).await?;
-            store.forget(&key).await
+            store.controls().forget(&key).await
         }
     })
     .await;
@@ -233,20 +233,20 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
         let store = store.clone();
         async move {
             let target = Target::key(format!("op:{n}"));
-            store.pause(&target, n % 2 == 0, "sweeper").await?;
-            store.resume(&target).await.map(drop)
+            store.controls().pause(&target, n % 2 == 0, "sweeper").await?;
+            store.controls().resume(&target).await.map(drop)
         }
     })
     .await;
     let trigger = sweep(&db, &pool, step, "trigger", |_| {
         let store = store.clone();
-        async move { store.trigger("op:k").await }
+        async move { store.controls().trigger("op:k").await }
     })
     .await;
     let revoke = sweep(&db, &pool, step, "revoke", |n| {
         let store = store.clone();
         let revoke = if n % 2 == 0 { Revoke::Force } else { Revoke::IfFree };
-        async move { store.revoke("op:k", revoke, &["op:ledger"]).await.map(drop) }
+        async move { store.controls().revoke("op:k", revoke, &["op:ledger"]).await.map(drop) }
     })
     .await;
     let version = sweep(&db, &pool, step, "schema_version", |_| {
@@ -256,7 +256,7 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
     .await;
     let read = sweep(&db, &pool, step, "list", |_| {
         let store = store.clone();
-        async move { store.list("op:").await }
+        async move { store.records().list("op:").await }
     })
     .await;
     // The console's calls: recorded actions (three statements each, all
@@ -274,8 +274,8 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
     let pages = sweep(&db, &pool, step, "console reads", |_| {
         let store = store.clone();
         async move {
-            store.list_page(&KeyFilter::new().prefix("op:")).await?;
-            store.actions("op:k", 10).await?;
+            store.records().list_page(&KeyFilter::new().prefix("op:")).await?;
+            store.records().actions("op:k", 10).await?;
             store.fleet(Duration::from_secs(60)).await.map(drop)
         }
     })
@@ -322,12 +322,12 @@ async fn stored_key_calls_dropped_at_every_await_leave_no_open_transaction() {
     let writes = sweep(&db, &pool, step, "add+update+remove", |n| {
         let store = store.clone();
         async move {
-            store.add_keys(&[key(n)]).await?;
-            store.update_key(&key(n)).await?;
-            store.stored_key(&format!("swept:{n}")).await?;
-            store.keys_not_run(10).await?;
-            store.kinds().await?;
-            store.remove_key("swept", &format!("swept:{n}")).await.map(drop)
+            store.keys().add(&[key(n)]).await?;
+            store.keys().update(&key(n)).await?;
+            store.keys().get(&format!("swept:{n}")).await?;
+            store.keys().not_run(10).await?;
+            store.keys().kinds().await?;
+            store.keys().remove("swept", &format!("swept:{n}")).await.map(drop)
         }
     })
     .await;
@@ -341,7 +341,7 @@ async fn stored_key_calls_dropped_at_every_await_leave_no_open_transaction() {
         }
     })
     .await;
-    store.add_keys(&[key(0)]).await.expect("a key to read");
+    store.keys().add(&[key(0)]).await.expect("a key to read");
     let replica = sweep(&db, &pool, step, "sync and run statements", |_| {
         let store = store.clone();
         async move { store.kind_statements_for_test("swept", "swept:0").await }

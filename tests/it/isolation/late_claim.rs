@@ -30,7 +30,7 @@ async fn a_claim_answered_after_its_deadline_starts_no_run() {
     // Every chunk held 600 ms each way: each claim answer arrives ≥ 1.2 s
     // after it was sent.
     proxy.set(Mode::Delay(Duration::from_millis(600)));
-    direct.trigger("late:k").await.expect("trigger");
+    direct.controls().trigger("late:k").await.expect("trigger");
     let claimed_late = eventually_async(Duration::from_secs(15), || async {
         let fence = direct.get("late:k").await.ok()??.fence;
         (fence > before).then_some(fence)

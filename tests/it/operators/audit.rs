@@ -31,7 +31,7 @@ async fn each_action_is_recorded_with_its_actor_outcome_and_fence() {
         .await
         .expect("a missing key is an answer, not an error");
 
-    let actions = store.actions("billing:eu", 10).await.expect("actions");
+    let actions = store.records().actions("billing:eu", 10).await.expect("actions");
     let seen: Vec<(&str, &str, Option<&str>, Option<i64>)> = actions
         .iter()
         .map(|a| (a.action.as_str(), a.actor.as_str(), a.outcome.as_deref(), a.fence))
@@ -52,7 +52,7 @@ async fn each_action_is_recorded_with_its_actor_outcome_and_fence() {
         ],
         "this key's actions only, newest first"
     );
-    let missing = store.actions("nowhere", 10).await.expect("actions");
+    let missing = store.records().actions("nowhere", 10).await.expect("actions");
     assert_eq!(
         missing[0].outcome.as_deref(),
         Some("not found: no runtime registered this key")
@@ -84,7 +84,7 @@ async fn a_job_pause_is_in_the_history_of_each_of_its_keys_and_an_operator_must_
     let op = Operator::new(store.clone(), "carol").expect("operator");
     op.pause(&Target::job("report"), false).await.expect("pause the job");
     for key in ["report:a", "report:b"] {
-        let actions = store.actions(key, 10).await.expect("actions");
+        let actions = store.records().actions(key, 10).await.expect("actions");
         assert_eq!(actions.len(), 1, "{key}: {actions:?}");
         assert_eq!(actions[0].target, Target::job("report"));
     }
@@ -118,7 +118,11 @@ async fn adding_many_keys_records_each_key_in_one_statement() {
         "one statement each, whatever the number of keys"
     );
     for i in [0, 1, 1234, 1999] {
-        let actions = store.actions(&format!("tenant:{i:04}"), 10).await.expect("actions");
+        let actions = store
+            .records()
+            .actions(&format!("tenant:{i:04}"), 10)
+            .await
+            .expect("actions");
         let seen: Vec<(&str, &str, Option<&str>)> = actions
             .iter()
             .map(|a| (a.action.as_str(), a.actor.as_str(), a.outcome.as_deref()))
@@ -158,7 +162,7 @@ async fn a_forget_is_recorded_and_the_record_outlives_the_row() {
         store.get("tenant:gone").await.expect("get").is_none(),
         "the row is gone"
     );
-    let actions = store.actions("tenant:gone", 10).await.expect("actions");
+    let actions = store.records().actions("tenant:gone", 10).await.expect("actions");
     let seen: Vec<(Option<OperatorAction>, &str, Option<&str>)> = actions
         .iter()
         .map(|a| (OperatorAction::parse(&a.action), a.actor.as_str(), a.outcome.as_deref()))
@@ -196,7 +200,7 @@ async fn a_runtimes_own_trigger_pause_and_resume_are_recorded_with_its_holder_id
     runtime.trigger("report:a").await.expect("trigger");
     runtime.resume(&Target::key("report:a")).await.expect("resume");
 
-    let actions = store.actions("report:a", 10).await.expect("actions");
+    let actions = store.records().actions("report:a", 10).await.expect("actions");
     let seen: Vec<(&str, &str, bool)> = actions
         .iter()
         .map(|a| (a.action.as_str(), a.actor.as_str(), a.outcome.is_some()))
@@ -246,19 +250,24 @@ async fn hidden_characters_are_refused_in_every_name_and_who_acted_follows_one_r
         let err = Operator::new(store.clone(), sample.as_str()).expect_err("actor");
         assert!(matches!(err, Error::InvalidInput { .. }), "{class}: {err}");
         let err = store
+            .controls()
             .pause(&Target::key("ledger"), false, &sample)
             .await
             .expect_err("paused by");
         assert!(err.to_string().contains("paused by"), "{class}: {err}");
     }
     let err = store
+        .controls()
         .pause(&Target::key("ledger"), false, hostile::FAKE_ADMIN)
         .await
         .expect_err("admin + INVISIBLE TIMES");
     assert!(err.to_string().contains("\\u{2062}"), "{err}");
-    assert!(store.pauses().await.expect("pauses").is_empty(), "nothing was paused");
     assert!(
-        store.status("ledger").await.expect("status").is_none(),
+        store.controls().pauses().await.expect("pauses").is_empty(),
+        "nothing was paused"
+    );
+    assert!(
+        store.records().status("ledger").await.expect("status").is_none(),
         "nothing was claimed"
     );
 }

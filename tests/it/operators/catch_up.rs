@@ -116,7 +116,7 @@ async fn skip_runs_nothing_for_missed_slots() {
     assert_eq!(slots.all(), vec![], "no run for missed slots");
     let row = store.get("minutely").await.unwrap().unwrap();
     assert_eq!(row.next_due_at, Some(latest + TimeDelta::minutes(1)));
-    let history = store.history("minutely", 10).await.unwrap();
+    let history = store.records().history("minutely", 10).await.unwrap();
     assert_eq!(history.len(), 1, "{history:?}");
     assert_eq!(history[0].outcome, RunOutcome::Skipped);
     assert_eq!(history[0].scheduled_for, Some(latest - TimeDelta::minutes(4)));
@@ -137,7 +137,7 @@ async fn all_runs_each_missed_slot_up_to_its_bound_oldest_first() {
     assert_eq!(slots.all(), expected);
     let row = store.get("minutely").await.unwrap().unwrap();
     assert_eq!(row.next_due_at, Some(latest + TimeDelta::minutes(1)));
-    let history = store.history("minutely", 10).await.unwrap();
+    let history = store.records().history("minutely", 10).await.unwrap();
     let ran: Vec<_> = history.iter().rev().map(|r| r.scheduled_for).collect();
     assert_eq!(ran, expected, "history, oldest first");
 }

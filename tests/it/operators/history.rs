@@ -58,7 +58,7 @@ async fn a_busy_key_keeps_only_its_ring_of_history() {
     support::eventually_async(Duration::from_secs(10), || {
         let store = store.clone();
         async move {
-            let newest = store.history("flaky", 1).await.unwrap();
+            let newest = store.records().history("flaky", 1).await.unwrap();
             newest
                 .first()
                 .is_some_and(|r| r.outcome == RunOutcome::Succeeded)
@@ -73,7 +73,7 @@ async fn a_busy_key_keeps_only_its_ring_of_history() {
         "a manual key that succeeded runs no more"
     );
 
-    let history = store.history("flaky", 100).await.unwrap();
+    let history = store.records().history("flaky", 100).await.unwrap();
     assert_eq!(history.len(), 20, "the ring holds 20 rows");
     assert_eq!(rows_of(&db.pool, "flaky").await, 20);
     let newest = history[0].run_no;
@@ -114,14 +114,14 @@ async fn ten_thousand_runs_leave_one_ring_and_late_records_do_not_overwrite() {
             .unwrap();
         assert_eq!(rows_of(&db.pool, "hot").await, (batch * 1000 + 1000).min(100));
     }
-    let history = store.history("hot", 10_000).await.unwrap();
+    let history = store.records().history("hot", 10_000).await.unwrap();
     let numbers: Vec<i64> = history.iter().map(|r| r.run_no).collect();
     assert_eq!(numbers, (9_901..=10_000).rev().collect::<Vec<_>>());
 
     // Run 9,950's place holds run 9,950; a late record of run 50 (same
     // place in the ring) changes nothing.
     store.record_runs_for_test("hot", 50..=50, 100).await.unwrap();
-    let history = store.history("hot", 10_000).await.unwrap();
+    let history = store.records().history("hot", 10_000).await.unwrap();
     assert!(
         history.iter().all(|r| r.run_no > 9_900),
         "an older run overwrote a newer one"
@@ -149,7 +149,7 @@ async fn history_zero_records_nothing() {
     rt.trigger("quiet").await.unwrap();
     runs.wait_started(1, Duration::from_secs(5)).await;
     rt.shutdown().await;
-    assert!(store.history("quiet", 10).await.unwrap().is_empty());
+    assert!(store.records().history("quiet", 10).await.unwrap().is_empty());
     let err = Runtime::builder(db.pool.clone())
         .history(10_001)
         .start()
@@ -175,12 +175,13 @@ async fn forgetting_a_key_forgets_its_history() {
     store.record_runs_for_test("gone", 1..=5, 100).await.unwrap();
     assert_eq!(rows_of(&db.pool, "gone").await, 5);
     assert_eq!(
-        store.forget("gone").await.unwrap(),
+        store.controls().forget("gone").await.unwrap(),
         leasehold::operator::Forgotten::Deleted
     );
     assert_eq!(rows_of(&db.pool, "gone").await, 0, "history deleted with the row");
     store.record_runs_for_test("gone", 1..=2, 100).await.unwrap();
     let numbers: Vec<i64> = store
+        .records()
         .history("gone", 10)
         .await
         .unwrap()
@@ -223,7 +224,7 @@ async fn a_failed_runs_error_says_each_cause_once() {
     let failed = support::eventually_async(Duration::from_secs(10), || {
         let store = store.clone();
         async move {
-            let newest = store.history("ledger", 1).await.unwrap();
+            let newest = store.records().history("ledger", 1).await.unwrap();
             newest.into_iter().find(|r| r.outcome == RunOutcome::Failed)
         }
     })
@@ -264,7 +265,7 @@ async fn an_older_run_never_overwrites_a_place_inserted_concurrently() {
     concurrent.commit().await.unwrap();
     late.await.unwrap().unwrap();
 
-    let history = store.history("first", 10).await.unwrap();
+    let history = store.records().history("first", 10).await.unwrap();
     let numbers: Vec<i64> = history.iter().map(|r| r.run_no).collect();
     assert_eq!(numbers, vec![150], "an older run overwrote a newer one");
 }

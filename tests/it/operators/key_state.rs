@@ -35,6 +35,7 @@ async fn a_key_never_run_free_or_held_reads_and_filters_as_such() {
     store.claim("running", "replica-1", LONG).await.expect("claim");
 
     let states: Vec<(String, KeyState)> = store
+        .records()
         .list("")
         .await
         .expect("list")
@@ -58,7 +59,11 @@ async fn a_key_never_run_free_or_held_reads_and_filters_as_such() {
         (KeyState::Held, vec!["running"]),
         (KeyState::Paused, vec![]),
     ] {
-        let page = store.list_page(&KeyFilter::new().state(state)).await.expect("a page");
+        let page = store
+            .records()
+            .list_page(&KeyFilter::new().state(state))
+            .await
+            .expect("a page");
         let listed: Vec<&str> = page.keys.iter().map(|k| k.lease.key.as_str()).collect();
         assert_eq!(listed, keys, "filter {state}");
     }

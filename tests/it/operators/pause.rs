@@ -41,7 +41,11 @@ async fn a_paused_key_runs_on_no_replica_until_resumed() {
     }
     runs.wait_started(2, Duration::from_secs(5)).await;
 
-    let pause = store.pause(&Target::key("nightly"), false, "test").await.unwrap();
+    let pause = store
+        .controls()
+        .pause(&Target::key("nightly"), false, "test")
+        .await
+        .unwrap();
     assert_eq!((pause.keys, pause.cancel), (1, false));
     // A run claimed just before the pause committed may still start: one
     // whole pass of each replica begun after the pause, and that run's end.
@@ -68,11 +72,11 @@ async fn a_paused_key_runs_on_no_replica_until_resumed() {
             .unwrap(),
         Claim::Paused { .. }
     ));
-    assert_eq!(store.trigger("nightly").await.unwrap(), Triggered::Paused);
+    assert_eq!(store.controls().trigger("nightly").await.unwrap(), Triggered::Paused);
 
     let resumed_at = Instant::now();
     assert!(matches!(
-        store.resume(&Target::key("nightly")).await.unwrap(),
+        store.controls().resume(&Target::key("nightly")).await.unwrap(),
         Resumed::Yes { .. }
     ));
     support::eventually(Duration::from_secs(3), || {
@@ -99,7 +103,10 @@ async fn a_paused_key_runs_on_no_replica_until_resumed() {
         "runs in only {} slots after resume: {slots:?}",
         slots.len()
     );
-    assert_eq!(store.resume(&Target::key("nightly")).await.unwrap(), Resumed::NotPaused);
+    assert_eq!(
+        store.controls().resume(&Target::key("nightly")).await.unwrap(),
+        Resumed::NotPaused
+    );
     for rt in fleet {
         rt.shutdown().await;
     }
@@ -156,13 +163,13 @@ async fn a_pause_lets_the_run_finish_unless_it_cancels_it() {
     .await;
     assert!(!released.is_held(), "the cancelled run released its lease");
     let history = support::eventually_async(Duration::from_secs(5), || async {
-        let h = store.history("long:b", 10).await.unwrap();
+        let h = store.records().history("long:b", 10).await.unwrap();
         (!h.is_empty()).then_some(h)
     })
     .await;
     assert_eq!(history[0].outcome, RunOutcome::Cancelled);
     assert_eq!(history[0].reason.as_deref(), Some("paused"));
-    let short_history = store.history("short:a", 10).await.unwrap();
+    let short_history = store.records().history("short:a", 10).await.unwrap();
     assert_eq!(short_history[0].outcome, RunOutcome::Succeeded);
 
     // Neither runs again while paused, trigger or not: the trigger wakes
@@ -179,7 +186,11 @@ async fn a_pause_lets_the_run_finish_unless_it_cancels_it() {
 async fn a_paused_job_pauses_all_its_keys_and_nothing_else() {
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
-    store.pause(&Target::job("tenant"), false, "test").await.unwrap();
+    store
+        .controls()
+        .pause(&Target::job("tenant"), false, "test")
+        .await
+        .unwrap();
     let runs = Runs::default();
     let settings = || quick(Schedule::every(Duration::from_secs(1)), Duration::from_secs(5));
     let rt = support::replica(
@@ -213,7 +224,7 @@ async fn a_paused_job_pauses_all_its_keys_and_nothing_else() {
     let keys: Vec<String> = runs.all().into_iter().map(|r| r.key).collect();
     assert!(keys.iter().any(|k| k == "other"), "the other job runs: {keys:?}");
     assert!(keys.iter().all(|k| k == "other"), "a paused job's key ran: {keys:?}");
-    let pauses = store.pauses().await.unwrap();
+    let pauses = store.controls().pauses().await.unwrap();
     assert_eq!(pauses.len(), 1);
     assert_eq!((pauses[0].target.clone(), pauses[0].keys), (Target::job("tenant"), 3));
 
@@ -240,7 +251,11 @@ async fn every_claim_refuses_a_paused_key() {
     let ttl = Duration::from_secs(5);
     let paused = |claim: Claim| matches!(claim, Claim::Paused { .. });
 
-    store.pause(&Target::key("k:new"), false, "test").await.unwrap();
+    store
+        .controls()
+        .pause(&Target::key("k:new"), false, "test")
+        .await
+        .unwrap();
     assert!(
         paused(store.claim("k:new", "h1", ttl).await.unwrap()),
         "insert path, claim"
@@ -258,7 +273,11 @@ async fn every_claim_refuses_a_paused_key() {
         .acquired()
         .unwrap();
     assert!(store.release(&lease.key, "h1", lease.fence).await.unwrap());
-    store.pause(&Target::key("k:old"), false, "test").await.unwrap();
+    store
+        .controls()
+        .pause(&Target::key("k:old"), false, "test")
+        .await
+        .unwrap();
     assert!(
         paused(store.claim("k:old", "h2", ttl).await.unwrap()),
         "takeover path, claim"
@@ -268,7 +287,7 @@ async fn every_claim_refuses_a_paused_key() {
         "takeover path, claim_run"
     );
 
-    store.resume(&Target::key("k:old")).await.unwrap();
+    store.controls().resume(&Target::key("k:old")).await.unwrap();
     assert!(
         store
             .claim_run("k:old", "h2", ttl, Due::Now)
@@ -288,7 +307,11 @@ async fn every_claim_refuses_a_paused_key() {
     )
     .await;
     rt.shutdown().await;
-    store.pause(&Target::job("reports"), false, "test").await.unwrap();
+    store
+        .controls()
+        .pause(&Target::job("reports"), false, "test")
+        .await
+        .unwrap();
     assert!(
         paused(store.claim("reports:x", "h3", ttl).await.unwrap()),
         "job pause, claim"

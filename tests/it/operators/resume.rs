@@ -43,13 +43,17 @@ async fn a_resume_wakes_only_the_overdue_keys_of_its_target() {
         |t: chrono::DateTime<Utc>| chrono::DateTime::from_timestamp_micros(t.timestamp_micros()).expect("in range");
     let past = micros(Utc::now() - TimeDelta::minutes(10));
     let future = micros(Utc::now() + TimeDelta::hours(1));
-    store.pause(&Target::job("tenant"), false, "test").await.unwrap();
+    store
+        .controls()
+        .pause(&Target::job("tenant"), false, "test")
+        .await
+        .unwrap();
     support::owe_slot(&db.pool, "tenant:overdue", past).await;
     support::owe_slot(&db.pool, "tenant:later", future).await;
     support::owe_slot(&db.pool, "other:overdue", past).await;
     let due = |info: Option<leasehold::store::LeaseInfo>| info.expect("row").next_due_at.expect("scheduled");
 
-    let resumed = store.resume(&Target::job("tenant")).await.unwrap();
+    let resumed = store.controls().resume(&Target::job("tenant")).await.unwrap();
 
     assert_eq!(resumed, Resumed::Yes { woken: 1 });
     let woken = due(store.get("tenant:overdue").await.unwrap());
@@ -76,10 +80,10 @@ async fn a_resume_wakes_only_the_overdue_keys_of_its_target() {
 async fn pausing_again_without_cancel_keeps_the_cancel() {
     let (_db, store) = support::store().await;
     let target = Target::key("billing");
-    assert!(store.pause(&target, true, "alice").await.unwrap().cancel);
-    let again = store.pause(&target, false, "bob").await.unwrap();
+    assert!(store.controls().pause(&target, true, "alice").await.unwrap().cancel);
+    let again = store.controls().pause(&target, false, "bob").await.unwrap();
     assert!(again.cancel, "the second pause kept the cancel: {again:?}");
-    let pauses = store.pauses().await.unwrap();
+    let pauses = store.controls().pauses().await.unwrap();
     assert_eq!(pauses.len(), 1);
     assert!(pauses[0].cancel);
     assert_eq!(pauses[0].paused_by, "alice", "the first pause is the one in force");
@@ -108,8 +112,8 @@ async fn a_resume_while_the_key_runs_adds_no_run() {
     gate.runs().wait_started(1, Duration::from_secs(10)).await;
 
     let target = Target::key("ledger");
-    store.pause(&target, false, "test").await.unwrap();
-    let resumed = store.resume(&target).await.unwrap();
+    store.controls().pause(&target, false, "test").await.unwrap();
+    let resumed = store.controls().resume(&target).await.unwrap();
     gate.finish_one();
 
     assert_eq!(resumed, Resumed::Yes { woken: 0 }, "a running key is not woken");

@@ -21,7 +21,7 @@ async fn a_held_lease_is_revoked_only_when_forced_and_its_holder_is_fenced_out()
         panic!("first claim acquires");
     };
 
-    let refused = store.revoke("billing", Revoke::IfFree, &[]).await.unwrap();
+    let refused = store.controls().revoke("billing", Revoke::IfFree, &[]).await.unwrap();
     let Revoked::Held(info) = refused else {
         panic!("a held lease needs Revoke::Force: {refused:?}");
     };
@@ -31,7 +31,12 @@ async fn a_held_lease_is_revoked_only_when_forced_and_its_holder_is_fenced_out()
         "nothing changed: the holder still renews"
     );
 
-    let Revoked::Ended { previous, fence } = store.revoke("billing", Revoke::Force, &["ledger"]).await.unwrap() else {
+    let Revoked::Ended { previous, fence } = store
+        .controls()
+        .revoke("billing", Revoke::Force, &["ledger"])
+        .await
+        .unwrap()
+    else {
         panic!("a forced revoke ends the tenure");
     };
     assert_eq!((previous.holder.as_str(), previous.fence), ("web-1", lease.fence));
@@ -68,7 +73,12 @@ async fn a_revoked_run_is_rejected_downstream_before_any_newer_run_writes() {
         .await
         .expect("and commits while it holds it");
 
-    let Revoked::Ended { fence, .. } = store.revoke("billing", Revoke::Force, &["ledger"]).await.unwrap() else {
+    let Revoked::Ended { fence, .. } = store
+        .controls()
+        .revoke("billing", Revoke::Force, &["ledger"])
+        .await
+        .unwrap()
+    else {
         panic!("a forced revoke ends the tenure");
     };
     for resource in ["billing", "ledger"] {
@@ -92,7 +102,8 @@ async fn a_free_lease_is_revoked_without_force_and_keeps_its_schedule() {
     let before = store.get("billing").await.unwrap().expect("row");
     assert!(!before.is_held(), "released at shutdown");
 
-    let Revoked::Ended { previous, fence } = store.revoke("billing", Revoke::IfFree, &[]).await.unwrap() else {
+    let Revoked::Ended { previous, fence } = store.controls().revoke("billing", Revoke::IfFree, &[]).await.unwrap()
+    else {
         panic!("a free lease is revoked without force");
     };
     assert_eq!(previous.fence, guard.fence());
@@ -119,7 +130,11 @@ async fn a_revoke_never_lowers_a_fence_row() {
         .execute(&db.pool)
         .await
         .unwrap();
-    store.revoke("billing", Revoke::Force, &["ledger"]).await.unwrap();
+    store
+        .controls()
+        .revoke("billing", Revoke::Force, &["ledger"])
+        .await
+        .unwrap();
     let kept: i64 = sqlx::query_scalar("SELECT last_fence FROM leasehold_fence WHERE resource = 'ledger'")
         .fetch_one(&db.pool)
         .await
@@ -132,10 +147,14 @@ async fn a_revoke_never_lowers_a_fence_row() {
 async fn a_missing_key_is_not_found_and_bad_names_are_refused() {
     let (_db, store) = support::store().await;
     assert_eq!(
-        store.revoke("nobody", Revoke::Force, &[]).await.unwrap(),
+        store.controls().revoke("nobody", Revoke::Force, &[]).await.unwrap(),
         Revoked::NotFound
     );
-    let err = store.revoke("billing", Revoke::Force, &[""]).await.unwrap_err();
+    let err = store
+        .controls()
+        .revoke("billing", Revoke::Force, &[""])
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
     assert!(err.to_string().contains("fenced resource"), "{err}");
 }

@@ -22,7 +22,7 @@ async fn forget_deletes_only_a_free_row_and_fences_keep_growing() {
     let Claim::Acquired(lease) = store.claim("tenant:gone", "h1", ttl).await.unwrap() else {
         panic!("a free key is claimed");
     };
-    match store.forget("tenant:gone").await.unwrap() {
+    match store.controls().forget("tenant:gone").await.unwrap() {
         Forgotten::Held(info) => {
             assert_eq!((info.holder.as_str(), info.fence), ("h1", lease.fence));
         }
@@ -32,9 +32,15 @@ async fn forget_deletes_only_a_free_row_and_fences_keep_growing() {
     assert_eq!((row.fence, row.is_held()), (lease.fence, true));
 
     assert!(store.release("tenant:gone", "h1", lease.fence).await.unwrap());
-    assert_eq!(store.forget("tenant:gone").await.unwrap(), Forgotten::Deleted);
+    assert_eq!(
+        store.controls().forget("tenant:gone").await.unwrap(),
+        Forgotten::Deleted
+    );
     assert_eq!(store.get("tenant:gone").await.unwrap(), None);
-    assert_eq!(store.forget("tenant:gone").await.unwrap(), Forgotten::NotFound);
+    assert_eq!(
+        store.controls().forget("tenant:gone").await.unwrap(),
+        Forgotten::NotFound
+    );
 
     let again = store
         .claim("tenant:gone", "h2", ttl)
@@ -63,7 +69,7 @@ async fn a_runtime_recreates_a_forgotten_key_it_still_registers() {
     let first = runs.wait_started(1, Duration::from_secs(5)).await[0].clone();
     let mut forgotten = false;
     for _ in 0..100 {
-        if store.forget("tenant:back").await.unwrap() == Forgotten::Deleted {
+        if store.controls().forget("tenant:back").await.unwrap() == Forgotten::Deleted {
             forgotten = true;
             break;
         }

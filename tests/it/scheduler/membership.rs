@@ -273,7 +273,11 @@ async fn a_paused_key_added_back_keeps_its_missed_slots_for_the_resume() {
     let tenant = || job("tenant:acme", hourly(), runs.body(Duration::from_millis(10)));
     let rt = support::replica(&db, "a", 2, vec![tenant()]).await;
     assert!(rt.remove("tenant:acme").await.unwrap());
-    store.pause(&Target::job("tenant"), false, "test").await.unwrap();
+    store
+        .controls()
+        .pause(&Target::job("tenant"), false, "test")
+        .await
+        .unwrap();
     let owed = slots_passed(&db.pool, "tenant:acme").await;
 
     rt.add(tenant()).await.unwrap();

@@ -43,7 +43,7 @@ fn on(at: DateTime<Utc>, secs: i64) -> bool {
 
 /// The key's history, oldest first.
 async fn history(store: &LeaseStore, key: &str) -> Vec<RunRecord> {
-    let mut runs = store.history(key, 100).await.expect("history");
+    let mut runs = store.records().history(key, 100).await.expect("history");
     runs.sort_by_key(|r| r.run_no);
     runs
 }
@@ -108,7 +108,7 @@ fn assert_new_schedule(
 async fn one_key(schedule: &str, work: Duration) -> (support::TestDb, LeaseStore, TenantKind, leasehold::Runtime) {
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
-    store.add_keys(&[tenant("k", "basic", schedule)]).await.unwrap();
+    store.keys().add(&[tenant("k", "basic", schedule)]).await.unwrap();
     let kind = TenantKind::working(work);
     let a = replica(&db, "a", &kind, Duration::from_millis(100), true).await;
     (db, store, kind, a)
@@ -145,7 +145,7 @@ async fn slower_to_faster_during_a_run() {
     let (_db, store, kind, a) = one_key("every 3s", Duration::from_millis(600)).await;
     let slot = run_starts(&kind, |_| true).await;
     let change = bracket(&store, async {
-        store.update_key(&tenant("k", "basic", "every 1s")).await.unwrap();
+        store.keys().update(&tenant("k", "basic", "every 1s")).await.unwrap();
     })
     .await;
     let later = runs_after(&store, "k", slot, 3).await;
@@ -161,7 +161,7 @@ async fn faster_to_slower_during_a_run() {
     let (_db, store, kind, a) = one_key("every 1s", Duration::from_millis(600)).await;
     let slot = run_starts(&kind, |s| on(s, 3)).await;
     let change = bracket(&store, async {
-        store.update_key(&tenant("k", "basic", "every 3s")).await.unwrap();
+        store.keys().update(&tenant("k", "basic", "every 3s")).await.unwrap();
     })
     .await;
     let later = runs_after(&store, "k", slot, 2).await;
@@ -177,7 +177,7 @@ async fn slower_to_faster_between_runs() {
     let slot = run_starts(&kind, |_| true).await;
     released(&store, slot).await;
     let change = bracket(&store, async {
-        store.update_key(&tenant("k", "basic", "every 1s")).await.unwrap();
+        store.keys().update(&tenant("k", "basic", "every 1s")).await.unwrap();
     })
     .await;
     let later = runs_after(&store, "k", slot, 3).await;
@@ -194,7 +194,7 @@ async fn faster_to_slower_between_runs() {
     let slot = run_starts(&kind, |s| on(s, 3)).await;
     released(&store, slot).await;
     let change = bracket(&store, async {
-        store.update_key(&tenant("k", "basic", "every 3s")).await.unwrap();
+        store.keys().update(&tenant("k", "basic", "every 3s")).await.unwrap();
     })
     .await;
     let later = runs_after(&store, "k", slot, 2).await;
@@ -257,7 +257,7 @@ async fn a_new_schedule_never_postpones_an_owed_slot() {
     let slot = run_starts(&kind, |_| true).await;
     released(&store, slot).await;
     let key = Target::key("k");
-    store.pause(&key, false, "test").await.unwrap();
+    store.controls().pause(&key, false, "test").await.unwrap();
     // The next slot passes while paused: owed.
     support::eventually_async(Duration::from_secs(5), || async {
         let row = store.get("k").await.unwrap()?;
@@ -266,9 +266,9 @@ async fn a_new_schedule_never_postpones_an_owed_slot() {
     })
     .await;
     let ran = runs_of(&kind.log, "k").len();
-    store.update_key(&tenant("k", "basic", "every 1h")).await.unwrap();
+    store.keys().update(&tenant("k", "basic", "every 1h")).await.unwrap();
     support::wait_polls(&a, 3).await;
-    store.resume(&key).await.unwrap();
+    store.controls().resume(&key).await.unwrap();
     support::eventually(Duration::from_secs(5), || {
         (runs_of(&kind.log, "k").len() > ran).then_some(())
     })
@@ -307,7 +307,7 @@ async fn a_new_schedule_never_postpones_a_retry() {
     let db = support::db().await;
     let store = LeaseStore::new(db.pool.clone());
     let key = |schedule: &str| NewKey::new("failing", "f", &1u32, schedule.parse().expect("schedule")).expect("key");
-    store.add_keys(&[key("every 1s")]).await.unwrap();
+    store.keys().add(&[key("every 1s")]).await.unwrap();
     let kind = Failing::default();
     let a = leasehold::Runtime::builder(db.pool_with(2).await)
         .holder("a")
@@ -321,7 +321,7 @@ async fn a_new_schedule_never_postpones_a_retry() {
         runs.first().filter(|r| r.outcome == RunOutcome::Failed)?.scheduled_for
     })
     .await;
-    store.update_key(&key("every 1h")).await.unwrap();
+    store.keys().update(&key("every 1h")).await.unwrap();
     support::eventually(Duration::from_secs(5), || {
         let slots = kind.slots.lock().unwrap();
         (slots.iter().filter(|s| **s == Some(slot)).count() >= 2).then_some(())
