@@ -60,7 +60,7 @@ use crate::schedule::Schedule;
 /// let runtime = Runtime::builder(pool.clone()).register_kind(Invoice { db: pool.clone() }).start().await?;
 /// // Any replica, once: every replica that registers "invoice" runs it.
 /// let key = NewKey::new("invoice", "invoice:42", &Tenant { id: 42 }, "every 1h".parse()?)?;
-/// runtime.store().add_keys(&[key]).await?;
+/// runtime.store().keys().add(&[key]).await?;
 /// # Ok(()) }
 /// ```
 pub trait JobKind: Send + Sync + 'static {

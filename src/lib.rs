@@ -66,7 +66,6 @@
 // each feature-gated item then says which feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod action;
 mod cancel;
 mod connection;
 #[cfg(feature = "console")]

@@ -104,34 +104,26 @@ pub(crate) async fn pause(db: &Db, args: &PauseArgs) -> Result<(), Failure> {
     db.require_schema().await?;
     let store = LeaseStore::new(db.pool.clone());
     let by = args.by.clone().unwrap_or_else(default_by);
-    // Only to tell the operator whether this pause is new: the pause
-    // itself is one statement that keeps an earlier one.
-    let before = store
-        .controls()
-        .pauses()
-        .await
-        .map_err(|e| db.failure(e))?
-        .into_iter()
-        .find(|p| p.target == target);
-    // Through `Operator`, so the key's history records who paused it.
-    let operator = Operator::new(store.clone(), by).map_err(|e| db.failure(e))?;
+    // Through `Operator`, so the key's history records who paused it. The
+    // pause's own statement says whether it was paused already.
+    let operator = Operator::new(store, by).map_err(|e| db.failure(e))?;
     let pause = operator.pause(&target, args.cancel).await.map_err(|e| db.failure(e))?;
     if args.json {
         let doc = PausedJson {
             pause: PauseJson::from(&pause),
-            already_paused: before.is_some(),
+            already_paused: pause.already_paused.is_some(),
         };
         out::json(&doc)?;
         return Ok(());
     }
-    out::print(format_args!("{}", pause_text(&pause, before.as_ref(), args.cancel)))?;
+    out::print(format_args!("{}", pause_text(&pause, args.cancel)))?;
     Ok(())
 }
 
 /// What `pause` (with `--cancel` if `cancel`) prints: the library's words
 /// for the pause (as the history records them), then who paused it and
 /// since when, what happens to the runs in progress, and how to undo it.
-fn pause_text(pause: &Pause, before: Option<&Pause>, cancel: bool) -> String {
+fn pause_text(pause: &Pause, cancel: bool) -> String {
     let action = if cancel {
         OperatorAction::PauseCancel
     } else {
@@ -143,9 +135,9 @@ fn pause_text(pause: &Pause, before: Option<&Pause>, cancel: bool) -> String {
         text::cell(&pause.paused_by),
         text::time(pause.paused_at)
     );
-    out.push_str(&match before {
+    out.push_str(&match pause.already_paused {
         None => format!("  paused for the whole fleet {by}\n"),
-        Some(before) if pause.cancel && !before.cancel => {
+        Some(cancelled_before) if pause.cancel && !cancelled_before => {
             format!("  it was already paused {by}; now its runs in progress are cancelled too\n")
         }
         Some(_) => format!("  it was already paused {by}; nothing changed\n"),

@@ -112,6 +112,12 @@ pub struct Pause {
     pub keys: u64,
     /// Of those, how many had a live lease (a run in progress), when read.
     pub running: u64,
+    /// In the answer of [`Controls::pause`](crate::store::Controls::pause):
+    /// `Some(cancel)` when the target was paused already as the statement
+    /// found it (`cancel`: whether that earlier pause cancelled runs), so
+    /// this pause kept its author and time; `None` when it is new. Always
+    /// `None` in [`Controls::pauses`](crate::store::Controls::pauses).
+    pub already_paused: Option<bool>,
 }
 
 /// What [`Controls::resume`](crate::store::Controls::resume) did.
@@ -151,6 +157,7 @@ struct PauseRow {
     paused_at: DateTime<Utc>,
     keys: i64,
     running: i64,
+    already_paused: Option<bool>,
 }
 
 impl From<PauseRow> for Pause {
@@ -162,6 +169,7 @@ impl From<PauseRow> for Pause {
             paused_at: row.paused_at,
             keys: u64::try_from(row.keys).unwrap_or(0),
             running: u64::try_from(row.running).unwrap_or(0),
+            already_paused: row.already_paused,
         }
     }
 }
@@ -202,15 +210,21 @@ impl Controls<'_> {
         validate::paused_by(by)?;
         // $1 scope, $2 name, $3 cancel, $4 by. The pause takes effect when
         // this commits: every later claim checks it after its row lock.
+        // `before` reads the statement's snapshot, taken before its insert:
+        // the pause that was already there, if any, for the answer (a pause
+        // committed concurrently, after the snapshot, reads as none).
         const PAUSE: &str = concat!(
             "
-            WITH p AS (
+            WITH before AS (
+                SELECT b.cancel FROM leasehold_pause AS b WHERE b.scope = $1 AND b.name = $2
+            ), p AS (
                 INSERT INTO leasehold_pause AS p (scope, name, cancel, paused_by)
                 VALUES ($1, $2, $3, $4)
                 ON CONFLICT (scope, name) DO UPDATE SET cancel = /* guard:pause.cancel_kept */ p.cancel OR EXCLUDED.cancel
                 RETURNING p.*
             )
-            SELECT p.scope, p.name, p.cancel, p.paused_by, p.paused_at, c.keys, c.running
+            SELECT p.scope, p.name, p.cancel, p.paused_by, p.paused_at, c.keys, c.running,
+                   (SELECT b.cancel FROM before AS b) AS already_paused
               FROM p, LATERAL (
                   SELECT count(*) AS keys, count(*) FILTER (WHERE l.expires_at > clock_timestamp()) AS running
                     FROM leasehold_lease AS l
@@ -280,7 +294,8 @@ impl Controls<'_> {
     pub async fn pauses(self) -> Result<Vec<Pause>> {
         const PAUSES: &str = concat!(
             "
-            SELECT p.scope, p.name, p.cancel, p.paused_by, p.paused_at, c.keys, c.running
+            SELECT p.scope, p.name, p.cancel, p.paused_by, p.paused_at, c.keys, c.running,
+                   NULL::bool AS already_paused
               FROM leasehold_pause AS p, LATERAL (
                   SELECT count(*) AS keys, count(*) FILTER (WHERE l.expires_at > clock_timestamp()) AS running
                     FROM leasehold_lease AS l

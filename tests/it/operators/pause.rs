@@ -180,6 +180,36 @@ async fn a_pause_lets_the_run_finish_unless_it_cancels_it() {
     rt.shutdown().await;
 }
 
+/// A pause says, from its own statement, whether it found its target
+/// paused already (and whether that pause cancelled runs): new, then
+/// already paused without cancel, then with; the first author and time are
+/// kept, and a pause after a resume is new again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_says_whether_its_target_was_paused_already() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let controls = store.controls();
+    let target = Target::job("billing");
+
+    let first = controls.pause(&target, false, "alice@laptop").await.unwrap();
+    assert_eq!(first.already_paused, None);
+    let again = controls.pause(&target, true, "bob@laptop").await.unwrap();
+    assert_eq!(again.already_paused, Some(false));
+    assert_eq!(
+        (again.paused_by.as_str(), again.paused_at, again.cancel),
+        ("alice@laptop", first.paused_at, true)
+    );
+    let third = controls.pause(&target, false, "carol@laptop").await.unwrap();
+    assert_eq!((third.already_paused, third.cancel), (Some(true), true));
+    let listed = controls.pauses().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].already_paused, None, "a listed pause answers no pause");
+
+    assert!(matches!(controls.resume(&target).await.unwrap(), Resumed::Yes { .. }));
+    let after = controls.pause(&target, false, "dave@laptop").await.unwrap();
+    assert_eq!((after.already_paused, after.paused_by.as_str()), (None, "dave@laptop"));
+}
+
 /// Pausing a job pauses every key of it — on every replica, including a
 /// key registered after the pause — and leaves other jobs alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
