@@ -18,8 +18,8 @@
 use std::fmt;
 
 use crate::error::Result;
-use crate::lease::{KeyFilter, LeaseStore, NewKey, validate_actor};
 pub use crate::lease::{ActionRecord, Forgotten, Pause, Resumed, Revoke, Revoked, Target, Triggered};
+use crate::lease::{KeyFilter, LeaseStore, NewKey, validate_actor};
 
 /// Keys read at a time by [`Operator::trigger_job`].
 const TRIGGER_PAGE: usize = 500;

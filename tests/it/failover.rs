@@ -137,7 +137,14 @@ async fn fail_over(synchronous: bool, mode: Connections) -> Outcome {
     let a = replica_in(mode, pair.pool(4), "replica-a", POLL, jobs.clone()).await;
     let b = replica_in(mode, pair.pool(4), "replica-b", POLL, jobs).await;
     runs.wait_started(4 * KEYS, Duration::from_secs(30)).await;
-    let timelines_before = [a.server_timeline(), b.server_timeline()];
+    // A replica learns the timeline from its polls: on a loaded machine one
+    // may have run keys (claimed at registration) before its first poll
+    // answered.
+    let timelines_before = eventually_async(Duration::from_secs(10), || async {
+        let seen = [a.server_timeline(), b.server_timeline()];
+        seen.iter().all(|&t| t != 0).then_some(seen)
+    })
+    .await;
 
     // The standby stops receiving WAL; the primary goes on acknowledging
     // (asynchronous) or stops acknowledging leasehold's commits (synchronous).
