@@ -148,7 +148,7 @@ pub fn derive_fenced_job(input: TokenStream) -> TokenStream {
 /// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
 /// let runtime = Runtime::builder(pool.clone()).register_kind(Invoice { db: pool.clone() }).start().await?;
 /// let key = NewKey::new("invoice", "invoice:42", &Tenant { id: 42 }, "every 1h".parse()?)?;
-/// runtime.store().add_keys(&[key]).await?;
+/// runtime.store().keys().add(&[key]).await?;
 /// # Ok(()) }
 /// ```
 ///
