@@ -140,7 +140,14 @@ impl Scheduler {
                 Err(pause) => return pause,
             }
         }
-        let next_due = shared.registry().next_at();
+        let next_due = if shared.limits.is_empty() {
+            shared.registry().next_at()
+        } else {
+            // Keys held back by their name's limit are not worth waking
+            // for: a run's end of that name wakes the scheduler.
+            let admit = shared.limits.admit();
+            shared.registry().next_at_admitted(&admit)
+        };
         sleep_for(Instant::now(), next_due, self.next_poll, shared.room())
     }
 
@@ -333,8 +340,9 @@ struct Proposal {
     marked: WakeMark,
 }
 
-/// Step 1 of a claim: the due keys there is room for, or `None` when there
-/// is no room, shutdown has begun or nothing is due at `now`.
+/// Step 1 of a claim: the due keys there is room for — here, and for their
+/// job name when it has a limit here — or `None` when there is no room,
+/// shutdown has begun or nothing is due at `now`.
 fn propose(shared: &Shared, now: Instant) -> Option<Proposal> {
     let room = shared.room();
     if room == 0 || shared.stopping.is_cancelled() {
@@ -343,7 +351,12 @@ fn propose(shared: &Shared, now: Instant) -> Option<Proposal> {
     let wanted = candidates_wanted(room);
     let (jobs, marked) = {
         let registry = shared.registry();
-        (registry.due(now, wanted), registry.mark())
+        let jobs = if shared.limits.is_empty() {
+            registry.due(now, wanted)
+        } else {
+            registry.due_admitted(now, wanted, &mut shared.limits.admit())
+        };
+        (jobs, registry.mark())
     };
     (!jobs.is_empty()).then_some(Proposal {
         jobs,
@@ -524,8 +537,8 @@ mod tests {
     };
     use crate::fast_hash::FastSet;
     use crate::metrics::ClaimOutcome;
-    use crate::runtime::state::Registry;
-    use crate::runtime::state::testing::{entry, free, held_elsewhere, shared};
+    use crate::runtime::state::testing::{entry, entry_of, free, held_elsewhere, shared, shared_limited, tenure};
+    use crate::runtime::state::{NameLimits, Registry, RunSlot};
 
     const SECOND: Duration = Duration::from_secs(1);
 
@@ -633,6 +646,64 @@ mod tests {
         tokio::time::advance(10 * SECOND).await;
         let proposal = propose(&shared, Instant::now()).expect("three keys due");
         assert_eq!(keys(&proposal.jobs), ["a", "b", "later"], "in the queue's order");
+    }
+
+    /// Four reports and one billing key due at once, reports limited to 2
+    /// here: a claim proposes two reports and the billing key; with a
+    /// report running, one report; with two running, none — the held-back
+    /// reports stay due, and are not worth waking for until a run ends.
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_proposes_a_limited_names_keys_only_up_to_its_room_left() {
+        let now = Instant::now();
+        let mut registry = Registry::default();
+        for key in ["r1", "r2", "r3", "r4"] {
+            registry.insert(entry_of("report", key), now);
+        }
+        registry.insert(entry_of("billing", "b1"), now);
+        registry.insert(entry_of("billing", "b2"), now + 10 * SECOND);
+        let limits = NameLimits::new([(std::sync::Arc::from("report"), 2)]);
+        let shared = shared_limited(8, registry, limits);
+
+        let proposal = propose(&shared, now).expect("keys due");
+        assert_eq!(
+            keys(&proposal.jobs),
+            ["b1", "r1", "r2"],
+            "two reports, and the other name's key"
+        );
+        assert_eq!(
+            proposal.room, 8,
+            "the runtime's own room is not spent on held-back keys"
+        );
+
+        let start = |job: &std::sync::Arc<crate::runtime::state::JobEntry>| {
+            assert!(shared.registry().start(job));
+            RunSlot::take(shared.clone(), job.clone(), tenure(&shared, job))
+        };
+        let (b1, r1, r2) = (&proposal.jobs[0], &proposal.jobs[1], &proposal.jobs[2]);
+        let billing = start(b1);
+        let first = start(r1);
+        assert_eq!(keys(&propose(&shared, now).expect("one report fits").jobs), ["r2"]);
+        let second = start(r2);
+        assert!(
+            propose(&shared, now).is_none(),
+            "r3 and r4 are held back: nothing to propose"
+        );
+        let admit = shared.limits.admit();
+        assert_eq!(
+            shared.registry().next_at_admitted(&admit),
+            Some(now + 10 * SECOND),
+            "the next key worth waking for is the later billing key, not a held-back report"
+        );
+        drop(billing);
+
+        drop(first);
+        let proposal = propose(&shared, now).expect("a report's run ended: one place");
+        assert_eq!(
+            keys(&proposal.jobs),
+            ["b1", "r1"],
+            "the ended runs' keys are due again; one report fits, r3 and r4 wait"
+        );
+        drop(second);
     }
 
     #[tokio::test(start_paused = true)]

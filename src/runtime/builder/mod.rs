@@ -87,6 +87,8 @@ pub struct RuntimeBuilder {
     migrate: bool,
     poll_interval: Duration,
     max_concurrent_runs: usize,
+    /// `max_concurrent_runs_of`, in the order given (checked at start).
+    limits_of: Vec<(String, usize)>,
     history: u32,
     degraded_after: u32,
     listen: bool,
@@ -126,6 +128,7 @@ impl RuntimeBuilder {
             migrate: true,
             poll_interval: Duration::from_secs(5),
             max_concurrent_runs: DEFAULT_MAX_CONCURRENT_RUNS,
+            limits_of: Vec::new(),
             history: DEFAULT_HISTORY,
             degraded_after: DEFAULT_DEGRADED_AFTER,
             listen: true,
@@ -213,6 +216,35 @@ impl RuntimeBuilder {
     /// show how full it is. Must be at least 1.
     pub fn max_concurrent_runs(mut self, runs: usize) -> Self {
         self.max_concurrent_runs = runs;
+        self
+    }
+
+    /// At most `runs` runs at once on this replica of the keys of the job
+    /// or job kind named `name` — for jobs heavy on the replica itself
+    /// (memory, CPU, a local disk). Other replicas run the rest: a key held
+    /// back here stays due and is claimed by whichever replica has room, or
+    /// here as soon as a run of `name` ends. Meanwhile this replica's other
+    /// run slots go to other keys, so a full name never stalls the rest.
+    /// Within [`max_concurrent_runs`](Self::max_concurrent_runs), which
+    /// still bounds all runs together.
+    ///
+    /// Per replica, not fleet-wide: with 3 replicas and `runs` 2, up to 6
+    /// runs of `name` may overlap across the fleet. `runs` must be at least
+    /// 1, `name` a job or kind registered with this builder, each name
+    /// given once; [`start`](Self::start) refuses anything else, naming the
+    /// value.
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: sqlx::PgPool, reports: impl leasehold::JobKind) -> leasehold::Result<()> {
+    /// let runtime = leasehold::Runtime::builder(pool)
+    ///     .register_kind(reports) // a kind named "report": each report takes 2 GB here
+    ///     .max_concurrent_runs_of("report", 2)
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn max_concurrent_runs_of(mut self, name: &str, runs: usize) -> Self {
+        self.limits_of.push((name.to_owned(), runs));
         self
     }
 

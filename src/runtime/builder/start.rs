@@ -20,7 +20,7 @@ use crate::metrics;
 use crate::runtime::fleet::KindEntry;
 use crate::runtime::handle::{Runtime, Tasks};
 use crate::runtime::state::{
-    FinishRequest, JobEntry, Reading, RegistryBuild, ServerClock, Setup, Shared, duplicate_key,
+    FinishRequest, JobEntry, NameLimits, Reading, RegistryBuild, ServerClock, Setup, Shared, duplicate_key,
 };
 use crate::runtime::{finish, heartbeat, listen, scheduler};
 use crate::schedule::first_due;
@@ -57,6 +57,7 @@ pub(super) async fn start(mut builder: RuntimeBuilder) -> Result<Runtime> {
     let checked = builder.check_jobs()?;
     let checked_at = Instant::now();
     builder.check_kinds()?;
+    let limits = builder.check_limits(&checked.jobs)?;
     #[cfg(feature = "prometheus")]
     if let Some(addr) = &builder.prometheus {
         crate::metrics::exporter::install(addr)?;
@@ -97,7 +98,7 @@ pub(super) async fn start(mut builder: RuntimeBuilder) -> Result<Runtime> {
         tick,
         finishes,
     };
-    let shared = Arc::new(builder.shared(parts, checked.registry, &checked.jobs, &rows));
+    let shared = Arc::new(builder.shared(parts, checked.registry, &checked.jobs, &rows, limits));
     drop(rows);
     metrics::concurrency_limit(shared.max_concurrent_runs);
     let kinds: Vec<Arc<KindEntry>> = builder.kinds.into_iter().map(Arc::new).collect();
@@ -171,6 +172,51 @@ impl RuntimeBuilder {
         Ok(holder)
     }
 
+    /// The limits per job name ([`RuntimeBuilder::max_concurrent_runs_of`]):
+    /// each at least 1, each name given once and registered here, as a job
+    /// (`jobs`) or a kind.
+    fn check_limits(&self, jobs: &[Arc<JobEntry>]) -> Result<NameLimits> {
+        let mut limits: Vec<(Arc<str>, usize)> = Vec::with_capacity(self.limits_of.len());
+        for (name, runs) in &self.limits_of {
+            validate::job_name(name)?;
+            let problem = if *runs == 0 {
+                Some(format!(
+                    "max_concurrent_runs_of({name:?}, 0) would never run it here: give at least 1, or do not \
+                     register {name:?} on this replica"
+                ))
+            } else if limits.iter().any(|(n, _)| **n == **name) {
+                Some(format!("{name:?} has a limit already: give each name one limit"))
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Err(Error::invalid("max_concurrent_runs_of", runs, problem));
+            }
+            let registered = jobs.iter().map(|j| &j.name).chain(self.kinds.iter().map(|k| &k.name));
+            let Some(known) = registered.clone().find(|n| ***n == **name) else {
+                let mut names: Vec<&str> = registered.map(|n| &**n).collect();
+                names.sort_unstable();
+                names.dedup();
+                names.truncate(20);
+                return Err(Error::invalid(
+                    "max_concurrent_runs_of name",
+                    name,
+                    format!(
+                        "no job or kind of that name is registered with this runtime (registered: {}); check \
+                         the spelling, or register it first",
+                        if names.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            names.join(", ")
+                        }
+                    ),
+                ));
+            };
+            limits.push((known.clone(), *runs));
+        }
+        Ok(NameLimits::new(limits))
+    }
+
     /// Checks, deduplicates and adds the jobs in one pass, before anything
     /// starts: one hash per key.
     fn check_jobs(&mut self) -> Result<Checked> {
@@ -231,7 +277,14 @@ impl RuntimeBuilder {
     /// The shared state: the registry filed at the times the registration's
     /// rows say (nothing listens yet, so no wake-up came in between); `rows`
     /// answers for `jobs`, in order.
-    fn shared(&self, parts: Parts, mut registry: RegistryBuild, jobs: &[Arc<JobEntry>], rows: &Registered) -> Shared {
+    fn shared(
+        &self,
+        parts: Parts,
+        mut registry: RegistryBuild,
+        jobs: &[Arc<JobEntry>],
+        rows: &Registered,
+        limits: NameLimits,
+    ) -> Shared {
         let Parts {
             holder,
             store,
@@ -260,6 +313,7 @@ impl RuntimeBuilder {
             registry: registry.finish(),
             poll_interval: self.poll_interval,
             max_concurrent_runs: self.max_concurrent_runs,
+            limits,
             history: self.history,
             tick,
             clock,

@@ -8,6 +8,7 @@
 //! - `reading.rs`: when a key the server answered about is next worth a claim;
 //! - `clock.rs`: the server's clock, mapped onto the local one;
 //! - `liveness.rs`: the liveness registration runs are stamped with;
+//! - `limits.rs`: the limits per job name on this replica;
 //! - `run_slot.rs`: a run's hold on a concurrency slot, given back on drop.
 //!
 //! # Invariants
@@ -57,6 +58,7 @@ use crate::tenure::Tenure;
 
 mod clock;
 mod job;
+mod limits;
 mod liveness;
 mod reading;
 mod registry;
@@ -66,6 +68,7 @@ pub(crate) mod testing;
 
 pub(crate) use clock::ServerClock;
 pub(crate) use job::{Body, JobEntry, duplicate_key};
+pub(crate) use limits::{Admit, NameLimits};
 pub(crate) use liveness::Liveness;
 pub(crate) use reading::Reading;
 pub(crate) use registry::{Registry, RegistryBuild, WakeMark};
@@ -105,6 +108,7 @@ pub(crate) struct Setup {
     pub(crate) registry: Registry,
     pub(crate) poll_interval: Duration,
     pub(crate) max_concurrent_runs: usize,
+    pub(crate) limits: NameLimits,
     pub(crate) history: u32,
     /// The first heartbeat period.
     pub(crate) tick: Duration,
@@ -138,6 +142,8 @@ pub(crate) struct Shared {
     pub(crate) stopping: CancellationToken,
     pub(crate) poll_interval: Duration,
     pub(crate) max_concurrent_runs: usize,
+    /// At most N runs of a job name at once here; counted by [`RunSlot`].
+    pub(crate) limits: NameLimits,
     /// Runs kept per key in the history ring.
     pub(crate) history: u32,
     /// The pauses in force, as the latest poll read them (for the gauge).
@@ -186,6 +192,7 @@ impl Shared {
             stopping: CancellationToken::new(),
             poll_interval: setup.poll_interval,
             max_concurrent_runs: setup.max_concurrent_runs,
+            limits: setup.limits,
             history: setup.history,
             paused: Mutex::new(Vec::new()),
             timeline: AtomicI64::new(0),

@@ -8,12 +8,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{JobEntry, Reading};
+use super::{Admit, JobEntry, Reading};
 use crate::lease::{Sighting, Target};
 use crate::runtime::run_end::Streak;
 
 #[cfg(test)]
 mod tests;
+
+/// Keys held back by their name's limit that one look at the queue passes
+/// over at most ([`Registry::due_admitted`]).
+pub(crate) const SCAN_PAST_HELD: usize = 4096;
 
 /// A key's local state: when it is next worth a claim, and its streaks.
 struct Slot {
@@ -291,9 +295,38 @@ impl Registry {
             .collect()
     }
 
+    /// [`Registry::due`] under limits per job name: keys whose name is
+    /// full are passed over, left due, and do not count towards `max`.
+    /// Looks at most [`SCAN_PAST_HELD`] keys past `max`, so a long run of
+    /// held-back keys costs a bounded scan (a key behind more of them waits
+    /// until they drain).
+    pub(crate) fn due_admitted(&self, now: Instant, max: usize, admit: &mut Admit) -> Vec<Arc<JobEntry>> {
+        self.queue
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .take(max.saturating_add(SCAN_PAST_HELD))
+            .filter_map(|(_, key)| self.slots.get(key).map(|s| &s.job))
+            .filter(|job| admit.take(&job.name))
+            .take(max)
+            .cloned()
+            .collect()
+    }
+
     /// When the earliest waiting key is next worth a claim.
     pub(crate) fn next_at(&self) -> Option<Instant> {
         self.queue.first().map(|(at, _)| *at)
+    }
+
+    /// [`Registry::next_at`] under limits per job name: the earliest
+    /// waiting key whose name has room (within [`SCAN_PAST_HELD`] keys);
+    /// `None` when all those are held back — a run's end wakes the
+    /// scheduler, and the poll comes anyway.
+    pub(crate) fn next_at_admitted(&self, admit: &Admit) -> Option<Instant> {
+        self.queue
+            .iter()
+            .take(SCAN_PAST_HELD)
+            .find(|(_, key)| self.slots.get(key).is_some_and(|s| !admit.is_full(&s.job.name)))
+            .map(|(at, _)| *at)
     }
 
     /// The key starts running here: out of the due queue. False — nothing

@@ -15,7 +15,8 @@ use crate::tenure::Tenure;
 /// A run in progress here.
 ///
 /// Guarantees, from [`RunSlot::take`] until it is dropped: the run counts
-/// against `max_concurrent_runs`, and its key is out of the due queue. Its
+/// against `max_concurrent_runs` (and its job name's limit, if it has one),
+/// and its key is out of the due queue. Its
 /// tenure is renewed until [`RunSlot::stop_renewing`] (or the drop). On
 /// drop the slot is given back, the scheduler woken, the tenure's `ended`
 /// token cancelled, and the key — unless [`RunSlot::requeue`] filed it
@@ -36,6 +37,7 @@ impl RunSlot {
         lock(&shared.held).insert(job.key.clone(), tenure.clone());
         metrics::held(&job.name, 1.0);
         shared.in_progress.fetch_add(1, Ordering::SeqCst);
+        shared.limits.started(&job.name);
         metrics::runs_in_progress(1.0);
         RunSlot {
             shared,
@@ -89,6 +91,7 @@ impl Drop for RunSlot {
             registry.finish(&self.job.key, now, sent, now);
         }
         self.shared.in_progress.fetch_sub(1, Ordering::SeqCst);
+        self.shared.limits.ended(&self.job.name);
         metrics::runs_in_progress(-1.0);
         self.tenure.ended.cancel();
         self.shared.wake_scheduler();

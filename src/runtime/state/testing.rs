@@ -10,7 +10,7 @@ use sqlx::postgres::PgPoolOptions;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{JobEntry, Registry, ServerClock, Setup, Shared};
+use super::{JobEntry, NameLimits, Registry, ServerClock, Setup, Shared};
 use crate::guard::FenceGuard;
 use crate::health::Tracker;
 use crate::job::{FencedJob, JobError, JobSettings};
@@ -89,6 +89,11 @@ pub(crate) fn free(key: &str, due_in: chrono::TimeDelta, paused: bool) -> Sighti
 /// A runtime's shared state with at most `max_concurrent_runs` runs, on a
 /// store that never connects, holding `registry`.
 pub(crate) fn shared(max_concurrent_runs: usize, registry: Registry) -> Arc<Shared> {
+    shared_limited(max_concurrent_runs, registry, NameLimits::default())
+}
+
+/// [`shared`], with limits per job name.
+pub(crate) fn shared_limited(max_concurrent_runs: usize, registry: Registry, limits: NameLimits) -> Arc<Shared> {
     let pool = PgPoolOptions::new()
         .connect_lazy("postgres://unit-test@127.0.0.1:1/none")
         .expect("a well-formed URL");
@@ -101,6 +106,7 @@ pub(crate) fn shared(max_concurrent_runs: usize, registry: Registry) -> Arc<Shar
         registry,
         poll_interval: Duration::from_secs(1),
         max_concurrent_runs,
+        limits,
         history: 10,
         tick: Duration::from_secs(10),
         clock: ServerClock::default(),

@@ -72,3 +72,111 @@ async fn a_zero_limit_is_refused() {
     assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
     assert!(err.to_string().contains("max_concurrent_runs"), "{err}");
 }
+
+/// The largest number of `runs` in progress at one instant.
+fn most_at_once(runs: &[support::RunRecord]) -> usize {
+    let mut edges: Vec<(tokio::time::Instant, i32)> = Vec::new();
+    for run in runs {
+        edges.push((run.started, 1));
+        edges.push((run.ended.expect("every run ended"), -1));
+    }
+    // At one instant an end comes before a start: back-to-back runs do not overlap.
+    edges.sort_by_key(|&(at, delta)| (at, delta));
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, delta) in edges {
+        now += delta;
+        most = most.max(now);
+    }
+    usize::try_from(most).unwrap_or(0)
+}
+
+/// One replica with room for 8 runs, `report` limited to 2 of them: six
+/// reports and two billing keys triggered at once all run, never more than
+/// two reports at a time, and the billing keys start at once instead of
+/// waiting behind the held-back reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_job_runs_at_most_its_limit_here_and_the_other_slots_go_to_other_jobs() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let settings = quick(Schedule::Manual, Duration::from_secs(30));
+    let keys: Vec<String> = (0..6)
+        .map(|k| format!("report:{k}"))
+        .chain((0..2).map(|k| format!("billing:{k}")))
+        .collect();
+    let mut builder = Runtime::builder(db.pool_with(2).await)
+        .holder("r1")
+        .poll_interval(Duration::from_millis(200))
+        .max_concurrent_runs(8)
+        .max_concurrent_runs_of("report", 2);
+    for key in &keys {
+        builder = builder.register(job(key, settings.clone(), runs.body(Duration::from_millis(700))));
+    }
+    let rt = builder.start().await.expect("runtime starts");
+    for key in &keys {
+        rt.trigger(key).await.expect("trigger");
+    }
+    let all = support::eventually(Duration::from_secs(15), || {
+        let all = runs.all();
+        (all.len() == keys.len() && all.iter().all(|r| r.ended.is_some())).then_some(all)
+    })
+    .await;
+    let reports: Vec<_> = all.iter().filter(|r| r.key.starts_with("report:")).cloned().collect();
+    let mut ran: Vec<&str> = reports.iter().map(|r| r.key.as_str()).collect();
+    ran.sort_unstable();
+    assert_eq!(
+        ran,
+        ["report:0", "report:1", "report:2", "report:3", "report:4", "report:5"]
+    );
+    assert_eq!(
+        most_at_once(&reports),
+        2,
+        "at most two reports at once, and the limit is used"
+    );
+    let mut report_starts: Vec<_> = reports.iter().map(|r| r.started).collect();
+    report_starts.sort_unstable();
+    for billing in all.iter().filter(|r| r.key.starts_with("billing:")) {
+        assert!(
+            billing.started < report_starts[2],
+            "{} waited behind the held-back reports: {all:?}",
+            billing.key
+        );
+    }
+    rt.shutdown().await;
+}
+
+/// A limit per name of 0, on a name nothing registered, or given twice is
+/// refused at start, naming the value and what to do.
+#[tokio::test]
+async fn a_limit_per_name_that_is_zero_unknown_or_given_twice_is_refused() {
+    let db = support::db().await;
+    let refused = |name: &'static str, runs: usize, twice: bool| {
+        let pool = db.pool.clone();
+        async move {
+            let mut builder = Runtime::builder(pool)
+                .register(job(
+                    "report:0",
+                    quick(Schedule::Manual, Duration::from_secs(30)),
+                    |_| async { Ok(()) },
+                ))
+                .max_concurrent_runs_of(name, runs);
+            if twice {
+                builder = builder.max_concurrent_runs_of(name, runs);
+            }
+            let err = builder.start().await.expect_err("refused");
+            assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+            err.to_string()
+        }
+    };
+    let zero = refused("report", 0, false).await;
+    assert!(
+        zero.contains("max_concurrent_runs_of") && zero.contains("at least 1"),
+        "{zero}"
+    );
+    let unknown = refused("reprot", 2, false).await;
+    assert!(
+        unknown.contains("reprot") && unknown.contains("registered: report"),
+        "names the value and what is registered: {unknown}"
+    );
+    let twice = refused("report", 2, true).await;
+    assert!(twice.contains("one limit"), "{twice}");
+}
