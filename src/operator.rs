@@ -264,7 +264,7 @@ impl Operator {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum OperatorAction {
-    /// Make a key due now ([`Operator::trigger`](crate::operator::Operator::trigger)).
+    /// Make a key due now ([`Operator::trigger`]).
     Trigger,
     /// Pause a key or a job; runs in progress finish.
     Pause,
@@ -273,12 +273,12 @@ pub enum OperatorAction {
     /// Lift a pause.
     Resume,
     /// End the tenure of a free lease: a sleeping ex-holder is fenced out
-    /// ([`Operator::revoke`](crate::operator::Operator::revoke) with
-    /// [`Revoke::IfFree`](crate::operator::Revoke::IfFree), CLI `revoke`).
+    /// ([`Operator::revoke`] with
+    /// [`Revoke::IfFree`], CLI `revoke`).
     Revoke,
     /// End the tenure of a lease even if held: its run is cancelled at its
     /// next heartbeat and its fenced writes are rejected
-    /// ([`Revoke::Force`](crate::operator::Revoke::Force), CLI `revoke --force`).
+    /// ([`Revoke::Force`], CLI `revoke --force`).
     ForceRevoke,
     /// Delete the lease row of a key no replica registers any more.
     Forget,
