@@ -25,12 +25,13 @@ pub enum Error {
         problem: String,
     },
 
-    /// The run no longer holds its lease: another replica may be running the
-    /// same job. Stop writing; the work will be redone under a newer fence.
-    #[error(
-        "lease {key:?} lost ({reason}) by holder {holder} at fence {fence}: stop this run, \
-         a newer tenure may already be running"
-    )]
+    /// The run must stop: it lost its lease (`Stolen`, `Expired`,
+    /// `Deadline`: another replica may be running the same job; stop
+    /// writing, the work will be redone under a newer fence), or it was
+    /// told to stop while it still holds the lease (`Paused`, `Removed`,
+    /// `Timeout`: it winds down within its grace, then is released). The
+    /// message says which.
+    #[error("{}", lease_lost_message(key, holder, *fence, *reason))]
     LeaseLost {
         /// The lease key.
         key: String,
@@ -212,3 +213,57 @@ pub(crate) fn is_tenure_ended(error: &sqlx::Error) -> bool {
 
 /// Shorthand for `Result<T, leasehold::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// [`Error::LeaseLost`]'s message: a lost lease warns that a newer tenure
+/// may be running; a run told to stop while it holds its lease says why.
+fn lease_lost_message(key: &str, holder: &str, fence: i64, reason: CancelReason) -> String {
+    let why = match reason {
+        CancelReason::Stolen | CancelReason::Expired | CancelReason::Deadline | CancelReason::Shutdown => {
+            return format!(
+                "lease {key:?} lost ({reason}) by holder {holder} at fence {fence}: stop this run, a newer \
+                 tenure may already be running"
+            );
+        }
+        CancelReason::Paused => "an operator paused the key or its job and cancelled its runs",
+        CancelReason::Removed => "the key was removed",
+        CancelReason::Timeout => "the run went past its time limit",
+    };
+    format!(
+        "run of lease {key:?} stopped ({reason}: {why}) on holder {holder} at fence {fence}: return now; it \
+         still holds the lease until it is released, and the key runs again when it is next due"
+    )
+}
+
+#[cfg(test)]
+mod lease_lost_tests {
+    use super::*;
+
+    fn lost(reason: CancelReason) -> String {
+        Error::LeaseLost {
+            key: "billing".to_owned(),
+            holder: "web-1".to_owned(),
+            fence: 7,
+            reason,
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn a_lost_lease_warns_of_a_newer_tenure_and_a_stopped_run_says_why_it_stopped() {
+        for reason in [CancelReason::Stolen, CancelReason::Expired, CancelReason::Deadline] {
+            let text = lost(reason);
+            assert!(text.starts_with("lease \"billing\" lost ("), "{text}");
+            assert!(text.contains("a newer tenure may already be running"), "{text}");
+        }
+        for (reason, why) in [
+            (CancelReason::Paused, "paused"),
+            (CancelReason::Removed, "removed"),
+            (CancelReason::Timeout, "past its time limit"),
+        ] {
+            let text = lost(reason);
+            assert!(text.starts_with("run of lease \"billing\" stopped ("), "{text}");
+            assert!(text.contains(why) && text.contains("still holds the lease"), "{text}");
+            assert!(!text.contains("newer tenure"), "not a lost lease: {text}");
+        }
+    }
+}
