@@ -19,7 +19,8 @@ use std::fmt;
 
 use crate::error::Result;
 pub use crate::lease::{ActionRecord, Forgotten, Pause, Resumed, Revoke, Revoked, Target, Triggered};
-use crate::lease::{KeyFilter, LeaseStore, NewKey, validate_actor};
+use crate::lease::{KeyFilter, LeaseStore, NewKey};
+use crate::validate;
 
 /// Keys read at a time by [`Operator::trigger_job`].
 const TRIGGER_PAGE: usize = 500;
@@ -50,7 +51,7 @@ impl Operator {
     /// character (which would let it display as another name).
     pub fn new(store: LeaseStore, actor: impl Into<String>) -> Result<Self> {
         let actor = actor.into();
-        validate_actor(&actor)?;
+        validate::actor("actor", &actor)?;
         Ok(Operator { store, actor })
     }
 

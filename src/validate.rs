@@ -61,11 +61,13 @@ pub(crate) fn job_name(name: &str) -> Result<()> {
     identifier("job name", name)
 }
 
-/// Who paused a key, shown by `status` and the console: the one rule for
-/// who did something ([`leasehold_rules::actor`]), so a name that displays
-/// as another (`"admin\u{2062}"`) is refused here as everywhere.
-pub(crate) fn paused_by(by: &str) -> Result<()> {
-    leasehold_rules::actor(by).map_err(|e| rule(leasehold_rules::RuleError { what: "paused by", ..e }))
+/// Who did something — an operator's actor, who paused a key — recorded
+/// and shown as given: the one rule for it ([`leasehold_rules::actor`]):
+/// it says who, in at most 255 bytes, and displays as itself, so a name
+/// that displays as another (`"admin\u{2062}"`) is refused everywhere.
+/// `what` names the value in the error (`"actor"`, `"paused by"`).
+pub(crate) fn actor(what: &'static str, name: &str) -> Result<()> {
+    leasehold_rules::actor(name).map_err(|e| rule(leasehold_rules::RuleError { what, ..e }))
 }
 
 /// Text that may hold hidden characters (a job's error, a row stored

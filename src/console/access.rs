@@ -38,7 +38,6 @@ use super::layout::{self, Base, Tab};
 use super::viewer::Viewer;
 use super::{ConsoleOptions, Shared};
 use crate::lease::Target;
-use crate::lease::validate_actor;
 
 /// Name of the session cookie a token login sets over plain HTTP.
 const COOKIE: &str = "leasehold_console";
@@ -476,7 +475,7 @@ pub(super) async fn login(
         );
     }
     let name = form.name.trim();
-    if name.is_empty() || name.len() > MAX_NAME || validate_actor(name).is_err() {
+    if name.is_empty() || name.len() > MAX_NAME || crate::validate::actor("actor", name).is_err() {
         return layout::error(
             &base,
             &viewer,

@@ -69,7 +69,7 @@ impl Records<'_> {
         for target in targets {
             validate::existing_key(target.name())?;
         }
-        validate_actor(actor)?;
+        validate::actor("actor", actor)?;
         let scopes: Vec<&str> = targets.iter().map(Target::scope).collect();
         let names: Vec<&str> = targets.iter().map(Target::name).collect();
         // $1 scopes, $2 names, $3 action, $4 actor. Rows are inserted in
@@ -194,11 +194,4 @@ impl ActionRow {
             fence: self.fence,
         }
     }
-}
-
-/// An actor is recorded as given: it must say who, in at most 255 bytes,
-/// and display as itself (no control, invisible or text-direction
-/// character: the rule of `leasehold_rules::actor`).
-pub(crate) fn validate_actor(actor: &str) -> Result<()> {
-    leasehold_rules::actor(actor).map_err(crate::validate::rule)
 }

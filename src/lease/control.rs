@@ -207,7 +207,7 @@ impl Controls<'_> {
     /// ```
     pub async fn pause(self, target: &Target, cancel: bool, by: &str) -> Result<Pause> {
         target.check()?;
-        validate::paused_by(by)?;
+        validate::actor("paused by", by)?;
         // $1 scope, $2 name, $3 cancel, $4 by. The pause takes effect when
         // this commits: every later claim checks it after its row lock.
         // `before` reads the statement's snapshot, taken before its insert:
