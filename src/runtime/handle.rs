@@ -135,6 +135,10 @@ pub struct Health {
     /// At most this many runs at once on this replica
     /// ([`RuntimeBuilder::max_concurrent_runs`](crate::RuntimeBuilder::max_concurrent_runs)).
     pub max_concurrent_runs: usize,
+    /// The runs in progress here of each job or kind limited on this
+    /// replica ([`RuntimeBuilder::max_concurrent_runs_of`](crate::RuntimeBuilder::max_concurrent_runs_of)),
+    /// by name: at its limit, its other due keys wait.
+    pub limited: Vec<LimitedRuns>,
     /// Keys registered on this replica.
     pub registered: usize,
     /// Whether `LISTEN` wake-ups reach this replica right now; when not, it
@@ -143,6 +147,19 @@ pub struct Health {
     pub listening: bool,
     /// Whether shutdown has begun.
     pub shutting_down: bool,
+}
+
+/// The runs in progress of a job or kind limited on one replica, in
+/// [`Health::limited`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimitedRuns {
+    /// The job's or kind's name.
+    pub name: String,
+    /// Its runs in progress here.
+    pub running: usize,
+    /// At most this many at once here.
+    pub limit: usize,
 }
 
 impl Runtime {
@@ -373,6 +390,16 @@ impl Runtime {
             last_database_contact: Some(since),
             running: shared.running(),
             max_concurrent_runs: shared.max_concurrent_runs,
+            limited: shared
+                .limits
+                .read()
+                .into_iter()
+                .map(|(name, running, limit)| LimitedRuns {
+                    name: name.to_string(),
+                    running,
+                    limit,
+                })
+                .collect(),
             registered: shared.registry().len(),
             listening: shared.listening(),
             shutting_down,

@@ -63,7 +63,7 @@ mod unregister;
 pub use builder::{Connections, DEFAULT_DEGRADED_AFTER, DEFAULT_HISTORY, DEFAULT_MAX_CONCURRENT_RUNS, RuntimeBuilder};
 #[cfg(feature = "test-util")]
 pub use faults::Faults;
-pub use handle::{Health, Runtime, ShutdownReport};
+pub use handle::{Health, LimitedRuns, Runtime, ShutdownReport};
 
 pub use crate::health::Degraded;
 pub use crate::lease::DEFAULT_OWNED_CONNECTIONS;

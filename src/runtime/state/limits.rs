@@ -56,6 +56,18 @@ impl NameLimits {
         }
     }
 
+    /// Each limited name with its runs in progress and its limit, by name.
+    pub(crate) fn read(&self) -> Vec<(Arc<str>, usize, usize)> {
+        let running = lock(&self.running);
+        let mut all: Vec<_> = self
+            .limits
+            .iter()
+            .map(|(name, &limit)| (name.clone(), running.get(name).copied().unwrap_or(0), limit))
+            .collect();
+        all.sort_unstable();
+        all
+    }
+
     /// The room each limited name has left now, for one proposal.
     pub(crate) fn admit(&self) -> Admit {
         let running = lock(&self.running);

@@ -115,6 +115,17 @@ async fn a_limited_job_runs_at_most_its_limit_here_and_the_other_slots_go_to_oth
     for key in &keys {
         rt.trigger(key).await.expect("trigger");
     }
+    // While reports wait, health shows the name at its limit.
+    let limited = support::eventually(Duration::from_secs(5), || {
+        let limited = rt.health().limited;
+        (limited[0].running == 2).then_some(limited)
+    })
+    .await;
+    assert_eq!(
+        limited.iter().map(|l| (l.name.as_str(), l.limit)).collect::<Vec<_>>(),
+        [("report", 2)],
+        "only the limited name is listed"
+    );
     let all = support::eventually(Duration::from_secs(15), || {
         let all = runs.all();
         (all.len() == keys.len() && all.iter().all(|r| r.ended.is_some())).then_some(all)
@@ -141,6 +152,7 @@ async fn a_limited_job_runs_at_most_its_limit_here_and_the_other_slots_go_to_oth
             billing.key
         );
     }
+    assert_eq!(rt.health().limited[0].running, 0, "every report's place is given back");
     rt.shutdown().await;
 }
 
