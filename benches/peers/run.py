@@ -11,7 +11,12 @@ Environment (all optional):
   PEERS_WINDOW    seconds of each window (default 10)
   PEERS_SYSTEMS   comma-separated subset of leasehold,leasehold_full,river,graphile
                   (leasehold_full: leasehold with every key's history ring
-                  filled before it starts; no-op body only, ceiling only)
+                  filled before it starts; no-op body only, ceiling only),
+                  plus leasehold_before with PEERS_BEFORE
+  PEERS_BEFORE    path of another build of peers-client (e.g. of an earlier
+                  commit): its leasehold runs as the system leasehold_before,
+                  alternating with the others in the same run (a before/after
+                  comparison on one machine at one time)
   PEERS_BODIES    comma-separated body lengths in µs (default 0,1000)
   PEERS_LATENCY   0 to skip the trigger → start phases (default 1)
   PEERS_EXPLAIN   0 to skip the auto_explain run of leasehold (default 1)
@@ -40,6 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 CLIENT = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(HERE, "target")), "release", "peers-client")
 NODE_WORKER = os.path.join(HERE, "graphile", "worker.js")
+BEFORE = os.environ.get("PEERS_BEFORE")
 
 ROUNDS = int(os.environ.get("PEERS_ROUNDS", "3"))
 WARMUP = float(os.environ.get("PEERS_WARMUP", "3"))
@@ -211,6 +217,10 @@ class Client:
     def __init__(self, system, url, body_us, size, feed=0):
         if system == "graphile":
             argv = ["node", NODE_WORKER, url, str(body_us), str(size), str(feed)]
+        elif system == "leasehold_before":
+            if not BEFORE:
+                sys.exit("leasehold_before needs PEERS_BEFORE (the path of the earlier peers-client)")
+            argv = [BEFORE, "leasehold", url, str(body_us), str(size), str(feed)]
         else:
             argv = [CLIENT, system, url, str(body_us), str(size), str(feed)]
         self.err = open(os.path.join(OUT, "client-stderr.txt"), "a")
@@ -497,7 +507,7 @@ def main():
             results.append(measure(cluster, system, 0, "idle", 1, 0, 0, PROBES))
         for system in LAT:
             target = 0.8 * ceil[system]
-            if system == "leasehold":
+            if system in ("leasehold", "leasehold_before"):
                 # Every runtime registers the same keys: demand = keys × 10/s.
                 keys = max(100, int(round(target / 10 / 100)) * 100)
                 results.append(measure(cluster, system, 0, "load80", 1, keys, 0, PROBES))
@@ -526,6 +536,7 @@ def fmt_range(xs, f="{:.0f}"):
 
 NAMES = {
     "leasehold": "leasehold (4 runtimes × 16k keys, every 100 ms, defaults, history on)",
+    "leasehold_before": "leasehold, the earlier build (PEERS_BEFORE), the same settings",
     "leasehold_full": "leasehold, the same with every key's history ring (100 places) full before it starts",
     "river": "River for Rust 0.5.0 (2,000 workers, fetch cooldown 2 ms, poll 20 ms, pool 50), work only",
     "graphile": "graphile-worker 0.18.0, batched (localQueue 500, completeJobBatchDelay 0, useNodeTime), work only",
@@ -573,7 +584,7 @@ def miss(p):
 
 
 def breakdown(results):
-    return "".join(breakdown_of(results, s) for s in ("leasehold", "leasehold_full"))
+    return "".join(breakdown_of(results, s) for s in ("leasehold_before", "leasehold", "leasehold_full"))
 
 
 def breakdown_of(results, system):

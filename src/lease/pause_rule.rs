@@ -38,11 +38,26 @@ macro_rules! pause_covers {
 
 /// Some pause covers the row (`key`, `jobs`); with `cancelling`, some pause
 /// that also cancels the run in progress. An SQL boolean expression.
+///
+/// With `if_any`, the same rule behind a check that the pause table has a
+/// row at all: an uncorrelated `EXISTS`, which PostgreSQL evaluates once per
+/// statement (an `InitPlan`) and, false, short-circuits the `AND` before
+/// the per-row probe. For statements that apply the rule to many rows (the
+/// batch claim): with no pause anywhere, the usual case, they probe
+/// `leasehold_pause_pkey` not at all instead of twice per row. The rule
+/// itself is the same.
 macro_rules! paused {
     (key = $key:literal, jobs = $jobs:literal) => {
         concat!(
             "EXISTS (SELECT 1 FROM leasehold_pause AS p WHERE ",
             pause_covers!(pause = "p", key = $key, jobs = $jobs),
+            ")"
+        )
+    };
+    (if_any, key = $key:literal, jobs = $jobs:literal) => {
+        concat!(
+            "(EXISTS (SELECT 1 FROM leasehold_pause) AND ",
+            paused!(key = $key, jobs = $jobs),
             ")"
         )
     };
@@ -91,6 +106,11 @@ mod tests {
             paused!(cancelling, key = "$1", jobs = "NULL"),
             "EXISTS (SELECT 1 FROM leasehold_pause AS p WHERE p.cancel AND ((p.scope = 'key' AND p.name = $1) \
              OR (p.scope = 'job' AND p.name IN (NULL))))"
+        );
+        assert_eq!(
+            paused!(if_any, key = "l.key", jobs = "l.job_name"),
+            "(EXISTS (SELECT 1 FROM leasehold_pause) AND EXISTS (SELECT 1 FROM leasehold_pause AS p WHERE \
+             ((p.scope = 'key' AND p.name = l.key) OR (p.scope = 'job' AND p.name IN (l.job_name)))))"
         );
         assert_eq!(
             pause_covers!(pause = "gone", key = "l.key", jobs = "l.job_name"),

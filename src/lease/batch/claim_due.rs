@@ -82,7 +82,14 @@ impl LeaseStore {
     // - FOR UPDATE SKIP LOCKED: a row another claimer (or any other
     //   transaction) has locked is left to it, never waited for;
     // - not paused (invariant 8): neither the key, nor its job — by the
-    //   row's job_name or the one this runtime registers it under.
+    //   row's job_name or the one this runtime registers it under. The
+    //   rule is behind one look at whether any pause exists
+    //   (`paused!(if_any, …)`, evaluated once per statement): with none,
+    //   no candidate probes the pause table.
+    // `pick` also carries each candidate's lease, job and time limit
+    // from `t`, so `claimed` joins the batch once, by key (a primary-key
+    // lookup per row picked), and not the batch array again (a nested
+    // loop over `t` per row picked: quadratic in the batch).
     // `claimed` writes: a fresh fence per row (invariants 4 and 5),
     // the stamp `owner` ($7 while that registration was confirmed within
     // half its grace — a stamp on a registration about to go silent would
@@ -93,7 +100,8 @@ impl LeaseStore {
     // acquired_at is never before the due time it consumed; the run's
     // number (its history slot), the job's name, the slot it owes, and
     // its time limit (shown only: the replica enforces it).
-    // The UNION half reports the unclaimed candidates, paused or not, so
+    // The UNION half reports the unclaimed candidates, paused or not (the
+    // same `if_any` rule), so
     // the caller learns when to look again in the same round trip; it
     // leaves out the claimed ones by the candidate's key (`t.key`), so
     // the filter runs before the row lookup, not after it.
@@ -118,7 +126,7 @@ impl LeaseStore {
                 SELECT * FROM unnest($2::text[], $3::float8[], $5::text[], $9::float8[]) AS t(key, ttl, job, run_timeout)
             ), pick AS (
                 SELECT l.key, l.run_open, l.runs, l.job_name, l.fence, l.holder, l.slot_at, l.acquired_at,
-                       l.expires_at
+                       l.expires_at, t.ttl, t.job AS new_job, t.run_timeout
                   FROM leasehold_lease AS l JOIN t ON t.key = l.key
                  WHERE (/* guard:claim_due.expiry */ l.expires_at <= clock_timestamp()
                         OR (/* guard:claim_due.early */ l.owner IS NOT NULL AND ",
@@ -126,7 +134,7 @@ impl LeaseStore {
         "))
                    AND /* guard:claim_due.due */ (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
                    AND NOT ",
-        /* guard:claim_due.pause */ paused!(key = "l.key", jobs = "l.job_name, t.job"),
+        /* guard:claim_due.pause */ paused!(if_any, key = "l.key", jobs = "l.job_name, t.job"),
         "
                  ORDER BY l.next_due_at NULLS FIRST, l.key
                  LIMIT /* guard:claim_due.limit */ $4
@@ -136,16 +144,16 @@ impl LeaseStore {
                    SET holder      = $1,
                        fence       = /* guard:claim_due.fresh_fence */ leasehold_next_fence(),
                        acquired_at = clock_timestamp(),
-                       expires_at  = clock_timestamp() + make_interval(secs => t.ttl),
-                       job_name    = t.job,
+                       expires_at  = clock_timestamp() + make_interval(secs => p.ttl),
+                       job_name    = p.new_job,
                        runs        = l.runs + 1,
                        slot_at     = COALESCE(l.slot_at, l.next_due_at),
                        run_open    = true,
-                       run_timeout_secs = t.run_timeout,
-                       owner       = CASE WHEN t.ttl <= $8 THEN (SELECT r.id FROM leasehold_replica AS r
+                       run_timeout_secs = p.run_timeout,
+                       owner       = CASE WHEN p.ttl <= $8 THEN (SELECT r.id FROM leasehold_replica AS r
                                            WHERE r.id = $7 AND r.confirmed_at + r.grace / 2 > clock_timestamp()) END
-                  FROM pick, t
-                 WHERE l.key = pick.key AND t.key = pick.key
+                  FROM pick AS p
+                 WHERE l.key = p.key
                 RETURNING l.*
             ), lost AS (
                 INSERT INTO leasehold_run AS r (key, slot, run_no, job_name, fence, holder, scheduled_for,
@@ -172,7 +180,7 @@ impl LeaseStore {
             UNION ALL
             SELECT false,
                    ",
-        paused!(key = "l.key", jobs = "l.job_name, t.job"),
+        paused!(if_any, key = "l.key", jobs = "l.job_name, t.job"),
         ",
                    l.*, clock_timestamp(), NULL, NULL, NULL, NULL
               FROM leasehold_lease AS l JOIN t ON t.key = l.key

@@ -56,7 +56,12 @@ impl LeaseStore {
     // $14 ring lengths.
     // - `mine` (invariant 7): holder and fence scope each release to the
     //   caller's own tenure, so a late release — after a takeover, or of
-    //   the same holder's earlier run — never frees a newer one.
+    //   the same holder's earlier run — never frees a newer one. It
+    //   carries the item's next due time (`at`, `after`) from `t`, so
+    //   `released` joins the batch once, by key (a primary-key lookup per
+    //   row), and not the batch array again (a nested loop over `t` per
+    //   row: quadratic in the batch); the values are those of the item
+    //   whose holder and fence matched.
     // - FOR UPDATE SKIP LOCKED: a row locked elsewhere (a service's
     //   `SELECT … FOR UPDATE`, another claimer) is reported `busy`, not
     //   waited for, so one locked row never holds up the batch. `busy`
@@ -120,7 +125,7 @@ impl LeaseStore {
                            AS t(key, holder, fence, at, after,
                                 job, run_no, scheduled_for, started_at, outcome, reason, error, ring)
             ), mine AS (
-                SELECT l.key,
+                SELECT l.key, t.at, t.after,
                        EXISTS (SELECT 1 FROM leasehold_key AS k
                                 WHERE k.key = l.key AND k.created_at > l.acquired_at) AS earlier_life
                   FROM leasehold_lease AS l JOIN t ON t.key = l.key
@@ -130,15 +135,15 @@ impl LeaseStore {
             ), released AS (
                 UPDATE leasehold_lease AS l
                    SET expires_at  = GREATEST(clock_timestamp(), l.acquired_at + interval '1 microsecond'),
-                       next_due_at = CASE /* guard:finish_many.plain_release */ WHEN t.at IS NULL AND t.after IS NULL THEN l.next_due_at
+                       next_due_at = CASE /* guard:finish_many.plain_release */ WHEN m.at IS NULL AND m.after IS NULL THEN l.next_due_at
                                           /* guard:finish_many.earlier_life */ WHEN m.earlier_life THEN l.next_due_at
                                           /* guard:finish_many.trigger_kept */ WHEN l.next_due_at > l.acquired_at THEN clock_timestamp()
-                                          ELSE COALESCE(t.at, clock_timestamp() + make_interval(secs => t.after)) END,
+                                          ELSE COALESCE(m.at, clock_timestamp() + make_interval(secs => m.after)) END,
                        slot_at     = CASE WHEN m.earlier_life THEN l.slot_at
-                                          ELSE /* guard:finish_many.slot_owed */ COALESCE(t.at, l.slot_at, l.next_due_at) END,
+                                          ELSE /* guard:finish_many.slot_owed */ COALESCE(m.at, l.slot_at, l.next_due_at) END,
                        run_open    = false
-                  FROM t JOIN mine AS m ON m.key = t.key
-                 WHERE l.key = t.key
+                  FROM mine AS m
+                 WHERE l.key = m.key
                 RETURNING l.key, l.fence, l.next_due_at
             ), woken AS (
                 SELECT count(*) AS n FROM (
