@@ -9,13 +9,14 @@
 
 use leasehold_model::env::{Fault, Faults};
 use leasehold_model::properties::{
-    DUE_KEY_RUNS, FENCE_WAIT_BOUNDED, FENCES_INCREASE, NO_FENCED_COMMIT_AFTER_TENURE, NO_FENCED_UPDATE_AFTER_TENURE,
-    NO_OVERLAP, ONCE_PER_CLEAN_SLOT, STALE_WRITE_REJECTED,
+    DUE_KEY_RUNS, FENCE_WAIT_BOUNDED, FENCES_INCREASE, KIND_LIMIT_RUNS, KIND_LIMIT_TENURES,
+    NO_FENCED_COMMIT_AFTER_TENURE, NO_FENCED_UPDATE_AFTER_TENURE, NO_OVERLAP, ONCE_PER_CLEAN_SLOT,
+    STALE_WRITE_REJECTED,
 };
 use leasehold_model::{Action, Config, LeaseModel, Outcome, State, Variant, check};
 use stateright::{Model, Path};
 
-const SAFETY: [&str; 8] = [
+const SAFETY: [&str; 10] = [
     NO_OVERLAP,
     STALE_WRITE_REJECTED,
     FENCES_INCREASE,
@@ -24,6 +25,8 @@ const SAFETY: [&str; 8] = [
     NO_FENCED_COMMIT_AFTER_TENURE,
     NO_FENCED_UPDATE_AFTER_TENURE,
     FENCE_WAIT_BOUNDED,
+    KIND_LIMIT_TENURES,
+    KIND_LIMIT_RUNS,
 ];
 
 fn threads() -> usize {
@@ -62,6 +65,9 @@ fn print_steps(name: &str, steps: &[(State, Option<Action>)]) {
     }
     let last = &steps[steps.len() - 1].0;
     println!("  end t={} S={} rows={:?}", last.now, last.db.clock, last.db.rows);
+    if !last.db.slots.is_empty() {
+        println!("  slots={:?}", last.db.slots);
+    }
     for (i, r) in last.replicas.iter().enumerate() {
         println!("  replica {i}: clock {} {:?} runs {:?}", r.clock, r.status, r.runs);
     }
@@ -649,4 +655,158 @@ fn a_claim_naming_a_registration_silent_for_the_grace_is_taken_over_at_once() {
         NO_OVERLAP,
     );
     assert!(took_over(&path), "the overlap comes from an early takeover");
+}
+
+/// The fleet-wide limit (issue 44) at its own bound, `Config::limited`:
+/// two keys of one kind limited to 1, two replicas with distinct holder
+/// ids, one fault among freeze, crash, session kill, lose or delay a
+/// message; 7 ticks. Every property holds, and the check reaches a key
+/// held back by the limit, a dead holder's slot taken before it expired,
+/// the kind at its limit.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn the_fleet_limit_holds_at_its_bound() {
+    let cfg = Config::limited();
+    assert_eq!(cfg.limit, Some(1));
+    let out = assert_safe("fleet limit", &cfg);
+    for example in [
+        "a_key_changes_hands",
+        "a_run_stops_at_its_deadline",
+        "a_slot_completes",
+        "a_dead_holders_key_is_taken_over_before_expiry",
+        "a_lost_session_is_re_pointed",
+        "a_due_key_waits_for_a_slot",
+        "a_dead_holders_slot_is_taken",
+        "the_kind_runs_at_its_limit",
+    ] {
+        assert!(
+            out.discoveries.contains_key(example),
+            "fleet limit: no example of {example}: the check is vacuous"
+        );
+    }
+}
+
+/// [`Config::limited`] with `variant`, only the given faults, 6 ticks.
+fn limit_config(variant: Variant, faults: Faults) -> Config {
+    let mut cfg = Config::limited();
+    cfg.variant = variant;
+    cfg.faults = faults;
+    cfg.horizon = 6;
+    cfg
+}
+
+/// (a) The claim takes a due key of the limited kind without a slot row:
+/// both keys run at once.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn without_the_slot_a_limited_kind_runs_over_its_limit() {
+    for p in [KIND_LIMIT_TENURES, KIND_LIMIT_RUNS] {
+        assert_fails("no slot", limit_config(Variant::NoKindSlot, Faults::NONE), p);
+    }
+}
+
+/// (b) The slot's freeness read from the lease row through a subquery,
+/// which reads the statement's snapshot: a claim concurrent with the one
+/// that just took the slot sees the key's older, expired tenure there and
+/// takes the slot a second time.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn with_the_slots_freeness_read_from_the_lease_rows_snapshot_two_claims_share_a_slot() {
+    for p in [KIND_LIMIT_TENURES, KIND_LIMIT_RUNS] {
+        assert_fails(
+            "slot free by the lease row's snapshot",
+            limit_config(Variant::SlotFreeFromLeaseRow, Faults::NONE),
+            p,
+        );
+    }
+}
+
+/// (c) Renewal extends the lease row but not its slot: the slot expires
+/// under a run that goes on, and the other key takes it.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn with_slots_not_renewed_a_renewed_run_loses_its_slot() {
+    for p in [KIND_LIMIT_TENURES, KIND_LIMIT_RUNS] {
+        assert_fails(
+            "slot not renewed",
+            limit_config(Variant::SlotNotRenewed, Faults::NONE),
+            p,
+        );
+    }
+}
+
+/// (d) The release frees the lease row but not its slot: the other key,
+/// free and due with no tenure of the kind live, waits for the slot's
+/// expiry — liveness fails, the limit holds.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn with_slots_not_released_a_due_key_waits_for_a_finished_run() {
+    assert_violations(
+        "slot not released",
+        limit_config(Variant::SlotNotReleased, Faults::NONE),
+        &[DUE_KEY_RUNS],
+        &[KIND_LIMIT_TENURES, KIND_LIMIT_RUNS, NO_OVERLAP],
+    );
+}
+
+/// (e) No dead-owner rule on the slot: a crashed holder's slot is free
+/// only at its expiry, so the due keys wait past the response bound —
+/// liveness (latency) fails, the limit holds.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn without_the_dead_owner_rule_on_the_slot_a_crashed_holders_slot_waits_for_expiry() {
+    let faults = Faults {
+        crash: true,
+        ..Faults::NONE
+    };
+    assert_violations(
+        "no slot takeover",
+        limit_config(Variant::NoSlotTakeover, faults),
+        &[DUE_KEY_RUNS],
+        &[KIND_LIMIT_TENURES, KIND_LIMIT_RUNS, NO_OVERLAP],
+    );
+}
+
+/// (f) The re-point moves the lease row's owner but not the slot's: the
+/// slot names the lost registration, dead a grace later, and is taken
+/// while its run — re-pointed, legitimately going on — still runs.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn with_the_slot_not_re_pointed_a_re_registered_holder_loses_its_slot() {
+    let faults = Faults {
+        kill_session: true,
+        ..Faults::NONE
+    };
+    let mut cfg = limit_config(Variant::SlotNotRepointed, faults);
+    // A grace whose stop deadline (`grace − liveness_margin`) outlasts a
+    // confirm interval, so a holder that reads the error at its next
+    // confirm re-points its run before stopping it.
+    cfg.grace = 30;
+    cfg.liveness_margin = cfg.required_liveness_margin();
+    for p in [KIND_LIMIT_TENURES, KIND_LIMIT_RUNS] {
+        let path = assert_fails("slot not re-pointed", cfg.clone(), p);
+        assert!(path.last_state().ghost.repointed, "the holder re-pointed its run");
+        assert!(path.last_state().ghost.slot_took_over, "the slot was taken as dead");
+    }
 }
