@@ -40,6 +40,7 @@ fn main() {
             "staleowner" => Variant::ClaimNamesStaleRegistration,
             "noslot" => Variant::NoKindSlot,
             "slotsnapshot" => Variant::SlotFreeFromLeaseRow,
+            "slotlatest" => Variant::SlotFreeFromLatestLeaseRow,
             "slotnotrenewed" => Variant::SlotNotRenewed,
             "slotnotreleased" => Variant::SlotNotReleased,
             "noslottakeover" => Variant::NoSlotTakeover,

@@ -367,13 +367,14 @@ impl Db {
     /// the locked row's own columns) or its `owner` dead by the lease
     /// row's rule. The variants: [`Variant::NoSlotTakeover`] (expiry
     /// only); [`Variant::SlotFreeFromLeaseRow`] (no live lease row of the
-    /// slot's `(key, fence)` in the statement's snapshot, `stale`).
+    /// slot's `(key, fence)` in the statement's snapshot, `stale`; the
+    /// latest rows with [`Variant::SlotFreeFromLatestLeaseRow`]).
     fn slot_free(&self, i: usize, grace: Option<u16>, variant: Variant, stale: &[Option<Row>]) -> bool {
         let slot = &self.slots[i];
         let dead = |owner| grace.is_some_and(|g| self.reg_dead(owner, g, variant));
         match variant {
             Variant::NoSlotTakeover => slot.expires <= self.clock,
-            Variant::SlotFreeFromLeaseRow => slot.key.is_none_or(|k| {
+            Variant::SlotFreeFromLeaseRow | Variant::SlotFreeFromLatestLeaseRow => slot.key.is_none_or(|k| {
                 !stale[k as usize]
                     .as_ref()
                     .is_some_and(|r| r.fence == slot.fence && r.expires > self.clock && !dead(r.owner))
@@ -432,6 +433,7 @@ impl Db {
         let now = self.clock;
         let mut out = Vec::new();
         let mut slot_wait = false;
+        let mut taken = Vec::new();
         let limited = !self.slots.is_empty() && variant != Variant::NoKindSlot;
         if variant == Variant::SlotFreeFromLeaseRow && self.snapshot.is_none() {
             self.snapshot = Some(self.rows.clone());
@@ -452,8 +454,15 @@ impl Db {
                 continue;
             }
             let slot = if limited {
-                let stale = self.snapshot.as_deref().unwrap_or(&[]);
-                match (0..self.slots.len()).find(|&i| self.slot_free(i, liveness, variant, stale)) {
+                let stale = match variant {
+                    Variant::SlotFreeFromLeaseRow => self.snapshot.as_deref().unwrap_or(&[]),
+                    _ => &self.rows,
+                };
+                // One statement's slot CTE returns each slot row once:
+                // a slot it took for an earlier key is not free for a later
+                // one, whatever its snapshot says.
+                let free = |i: &usize| !taken.contains(i) && self.slot_free(*i, liveness, variant, stale);
+                match (0..self.slots.len()).find(free) {
                     Some(i) => Some(i),
                     None => {
                         slot_wait = true;
@@ -473,6 +482,7 @@ impl Db {
             let next_due = row.as_ref().map_or(0, |r| r.next_due);
             let mut slot_took_over = false;
             if let Some(i) = slot {
+                taken.push(i);
                 slot_took_over = self.slots[i].expires > now;
                 self.slots[i] = Slot {
                     key: Some(k),

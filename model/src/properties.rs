@@ -19,10 +19,15 @@
 //! late commit was refused, the server ended an idle transaction that a
 //! successor's advance was waiting for; with the liveness session: a dead
 //! holder's key taken over before its lease expired, a lost session's runs
-//! re-pointed, a run stopped at its lost session's deadline).
+//! re-pointed, a run stopped at its lost session's deadline; with a
+//! fleet-wide limit: a due key held back by it, a dead holder's slot taken,
+//! the kind at its limit). One `sometimes` property is a finding, not a
+//! goal: `more_unexpired_rows_than_the_limit` — counted by `expires_at`
+//! alone, a dead owner's unexpired row and its slot's next tenure exceed N.
 
 use stateright::Property;
 
+use crate::db::NO_HOLDER;
 use crate::replica::{Phase, Txn};
 use crate::{LeaseModel, State};
 
@@ -80,6 +85,16 @@ pub fn all() -> Vec<Property<LeaseModel>> {
         }),
         Property::sometimes("a_due_key_waits_for_a_slot", |_, s: &State| s.ghost.slot_wait),
         Property::sometimes("a_dead_holders_slot_is_taken", |_, s: &State| s.ghost.slot_took_over),
+        Property::sometimes("more_unexpired_rows_than_the_limit", |m: &LeaseModel, s: &State| {
+            m.cfg.limit.is_some_and(|n| {
+                let unexpired =
+                    s.db.rows
+                        .iter()
+                        .flatten()
+                        .filter(|r| r.holder != NO_HOLDER && r.expires > s.db.clock);
+                unexpired.count() > n as usize
+            })
+        }),
         Property::sometimes("the_kind_runs_at_its_limit", |m: &LeaseModel, s: &State| {
             m.cfg.limit.is_some_and(|n| kind_runs(m, s) == n as usize)
         }),

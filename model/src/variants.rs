@@ -117,6 +117,11 @@ pub enum Variant {
     /// subquery reads the lease rows as the first claim at the same server
     /// instant found them ([`crate::db::Db::snapshot`]).
     SlotFreeFromLeaseRow,
+    /// Not a mistake, the control of [`Variant::SlotFreeFromLeaseRow`]:
+    /// the same predicate on the lease rows' latest versions (as if the
+    /// statement also locked them). It holds: the counterexample of the
+    /// other variant is the snapshot's, not the predicate's.
+    SlotFreeFromLatestLeaseRow,
     /// `RENEW_MANY` extends the lease row but not its slot row: the slot
     /// expires at claim + lease while its run goes on renewed.
     SlotNotRenewed,

@@ -687,6 +687,36 @@ fn the_fleet_limit_holds_at_its_bound() {
             "fleet limit: no example of {example}: the check is vacuous"
         );
     }
+    // A finding, not a failure: counted by `expires_at` alone, a dead
+    // owner's unexpired row and the next tenure on its slot exceed N (its
+    // holder has stopped: `kind_limit_runs` holds).
+    let path = out
+        .discoveries
+        .get("more_unexpired_rows_than_the_limit")
+        .expect("a dead owner's slot reused before its row expires");
+    print_trace("more_unexpired_rows_than_the_limit", path);
+    assert!(path.last_state().ghost.slot_took_over);
+}
+
+/// The control of (b): the same predicate on the lease rows' latest
+/// versions holds — the counterexample of (b) is the snapshot's. The
+/// faults that end a session (crash, kill: the predicate's dead-owner
+/// part), 6 ticks.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn the_slots_freeness_read_from_the_latest_lease_rows_holds() {
+    let faults = Faults {
+        crash: true,
+        kill_session: true,
+        ..Faults::NONE
+    };
+    assert_safe(
+        "slot free by the latest lease row",
+        &limit_config(Variant::SlotFreeFromLatestLeaseRow, faults),
+    );
 }
 
 /// [`Config::limited`] with `variant`, only the given faults, 6 ticks.
@@ -698,6 +728,21 @@ fn limit_config(variant: Variant, faults: Faults) -> Config {
     cfg
 }
 
+/// [`assert_fails`] for the limit's variants: checks `cfg` until `property`
+/// fails, prints the trace cut at its first violating state, and returns
+/// that trace (its last state violates `property`).
+fn assert_limit_fails(name: &str, cfg: &Config, property: &'static str) -> Vec<(State, Option<Action>)> {
+    let out = check(cfg.clone(), threads(), Some(property));
+    report(name, cfg, &out);
+    let path = out
+        .discoveries
+        .get(property)
+        .unwrap_or_else(|| panic!("{name}: the checker found no violation of {property}"));
+    let steps = first_violation(cfg, property, path);
+    print_steps(property, &steps);
+    steps
+}
+
 /// (a) The claim takes a due key of the limited kind without a slot row:
 /// both keys run at once.
 #[test]
@@ -707,7 +752,7 @@ fn limit_config(variant: Variant, faults: Faults) -> Config {
 )]
 fn without_the_slot_a_limited_kind_runs_over_its_limit() {
     for p in [KIND_LIMIT_TENURES, KIND_LIMIT_RUNS] {
-        assert_fails("no slot", limit_config(Variant::NoKindSlot, Faults::NONE), p);
+        assert_limit_fails("no slot", &limit_config(Variant::NoKindSlot, Faults::NONE), p);
     }
 }
 
@@ -721,12 +766,13 @@ fn without_the_slot_a_limited_kind_runs_over_its_limit() {
     ignore = "model check: run it in release, cargo test -p leasehold-model --release"
 )]
 fn with_the_slots_freeness_read_from_the_lease_rows_snapshot_two_claims_share_a_slot() {
+    let cfg = limit_config(Variant::SlotFreeFromLeaseRow, Faults::NONE);
     for p in [KIND_LIMIT_TENURES, KIND_LIMIT_RUNS] {
-        assert_fails(
-            "slot free by the lease row's snapshot",
-            limit_config(Variant::SlotFreeFromLeaseRow, Faults::NONE),
-            p,
-        );
+        let steps = assert_limit_fails("slot free by the lease row's snapshot", &cfg, p);
+        // The two claims that took the slot ran at one server instant.
+        let last = &steps[steps.len() - 1].0;
+        let acquired: Vec<u16> = last.db.rows.iter().flatten().map(|r| r.acquired).collect();
+        assert_eq!(acquired[0], acquired[1], "two concurrent claims: {acquired:?}");
     }
 }
 
@@ -739,9 +785,9 @@ fn with_the_slots_freeness_read_from_the_lease_rows_snapshot_two_claims_share_a_
 )]
 fn with_slots_not_renewed_a_renewed_run_loses_its_slot() {
     for p in [KIND_LIMIT_TENURES, KIND_LIMIT_RUNS] {
-        assert_fails(
+        assert_limit_fails(
             "slot not renewed",
-            limit_config(Variant::SlotNotRenewed, Faults::NONE),
+            &limit_config(Variant::SlotNotRenewed, Faults::NONE),
             p,
         );
     }
@@ -777,9 +823,15 @@ fn without_the_dead_owner_rule_on_the_slot_a_crashed_holders_slot_waits_for_expi
         crash: true,
         ..Faults::NONE
     };
+    let mut cfg = limit_config(Variant::NoSlotTakeover, faults);
+    // The CI bound's grace (2 ticks): the holder, crashed at t=1, is dead
+    // at t=3 and its slot expires at t=6, three ticks later — past the
+    // response bound within 6 ticks.
+    let ci = Config::ci();
+    (cfg.grace, cfg.liveness_margin) = (ci.grace, ci.liveness_margin);
     assert_violations(
         "no slot takeover",
-        limit_config(Variant::NoSlotTakeover, faults),
+        cfg,
         &[DUE_KEY_RUNS],
         &[KIND_LIMIT_TENURES, KIND_LIMIT_RUNS, NO_OVERLAP],
     );
@@ -805,8 +857,9 @@ fn with_the_slot_not_re_pointed_a_re_registered_holder_loses_its_slot() {
     cfg.grace = 30;
     cfg.liveness_margin = cfg.required_liveness_margin();
     for p in [KIND_LIMIT_TENURES, KIND_LIMIT_RUNS] {
-        let path = assert_fails("slot not re-pointed", cfg.clone(), p);
-        assert!(path.last_state().ghost.repointed, "the holder re-pointed its run");
-        assert!(path.last_state().ghost.slot_took_over, "the slot was taken as dead");
+        let steps = assert_limit_fails("slot not re-pointed", &cfg, p);
+        let last = &steps[steps.len() - 1].0;
+        assert!(last.ghost.repointed, "the holder re-pointed its run");
+        assert!(last.ghost.slot_took_over, "the slot was taken as dead");
     }
 }
