@@ -1,5 +1,7 @@
 //! The database: lease rows, the fence sequence, the fence table, one user
-//! table row with a `last_fence` column per key, and the server clock.
+//! table row with a `last_fence` column per key, the liveness
+//! registrations, the slot rows of a fleet-wide limit (issue 44, proposed:
+//! `model/fleet-limit.md`), and the server clock.
 //!
 //! Every statement is one atomic transition, as PostgreSQL runs it: each
 //! lease statement is its own implicit transaction (invariant 2, C1), and
