@@ -80,6 +80,7 @@ fn main() {
             "three" => cfg.holders = vec![0, 0, 1],
             "twokeys" => cfg.keys = 2,
             "limit2" => cfg.limit = Some(2),
+            "threekeys" => cfg.keys = 3,
             "addpartition2" => cfg.faults.partition = true,
             "addshutdown" => cfg.faults.shutdown = true,
             "nolose" => cfg.faults.lose = false,
