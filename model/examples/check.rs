@@ -1,6 +1,7 @@
 //! Runs one check and prints its numbers:
-//! `cargo run -p leasehold-model --release --example check -- [ci|deepN] [horizon] [faults] [variant] [flags…]`
-//! (`deep0`…`deep3` are the bounds of `Config::deep`).
+//! `cargo run -p leasehold-model --release --example check -- [ci|deepN|limited] [horizon] [faults] [variant] [flags…]`
+//! (`deep0`…`deep3` are the bounds of `Config::deep`, `limited` the
+//! fleet-wide limit's, `Config::limited`).
 use leasehold_model::{Config, Variant, check};
 
 fn main() {
@@ -10,6 +11,7 @@ fn main() {
             let i: usize = d.trim_start_matches("deep").parse().unwrap_or(0);
             Config::deep().swap_remove(i).1
         }
+        Some("limited") => Config::limited(),
         _ => Config::ci(),
     };
     if let Some(h) = args.get(1) {
@@ -36,6 +38,13 @@ fn main() {
             "nograce" => Variant::NoGrace,
             "nosessionstop" => Variant::NoSessionStop,
             "staleowner" => Variant::ClaimNamesStaleRegistration,
+            "noslot" => Variant::NoKindSlot,
+            "slotsnapshot" => Variant::SlotFreeFromLeaseRow,
+            "slotlatest" => Variant::SlotFreeFromLatestLeaseRow,
+            "slotnotrenewed" => Variant::SlotNotRenewed,
+            "slotnotreleased" => Variant::SlotNotReleased,
+            "noslottakeover" => Variant::NoSlotTakeover,
+            "slotnotrepointed" => Variant::SlotNotRepointed,
             _ => Variant::Correct,
         };
     }
@@ -70,6 +79,12 @@ fn main() {
             "distinct" => cfg.holders = (0..cfg.holders.len() as u8).collect(),
             "three" => cfg.holders = vec![0, 0, 1],
             "twokeys" => cfg.keys = 2,
+            "limit2" => cfg.limit = Some(2),
+            "threekeys" => cfg.keys = 3,
+            "addpartition2" => cfg.faults.partition = true,
+            "addshutdown" => cfg.faults.shutdown = true,
+            "nolose" => cfg.faults.lose = false,
+            "nodelay" => cfg.faults.delay = false,
             other => panic!("unknown flag {other}"),
         }
     }

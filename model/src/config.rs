@@ -62,6 +62,10 @@ pub struct Config {
     /// successful confirm's send instant + grace − liveness_margin`, in
     /// local units.
     pub liveness_margin: u16,
+    /// A fleet-wide limit N on the keys' kind (issue 44): every key is of
+    /// one kind, and at no instant may more than N of its tenures be live.
+    /// `None`: no limit (no slot rows; every other check).
+    pub limit: Option<u8>,
 }
 
 impl Config {
@@ -100,6 +104,39 @@ impl Config {
             grace: 20,
             // 2ρ·grace + d, as the lease's margin.
             liveness_margin: 14,
+            limit: None,
+        }
+    }
+
+    /// The fleet-wide limit's bound (issue 44): two keys of one kind with
+    /// a limit of 1, two replicas with distinct holder ids, the faults
+    /// that can make a tenure outlive its holder's view of it or race a
+    /// claim — freeze, crash, session kill, lose or delay a message (no
+    /// partition, shutdown, skew) — 1 fault, no writes, no `ensure`, 7
+    /// ticks, a grace of 3 ticks.
+    pub fn limited() -> Config {
+        let ci = Config::ci();
+        Config {
+            holders: vec![0, 1],
+            keys: 2,
+            limit: Some(1),
+            // 3 ticks, so that the stop deadline on a lost session
+            // (`grace − liveness_margin`, 14 units) outlasts a confirm
+            // interval (a tick) as 1 s outlasts 250 ms: a holder whose
+            // session is killed re-points its runs and they go on (at
+            // the CI bound's 2 ticks they are always stopped first), and
+            // the slot's owner must follow (`Variant::SlotNotRepointed`).
+            grace: 30,
+            liveness_margin: 16,
+            writes: false,
+            ensure: false,
+            faults: Faults {
+                partition: false,
+                shutdown: false,
+                ..ci.faults
+            },
+            horizon: 7,
+            ..ci
         }
     }
 

@@ -1,5 +1,7 @@
 //! The database: lease rows, the fence sequence, the fence table, one user
-//! table row with a `last_fence` column per key, and the server clock.
+//! table row with a `last_fence` column per key, the liveness
+//! registrations, the slot rows of a fleet-wide limit (issue 44, proposed:
+//! `model/fleet-limit.md`), and the server clock.
 //!
 //! Every statement is one atomic transition, as PostgreSQL runs it: each
 //! lease statement is its own implicit transaction (invariant 2, C1), and
@@ -71,6 +73,26 @@ pub struct Reg {
     pub gone_seen: Option<u16>,
 }
 
+/// One row of the proposed `leasehold_kind_slot(kind, slot_no, key, fence,
+/// owner, expires_at)` table (issue 44, `model/fleet-limit.md`): a kind
+/// with a fleet-wide limit N has N slot rows, and a tenure of one of its
+/// keys holds one of them from its claim to its end. The model has one
+/// kind (every key), so a slot is named by its index (`slot_no − 1`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Slot {
+    /// `key`: the key of the tenure that took it last (`None`: never
+    /// taken).
+    pub key: Option<u8>,
+    /// `fence`: that tenure's fence.
+    pub fence: u8,
+    /// `owner`: the registration its claim named (the lease row's
+    /// `owner`, moved with it by the re-point).
+    pub owner: Option<u8>,
+    /// `expires_at` (server units): always the lease row's `expires_at`
+    /// of the same tenure (written by the same statements).
+    pub expires: u16,
+}
+
 /// One row of `leasehold_fence` (a fenced resource). An absent row is
 /// `last = 0` (the advance inserts it).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
@@ -133,6 +155,15 @@ pub struct Db {
     /// `leasehold_replica`: registration `id` is the index + 1 (ids come
     /// from a sequence; rows are never deleted here).
     pub regs: Vec<Reg>,
+    /// `leasehold_kind_slot`: the limited kind's N slot rows (empty: no
+    /// limit, `Config::limit` `None`).
+    pub slots: Vec<Slot>,
+    /// Only with [`Variant::SlotFreeFromLeaseRow`]: the lease rows as the
+    /// first claim at this server instant found them — the snapshot of a
+    /// claim concurrent with every other claim of the instant (statements
+    /// at one server instant may overlap; a later one's snapshot may
+    /// predate an earlier one's commit). Cleared at each tick.
+    pub snapshot: Option<Vec<Option<Row>>>,
 }
 
 /// A tenure a claim acquired.
@@ -154,6 +185,8 @@ pub struct Claimed {
     pub run: u8,
     /// Ghost: the row was taken before it expired, its owner dead.
     pub took_over: bool,
+    /// Ghost: the slot row it took had not expired: its owner was dead.
+    pub slot_took_over: bool,
 }
 
 /// A row a renewal extended, as `RENEW_MANY` returns it (`r.*`: the row's
@@ -184,7 +217,7 @@ impl Db {
     /// Rows registered by `register_many` (`src/lease/batch/register.rs`,
     /// `REGISTER_MANY`): free (`expires_at = acquired_at + 1 µs`), due at
     /// 0, each with a fence from the sequence.
-    pub fn new(keys: usize, rate: Rate, regs: Vec<Reg>) -> Db {
+    pub fn new(keys: usize, rate: Rate, regs: Vec<Reg>, limit: Option<u8>) -> Db {
         Db {
             clock: 0,
             rate,
@@ -205,6 +238,8 @@ impl Db {
             fence_rows: vec![FenceRow::default(); keys],
             column: vec![0; keys],
             regs,
+            slots: vec![Slot::default(); limit.map_or(0, usize::from)],
+            snapshot: None,
         }
     }
 
@@ -267,13 +302,21 @@ impl Db {
     /// AND owner = $old AND NOT dead($old)` — guarded so that it cannot
     /// undo a takeover (the row's fence changed with its owner) nor revive
     /// a registration a claimer may already count dead; the row lock orders
-    /// it against a claimer's `pick`. Returns whether the row was
-    /// re-pointed.
+    /// it against a claimer's `pick`. With a fleet-wide limit the same
+    /// statement moves the tenure's slot row (`key`, `fence`, `owner =
+    /// old`) too (not with [`Variant::SlotNotRepointed`]). Returns whether
+    /// the row was re-pointed.
     pub fn repoint(&mut self, key: u8, fence: u8, old: u8, new: u8, grace: u16, variant: Variant) -> bool {
         let dead = self.reg_dead(Some(old), grace, variant);
         match self.rows[key as usize].as_mut() {
             Some(row) if row.fence == fence && row.owner == Some(old) && !dead => {
                 row.owner = Some(new);
+                if variant != Variant::SlotNotRepointed {
+                    let own = (Some(key), fence, Some(old));
+                    for slot in self.slots.iter_mut().filter(|s| (s.key, s.fence, s.owner) == own) {
+                        slot.owner = Some(new);
+                    }
+                }
                 true
             }
             _ => false,
@@ -286,14 +329,59 @@ impl Db {
     }
 
     /// Whether a scheduled claim could take the key now: free (or its
-    /// owner dead, with `liveness`) and due.
-    pub fn claimable(&self, key: usize, liveness: Option<(u16, Variant)>) -> bool {
+    /// owner dead, with `liveness`) and due — and, with a fleet-wide
+    /// `limit`, fewer than `limit` tenures of the kind live
+    /// ([`Db::live_tenures`]: by the lease rows, not the slot table, so a
+    /// slot kept busy by mistake shows as a due key that waits).
+    pub fn claimable(&self, key: usize, liveness: Option<(u16, Variant)>, limit: Option<u8>) -> bool {
+        if limit.is_some_and(|n| self.live_tenures(liveness) >= n as usize) {
+            return false;
+        }
         match &self.rows[key] {
             Some(r) => {
                 let dead = liveness.is_some_and(|(grace, v)| self.reg_dead(r.owner, grace, v));
                 (r.expires <= self.clock || dead) && r.next_due <= self.clock
             }
             None => true,
+        }
+    }
+
+    /// Live tenures of the (one) kind by the server's lease rows: a row
+    /// with a holder, `expires_at > now`, and (with `liveness`) an owner
+    /// not dead — a dead owner's tenure is over for the protocol (its key
+    /// may be taken over, issue 40; its holder has stopped, or is frozen
+    /// and excused as §2 excuses it), though its `expires_at` is ahead.
+    pub fn live_tenures(&self, liveness: Option<(u16, Variant)>) -> usize {
+        self.rows
+            .iter()
+            .flatten()
+            .filter(|r| {
+                r.holder != NO_HOLDER
+                    && r.expires > self.clock
+                    && !liveness.is_some_and(|(grace, v)| self.reg_dead(r.owner, grace, v))
+            })
+            .count()
+    }
+
+    /// Whether slot `i` may be taken by a claim now. The real rule: the
+    /// slot row's own `expires_at <= now` (re-checked on its latest
+    /// version after its row lock, as PostgreSQL's EvalPlanQual does for
+    /// the locked row's own columns) or its `owner` dead by the lease
+    /// row's rule. The variants: [`Variant::NoSlotTakeover`] (expiry
+    /// only); [`Variant::SlotFreeFromLeaseRow`] (no live lease row of the
+    /// slot's `(key, fence)` in the statement's snapshot, `stale`; the
+    /// latest rows with [`Variant::SlotFreeFromLatestLeaseRow`]).
+    fn slot_free(&self, i: usize, grace: Option<u16>, variant: Variant, stale: &[Option<Row>]) -> bool {
+        let slot = &self.slots[i];
+        let dead = |owner| grace.is_some_and(|g| self.reg_dead(owner, g, variant));
+        match variant {
+            Variant::NoSlotTakeover => slot.expires <= self.clock,
+            Variant::SlotFreeFromLeaseRow | Variant::SlotFreeFromLatestLeaseRow => slot.key.is_none_or(|k| {
+                !stale[k as usize]
+                    .as_ref()
+                    .is_some_and(|r| r.fence == slot.fence && r.expires > self.clock && !dead(r.owner))
+            }),
+            _ => slot.expires <= self.clock || dead(slot.owner),
         }
     }
 
@@ -319,8 +407,20 @@ impl Db {
     ///   (NULL when it has none). The taken-over run's `lost` history row
     ///   is not modelled.
     ///
-    /// `FOR UPDATE SKIP LOCKED`, `LIMIT` and the pause clauses are not
-    /// modelled (no lease-row locks, no concurrency limit, no pauses).
+    /// - fleet-wide limit (issue 44, with slot rows): a key it would take
+    ///   also takes a free slot row ([`Db::slot_free`]; `FOR UPDATE SKIP
+    ///   LOCKED` on `leasehold_kind_slot`), the first free one, writing
+    ///   `key`, `fence`, `owner` and the lease row's `expires_at`; a key
+    ///   with no free slot is not taken (stays due). Keys are taken in
+    ///   order (the real order: oldest due first).
+    ///   [`Variant::NoKindSlot`] ignores the slots.
+    ///
+    /// Returns the tenures, and whether a key free and due was left for
+    /// want of a slot (ghost).
+    ///
+    /// `FOR UPDATE SKIP LOCKED` on the lease rows, `LIMIT` and the pause
+    /// clauses are not modelled (no lease-row locks, no per-replica
+    /// concurrency limit, no pauses).
     #[allow(clippy::too_many_arguments)]
     pub fn claim_due(
         &mut self,
@@ -331,9 +431,15 @@ impl Db {
         period: u16,
         liveness: Option<u16>,
         variant: Variant,
-    ) -> Vec<Claimed> {
+    ) -> (Vec<Claimed>, bool) {
         let now = self.clock;
         let mut out = Vec::new();
+        let mut slot_wait = false;
+        let mut taken = Vec::new();
+        let limited = !self.slots.is_empty() && variant != Variant::NoKindSlot;
+        if variant == Variant::SlotFreeFromLeaseRow && self.snapshot.is_none() {
+            self.snapshot = Some(self.rows.clone());
+        }
         for &k in keys {
             let row = &self.rows[k as usize];
             let expired = row.as_ref().is_none_or(|r| r.expires <= now);
@@ -349,6 +455,25 @@ impl Db {
             if !take {
                 continue;
             }
+            let slot = if limited {
+                let stale = match variant {
+                    Variant::SlotFreeFromLeaseRow => self.snapshot.as_deref().unwrap_or(&[]),
+                    _ => &self.rows,
+                };
+                // One statement's slot CTE returns each slot row once:
+                // a slot it took for an earlier key is not free for a later
+                // one, whatever its snapshot says.
+                let free = |i: &usize| !taken.contains(i) && self.slot_free(*i, liveness, variant, stale);
+                match (0..self.slots.len()).find(free) {
+                    Some(i) => Some(i),
+                    None => {
+                        slot_wait = true;
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
             let fence = match variant {
                 Variant::DeleteOnRelease => row.as_ref().map_or(1, |r| r.fence.saturating_add(1)),
                 _ => {
@@ -357,6 +482,17 @@ impl Db {
                 }
             };
             let next_due = row.as_ref().map_or(0, |r| r.next_due);
+            let mut slot_took_over = false;
+            if let Some(i) = slot {
+                taken.push(i);
+                slot_took_over = self.slots[i].expires > now;
+                self.slots[i] = Slot {
+                    key: Some(k),
+                    fence,
+                    owner,
+                    expires: now + lease,
+                };
+            }
             self.rows[k as usize] = Some(Row {
                 holder,
                 fence,
@@ -374,9 +510,10 @@ impl Db {
                 slot: next_due,
                 run: 0,
                 took_over: !expired,
+                slot_took_over,
             });
         }
-        out
+        (out, slot_wait)
     }
 
     /// The heartbeat and `FenceGuard::ensure`: `LeaseStore::renew_each`
@@ -388,6 +525,9 @@ impl Db {
     ///   [`Variant::RenewUncheckedAnswer`]) only the expiry clause.
     /// - `renewed`: `expires_at = clock_timestamp() + lease`, expiry checked
     ///   again; returns `r.*` — the row's own fence — and `remaining`.
+    ///
+    /// - fleet-wide limit: the slot row of each renewed `(key, fence)` gets
+    ///   the same `expires_at` (not with [`Variant::SlotNotRenewed`]).
     ///
     /// `SKIP LOCKED`/`busy` and the pause report (`stop`) are not modelled.
     pub fn renew_many(&mut self, holder: u8, tenures: &[(u8, u8)], lease: u16, variant: Variant) -> Vec<Renewed> {
@@ -403,6 +543,12 @@ impl Db {
             };
             if mine {
                 row.expires = now + lease;
+                let own = (Some(k), row.fence);
+                if variant != Variant::SlotNotRenewed {
+                    for slot in self.slots.iter_mut().filter(|s| (s.key, s.fence) == own) {
+                        slot.expires = now + lease;
+                    }
+                }
                 out.push(Renewed {
                     key: k,
                     fence: row.fence,
@@ -424,6 +570,9 @@ impl Db {
     ///   successful run records its next slot, a cancelled one leaves the
     ///   slot owed (`NextDue::Unchanged`).
     ///
+    /// - fleet-wide limit: the slot row of `(key, fence)` gets the same
+    ///   `expires_at` (not with [`Variant::SlotNotReleased`]).
+    ///
     /// With [`Variant::DeleteOnRelease`], the row is deleted instead.
     /// Returns whether the tenure was the current one.
     pub fn finish(&mut self, key: u8, holder: u8, fence: u8, next: Option<u16>, variant: Variant) -> bool {
@@ -440,8 +589,14 @@ impl Db {
             return true;
         }
         row.expires = now.max(row.acquired + 1);
+        let end = row.expires;
         if let Some(at) = next {
             row.next_due = at;
+        }
+        if variant != Variant::SlotNotReleased {
+            for slot in self.slots.iter_mut().filter(|s| (s.key, s.fence) == (Some(key), fence)) {
+                slot.expires = end;
+            }
         }
         true
     }
@@ -578,6 +733,7 @@ impl Db {
     /// the sequence and expires now (`LEAST(expires_at, GREATEST(now,
     /// acquired_at + 1 µs))`); the key's fence row rises to it (`GREATEST`,
     /// F1). The fence row's upsert waits for an open fenced transaction.
+    /// With a fleet-wide limit, the revoked tenure's slot row ends with it.
     /// Returns the new fence, or `None` when it has to wait or there is no
     /// row.
     pub fn revoke(&mut self, key: u8) -> Option<u8> {
@@ -586,9 +742,14 @@ impl Db {
             return None;
         }
         let row = self.rows[key as usize].as_mut()?;
+        let old = row.fence;
         self.seq += 1;
         row.fence = self.seq;
         row.expires = row.expires.min(now.max(row.acquired + 1));
+        let end = row.expires;
+        for slot in self.slots.iter_mut().filter(|s| (s.key, s.fence) == (Some(key), old)) {
+            slot.expires = slot.expires.min(end);
+        }
         let f = &mut self.fence_rows[key as usize];
         f.last = f.last.max(self.seq);
         Some(self.seq)

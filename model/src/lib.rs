@@ -1,14 +1,17 @@
 //! A model of leasehold's lease protocol, checked with
 //! [stateright](https://docs.rs/stateright): no two runs of a key overlap
 //! in real time, no stale write lands, fences only grow, a due key runs,
-//! once per slot — for every interleaving up to a bound.
+//! once per slot, no more than N tenures or runs of a limited kind at once
+//! — for every interleaving up to a bound.
 //!
 //! - [`db`]: the database (lease rows, fence sequence, fence table with its
 //!   row lock, a `last_fence` column, the server clock, and the rules that
 //!   end a fenced transaction with its tenure: the commit check and the idle
 //!   bound, F5), the liveness sessions and their registrations (issue 40:
 //!   a key whose owner's session is gone and silent for the grace is taken
-//!   over before it expires); every statement is one atomic transition
+//!   over before it expires), and the proposed slot rows of a fleet-wide
+//!   limit per kind (issue 44, `model/fleet-limit.md`); every statement is
+//!   one atomic transition
 //!   citing its SQL and the Rust function that sends it.
 //! - [`replica`]: a runtime — claims, batched renewal, `ensure`, the local
 //!   deadline from the send instant and the server's `remaining`, stop,

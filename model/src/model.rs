@@ -39,7 +39,7 @@ impl Model for LeaseModel {
             };
             out.push(State {
                 now: 0,
-                db: Db::new(keys, rate(0), regs),
+                db: Db::new(keys, rate(0), regs, self.cfg.limit),
                 replicas: self
                     .cfg
                     .holders
@@ -82,6 +82,8 @@ impl Model for LeaseModel {
                     took_over: false,
                     repointed: false,
                     session_stop: false,
+                    slot_wait: false,
+                    slot_took_over: false,
                 },
             });
         }

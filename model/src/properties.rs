@@ -9,6 +9,8 @@
 //! | (e) | [`ONCE_PER_CLEAN_SLOT`] | at most one run starts per slot of a key unless a fault struck between the first run of the previous slot and the last run of this one |
 //! | (f) | [`NO_FENCED_COMMIT_AFTER_TENURE`] | no fenced transaction commits while its tenure is over on the server clock: the key's lease row carries another fence, or `expires_at <= now` (F5, G2′) |
 //! | (f′) | [`NO_FENCED_UPDATE_AFTER_TENURE`] | no fenced `UPDATE` applies while its tenure is over (F5's early refusal, G2′) |
+//! | (h) | [`KIND_LIMIT_TENURES`] | with a fleet-wide limit N (issue 44): at no instant are more than N tenures of the kind live by the server's lease rows — a holder, `expires_at > now`, an owner not dead ([`crate::db::Db::live_tenures`]) |
+//! | (h′) | [`KIND_LIMIT_RUNS`] | with a limit N: at no real instant do more than N runs of the kind run (or stop, within `d`), across replicas and keys — with `no_overlap`'s excuses for a process frozen past its deadline |
 //! | (g) | [`FENCE_WAIT_BOUNDED`] | an advance waiting for the fence row's lock is not still blocked once the server clock is more than a lease past the blocking transaction's last statement (F5, R2) |
 //!
 //! The `sometimes` properties show the checks are not vacuous: the checker
@@ -17,10 +19,15 @@
 //! late commit was refused, the server ended an idle transaction that a
 //! successor's advance was waiting for; with the liveness session: a dead
 //! holder's key taken over before its lease expired, a lost session's runs
-//! re-pointed, a run stopped at its lost session's deadline).
+//! re-pointed, a run stopped at its lost session's deadline; with a
+//! fleet-wide limit: a due key held back by it, a dead holder's slot taken,
+//! the kind at its limit). One `sometimes` property is a finding, not a
+//! goal: `more_unexpired_rows_than_the_limit` — counted by `expires_at`
+//! alone, a dead owner's unexpired row and its slot's next tenure exceed N.
 
 use stateright::Property;
 
+use crate::db::NO_HOLDER;
 use crate::replica::{Phase, Txn};
 use crate::{LeaseModel, State};
 
@@ -41,6 +48,11 @@ pub const NO_FENCED_UPDATE_AFTER_TENURE: &str = "no_fenced_update_after_tenure";
 /// (g) an ended tenure's transaction blocks an advance for a lease at most.
 pub const FENCE_WAIT_BOUNDED: &str = "fence_wait_bounded";
 
+/// (h) at most N tenures of a limited kind live on the server's rows.
+pub const KIND_LIMIT_TENURES: &str = "kind_limit_tenures";
+/// (h′) at most N runs of a limited kind at once, in real time.
+pub const KIND_LIMIT_RUNS: &str = "kind_limit_runs";
+
 /// Every property of the model.
 pub fn all() -> Vec<Property<LeaseModel>> {
     vec![
@@ -52,6 +64,8 @@ pub fn all() -> Vec<Property<LeaseModel>> {
         Property::always(NO_FENCED_COMMIT_AFTER_TENURE, |_, s: &State| !s.ghost.late_commit),
         Property::always(NO_FENCED_UPDATE_AFTER_TENURE, |_, s: &State| !s.ghost.late_update),
         Property::always(FENCE_WAIT_BOUNDED, fence_wait_bounded),
+        Property::always(KIND_LIMIT_TENURES, kind_limit_tenures),
+        Property::always(KIND_LIMIT_RUNS, kind_limit_runs),
         Property::sometimes("a_key_changes_hands", |_, s: &State| {
             s.ghost.tenures.iter().any(|&n| n >= 2)
         }),
@@ -68,6 +82,21 @@ pub fn all() -> Vec<Property<LeaseModel>> {
         Property::sometimes("a_lost_session_is_re_pointed", |_, s: &State| s.ghost.repointed),
         Property::sometimes("a_run_stops_at_its_lost_sessions_deadline", |_, s: &State| {
             s.ghost.session_stop
+        }),
+        Property::sometimes("a_due_key_waits_for_a_slot", |_, s: &State| s.ghost.slot_wait),
+        Property::sometimes("a_dead_holders_slot_is_taken", |_, s: &State| s.ghost.slot_took_over),
+        Property::sometimes("more_unexpired_rows_than_the_limit", |m: &LeaseModel, s: &State| {
+            m.cfg.limit.is_some_and(|n| {
+                let unexpired =
+                    s.db.rows
+                        .iter()
+                        .flatten()
+                        .filter(|r| r.holder != NO_HOLDER && r.expires > s.db.clock);
+                unexpired.count() > n as usize
+            })
+        }),
+        Property::sometimes("the_kind_runs_at_its_limit", |m: &LeaseModel, s: &State| {
+            m.cfg.limit.is_some_and(|n| kind_runs(m, s) == n as usize)
         }),
     ]
 }
@@ -93,6 +122,20 @@ fn session_gone(s: &State, id: Option<u8>) -> bool {
 
 fn no_overlap(m: &LeaseModel, s: &State) -> bool {
     (0..m.cfg.keys).all(|k| active_runs(s, k) <= 1)
+}
+
+/// Runs of the kind at once, across keys and replicas (as [`active_runs`]).
+pub fn kind_runs(m: &LeaseModel, s: &State) -> usize {
+    (0..m.cfg.keys).map(|k| active_runs(s, k)).sum()
+}
+
+fn kind_limit_tenures(m: &LeaseModel, s: &State) -> bool {
+    let liveness = m.cfg.liveness.then_some((m.cfg.grace, m.cfg.variant));
+    m.cfg.limit.is_none_or(|n| s.db.live_tenures(liveness) <= n as usize)
+}
+
+fn kind_limit_runs(m: &LeaseModel, s: &State) -> bool {
+    m.cfg.limit.is_none_or(|n| kind_runs(m, s) <= n as usize)
 }
 
 fn due_key_runs(m: &LeaseModel, s: &State) -> bool {

@@ -56,6 +56,11 @@ pub struct Ghost {
     pub repointed: bool,
     /// A run was stopped at its lost session's deadline.
     pub session_stop: bool,
+    /// A claim left a free, due key for want of a free slot (the limit
+    /// held a start back).
+    pub slot_wait: bool,
+    /// A claim took a slot row before it expired, its owner dead.
+    pub slot_took_over: bool,
 }
 
 /// The whole system's state.

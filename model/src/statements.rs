@@ -135,10 +135,12 @@ impl LeaseModel {
         match q {
             Request::Claim { sent, keys, owner } => {
                 let liveness = self.cfg.liveness.then_some(self.cfg.grace);
-                let mut acquired =
+                let (mut acquired, slot_wait) =
                     s.db.claim_due(holder, owner, &keys, self.cfg.lease, self.cfg.period, liveness, v);
+                s.ghost.slot_wait |= slot_wait;
                 for c in acquired.iter_mut() {
                     s.ghost.took_over |= c.took_over;
+                    s.ghost.slot_took_over |= c.slot_took_over;
                     let k = c.key as usize;
                     s.ghost.tenures[k] += 1;
                     c.run = s.ghost.tenures[k];

@@ -11,6 +11,7 @@ impl LeaseModel {
     pub(crate) fn tick(&self, s: &mut State) {
         s.now += 1;
         s.db.clock += self.step(s.db.rate);
+        s.db.snapshot = None;
         // R2: the server ends a fenced transaction idle for a lease
         // (`idle_in_transaction_session_timeout`) within the tick its idle
         // time reaches the lease, whatever its client is doing.
@@ -151,7 +152,7 @@ impl LeaseModel {
         let live = s.replicas.iter().any(Replica::live);
         for k in 0..self.cfg.keys {
             let liveness = self.cfg.liveness.then_some((self.cfg.grace, self.cfg.variant));
-            if live && s.db.claimable(k, liveness) {
+            if live && s.db.claimable(k, liveness, self.cfg.limit) {
                 if s.ghost.waiting[k].is_none() {
                     s.ghost.waiting[k] = Some(s.now);
                 }
@@ -259,6 +260,11 @@ impl LeaseModel {
         for row in s.db.rows.iter_mut().flatten() {
             if alive(row.owner) {
                 row.owner = None;
+            }
+        }
+        for slot in s.db.slots.iter_mut() {
+            if alive(slot.owner) {
+                slot.owner = None;
             }
         }
         for rep in s.replicas.iter_mut() {

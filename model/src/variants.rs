@@ -100,6 +100,44 @@ pub enum Variant {
     /// model's, proposed for the code): `owner` NULL unless the last
     /// successful confirm is less than `grace − margin` old.
     ClaimNamesStaleRegistration,
+    /// Fleet-wide limit (issue 44) without the guard: `CLAIM_DUE` takes a
+    /// due key of a limited kind without taking a slot row of its kind
+    /// (the slot CTE removed, or a `count(*) < N` that the model's atomic
+    /// statements would make look exact — see `model/fleet-limit.md`).
+    NoKindSlot,
+    /// A slot's freeness read from the lease row through a subquery —
+    /// `NOT EXISTS (SELECT 1 FROM leasehold_lease l WHERE l.key = s.key
+    /// AND l.fence = s.fence AND l.expires_at > now AND NOT dead(l.owner))`
+    /// — instead of the slot row's own `expires_at` and `owner`. The slot
+    /// row is locked and re-read at its latest version, but the subquery
+    /// reads the statement's snapshot: a claim concurrent with the one
+    /// that just took the slot sees the key's older tenure (its older
+    /// fence, expired) and takes the slot again. The model's statements
+    /// are atomic, so the stale snapshot is put in by hand: the claim's
+    /// subquery reads the lease rows as the first claim at the same server
+    /// instant found them ([`crate::db::Db::snapshot`]).
+    SlotFreeFromLeaseRow,
+    /// Not a mistake, the control of [`Variant::SlotFreeFromLeaseRow`]:
+    /// the same predicate on the lease rows' latest versions (as if the
+    /// statement also locked them). It holds: the counterexample of the
+    /// other variant is the snapshot's, not the predicate's.
+    SlotFreeFromLatestLeaseRow,
+    /// `RENEW_MANY` extends the lease row but not its slot row: the slot
+    /// expires at claim + lease while its run goes on renewed.
+    SlotNotRenewed,
+    /// `FINISH_MANY` releases the lease row but not its slot row: the slot
+    /// stays taken until the tenure's `expires_at` passes.
+    SlotNotReleased,
+    /// A slot row is free only once its `expires_at` passes: no dead-owner
+    /// rule on the slot (the lease row keeps it). A dead holder's key
+    /// waits for the slot's expiry instead of being taken over after the
+    /// grace.
+    NoSlotTakeover,
+    /// The re-point (after a runtime registers again) moves the lease
+    /// row's `owner` but not its slot row's: the slot still names the lost
+    /// registration, dead a grace later, and is taken while its run goes
+    /// on legitimately.
+    SlotNotRepointed,
 }
 
 impl Variant {

@@ -9,13 +9,14 @@
 
 use leasehold_model::env::{Fault, Faults};
 use leasehold_model::properties::{
-    DUE_KEY_RUNS, FENCE_WAIT_BOUNDED, FENCES_INCREASE, NO_FENCED_COMMIT_AFTER_TENURE, NO_FENCED_UPDATE_AFTER_TENURE,
-    NO_OVERLAP, ONCE_PER_CLEAN_SLOT, STALE_WRITE_REJECTED,
+    DUE_KEY_RUNS, FENCE_WAIT_BOUNDED, FENCES_INCREASE, KIND_LIMIT_RUNS, KIND_LIMIT_TENURES,
+    NO_FENCED_COMMIT_AFTER_TENURE, NO_FENCED_UPDATE_AFTER_TENURE, NO_OVERLAP, ONCE_PER_CLEAN_SLOT,
+    STALE_WRITE_REJECTED,
 };
 use leasehold_model::{Action, Config, LeaseModel, Outcome, State, Variant, check};
 use stateright::{Model, Path};
 
-const SAFETY: [&str; 8] = [
+const SAFETY: [&str; 10] = [
     NO_OVERLAP,
     STALE_WRITE_REJECTED,
     FENCES_INCREASE,
@@ -24,6 +25,8 @@ const SAFETY: [&str; 8] = [
     NO_FENCED_COMMIT_AFTER_TENURE,
     NO_FENCED_UPDATE_AFTER_TENURE,
     FENCE_WAIT_BOUNDED,
+    KIND_LIMIT_TENURES,
+    KIND_LIMIT_RUNS,
 ];
 
 fn threads() -> usize {
@@ -62,6 +65,9 @@ fn print_steps(name: &str, steps: &[(State, Option<Action>)]) {
     }
     let last = &steps[steps.len() - 1].0;
     println!("  end t={} S={} rows={:?}", last.now, last.db.clock, last.db.rows);
+    if !last.db.slots.is_empty() {
+        println!("  slots={:?}", last.db.slots);
+    }
     for (i, r) in last.replicas.iter().enumerate() {
         println!("  replica {i}: clock {} {:?} runs {:?}", r.clock, r.status, r.runs);
     }
@@ -649,4 +655,224 @@ fn a_claim_naming_a_registration_silent_for_the_grace_is_taken_over_at_once() {
         NO_OVERLAP,
     );
     assert!(took_over(&path), "the overlap comes from an early takeover");
+}
+
+/// The fleet-wide limit (issue 44) at its own bound, `Config::limited`:
+/// two keys of one kind limited to 1, two replicas with distinct holder
+/// ids, one fault among freeze, crash, session kill, lose or delay a
+/// message; 7 ticks. Every property holds, and the check reaches a key
+/// held back by the limit, a dead holder's slot taken before it expired,
+/// the kind at its limit.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn the_fleet_limit_holds_at_its_bound() {
+    let cfg = Config::limited();
+    assert_eq!(cfg.limit, Some(1));
+    let out = assert_safe("fleet limit", &cfg);
+    for example in [
+        "a_key_changes_hands",
+        "a_run_stops_at_its_deadline",
+        "a_slot_completes",
+        "a_dead_holders_key_is_taken_over_before_expiry",
+        "a_lost_session_is_re_pointed",
+        "a_due_key_waits_for_a_slot",
+        "a_dead_holders_slot_is_taken",
+        "the_kind_runs_at_its_limit",
+    ] {
+        assert!(
+            out.discoveries.contains_key(example),
+            "fleet limit: no example of {example}: the check is vacuous"
+        );
+    }
+    // A finding, not a failure: counted by `expires_at` alone, a dead
+    // owner's unexpired row and the next tenure on its slot exceed N (its
+    // holder has stopped: `kind_limit_runs` holds).
+    let name = "more_unexpired_rows_than_the_limit";
+    let path = out
+        .discoveries
+        .get(name)
+        .expect("a dead owner's slot reused before its row expires");
+    let model = LeaseModel::new(cfg.clone());
+    let example = model
+        .properties()
+        .into_iter()
+        .find(|p| p.name == name)
+        .expect("a property of the model")
+        .condition;
+    let mut steps = path.clone().into_vec();
+    if let Some(i) = steps.iter().position(|(s, _)| example(&model, s)) {
+        steps.truncate(i + 1);
+        steps[i].1 = None;
+    }
+    print_steps(name, &steps);
+    assert!(steps[steps.len() - 1].0.ghost.slot_took_over);
+}
+
+/// The control of (b): the same predicate on the lease rows' latest
+/// versions holds — the counterexample of (b) is the snapshot's. The
+/// faults that end a session (crash, kill: the predicate's dead-owner
+/// part), 6 ticks.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn the_slots_freeness_read_from_the_latest_lease_rows_holds() {
+    let faults = Faults {
+        crash: true,
+        kill_session: true,
+        ..Faults::NONE
+    };
+    assert_safe(
+        "slot free by the latest lease row",
+        &limit_config(Variant::SlotFreeFromLatestLeaseRow, faults),
+    );
+}
+
+/// [`Config::limited`] with `variant`, only the given faults, 6 ticks.
+fn limit_config(variant: Variant, faults: Faults) -> Config {
+    let mut cfg = Config::limited();
+    cfg.variant = variant;
+    cfg.faults = faults;
+    cfg.horizon = 6;
+    cfg
+}
+
+/// [`assert_fails`] for the limit's variants: checks `cfg` until `property`
+/// fails, prints the trace cut at its first violating state, and returns
+/// that trace (its last state violates `property`).
+fn assert_limit_fails(name: &str, cfg: &Config, property: &'static str) -> Vec<(State, Option<Action>)> {
+    let out = check(cfg.clone(), threads(), Some(property));
+    report(name, cfg, &out);
+    let path = out
+        .discoveries
+        .get(property)
+        .unwrap_or_else(|| panic!("{name}: the checker found no violation of {property}"));
+    let steps = first_violation(cfg, property, path);
+    print_steps(property, &steps);
+    steps
+}
+
+/// (a) The claim takes a due key of the limited kind without a slot row:
+/// both keys run at once.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn without_the_slot_a_limited_kind_runs_over_its_limit() {
+    for p in [KIND_LIMIT_TENURES, KIND_LIMIT_RUNS] {
+        assert_limit_fails("no slot", &limit_config(Variant::NoKindSlot, Faults::NONE), p);
+    }
+}
+
+/// (b) The slot's freeness read from the lease row through a subquery,
+/// which reads the statement's snapshot: a claim concurrent with the one
+/// that just took the slot sees the key's older, expired tenure there and
+/// takes the slot a second time.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn with_the_slots_freeness_read_from_the_lease_rows_snapshot_two_claims_share_a_slot() {
+    let cfg = limit_config(Variant::SlotFreeFromLeaseRow, Faults::NONE);
+    for p in [KIND_LIMIT_TENURES, KIND_LIMIT_RUNS] {
+        let steps = assert_limit_fails("slot free by the lease row's snapshot", &cfg, p);
+        // The two claims that took the slot ran at one server instant.
+        let last = &steps[steps.len() - 1].0;
+        let acquired: Vec<u16> = last.db.rows.iter().flatten().map(|r| r.acquired).collect();
+        assert_eq!(acquired[0], acquired[1], "two concurrent claims: {acquired:?}");
+    }
+}
+
+/// (c) Renewal extends the lease row but not its slot: the slot expires
+/// under a run that goes on, and the other key takes it.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn with_slots_not_renewed_a_renewed_run_loses_its_slot() {
+    for p in [KIND_LIMIT_TENURES, KIND_LIMIT_RUNS] {
+        assert_limit_fails(
+            "slot not renewed",
+            &limit_config(Variant::SlotNotRenewed, Faults::NONE),
+            p,
+        );
+    }
+}
+
+/// (d) The release frees the lease row but not its slot: the other key,
+/// free and due with no tenure of the kind live, waits for the slot's
+/// expiry — liveness fails, the limit holds.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn with_slots_not_released_a_due_key_waits_for_a_finished_run() {
+    assert_violations(
+        "slot not released",
+        limit_config(Variant::SlotNotReleased, Faults::NONE),
+        &[DUE_KEY_RUNS],
+        &[KIND_LIMIT_TENURES, KIND_LIMIT_RUNS, NO_OVERLAP],
+    );
+}
+
+/// (e) No dead-owner rule on the slot: a crashed holder's slot is free
+/// only at its expiry, so the due keys wait past the response bound —
+/// liveness (latency) fails, the limit holds.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn without_the_dead_owner_rule_on_the_slot_a_crashed_holders_slot_waits_for_expiry() {
+    let faults = Faults {
+        crash: true,
+        ..Faults::NONE
+    };
+    let mut cfg = limit_config(Variant::NoSlotTakeover, faults);
+    // The CI bound's grace (2 ticks): the holder, crashed at t=1, is dead
+    // at t=3 and its slot expires at t=6, three ticks later — past the
+    // response bound within 6 ticks.
+    let ci = Config::ci();
+    (cfg.grace, cfg.liveness_margin) = (ci.grace, ci.liveness_margin);
+    assert_violations(
+        "no slot takeover",
+        cfg,
+        &[DUE_KEY_RUNS],
+        &[KIND_LIMIT_TENURES, KIND_LIMIT_RUNS, NO_OVERLAP],
+    );
+}
+
+/// (f) The re-point moves the lease row's owner but not the slot's: the
+/// slot names the lost registration, dead a grace later, and is taken
+/// while its run — re-pointed, legitimately going on — still runs.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "model check: run it in release, cargo test -p leasehold-model --release"
+)]
+fn with_the_slot_not_re_pointed_a_re_registered_holder_loses_its_slot() {
+    let faults = Faults {
+        kill_session: true,
+        ..Faults::NONE
+    };
+    let mut cfg = limit_config(Variant::SlotNotRepointed, faults);
+    // A grace whose stop deadline (`grace − liveness_margin`) outlasts a
+    // confirm interval, so a holder that reads the error at its next
+    // confirm re-points its run before stopping it.
+    cfg.grace = 30;
+    cfg.liveness_margin = cfg.required_liveness_margin();
+    for p in [KIND_LIMIT_TENURES, KIND_LIMIT_RUNS] {
+        let steps = assert_limit_fails("slot not re-pointed", &cfg, p);
+        let last = &steps[steps.len() - 1].0;
+        assert!(last.ghost.repointed, "the holder re-pointed its run");
+        assert!(last.ghost.slot_took_over, "the slot was taken as dead");
+    }
 }
