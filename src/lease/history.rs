@@ -557,6 +557,7 @@ impl LeaseStore {
         run_nos: std::ops::RangeInclusive<i64>,
         ring: u32,
     ) -> Result<()> {
+        validate::key(key)?;
         let now = DateTime::<Utc>::UNIX_EPOCH;
         let items: Vec<super::Finish> = run_nos
             .map(|run_no| super::Finish {

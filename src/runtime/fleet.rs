@@ -366,6 +366,11 @@ impl Loaded {
 /// The schedule, catch-up and own time limit of a stored key, and whether
 /// its arguments read as the kind's.
 fn parse(kind: &KindEntry, row: &KeyRow) -> std::result::Result<Own, String> {
+    // Where a stored key enters the runtime: checked once, here, as a job's
+    // key is at `start` or `add`; the batch statements trust the registry's
+    // keys. A row stored before names were checked may fail.
+    validate::key(&row.key)
+        .map_err(|e| format!("{e}; a key cannot be renamed: remove it and add it again under a name without it"))?;
     (kind.check)(&row.args).map_err(|e| format!("its arguments do not deserialize as the kind's Args: {e}"))?;
     let schedule: Schedule = row.schedule.parse().map_err(|e| format!("{e}"))?;
     let catch_up: CatchUp = row.catch_up.parse().map_err(|e| format!("{e}"))?;

@@ -124,6 +124,50 @@ async fn an_undeserializable_key_is_reported_and_never_run() {
     a.shutdown().await;
 }
 
+/// A stored key whose name the checks refuse (a zero-width character,
+/// written past them, as a row stored before names were checked may be)
+/// is checked once, where it enters the runtime — its kind's sync —
+/// reported on its row and never registered; the batch statements, which
+/// trust the registry's keys, never see it, and the good key runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_key_with_a_hidden_character_is_reported_and_the_others_run() {
+    let db = support::db().await;
+    let kind = TenantKind::working(Duration::from_millis(10));
+    let store = LeaseStore::new(db.pool.clone());
+    store
+        .keys()
+        .add(&[
+            tenant("tenant:good", "pro", "every 1s"),
+            tenant("tenant:bad", "pro", "every 1s"),
+        ])
+        .await
+        .unwrap();
+    // Past the checks, as an old row or a hand-written one.
+    sqlx::query("UPDATE leasehold_key SET key = 'tenant:b\u{200b}ad' WHERE key = 'tenant:bad'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let a = replica(&db, "a", &kind, Duration::from_millis(100), true).await;
+    support::eventually(Duration::from_secs(5), || {
+        (runs_of(&kind.log, "tenant:good").len() >= 3).then_some(())
+    })
+    .await;
+    assert_eq!(a.health().registered, 1, "only the good key is registered");
+    assert!(a.health().healthy, "the claims never failed: {:?}", a.health().degraded);
+    let bad = store
+        .keys()
+        .get("tenant:b\u{200b}ad")
+        .await
+        .unwrap()
+        .expect("the row is there");
+    let problem = bad.args_error.expect("reported on its row");
+    assert!(
+        problem.contains("lease key") && problem.contains("remove it and add it again"),
+        "{problem}"
+    );
+    a.shutdown().await;
+}
+
 /// Arguments over the size limit are refused with a message naming the
 /// size, the key and the fix; a key repeated in one call too.
 #[tokio::test]
