@@ -408,7 +408,7 @@ impl Db {
     ///   is not modelled.
     ///
     /// - fleet-wide limit (issue 44, with slot rows): a key it would take
-    ///   also takes a free slot row ([`Db::slot_free`]; `FOR UPDATE SKIP
+    ///   also takes a free slot row (`Db::slot_free`; `FOR UPDATE SKIP
     ///   LOCKED` on `leasehold_kind_slot`), the first free one, writing
     ///   `key`, `fence`, `owner` and the lease row's `expires_at`; a key
     ///   with no free slot is not taken (stays due). Keys are taken in
