@@ -24,6 +24,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (11, include_str!("../migrations/0011_liveness.sql")),
     (12, include_str!("../migrations/0012_gone_seen.sql")),
     (13, include_str!("../migrations/0013_run_timeout.sql")),
+    (14, include_str!("../migrations/0014_fleet_limit.sql")),
 ];
 
 /// The schema version this library needs and knows.

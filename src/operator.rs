@@ -18,7 +18,9 @@
 use std::fmt;
 
 use crate::error::Result;
-pub use crate::lease::{ActionRecord, Forgotten, Pause, Resumed, Revoke, Revoked, Target, Triggered};
+pub use crate::lease::{
+    ActionRecord, FleetLimit, Forgotten, LimitSet, MAX_FLEET_LIMIT, Pause, Resumed, Revoke, Revoked, Target, Triggered,
+};
 use crate::lease::{KeyFilter, LeaseStore, NewKey};
 use crate::validate;
 

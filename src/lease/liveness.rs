@@ -269,6 +269,10 @@ impl LeaseStore {
         // - NOT dead_owner!: the row lock this UPDATE takes orders it
         //   against a claimer's takeover, which tests the same rule on the
         //   row it locked: one of the two wins, never both.
+        // - `places` (invariant 11): a moved run's place under its job's
+        //   fleet-wide limit moves with it, in the same statement, so the
+        //   place is not freed by the old registration's death while the
+        //   run goes on (model/fleet-limit.md, finding 3).
         // - `kept`: rows that need no move, as the statement's snapshot
         //   has them.
         const REPOINT: &str = concat!(
@@ -282,7 +286,11 @@ impl LeaseStore {
                    AND NOT ",
             dead_owner!(owner = "l.owner", acquired = "l.acquired_at"),
             "
-                RETURNING l.key
+                RETURNING l.key, l.fence
+            ), places AS (
+                UPDATE leasehold_run_slot AS s SET owner = $1
+                  FROM moved AS m
+                 WHERE /* guard:repoint.place */ s.key = m.key AND s.fence = m.fence
             )
             SELECT key FROM moved
             UNION ALL

@@ -35,6 +35,14 @@
 //!    is written once, in `pause_rule.rs`, and expanded into each statement.
 //! 9. *History is a bounded ring*: a run's row is written by its release,
 //!    at `run number mod ring length`, and never overwrites a newer run.
+//! 10. *A dead replica's runs are taken over early*: a run stamped with a
+//!     liveness registration whose session was seen gone a grace ago is
+//!     claimable before its lease expires (`liveness.rs`, `dead_owner!`).
+//! 11. *A limited job has at most N tenures at once*: a claim of a key whose
+//!     job has a fleet-wide limit takes one of the job's N slot rows in the
+//!     same statement, tested free on the slot row itself after its lock;
+//!     renewals and releases keep the slot's expiry equal to the lease
+//!     row's (`limit.rs`).
 
 use std::time::Duration;
 
@@ -59,6 +67,10 @@ mod liveness;
 // earlier_life`): the history's statements expand it with `concat!`.
 #[macro_use]
 mod life_rule;
+// The fleet-wide limit's rules (invariant 11): the batch claim, the
+// renewals and the releases expand them.
+#[macro_use]
+mod limit;
 
 mod audit;
 mod batch;
@@ -93,6 +105,8 @@ pub use history::{KeyFilter, KeyPage, KeyState, KeyStatus, Records, RunRecord};
 pub(crate) use history::{RunReport, storable_text};
 pub(crate) use keys::{KIND_CHANNEL, KeyRow, KindGenerations, StoredArgs};
 pub use keys::{Keys, KindStatus, MAX_ARGS_BYTES, NewKey, StoredKey};
+pub(crate) use limit::SLOT_CHANNEL;
+pub use limit::{FleetLimit, LimitSet, MAX_FLEET_LIMIT};
 pub(crate) use listen::{SESSION_MARK, WAKE_CHANNEL, is_pooler_refusal};
 pub(crate) use liveness::{CONFIRM_EVERY, GRACE, Registration, SESSION_HORIZON};
 pub(crate) use release::NextDue;

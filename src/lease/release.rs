@@ -71,7 +71,8 @@ impl LeaseStore {
     ///   clock stepped back) and keeps the row, its due time — a trigger
     ///   included — and the slot it owes.
     /// - A released key that is due wakes the listeners, as the runtime's
-    ///   release does.
+    ///   release does; a place freed under a fleet-wide limit
+    ///   (`places`, invariant 11) wakes the replicas holding its job back.
     /// - No row: the tenure was not the current one any more.
     ///
     /// One statement for every answer, on purpose: a plain `UPDATE … WHERE
@@ -79,7 +80,8 @@ impl LeaseStore {
     /// row locked elsewhere, and the forms that keep `SKIP LOCKED` and leave
     /// the `busy` answer to a second statement save under 15 % of it, about
     /// 1 % of a claim + release round trip.
-    const RELEASE: &str = "
+    const RELEASE: &str = concat!(
+        "
         WITH mine AS (
             SELECT l.key FROM leasehold_lease AS l
              WHERE l.key = $1 AND /* guard:release.holder */ l.holder = $2 AND /* guard:release.fence */ l.fence = $3
@@ -90,15 +92,24 @@ impl LeaseStore {
                    slot_at    = COALESCE(l.slot_at, l.next_due_at)
              WHERE l.key = $1
                AND l.key IN (SELECT key FROM mine)
-            RETURNING l.key, l.next_due_at
+            RETURNING l.key, l.fence, l.next_due_at, l.expires_at
+        ), places AS (
+            ",
+        slots_follow!(rows = "released"),
+        "
         ), woken AS (
             SELECT count(*) AS n FROM (
                 SELECT pg_notify($4, r.key) FROM released AS r
-                 WHERE r.next_due_at IS NULL OR r.next_due_at <= clock_timestamp()) AS notified
+                 WHERE r.next_due_at IS NULL OR r.next_due_at <= clock_timestamp()
+                UNION ALL
+                SELECT pg_notify('",
+        slot_channel!(),
+        "', p.job_name) FROM places AS p) AS notified
         )
         SELECT false AS busy FROM released, woken
         UNION ALL
         SELECT true FROM leasehold_lease AS l
          WHERE l.key = $1 AND l.holder = $2 AND l.fence = $3
-           AND NOT EXISTS (SELECT 1 FROM mine)";
+           AND NOT EXISTS (SELECT 1 FROM mine)"
+    );
 }

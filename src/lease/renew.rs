@@ -112,6 +112,11 @@ impl LeaseStore {
     ///   every other lease, and a stuck lock ends in that run's local
     ///   deadline rather than a wedged heartbeat.
     ///
+    /// `places` (invariant 11): a renewed tenure's place under its job's
+    /// fleet-wide limit, if it holds one, expires with its lease again
+    /// (`slots_follow!`); a tenure not renewed keeps its place's expiry, so
+    /// the place frees when the lease does.
+    ///
     /// `stop` (invariant 8) reports a renewed tenure whose key or job was
     /// paused with cancellation: the lease is still renewed — the run is
     /// legitimately the holder until it stops and releases.
@@ -133,6 +138,10 @@ impl LeaseStore {
            AND l.key IN (SELECT key FROM mine)
            AND /* guard:renew.still_live */ l.expires_at > clock_timestamp()
         RETURNING l.*
+    ), places AS (
+        ",
+        slots_follow!(rows = "renewed"),
+        "
     )
     SELECT false AS busy,
            ",

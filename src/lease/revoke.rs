@@ -103,6 +103,8 @@ impl Controls<'_> {
         // - `expires_at = LEAST(expires_at, …)`: a held lease expires now
         //   (GREATEST keeps the row's CHECK true if the server clock stepped
         //   back); a free one keeps its expiry.
+        // - `places` (invariant 11): the ended tenure's place under its
+        //   job's fleet-wide limit, if any, is free when its lease is.
         // - `raised`: GREATEST, a fence row only rises (F1); `lease_key =
         //   NULL`: no tenure wrote the row, so the commit check (F5) has no
         //   tenure to hold this statement to.
@@ -118,7 +120,11 @@ impl Controls<'_> {
                   FROM old
                  WHERE l.key = old.key
                    AND /* guard:revoke.force */ ($2 OR old.expires_at <= clock_timestamp())
-                RETURNING l.fence
+                RETURNING l.fence, l.expires_at
+            ), places AS (
+                UPDATE leasehold_run_slot AS s SET expires_at = ended.expires_at
+                  FROM old, ended
+                 WHERE /* guard:revoke.place */ s.key = old.key AND s.fence = old.fence
             ), raised AS (
                 INSERT INTO leasehold_fence AS f (resource, last_fence)
                 /* guard:revoke.raise_fences */ SELECT r, ended.fence FROM ended CROSS JOIN unnest($3::text[]) AS r

@@ -6,7 +6,7 @@ use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 
 /// Metric names, exported so dashboards and tests name them once.
 pub mod names {
-    /// Counter: claims by `job_name` and `outcome` (acquired, held_elsewhere, not_due, paused, too_late, error).
+    /// Counter: claims by `job_name` and `outcome` (acquired, held_elsewhere, not_due, paused, limited, too_late, error).
     pub const CLAIMS: &str = "leasehold_lease_claims_total";
     /// Counter: lost leases by `job_name` and `reason` (stolen, expired, deadline).
     pub const LOST: &str = "leasehold_lease_lost_total";
@@ -115,7 +115,7 @@ pub fn describe() {
         names::CLAIMS,
         Unit::Count,
         "Keys proposed in the scheduler's batch claims, by job and answer (acquired, held_elsewhere, not_due, \
-         paused, too_late, error); one claim statement proposes many keys."
+         paused, limited, too_late, error); one claim statement proposes many keys."
     );
     describe_counter!(
         names::LOST,

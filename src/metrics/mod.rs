@@ -117,6 +117,8 @@ pub(crate) enum ClaimOutcome {
     NotDue,
     /// The key or its job is paused.
     Paused,
+    /// Free and due, but its job's fleet-wide limit was full.
+    Limited,
     /// Acquired, but the answer came after the tenure's local deadline:
     /// handed back unrun.
     TooLate,
@@ -126,11 +128,12 @@ pub(crate) enum ClaimOutcome {
 
 impl ClaimOutcome {
     /// Every outcome, to create the series at zero.
-    const ALL: [ClaimOutcome; 6] = [
+    const ALL: [ClaimOutcome; 7] = [
         ClaimOutcome::Acquired,
         ClaimOutcome::HeldElsewhere,
         ClaimOutcome::NotDue,
         ClaimOutcome::Paused,
+        ClaimOutcome::Limited,
         ClaimOutcome::TooLate,
         ClaimOutcome::Error,
     ];
@@ -142,6 +145,7 @@ impl ClaimOutcome {
             ClaimOutcome::HeldElsewhere => "held_elsewhere",
             ClaimOutcome::NotDue => "not_due",
             ClaimOutcome::Paused => "paused",
+            ClaimOutcome::Limited => "limited",
             ClaimOutcome::TooLate => "too_late",
             ClaimOutcome::Error => "error",
         }

@@ -139,6 +139,12 @@ pub struct Health {
     /// replica ([`RuntimeBuilder::max_concurrent_runs_of`](crate::RuntimeBuilder::max_concurrent_runs_of)),
     /// by name: at its limit, its other due keys wait.
     pub limited: Vec<LimitedRuns>,
+    /// The fleet-wide limits in force (by job or kind name: at most this
+    /// many runs at once across the fleet), as this replica's last poll
+    /// read them ([`Controls::set_limit`](crate::store::Controls::set_limit)).
+    /// `leasehold limit list` shows the runs in progress and the keys
+    /// waiting against each.
+    pub fleet_limits: Vec<(String, u32)>,
     /// Keys registered on this replica.
     pub registered: usize,
     /// Whether `LISTEN` wake-ups reach this replica right now; when not, it
@@ -399,6 +405,12 @@ impl Runtime {
                     running,
                     limit,
                 })
+                .collect(),
+            fleet_limits: shared
+                .limits
+                .fleet_limits()
+                .into_iter()
+                .map(|(name, limit)| (name.to_string(), limit))
                 .collect(),
             registered: shared.registry().len(),
             listening: shared.listening(),

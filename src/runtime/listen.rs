@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::liveness::{self, SessionEnd};
 use super::state::Shared;
-use crate::lease::{CONFIRM_EVERY, KIND_CHANNEL, SESSION_MARK, WAKE_CHANNEL, is_pooler_refusal};
+use crate::lease::{CONFIRM_EVERY, KIND_CHANNEL, SESSION_MARK, SLOT_CHANNEL, WAKE_CHANNEL, is_pooler_refusal};
 
 /// How long the probe notification may take to come back.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -161,7 +161,7 @@ async fn start_listening(shared: &Arc<Shared>, own: &sqlx::PgPool, mark: &str) -
             ))));
         }
     }
-    if let Err(error) = listener.listen_all([WAKE_CHANNEL, KIND_CHANNEL]).await {
+    if let Err(error) = listener.listen_all([WAKE_CHANNEL, KIND_CHANNEL, SLOT_CHANNEL]).await {
         return Err(Stopped::Failed(error));
     }
     let probe = format!("probe:{}:{:016x}", shared.holder, rand::random::<u64>());
@@ -281,11 +281,17 @@ async fn serve(shared: &Arc<Shared>, mut listener: PgListener, stop: &Cancellati
     }
 }
 
-/// A notification: a key's wake-up, or a change of a kind's keys (the
-/// scheduler syncs at once: a removed key stops within milliseconds).
+/// A notification: a key's wake-up, a change of a kind's keys (the
+/// scheduler syncs at once: a removed key stops within milliseconds), or a
+/// place freed under a job's fleet-wide limit (its keys held back here are
+/// proposed at once).
 fn heard(shared: &Shared, notification: &sqlx::postgres::PgNotification) {
     if notification.channel() == KIND_CHANNEL {
         shared.poll_soon();
+    } else if notification.channel() == SLOT_CHANNEL {
+        if shared.limits.place_freed(notification.payload()) {
+            shared.wake_scheduler();
+        }
     } else {
         wake(shared, notification.payload());
     }

@@ -170,9 +170,11 @@ impl Scheduler {
             paused,
             timeline,
             kinds,
+            limits,
         } = self.answered(shared, answer)?;
         shared.clock.observed(server_now);
         shared.pauses_seen(paused);
+        shared.limits.fleet_seen(limits);
         if let Some(timeline) = timeline {
             shared.timeline_seen(timeline);
         }
@@ -259,7 +261,15 @@ impl Scheduler {
         for sighting in &claimed.seen {
             if let Some(job) = by_key.get(sighting.key.as_str()) {
                 answered.insert(&*job.key);
-                metrics::claim(&job.name, unclaimed(sighting));
+                let outcome = unclaimed(sighting);
+                if outcome == ClaimOutcome::Limited {
+                    // Its job's places are all taken: its keys wait here,
+                    // due, until a place frees (or a poll interval).
+                    shared
+                        .limits
+                        .hold_fleet(&job.name, Instant::now() + shared.poll_interval);
+                }
+                metrics::claim(&job.name, outcome);
             }
         }
         shared.file(&claimed.seen, proposal.marked);
@@ -511,6 +521,8 @@ fn answered_too_late(sent: Instant, remaining: Duration, margin: Duration, now: 
 fn unclaimed(sighting: &Sighting) -> ClaimOutcome {
     if sighting.paused {
         ClaimOutcome::Paused
+    } else if sighting.held_back && sighting.due_in().is_zero() && sighting.held_for().is_none() {
+        ClaimOutcome::Limited
     } else if sighting.due_in().is_zero() {
         // Free and due but not claimed: another claimer had it locked.
         ClaimOutcome::HeldElsewhere

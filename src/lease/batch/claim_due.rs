@@ -39,6 +39,7 @@ struct DueRow {
     args_version: Option<i64>,
     lost_job: Option<String>,
     owner: Option<i64>,
+    held_back: bool,
 }
 
 /// One key to claim with [`LeaseStore::claim_due`].
@@ -126,7 +127,7 @@ impl LeaseStore {
                 SELECT * FROM unnest($2::text[], $3::float8[], $5::text[], $9::float8[]) AS t(key, ttl, job, run_timeout)
             ), pick AS (
                 SELECT l.key, l.run_open, l.runs, l.job_name, l.fence, l.holder, l.slot_at, l.acquired_at,
-                       l.expires_at, t.ttl, t.job AS new_job, t.run_timeout
+                       l.expires_at, l.next_due_at, t.ttl, t.job AS new_job, t.run_timeout
                   FROM leasehold_lease AS l JOIN t ON t.key = l.key
                  WHERE (/* guard:claim_due.expiry */ l.expires_at <= clock_timestamp()
                         OR (/* guard:claim_due.early */ l.owner IS NOT NULL AND ",
@@ -136,9 +137,38 @@ impl LeaseStore {
                    AND NOT ",
         /* guard:claim_due.pause */ paused!(if_any, key = "l.key", jobs = "l.job_name, t.job"),
         "
+                   AND NOT ",
+        limit_full!(job = "t.job"),
+        "
                  ORDER BY l.next_due_at NULLS FIRST, l.key
                  LIMIT /* guard:claim_due.limit */ $4
                    FOR UPDATE OF l /* guard:claim_due.skip_locked */ SKIP LOCKED
+            ), lim AS (
+                SELECT p.new_job AS job, m.fleet_limit, count(*) AS n
+                  FROM pick AS p JOIN leasehold_limit AS m ON m.job_name = p.new_job
+                 GROUP BY p.new_job, m.fleet_limit
+            ), slot AS (
+                SELECT f.job_name, f.slot_no, row_number() OVER (PARTITION BY f.job_name ORDER BY f.slot_no) AS rn
+                  FROM lim, LATERAL (
+                      SELECT s.job_name, s.slot_no FROM leasehold_run_slot AS s
+                       WHERE s.job_name = lim.job
+                         AND /* guard:limit.under_limit */ s.slot_no <= lim.fleet_limit
+                         AND ",
+        slot_free!(),
+        "
+                       ORDER BY s.slot_no
+                       LIMIT lim.n
+                         FOR UPDATE OF s /* guard:limit.skip_locked */ SKIP LOCKED) AS f
+            ), pair AS (
+                SELECT r.key, f.job_name, f.slot_no
+                  FROM (SELECT p.key, p.new_job,
+                               row_number() OVER (PARTITION BY p.new_job ORDER BY p.next_due_at NULLS FIRST, p.key) AS rn
+                          FROM pick AS p WHERE p.new_job IN (SELECT job FROM lim)) AS r
+                  JOIN slot AS f ON f.job_name = r.new_job AND f.rn = r.rn
+            ), go AS (
+                SELECT p.* FROM pick AS p
+                 WHERE p.new_job NOT IN (SELECT job FROM lim)
+                    OR /* guard:limit.slot_needed */ p.key IN (SELECT key FROM pair)
             ), claimed AS (
                 UPDATE leasehold_lease AS l
                    SET holder      = $1,
@@ -152,9 +182,15 @@ impl LeaseStore {
                        run_timeout_secs = p.run_timeout,
                        owner       = CASE WHEN p.ttl <= $8 THEN (SELECT r.id FROM leasehold_replica AS r
                                            WHERE r.id = $7 AND r.confirmed_at + r.grace / 2 > clock_timestamp()) END
-                  FROM pick AS p
+                  FROM go AS p
                  WHERE l.key = p.key
                 RETURNING l.*
+            ), slotted AS (
+                UPDATE leasehold_run_slot AS s
+                   SET key = c.key, fence = c.fence, owner = c.owner, acquired_at = c.acquired_at,
+                       expires_at = /* guard:limit.slot_expiry */ c.expires_at
+                  FROM pair AS pr JOIN claimed AS c ON c.key = pr.key
+                 WHERE s.job_name = pr.job_name AND s.slot_no = pr.slot_no
             ), lost AS (
                 INSERT INTO leasehold_run AS r (key, slot, run_no, job_name, fence, holder, scheduled_for,
                                                 started_at, ended_at, outcome, reason, error)
@@ -175,14 +211,16 @@ impl LeaseStore {
             )
             SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now,
                    k.kind AS args_kind, k.args::text AS args, k.version AS args_version,
-                   (SELECT lo.job_name FROM lost AS lo WHERE lo.key = c.key) AS lost_job
+                   (SELECT lo.job_name FROM lost AS lo WHERE lo.key = c.key) AS lost_job,
+                   false AS held_back
               FROM claimed AS c LEFT JOIN leasehold_key AS k ON k.key = c.key
             UNION ALL
             SELECT false,
                    ",
         paused!(if_any, key = "l.key", jobs = "l.job_name, t.job"),
         ",
-                   l.*, clock_timestamp(), NULL, NULL, NULL, NULL
+                   l.*, clock_timestamp(), NULL, NULL, NULL, NULL,
+                   EXISTS (SELECT 1 FROM leasehold_limit) AND EXISTS (SELECT 1 FROM leasehold_limit AS m WHERE m.job_name = t.job)
               FROM leasehold_lease AS l JOIN t ON t.key = l.key
              WHERE t.key NOT IN (SELECT key FROM claimed)"
     );
@@ -241,6 +279,7 @@ impl LeaseStore {
             args_version,
             lost_job,
             owner,
+            held_back,
         } in rows
         {
             if acquired {
@@ -264,6 +303,7 @@ impl LeaseStore {
                     next_due_at: row.next_due_at,
                     server_now: row.server_now,
                     paused,
+                    held_back,
                 });
             }
         }

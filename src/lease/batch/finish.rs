@@ -96,6 +96,11 @@ impl LeaseStore {
     // - A released key that is still due (a cancelled run, a trigger
     //   during the run) is claimable at once: `woken` tells listeners,
     //   and `due` tells the releasing runtime.
+    // - `places` (invariant 11): a released tenure's place under its
+    //   job's fleet-wide limit, if it holds one, is free when its lease
+    //   is (`slots_follow!`), and `woken` sends the job's name on the
+    //   places channel, so replicas holding that job's keys back claim
+    //   one at once rather than at their next poll.
     // - `history` (invariant 9) is each run's history row, written in
     //   this same statement: a run whose tenure was released, and one
     //   that had lost it already (its release changes nothing else),
@@ -117,7 +122,8 @@ impl LeaseStore {
     //   conflict, resolved by the same rule: replaced only by a newer
     //   run. (Filtering on `overwritten`'s answer, not on a lookup of
     //   the place, costs no second index probe per run.)
-    pub(crate) const FINISH_MANY: &str = "
+    pub(crate) const FINISH_MANY: &str = concat!(
+        "
             WITH t AS (
                 SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::timestamptz[], $5::float8[],
                                      $7::text[], $8::int8[], $9::timestamptz[], $10::timestamptz[],
@@ -144,11 +150,19 @@ impl LeaseStore {
                        run_open    = false
                   FROM mine AS m
                  WHERE l.key = m.key
-                RETURNING l.key, l.fence, l.next_due_at
+                RETURNING l.key, l.fence, l.next_due_at, l.expires_at
+            ), places AS (
+                ",
+            slots_follow!(rows = "released"),
+            "
             ), woken AS (
                 SELECT count(*) AS n FROM (
                     SELECT pg_notify($6, r.key) FROM released AS r
-                     WHERE r.next_due_at IS NULL OR r.next_due_at <= clock_timestamp()) AS notified
+                     WHERE r.next_due_at IS NULL OR r.next_due_at <= clock_timestamp()
+                    UNION ALL
+                    SELECT pg_notify('",
+            slot_channel!(),
+            "', f.job_name) FROM (SELECT DISTINCT job_name FROM places) AS f) AS notified
             ), busy AS (
                 SELECT l.key, l.fence FROM leasehold_lease AS l JOIN t ON t.key = l.key
                  WHERE t.key NOT IN (SELECT key FROM mine)
@@ -187,7 +201,8 @@ impl LeaseStore {
             SELECT r.key, r.fence, false AS busy, COALESCE(r.next_due_at <= clock_timestamp(), true) AS due
               FROM released AS r, woken
             UNION ALL
-            SELECT b.key, b.fence, true, false FROM busy AS b";
+            SELECT b.key, b.fence, true, false FROM busy AS b"
+    );
 
     /// Releases many runs' tenures and records when each key is next due,
     /// in **one** statement. Says, per item, whether that tenure was

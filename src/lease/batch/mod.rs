@@ -39,6 +39,11 @@ pub(crate) struct Sighting {
     /// Paused (by key or job): not claimable until resumed.
     #[sqlx(default)]
     pub(crate) paused: bool,
+    /// Not claimed because its job has a fleet-wide limit (invariant 11):
+    /// its places were all taken, or (rarely) its row was locked by
+    /// another claimer. Looked at again when a place frees.
+    #[sqlx(default)]
+    pub(crate) held_back: bool,
 }
 
 impl Sighting {

@@ -24,6 +24,8 @@ pub(crate) struct Polled {
     /// The generations of the kinds the poll vouched for, and the keys of
     /// kinds no live replica runs.
     pub(crate) kinds: KindGenerations,
+    /// Every fleet-wide limit in force: (job, limit).
+    pub(crate) limits: Vec<(String, u32)>,
 }
 
 impl LeaseStore {
@@ -50,7 +52,8 @@ impl LeaseStore {
         // row, so an empty answer still reads the server clock the next
         // window starts from. The pauses (a small table) and the server's
         // WAL timeline (a read of the WAL insert position) ride along for
-        // the runtime's gauges.
+        // the runtime's gauges, and so do the fleet-wide limits (a small
+        // table), so a replica knows which of its jobs are limited.
         // - `vouched` writes this replica's vouch for its kinds (a
         //   data-modifying CTE runs whether or not it is read; with no
         //   kinds it inserts nothing and writes no WAL).
@@ -68,10 +71,12 @@ impl LeaseStore {
                 ON CONFLICT (kind) DO UPDATE SET seen_until = excluded.seen_until
             )
             SELECT c.now AS server_now, c.scopes, c.names, c.timeline, c.kinds, c.generations, c.unknown_keys,
-                   d.key, d.expires_at, d.next_due_at
+                   c.limit_jobs, c.limit_values, d.key, d.expires_at, d.next_due_at
               FROM (SELECT clock_timestamp() AS now, leasehold_timeline_id() AS timeline,
                            ARRAY(SELECT scope FROM leasehold_pause ORDER BY scope, name) AS scopes,
                            ARRAY(SELECT name FROM leasehold_pause ORDER BY scope, name) AS names,
+                           ARRAY(SELECT job_name FROM leasehold_limit ORDER BY job_name) AS limit_jobs,
+                           ARRAY(SELECT fleet_limit FROM leasehold_limit ORDER BY job_name) AS limit_values,
                            ARRAY(SELECT k.kind FROM leasehold_kind AS k
                                   WHERE k.kind = ANY($3) ORDER BY k.kind) AS kinds,
                            ARRAY(SELECT k.generation FROM leasehold_kind AS k
@@ -96,6 +101,8 @@ impl LeaseStore {
             kinds: Vec<String>,
             generations: Vec<i64>,
             unknown_keys: i64,
+            limit_jobs: Vec<String>,
+            limit_values: Vec<i32>,
             key: Option<String>,
             expires_at: Option<DateTime<Utc>>,
             next_due_at: Option<DateTime<Utc>>,
@@ -108,6 +115,14 @@ impl LeaseStore {
             .fetch_all(conn))?;
         let server_now = rows.first().map(|r| r.server_now).unwrap_or(since);
         let timeline = rows.first().map(|r| r.timeline);
+        let limits = match rows.first_mut() {
+            Some(first) => std::mem::take(&mut first.limit_jobs)
+                .into_iter()
+                .zip(std::mem::take(&mut first.limit_values))
+                .map(|(job, limit)| (job, u32::try_from(limit).unwrap_or(0)))
+                .collect(),
+            None => Vec::new(),
+        };
         let (paused, kinds) = match rows.first_mut() {
             Some(first) => (
                 std::mem::take(&mut first.scopes)
@@ -137,6 +152,7 @@ impl LeaseStore {
                     next_due_at: row.next_due_at,
                     server_now: row.server_now,
                     paused: false,
+                    held_back: false,
                 })
             })
             .collect();
@@ -146,6 +162,7 @@ impl LeaseStore {
             paused,
             timeline,
             kinds,
+            limits,
         })
     }
 }

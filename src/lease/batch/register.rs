@@ -94,6 +94,7 @@ impl Registered {
             next_due_at,
             server_now: self.server_now?,
             paused: false,
+            held_back: false,
         })
     }
 

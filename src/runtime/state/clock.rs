@@ -32,6 +32,25 @@ impl ServerClock {
         now + ahead.min(Duration::from_secs(86_400))
     }
 
+    /// The local instant of the server time `at`, past or future (at most a
+    /// day either way): [`ServerClock::local`] without its floor at now,
+    /// for ordering keys by when they fell due.
+    pub(crate) fn instant_of(&self, at: DateTime<Utc>) -> Instant {
+        let now = Instant::now();
+        let Some((seen, server)) = *self.anchor.lock().unwrap_or_else(|p| p.into_inner()) else {
+            return now;
+        };
+        let server_now = server + chrono::TimeDelta::from_std(now - seen).unwrap_or_default();
+        let day = Duration::from_secs(86_400);
+        match (at - server_now).to_std() {
+            Ok(ahead) => now + ahead.min(day),
+            Err(_) => {
+                let behind = (server_now - at).to_std().unwrap_or_default().min(day);
+                now.checked_sub(behind).unwrap_or(now)
+            }
+        }
+    }
+
     /// The server's clock now, as last seen plus the local time since.
     pub(crate) fn server_now(&self) -> Option<DateTime<Utc>> {
         let (seen, server) = (*self.anchor.lock().unwrap_or_else(|p| p.into_inner()))?;

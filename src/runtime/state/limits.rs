@@ -13,8 +13,19 @@
 //!   it is proposed as soon as a run of its name ends (the end wakes the
 //!   scheduler), and meanwhile the runtime's other slots go to other keys.
 //! - Without limits nothing is counted: no lock, no lookup per run.
+//!
+//! The same holding back serves the fleet-wide limits
+//! ([`Controls::set_limit`](crate::store::Controls::set_limit)), which the
+//! server enforces: a claim that answers a key *held back* (its job's
+//! places were all taken) holds that job's keys back here too
+//! ([`NameLimits::hold_fleet`]), so the replica neither proposes them
+//! again and again nor spends its claims on them, until a place frees (a
+//! release sends the job's name: [`NameLimits::place_freed`]) or the hold
+//! ends, one poll interval later, in case that notification is not heard.
 
 use std::sync::{Arc, Mutex};
+
+use tokio::time::Instant;
 
 use super::lock;
 use crate::fast_hash::FastMap;
@@ -24,6 +35,11 @@ use crate::fast_hash::FastMap;
 pub(crate) struct NameLimits {
     limits: FastMap<Arc<str>, usize>,
     running: Mutex<FastMap<Arc<str>, usize>>,
+    /// Names whose fleet-wide limit the server said was full, each held
+    /// back until the instant given.
+    fleet_full: Mutex<FastMap<Arc<str>, Instant>>,
+    /// The fleet-wide limits in force, as the last poll read them.
+    fleet: Mutex<FastMap<Arc<str>, u32>>,
 }
 
 impl NameLimits {
@@ -32,12 +48,47 @@ impl NameLimits {
         NameLimits {
             limits: limits.into_iter().collect(),
             running: Mutex::default(),
+            fleet_full: Mutex::default(),
+            fleet: Mutex::default(),
         }
     }
 
-    /// Whether no name is limited (then nothing is counted).
+    /// The fleet-wide limits in force, as a poll read them.
+    pub(crate) fn fleet_seen(&self, limits: Vec<(String, u32)>) {
+        let limits: FastMap<Arc<str>, u32> = limits.into_iter().map(|(job, n)| (Arc::from(job), n)).collect();
+        // A name whose limit was lifted is not held back any more.
+        lock(&self.fleet_full).retain(|name, _| limits.contains_key(name));
+        *lock(&self.fleet) = limits;
+    }
+
+    /// Whether `name` has a fleet-wide limit, as the last poll read it.
+    pub(crate) fn fleet_limited(&self, name: &str) -> bool {
+        lock(&self.fleet).contains_key(name)
+    }
+
+    /// The fleet-wide limits in force, by name, as the last poll read them.
+    pub(crate) fn fleet_limits(&self) -> Vec<(Arc<str>, u32)> {
+        let mut all: Vec<_> = lock(&self.fleet).iter().map(|(n, l)| (n.clone(), *l)).collect();
+        all.sort_unstable();
+        all
+    }
+
+    /// Whether no name is limited here nor held back by its fleet-wide
+    /// limit (then nothing is counted).
     pub(crate) fn is_empty(&self) -> bool {
-        self.limits.is_empty()
+        self.limits.is_empty() && lock(&self.fleet_full).is_empty()
+    }
+
+    /// Holds the keys of `name` back until `until`: the server answered
+    /// one of them held back by its fleet-wide limit.
+    pub(crate) fn hold_fleet(&self, name: &Arc<str>, until: Instant) {
+        lock(&self.fleet_full).insert(name.clone(), until);
+    }
+
+    /// A place of `name`'s fleet-wide limit was freed: its keys may be
+    /// proposed again. Whether they were held back.
+    pub(crate) fn place_freed(&self, name: &str) -> bool {
+        lock(&self.fleet_full).remove(name).is_some()
     }
 
     /// A run of `name` started here.
@@ -68,12 +119,13 @@ impl NameLimits {
         all
     }
 
-    /// The room each limited name has left now, for one proposal.
+    /// The room each limited name has left now, for one proposal: none for
+    /// a name held back by its fleet-wide limit (a hold that has ended is
+    /// dropped).
     pub(crate) fn admit(&self) -> Admit {
-        let running = lock(&self.running);
-        Admit {
-            left: self
-                .limits
+        let mut left: FastMap<Arc<str>, usize> = {
+            let running = lock(&self.running);
+            self.limits
                 .iter()
                 .map(|(name, &limit)| {
                     (
@@ -81,8 +133,15 @@ impl NameLimits {
                         limit.saturating_sub(running.get(name).copied().unwrap_or(0)),
                     )
                 })
-                .collect(),
+                .collect()
+        };
+        let now = Instant::now();
+        let mut held = lock(&self.fleet_full);
+        held.retain(|_, until| *until > now);
+        for name in held.keys() {
+            left.insert(name.clone(), 0);
         }
+        Admit { left }
     }
 }
 
@@ -134,6 +193,29 @@ mod tests {
             "an unlimited name is never held back"
         );
         assert!(!admit.is_full("billing"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_name_held_by_its_fleet_limit_is_admitted_again_when_a_place_frees_or_the_hold_ends() {
+        let limits = NameLimits::default();
+        let report: Arc<str> = Arc::from("report");
+        assert!(limits.is_empty(), "no limit here, nothing held: nothing counted");
+        let hold = std::time::Duration::from_secs(5);
+        limits.hold_fleet(&report, Instant::now() + hold);
+        assert!(!limits.is_empty());
+        assert!(limits.admit().is_full("report"), "held: not proposed");
+        assert!(!limits.admit().is_full("billing"));
+        assert!(limits.place_freed("report"), "a place freed: the hold is lifted");
+        assert!(!limits.admit().is_full("report"));
+        assert!(!limits.place_freed("report"), "nothing held any more");
+
+        limits.hold_fleet(&report, Instant::now() + hold);
+        tokio::time::advance(hold).await;
+        assert!(
+            !limits.admit().is_full("report"),
+            "no place freed was heard: the hold ends by itself"
+        );
+        assert!(limits.is_empty(), "an ended hold is dropped");
     }
 
     #[test]

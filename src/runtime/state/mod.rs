@@ -251,13 +251,20 @@ impl Shared {
 
     /// A wake-up of `key`: if it is registered here, it is claimed next
     /// ([`Registry::wake_first`]) and the scheduler is woken. False if it
-    /// is not registered.
+    /// is not registered. A key whose job has a fleet-wide limit is woken
+    /// in its turn instead ([`Registry::wake`]): its job's places go to
+    /// its keys oldest due first, and wake-ups come in the order keys fell
+    /// due, where going to the front would start the newest first.
     pub(crate) fn wake_key(&self, key: &str) -> bool {
         let mut registry = self.registry();
-        if registry.job(key).is_none() {
+        let Some(job) = registry.job(key) else {
             return false;
+        };
+        if self.limits.fleet_limited(&job.name) {
+            registry.wake(key, Instant::now());
+        } else {
+            registry.wake_first(key, Instant::now());
         }
-        registry.wake_first(key, Instant::now());
         drop(registry);
         self.wake_scheduler();
         true

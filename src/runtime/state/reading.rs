@@ -31,13 +31,23 @@ impl Reading<'_> {
     /// When a key the server answered about is next worth a claim: a held
     /// lease when it would expire (or the next poll, if wake-ups are not
     /// heard), a free one when due, a free and due one lost to another
-    /// claimer shortly.
+    /// claimer shortly, one held back by its job's fleet-wide limit at the
+    /// instant it fell due (its job is held back as a whole until a place
+    /// frees).
     pub(crate) fn look_again(&self, sighting: &Sighting) -> Instant {
         let now = self.now;
         match sighting.held_for() {
             Some(left) if self.listening => now + left,
             Some(left) => now + left.min(self.poll_interval),
             None if sighting.paused && sighting.due_in().is_zero() => now + PAUSED_RECHECK,
+            // Held back by its job's fleet-wide limit: it stays due, at the
+            // instant it fell due, so its job's keys are proposed oldest
+            // first when a place frees; until then the runtime holds them
+            // back (`NameLimits::hold_fleet`).
+            None if sighting.held_back && sighting.due_in().is_zero() => self
+                .clock
+                .instant_of(sighting.next_due_at.unwrap_or(sighting.server_now))
+                .min(now),
             None if sighting.due_in().is_zero() => now + RACE_RETRY,
             None => self.clock.local(sighting.next_due_at.unwrap_or(sighting.server_now)),
         }

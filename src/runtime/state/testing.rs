@@ -70,6 +70,7 @@ pub(crate) fn held_elsewhere(key: &str) -> Sighting {
         next_due_at: Some(server_now - chrono::TimeDelta::seconds(1)),
         server_now,
         paused: false,
+        held_back: false,
     }
 }
 
@@ -83,6 +84,7 @@ pub(crate) fn free(key: &str, due_in: chrono::TimeDelta, paused: bool) -> Sighti
         next_due_at: Some(server_now + due_in),
         server_now,
         paused,
+        held_back: false,
     }
 }
 

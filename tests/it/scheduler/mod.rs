@@ -1,11 +1,12 @@
 //! The fleet-scale scheduler: batch claims under contention, keys added and
 //! removed at run time, wake-ups with and without `LISTEN`, the concurrency
-//! limit, forgetting keys, what an idle runtime costs, and shutting down
+//! limits (per replica and fleet-wide), forgetting keys, what an idle runtime costs, and shutting down
 //! while keys keep falling due.
 
 mod batch_claim;
 mod concurrency_limit;
 mod cost;
+mod fleet_limit;
 mod forget;
 mod membership;
 mod schedule_change;
