@@ -4,16 +4,26 @@
 //! [`OperatorAction`] name and with its outcome in that module's words.
 //!
 //! The CLI and the console act through this type, so an action looks the
-//! same in the history whichever tool took it. Each action is the
-//! `LeaseStore` operation of the same name, between two audit statements:
-//! the record is written first, so an action that took effect is never
-//! missing from the history (docs/design.md §7).
+//! same in the history whichever tool took it. Each action is the store
+//! operation of the same name (`Controls`, `Keys`), and **one statement**:
+//! that statement writes the action's record, outcome included, so the
+//! record and the effect commit together — an action that took effect is
+//! never missing from the history, and one that did not leaves no record
+//! of success. An action whose statement fails is recorded apart, best
+//! effort, with `error: …` (docs/design.md §7). The action's target is
+//! checked once, here, where it enters.
 //!
 //! [`OperatorAction`] is the one vocabulary of those actions. Each action
 //! has one name — the name the history stores, the CLI's and the console's
 //! word for it — and each answer of an action is put into words here, so
-//! the history, the CLI and the console say the same thing. An action is
-//! its name, its words and its recorded run, all in this file.
+//! the history, the CLI and the console say the same thing. The words are
+//! templates (see "The words of the actions' answers" below): an answer's
+//! `Display` fills them in Rust, and the action's statement, which gets the
+//! templates of every answer it may give as a bind parameter, picks its
+//! answer's with a `CASE` and fills it with PostgreSQL's `format` — so the
+//! words stay made here while the record is written by the statement that
+//! acts. An action is its name, its words and its recorded run, all in
+//! this file.
 
 use std::fmt;
 
