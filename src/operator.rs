@@ -678,7 +678,50 @@ pub fn removed(kind: &str, removed: bool) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::OperatorAction;
+    use super::*;
+
+    #[test]
+    fn words_fill_as_postgres_format_does() {
+        assert_eq!(fill("a %s b %% c %s", &[&1, &"x%s"]), "a 1 b % c x%s");
+        assert_eq!(fill(&literal("50% off: %s"), &[]), "50% off: %s");
+        // Every template's `%` is a slot or a doubled `%`: `format` would
+        // refuse any other.
+        for template in [
+            DUE,
+            DUE_PAUSED,
+            NOT_REGISTERED,
+            PAUSED,
+            ONE_KEY,
+            KEYS,
+            RESUMED,
+            ONE_OVERDUE_KEY,
+            OVERDUE_KEYS,
+            NOT_PAUSED,
+            ENDED,
+            WAS_HELD,
+            WAS_FREE,
+            REFUSED_HELD,
+            NO_LEASE_ROW,
+            DELETED,
+            ADDED,
+            UPDATED,
+            NO_KEY_OF_KIND,
+            REMOVED,
+        ] {
+            assert!(
+                !template.replace("%s", "").replace("%%", "").contains('%'),
+                "{template}"
+            );
+        }
+        assert_eq!(Resumed::Yes { woken: 3 }.to_string(), "resumed: 3 overdue keys woken");
+        let long = "x".repeat(5000);
+        let key = NewKey::new("k", "k:1", &long, crate::Schedule::Manual).expect("key");
+        let words = added(&key, 1, 1);
+        assert!(
+            words.len() < 2000 && words.ends_with("x…: 1 of 1 keys added (an existing key is kept)"),
+            "{words}"
+        );
+    }
 
     #[test]
     fn every_action_reads_back_from_its_name() {
