@@ -7,8 +7,9 @@ the fence SQL in src/lease/fence.rs, the operator's revoke in
 src/lease/revoke.rs; pause, resume and trigger in control.rs, the pause
 rule enforced by claim.rs's and batch/claim_due.rs's claims, written once in
 pause_rule.rs and expanded at each call site;
-what operators read and the record of their actions in history.rs,
-recent.rs, fleet.rs and audit.rs; the stored keys of job kinds in keys.rs;
+what operators read in history.rs, recent.rs, fleet.rs and audit.rs;
+the record each operator action writes in its own statement (the
+`<statement>.recorded` markers); the stored keys of job kinds in keys.rs;
 the commit check on fenced transactions in
 migrations/0005_fence_tenure.sql; the fence jump on a new timeline in
 migrations/0006_fence_timeline.sql),
@@ -214,6 +215,8 @@ batch_mutations = [
  ("forget.history", "forget: history kept after the row is deleted (a re-added key's ring refuses its runs)",
   "DELETE FROM leasehold_run WHERE key IN (SELECT key FROM gone)", "SELECT 1",
   "operators::history scheduler::forget"),
+ ("forget.recorded", "forget: the forget's record dropped from its statement (a deleted row with no record of who deleted it)",
+  "$2::text IS NOT NULL", "false", "operators::audit"),
  ("due_since.own_kinds", "due_since: a replica's own kinds counted as run nowhere (their vouch lapsed on the poll's snapshot)",
   "k.kind <> ALL($3) AND", "",
   "fleet::clauses::a_replicas_own_kinds_are_never_counted_unknown_by_its_poll")
@@ -258,6 +261,8 @@ revoke_mutations = [
  ("revoke.tenure_cleared",
   "revoke: the tenure's key kept on raised rows (the commit check refuses the operator's revoke)",
   "lease_key = NULL", "lease_key = f.lease_key", "operators::revoke"),
+ ("revoke.recorded", "revoke: the revoke's record dropped from its statement (a tenure ended with no record of who ended it)",
+  "$4::text IS NOT NULL", "false", "operators::audit"),
 ]
 
 # The commit check on fenced transactions (migrations/0005_fence_tenure.sql,
@@ -297,6 +302,12 @@ control_mutations = [
  ("resume.target", "resume: the target clause removed (resuming one key wakes every key)",
   'pause_covers!(pause = "gone", key = "l.key", jobs = "l.job_name")', '"true"',
   "operators::resume operators::pause"),
+ ("pause.recorded", "pause: the pause's record dropped from its statement (a key paused with no record of who paused it)",
+  "$5::text IS NOT NULL", "false", "operators::audit"),
+ ("resume.recorded", "resume: the resume's record dropped from its statement (a pause lifted with no record of who lifted it)",
+  "$4::text IS NOT NULL", "false", "operators::audit"),
+ ("trigger.recorded", "trigger: the trigger's record dropped from its statement (a run made due with no record of who asked)",
+  "$3::text IS NOT NULL", "false", "operators::audit"),
 ]
 
 # What operators read and the record of what they did (src/lease/history.rs,
@@ -370,6 +381,12 @@ keys_mutations = [
  ("remove_key.count", "keys: remove_key does not count the key removed",
   "keys = k.keys - 1", "keys = k.keys",
   "fleet::clauses::an_update_or_removal_of_another_kind_changes_nothing"),
+ ("add_keys.recorded", "keys: the adds' records dropped from their statement (keys added with no record of who added them)",
+  "$9::text IS NOT NULL", "false", "operators::audit"),
+ ("update_key.recorded", "keys: the update's record dropped from its statement (a key changed with no record of who changed it)",
+  "$8::text IS NOT NULL", "false", "operators::audit::every_answer"),
+ ("remove_key.recorded", "keys: the removal's record dropped from its statement (a key removed with no record of who removed it)",
+  "$4::text IS NOT NULL", "false", "operators::audit::every_answer"),
  ("report_args.version", "keys: a report about an old version marks the new one",
   "AND version = $2", "",
   "fleet::clauses::a_report_about_an_old_version_leaves_the_new_one_clear"),

@@ -4,16 +4,26 @@
 //! [`OperatorAction`] name and with its outcome in that module's words.
 //!
 //! The CLI and the console act through this type, so an action looks the
-//! same in the history whichever tool took it. Each action is the
-//! `LeaseStore` operation of the same name, between two audit statements:
-//! the record is written first, so an action that took effect is never
-//! missing from the history (docs/design.md §7).
+//! same in the history whichever tool took it. Each action is the store
+//! operation of the same name (`Controls`, `Keys`), and **one statement**:
+//! that statement writes the action's record, outcome included, so the
+//! record and the effect commit together — an action that took effect is
+//! never missing from the history, and one that did not leaves no record
+//! of success. An action whose statement fails is recorded apart, best
+//! effort, with `error: …` (docs/design.md §7). The action's target is
+//! checked once, here, where it enters.
 //!
 //! [`OperatorAction`] is the one vocabulary of those actions. Each action
 //! has one name — the name the history stores, the CLI's and the console's
 //! word for it — and each answer of an action is put into words here, so
-//! the history, the CLI and the console say the same thing. An action is
-//! its name, its words and its recorded run, all in this file.
+//! the history, the CLI and the console say the same thing. The words are
+//! templates (see "The words of the actions' answers" below): an answer's
+//! `Display` fills them in Rust, and the action's statement, which gets the
+//! templates of every answer it may give as a bind parameter, picks its
+//! answer's with a `CASE` and fills it with PostgreSQL's `format` — so the
+//! words stay made here while the record is written by the statement that
+//! acts. An action is its name, its words and its recorded run, all in
+//! this file.
 
 use std::fmt;
 
@@ -21,7 +31,7 @@ use crate::error::Result;
 pub use crate::lease::{
     ActionRecord, FleetLimit, Forgotten, LimitSet, MAX_FLEET_LIMIT, Pause, Resumed, Revoke, Revoked, Target, Triggered,
 };
-use crate::lease::{KeyFilter, LeaseStore, NewKey};
+use crate::lease::{KeyFilter, LeaseStore, NewKey, Record};
 use crate::validate;
 
 /// Keys read at a time by [`Operator::trigger_job`].
@@ -63,31 +73,34 @@ impl Operator {
     }
 
     /// [`Controls::trigger`](crate::store::Controls::trigger), recorded as [`OperatorAction::Trigger`].
-    /// Cancel-safe in the sense of [`LeaseStore`]: each of its three
-    /// statements committed or did not; dropped after the first, the
-    /// history shows the action without an outcome.
+    /// One statement, which makes the key due and writes the record:
+    /// cancel-safe in the sense of [`LeaseStore`], both committed or
+    /// neither.
     pub async fn trigger(&self, key: &str) -> Result<Triggered> {
-        let target = Target::key(key);
-        self.recorded(
-            &target,
-            OperatorAction::Trigger,
-            self.store.controls().trigger(key),
-            Outcome::words,
-        )
-        .await
+        validate::existing_key(key)?;
+        self.trigger_checked(key).await
+    }
+
+    /// [`trigger`](Self::trigger) of a key checked where it entered.
+    async fn trigger_checked(&self, key: &str) -> Result<Triggered> {
+        let action = OperatorAction::Trigger;
+        let record = self.record(action, Triggered::words());
+        let done = self.store.controls().trigger_recorded(key, Some(&record)).await;
+        self.failed(&[Target::key(key)], action, done).await
     }
 
     /// [`trigger`](Self::trigger) on every key of the job named `job`
     /// (each recorded on its key); how many keys it triggered. Keys the job
     /// registers later are not triggered.
     pub async fn trigger_job(&self, job: &str) -> Result<u64> {
-        crate::validate::existing_job_name(job)?;
+        validate::existing_job_name(job)?;
         let mut filter = KeyFilter::new().job(job).limit(TRIGGER_PAGE);
         let mut triggered = 0;
         loop {
             let page = self.store.records().list_page(&filter).await?;
             for status in &page.keys {
-                if self.trigger(&status.lease.key).await? != Triggered::NotFound {
+                // A key read from its row: what a row holds is a key.
+                if self.trigger_checked(&status.lease.key).await? != Triggered::NotFound {
                     triggered += 1;
                 }
             }
@@ -100,55 +113,58 @@ impl Operator {
 
     /// [`Controls::pause`](crate::store::Controls::pause), recorded as [`OperatorAction::Pause`], or
     /// [`OperatorAction::PauseCancel`] when the runs in progress are asked
-    /// to stop. Cancel-safe as [`trigger`](Self::trigger).
+    /// to stop. One statement, cancel-safe as [`trigger`](Self::trigger).
     pub async fn pause(&self, target: &Target, cancel: bool) -> Result<Pause> {
+        target.check()?;
         let action = if cancel {
             OperatorAction::PauseCancel
         } else {
             OperatorAction::Pause
         };
-        self.recorded(
-            target,
-            action,
-            self.store.controls().pause(target, cancel, &self.actor),
-            Outcome::words,
-        )
-        .await
+        let record = self.record(action, Pause::words());
+        let done = self
+            .store
+            .controls()
+            .pause_recorded(target, cancel, &self.actor, Some(&record))
+            .await;
+        self.failed(std::slice::from_ref(target), action, done).await
     }
 
     /// [`Controls::resume`](crate::store::Controls::resume), recorded as [`OperatorAction::Resume`].
-    /// Cancel-safe as [`trigger`](Self::trigger).
+    /// One statement, cancel-safe as [`trigger`](Self::trigger).
     pub async fn resume(&self, target: &Target) -> Result<Resumed> {
-        self.recorded(
-            target,
-            OperatorAction::Resume,
-            self.store.controls().resume(target),
-            Outcome::words,
-        )
-        .await
+        target.check()?;
+        let action = OperatorAction::Resume;
+        let record = self.record(action, Resumed::words());
+        let done = self.store.controls().resume_recorded(target, Some(&record)).await;
+        self.failed(std::slice::from_ref(target), action, done).await
     }
 
     /// [`Controls::revoke`](crate::store::Controls::revoke), recorded as [`OperatorAction::Revoke`], or
     /// [`OperatorAction::ForceRevoke`] with [`Revoke::Force`], with the
-    /// fence it gave the key. Cancel-safe as [`trigger`](Self::trigger).
+    /// fence it gave the key. One statement, cancel-safe as
+    /// [`trigger`](Self::trigger).
     pub async fn revoke(&self, key: &str, revoke: Revoke, resources: &[&str]) -> Result<Revoked> {
+        validate::existing_key(key)?;
         let action = match revoke {
             Revoke::Force => OperatorAction::ForceRevoke,
             Revoke::IfFree => OperatorAction::Revoke,
         };
-        let target = Target::key(key);
-        self.recorded(
-            &target,
-            action,
-            self.store.controls().revoke(key, revoke, resources),
-            Outcome::words,
-        )
-        .await
+        let record = self.record(action, Revoked::words());
+        let done = self
+            .store
+            .controls()
+            .revoke_recorded(key, revoke, resources, Some(&record))
+            .await;
+        self.failed(&[Target::key(key)], action, done).await
     }
 
     /// [`Controls::forget`](crate::store::Controls::forget), recorded as [`OperatorAction::Forget`]: the
-    /// record outlives the row it deleted. Cancel-safe as
-    /// [`trigger`](Self::trigger).
+    /// record outlives the row it deleted. One statement, cancel-safe as
+    /// [`trigger`](Self::trigger); but a forget that found the row free
+    /// and still could not delete it (a claim committed while it ran) reads
+    /// the new tenure after it, and records that refusal with a second
+    /// statement, best effort.
     ///
     /// ```no_run
     /// # async fn demo(alice: leasehold::operator::Operator) -> leasehold::Result<()> {
@@ -159,92 +175,90 @@ impl Operator {
     /// # Ok(()) }
     /// ```
     pub async fn forget(&self, key: &str) -> Result<Forgotten> {
-        let target = Target::key(key);
-        self.recorded(
-            &target,
-            OperatorAction::Forget,
-            self.store.controls().forget(key),
-            Outcome::words,
-        )
-        .await
+        validate::existing_key(key)?;
+        let action = OperatorAction::Forget;
+        let record = self.record(action, Forgotten::words());
+        let targets = [Target::key(key)];
+        let done = self.store.controls().forget_recorded(key, Some(&record)).await;
+        let (forgotten, recorded) = self.failed(&targets, action, done).await?;
+        if !recorded {
+            self.record_apart(&targets, action, &forgotten.to_string()).await;
+        }
+        Ok(forgotten)
     }
 
     /// [`Keys::add`](crate::store::Keys::add), recorded on each key as
-    /// [`OperatorAction::Add`], with its kind and arguments. Three
-    /// statements whatever the number of keys: every record, then the
-    /// keys, then every outcome. Cancel-safe as [`trigger`](Self::trigger).
+    /// [`OperatorAction::Add`], with its kind and arguments. One statement
+    /// (and a read of the server clock) whatever the number of keys: the
+    /// keys and their records commit together. Cancel-safe as
+    /// [`trigger`](Self::trigger).
     pub async fn add_keys(&self, keys: &[NewKey]) -> Result<u64> {
-        let targets: Vec<Target> = keys.iter().map(|k| Target::key(k.key())).collect();
-        let ids = self
-            .store
-            .records()
-            .record_actions(&targets, OperatorAction::Add.as_str(), &self.actor)
-            .await?;
-        let result = self.store.keys().add(keys).await;
-        let outcomes: Vec<(i64, String, Option<i64>)> = ids
-            .into_iter()
-            .zip(keys)
-            .map(|(id, key)| {
-                let outcome = match &result {
-                    Ok(n) => added(key, *n, keys.len()),
-                    Err(err) => format!("error: {err}"),
-                };
-                (id, outcome, None)
-            })
-            .collect();
-        if let Err(err) = self.store.records().record_outcomes(&outcomes).await {
-            tracing::warn!(keys = keys.len(), error = %err, "the actions' outcomes were not recorded");
+        let action = OperatorAction::Add;
+        let words = keys.iter().map(|key| added_words(key, keys.len())).collect();
+        let record = self.record(action, words);
+        let done = self.store.keys().add_recorded(keys, Some(&record)).await;
+        if done.is_err() {
+            let targets: Vec<Target> = keys.iter().map(|k| Target::key(k.key())).collect();
+            return self.failed(&targets, action, done).await;
         }
-        result
+        done
     }
 
     /// [`Keys::update`](crate::store::Keys::update), recorded as [`OperatorAction::Update`],
-    /// with the new version. Cancel-safe as [`trigger`](Self::trigger).
+    /// with the new version. One statement, cancel-safe as
+    /// [`trigger`](Self::trigger).
     pub async fn update_key(&self, key: &NewKey) -> Result<Option<i64>> {
-        let target = Target::key(key.key());
-        self.recorded(&target, OperatorAction::Update, self.store.keys().update(key), |v| {
-            (updated(key, *v), None)
-        })
-        .await
+        let action = OperatorAction::Update;
+        let record = self.record(action, updated_words(key));
+        let done = self.store.keys().update_recorded(key, Some(&record)).await;
+        self.failed(&[Target::key(key.key())], action, done).await
     }
 
     /// [`Keys::remove`](crate::store::Keys::remove), recorded as [`OperatorAction::Remove`].
-    /// Cancel-safe as [`trigger`](Self::trigger).
+    /// One statement, cancel-safe as [`trigger`](Self::trigger).
     pub async fn remove_key(&self, kind: &str, key: &str) -> Result<bool> {
-        let target = Target::key(key);
-        self.recorded(
-            &target,
-            OperatorAction::Remove,
-            self.store.keys().remove(kind, key),
-            |r| (removed(kind, *r), None),
-        )
-        .await
+        validate::job_name(kind)?;
+        validate::key(key)?;
+        let action = OperatorAction::Remove;
+        let record = self.record(action, removed_words(kind));
+        let done = self.store.keys().remove_recorded(kind, key, Some(&record)).await;
+        self.failed(&[Target::key(key)], action, done).await
     }
 
-    /// Records the action, runs it, records what it did. A failure to
-    /// record the outcome is logged, not returned: the action took effect
-    /// and the caller must hear so.
-    async fn recorded<T>(
-        &self,
-        target: &Target,
-        action: OperatorAction,
-        run: impl Future<Output = Result<T>>,
-        describe: impl FnOnce(&T) -> (String, Option<i64>),
-    ) -> Result<T> {
-        let id = self
+    /// The record `action`'s statement writes, with the words of each of
+    /// its answers.
+    fn record(&self, action: OperatorAction, words: Vec<String>) -> Record<'_> {
+        Record {
+            action: action.as_str(),
+            actor: &self.actor,
+            words,
+        }
+    }
+
+    /// `done`, after recording its error, if it is one, on each of
+    /// `targets`: the action's statement, which records it, did not commit
+    /// (or was never sent), so nothing else will. Best effort, in a second
+    /// statement: a failure to record is logged, and the action's own
+    /// error returned.
+    async fn failed<T>(&self, targets: &[Target], action: OperatorAction, done: Result<T>) -> Result<T> {
+        if let Err(err) = &done {
+            self.record_apart(targets, action, &format!("error: {err}")).await;
+        }
+        done
+    }
+
+    /// Records `outcome` of `action` on `targets` in a statement of its
+    /// own, logging a failure to.
+    async fn record_apart(&self, targets: &[Target], action: OperatorAction, outcome: &str) {
+        let recorded = self
             .store
             .records()
-            .record_action(target, action.as_str(), &self.actor)
-            .await?;
-        let result = run.await;
-        let (outcome, fence) = match &result {
-            Ok(done) => describe(done),
-            Err(err) => (format!("error: {err}"), None),
-        };
-        if let Err(err) = self.store.records().record_outcome(id, &outcome, fence).await {
-            tracing::warn!(%target, %action, error = %err, "the action's outcome was not recorded");
+            .record_apart(targets, action.as_str(), &self.actor, outcome)
+            .await;
+        if let Err(err) = recorded {
+            let target = targets.first().map(Target::to_string).unwrap_or_default();
+            tracing::warn!(%target, targets = targets.len(), %action, error = %err, "the action's outcome was not recorded");
         }
-        result
     }
 }
 
@@ -358,18 +372,120 @@ impl fmt::Display for OperatorAction {
     }
 }
 
-/// What an action did, in the words the history records: the one place an
-/// action's answer becomes text. Each answer's `Display` is these words,
-/// so the CLI and the console print what the history says.
-pub(crate) trait Outcome: fmt::Display {
-    /// The fence the action handed out, if any.
-    fn fence(&self) -> Option<i64> {
-        None
-    }
+// The words of the actions' answers, made here and nowhere else.
+//
+// Each is a template whose `%s` slots are filled, in order, with what the
+// action did: by [`fill`] when Rust says an answer (its `Display`, which the
+// CLI and the console print), and by PostgreSQL's `format` when the
+// action's own statement writes its record (`lease::Record`), which reads
+// the same template the same way. The statement cannot ask Rust for words
+// once it knows what it did, and a second statement to write them would
+// let an action commit without its record; storing a structured outcome
+// instead and saying it on read would put words in the lease store's read
+// path (below the operator's module) and leave the table's `outcome`
+// column unreadable to SQL. So the words go down as bind parameters, one
+// template per answer, and the statement picks with a `CASE` on what it
+// did and fills the slots. What Rust knows before the statement (a kind,
+// arguments) is written into the template, each `%` doubled ([`literal`]).
 
-    /// The outcome's words, and the fence the action handed out, if any.
-    fn words(&self) -> (String, Option<i64>) {
-        (self.to_string(), self.fence())
+/// A trigger found the key: it is due.
+const DUE: &str = "due: the first replica to claim it runs it";
+/// A trigger found the key paused.
+const DUE_PAUSED: &str = "due, but paused: it runs once resumed";
+/// A trigger found no lease row.
+const NOT_REGISTERED: &str = "not found: no runtime registered this key";
+/// A pause: its keys ([`ONE_KEY`] or [`KEYS`]), how many running.
+const PAUSED: &str = "paused: %s, %s running";
+const ONE_KEY: &str = "1 key";
+const KEYS: &str = "%s keys";
+/// A resume: its overdue keys woken ([`ONE_OVERDUE_KEY`] or [`OVERDUE_KEYS`]).
+const RESUMED: &str = "resumed: %s woken";
+const ONE_OVERDUE_KEY: &str = "1 overdue key";
+const OVERDUE_KEYS: &str = "%s overdue keys";
+const NOT_PAUSED: &str = "not paused";
+/// A revoke ended a tenure: its holder, its fence, [`WAS_HELD`] or
+/// [`WAS_FREE`], the new fence.
+const ENDED: &str = "ended the tenure of %s (fence %s, %s); new fence %s";
+const WAS_HELD: &str = "held: its run is cancelled at its next heartbeat";
+const WAS_FREE: &str = "already free";
+/// A revoke or a forget refused: the holder, its fence.
+const REFUSED_HELD: &str = "refused: held by %s (fence %s)";
+const NO_LEASE_ROW: &str = "not found: no lease row";
+const DELETED: &str = "deleted: the lease row and its run history are gone";
+/// Adding keys: the words of one key (its kind, its arguments, how many keys the call added, of how many).
+const ADDED: &str = "kind %s, args %s: %s of %s keys added (an existing key is kept)";
+/// Updating a key: its new version, its arguments.
+const UPDATED: &str = "updated to version %s: args %s";
+/// Removing or updating a key that is no key of its kind.
+const NO_KEY_OF_KIND: &str = "not found: no key of kind %s";
+const REMOVED: &str = "removed: every replica stops it";
+
+/// Most bytes of a key's arguments its words show: the rest is cut
+/// (`…`), so the words of an add or an update always fit the history's
+/// 2,000 bytes, with the count or version after the arguments.
+const ARGS_SHOWN_BYTES: usize = 1500;
+
+/// `template` with each `%s` replaced by the next of `values`, and `%%`
+/// read as `%`: what PostgreSQL's `format` makes of the same template and
+/// values (integers and text only), so the words an answer's `Display`
+/// says are the words its statement records.
+fn fill(template: &str, values: &[&dyn fmt::Display]) -> String {
+    use fmt::Write;
+    let mut out = String::with_capacity(template.len() + 16 * values.len());
+    let mut values = values.iter();
+    let mut rest = template;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        match rest[at + 1..].chars().next() {
+            Some('s') => {
+                if let Some(value) = values.next() {
+                    let _ = write!(out, "{value}");
+                }
+                rest = &rest[at + 2..];
+            }
+            Some('%') => {
+                out.push('%');
+                rest = &rest[at + 2..];
+            }
+            _ => {
+                out.push('%');
+                rest = &rest[at + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `text` written into a template as itself: each `%` doubled.
+fn literal(text: &str) -> String {
+    text.replace('%', "%%")
+}
+
+/// A key's arguments as its words show them: at most
+/// [`ARGS_SHOWN_BYTES`], cut at a character with `…`.
+fn shown_args(args: &str) -> std::borrow::Cow<'_, str> {
+    if args.len() <= ARGS_SHOWN_BYTES {
+        return args.into();
+    }
+    let mut end = ARGS_SHOWN_BYTES;
+    while !args.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &args[..end]).into()
+}
+
+/// `1 key`, `3 keys`, as [`PAUSED`] says them (its statement: the same
+/// choice, on `keys = 1`).
+fn keys(n: u64) -> String {
+    if n == 1 { fill(ONE_KEY, &[]) } else { fill(KEYS, &[&n]) }
+}
+
+/// The words of a trigger's answers, in the order its statement reads
+/// them: due, paused, not found.
+impl Triggered {
+    fn words() -> Vec<String> {
+        [DUE, DUE_PAUSED, NOT_REGISTERED].map(str::to_owned).into()
     }
 }
 
@@ -382,25 +498,42 @@ pub(crate) trait Outcome: fmt::Display {
 /// ```
 impl fmt::Display for Triggered {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Triggered::Due => "due: the first replica to claim it runs it",
-            Triggered::Paused => "due, but paused: it runs once resumed",
-            Triggered::NotFound => "not found: no runtime registered this key",
-        })
+        f.write_str(&fill(
+            match self {
+                Triggered::Due => DUE,
+                Triggered::Paused => DUE_PAUSED,
+                Triggered::NotFound => NOT_REGISTERED,
+            },
+            &[],
+        ))
     }
 }
 
-impl Outcome for Triggered {}
+/// The words of a pause, in the order its statement reads them: the
+/// pause, one key, several keys.
+impl Pause {
+    fn words() -> Vec<String> {
+        [PAUSED, ONE_KEY, KEYS].map(str::to_owned).into()
+    }
+}
 
 /// The words the history records for a pause, e.g. `paused: 3 keys, 1
 /// running`.
 impl fmt::Display for Pause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "paused: {}, {} running", keys(self.keys), self.running)
+        f.write_str(&fill(PAUSED, &[&keys(self.keys), &self.running]))
     }
 }
 
-impl Outcome for Pause {}
+/// The words of a resume's answers, in the order its statement reads
+/// them: not paused, resumed, one overdue key, several.
+impl Resumed {
+    fn words() -> Vec<String> {
+        [NOT_PAUSED, RESUMED, ONE_OVERDUE_KEY, OVERDUE_KEYS]
+            .map(str::to_owned)
+            .into()
+    }
+}
 
 /// The words the history records for a resume, e.g. `resumed: 2 overdue
 /// keys woken` or `not paused`.
@@ -408,17 +541,27 @@ impl Outcome for Pause {}
 /// ```
 /// use leasehold::operator::Resumed;
 /// assert_eq!(Resumed::NotPaused.to_string(), "not paused");
+/// assert_eq!(Resumed::Yes { woken: 1 }.to_string(), "resumed: 1 overdue key woken");
 /// ```
 impl fmt::Display for Resumed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Resumed::Yes { woken } => write!(f, "resumed: {} woken", keys(*woken).replace("key", "overdue key")),
-            Resumed::NotPaused => f.write_str("not paused"),
-        }
+        f.write_str(&match self {
+            Resumed::Yes { woken: 1 } => fill(RESUMED, &[&fill(ONE_OVERDUE_KEY, &[])]),
+            Resumed::Yes { woken } => fill(RESUMED, &[&fill(OVERDUE_KEYS, &[woken])]),
+            Resumed::NotPaused => fill(NOT_PAUSED, &[]),
+        })
     }
 }
 
-impl Outcome for Resumed {}
+/// The words of a revoke's answers, in the order its statement reads
+/// them: not found, refused, ended, and the ended tenure held or free.
+impl Revoked {
+    fn words() -> Vec<String> {
+        [NO_LEASE_ROW, REFUSED_HELD, ENDED, WAS_HELD, WAS_FREE]
+            .map(str::to_owned)
+            .into()
+    }
+}
 
 /// The words the history records for a revoke, e.g. `ended the tenure of
 /// web-1 (fence 7, held: its run is cancelled at its next heartbeat); new
@@ -430,30 +573,22 @@ impl Outcome for Resumed {}
 /// ```
 impl fmt::Display for Revoked {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Revoked::Ended { previous, fence } => write!(
-                f,
-                "ended the tenure of {} (fence {}, {}); new fence {fence}",
-                previous.holder,
-                previous.fence,
-                if previous.is_held() {
-                    "held: its run is cancelled at its next heartbeat"
-                } else {
-                    "already free"
-                }
-            ),
-            Revoked::Held(info) => write!(f, "refused: held by {} (fence {})", info.holder, info.fence),
-            Revoked::NotFound => f.write_str("not found: no lease row"),
-        }
+        f.write_str(&match self {
+            Revoked::Ended { previous, fence } => {
+                let was = if previous.is_held() { WAS_HELD } else { WAS_FREE };
+                fill(ENDED, &[&previous.holder, &previous.fence, &fill(was, &[]), fence])
+            }
+            Revoked::Held(info) => fill(REFUSED_HELD, &[&info.holder, &info.fence]),
+            Revoked::NotFound => fill(NO_LEASE_ROW, &[]),
+        })
     }
 }
 
-impl Outcome for Revoked {
-    fn fence(&self) -> Option<i64> {
-        match self {
-            Revoked::Ended { fence, .. } => Some(*fence),
-            Revoked::Held(_) | Revoked::NotFound => None,
-        }
+/// The words of a forget's answers, in the order its statement reads
+/// them: deleted, not found, refused.
+impl Forgotten {
+    fn words() -> Vec<String> {
+        [DELETED, NO_LEASE_ROW, REFUSED_HELD].map(str::to_owned).into()
     }
 }
 
@@ -466,28 +601,26 @@ impl Outcome for Revoked {
 /// ```
 impl fmt::Display for Forgotten {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Forgotten::Deleted => f.write_str("deleted: the lease row and its run history are gone"),
-            Forgotten::NotFound => f.write_str("not found: no lease row"),
-            Forgotten::Held(info) => write!(f, "refused: held by {} (fence {})", info.holder, info.fence),
-        }
+        f.write_str(&match self {
+            Forgotten::Deleted => fill(DELETED, &[]),
+            Forgotten::NotFound => fill(NO_LEASE_ROW, &[]),
+            Forgotten::Held(info) => fill(REFUSED_HELD, &[&info.holder, &info.fence]),
+        })
     }
 }
 
-impl Outcome for Forgotten {}
-
-/// "1 key", "3 keys".
-fn keys(n: u64) -> String {
-    if n == 1 {
-        "1 key".to_owned()
-    } else {
-        format!("{n} keys")
-    }
+/// The words of adding `key` in a call of `of` keys, with one slot left:
+/// how many the call added.
+fn added_words(key: &NewKey, of: usize) -> String {
+    fill(
+        ADDED,
+        &[&literal(key.kind()), &literal(&shown_args(key.args_json())), &"%s", &of],
+    )
 }
 
 /// The words the history records for adding `key` in an
 /// [`Operator::add_keys`](crate::operator::Operator::add_keys) call that added
-/// `added` of `of` keys.
+/// `added` of `of` keys (arguments past 1,500 bytes cut, `…`).
 ///
 /// ```
 /// use leasehold::operator::added;
@@ -497,11 +630,16 @@ fn keys(n: u64) -> String {
 /// # Ok::<(), leasehold::Error>(())
 /// ```
 pub fn added(key: &NewKey, added: u64, of: usize) -> String {
-    format!(
-        "kind {}, args {}: {added} of {of} keys added (an existing key is kept)",
-        key.kind(),
-        key.args_json()
-    )
+    fill(&added_words(key, of), &[&added])
+}
+
+/// The words of updating `key`, in the order its statement reads them:
+/// updated (one slot: the new version), not found.
+fn updated_words(key: &NewKey) -> Vec<String> {
+    vec![
+        fill(UPDATED, &[&"%s", &literal(&shown_args(key.args_json()))]),
+        fill(NO_KEY_OF_KIND, &[&literal(key.kind())]),
+    ]
 }
 
 /// The words the history records for updating `key`
@@ -516,10 +654,17 @@ pub fn added(key: &NewKey, added: u64, of: usize) -> String {
 /// # Ok::<(), leasehold::Error>(())
 /// ```
 pub fn updated(key: &NewKey, version: Option<i64>) -> String {
+    let words = updated_words(key);
     match version {
-        Some(version) => format!("updated to version {version}: args {}", key.args_json()),
-        None => format!("not found: no key of kind {}", key.kind()),
+        Some(version) => fill(&words[0], &[&version]),
+        None => fill(&words[1], &[]),
     }
+}
+
+/// The words of removing a key of `kind`, in the order its statement
+/// reads them: removed, not found.
+fn removed_words(kind: &str) -> Vec<String> {
+    vec![REMOVED.to_owned(), fill(NO_KEY_OF_KIND, &[&literal(kind)])]
 }
 
 /// The words the history records for removing a key of `kind`
@@ -529,16 +674,56 @@ pub fn updated(key: &NewKey, version: Option<i64>) -> String {
 /// assert_eq!(leasehold::operator::removed("sync", false), "not found: no key of kind sync");
 /// ```
 pub fn removed(kind: &str, removed: bool) -> String {
-    if removed {
-        "removed: every replica stops it".to_owned()
-    } else {
-        format!("not found: no key of kind {kind}")
-    }
+    let words = removed_words(kind);
+    fill(&words[usize::from(!removed)], &[])
 }
 
 #[cfg(test)]
 mod tests {
-    use super::OperatorAction;
+    use super::*;
+
+    #[test]
+    fn words_fill_as_postgres_format_does() {
+        assert_eq!(fill("a %s b %% c %s", &[&1, &"x%s"]), "a 1 b % c x%s");
+        assert_eq!(fill(&literal("50% off: %s"), &[]), "50% off: %s");
+        // Every template's `%` is a slot or a doubled `%`: `format` would
+        // refuse any other.
+        for template in [
+            DUE,
+            DUE_PAUSED,
+            NOT_REGISTERED,
+            PAUSED,
+            ONE_KEY,
+            KEYS,
+            RESUMED,
+            ONE_OVERDUE_KEY,
+            OVERDUE_KEYS,
+            NOT_PAUSED,
+            ENDED,
+            WAS_HELD,
+            WAS_FREE,
+            REFUSED_HELD,
+            NO_LEASE_ROW,
+            DELETED,
+            ADDED,
+            UPDATED,
+            NO_KEY_OF_KIND,
+            REMOVED,
+        ] {
+            assert!(
+                !template.replace("%s", "").replace("%%", "").contains('%'),
+                "{template}"
+            );
+        }
+        assert_eq!(Resumed::Yes { woken: 3 }.to_string(), "resumed: 3 overdue keys woken");
+        let long = "x".repeat(5000);
+        let key = NewKey::new("k", "k:1", &long, crate::Schedule::Manual).expect("key");
+        let words = added(&key, 1, 1);
+        assert!(
+            words.len() < 2000 && words.ends_with("x…: 1 of 1 keys added (an existing key is kept)"),
+            "{words}"
+        );
+    }
 
     #[test]
     fn every_action_reads_back_from_its_name() {

@@ -56,7 +56,6 @@ struct ForgetJson<'a> {
 }
 
 pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
-    args.validate()?;
     db.require_schema().await?;
     // Through `Operator`, so the key's history records who forgot it.
     let outcome = ops::operator(db)?.forget(&args.key).await.map_err(|e| db.failure(e))?;

@@ -58,7 +58,6 @@ struct HistoryJson<'a> {
 }
 
 pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
-    args.validate()?;
     db.require_schema().await?;
     let store = LeaseStore::new(db.pool.clone());
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);

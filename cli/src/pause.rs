@@ -1,10 +1,12 @@
 //! `leasehold pause` and `leasehold resume`: stop and restart a key, or
 //! every key of a job, for the whole fleet.
 //!
-//! Through `leasehold::store::LeaseStore::{pause, resume, pauses, get}`: a pause is
-//! a row the claims check, so every replica obeys it, restarts included.
-//! The CLI sends no SQL of its own for them, and says each outcome in the
-//! library's words (as the key's history records it).
+//! Through `leasehold::operator::Operator::{pause, resume}` (and
+//! `LeaseStore::{pauses, get}` to say what still holds a resumed key): a
+//! pause is a row the claims check, so every replica obeys it, restarts
+//! included. The pause and its record in the key's history are one
+//! statement. The CLI sends no SQL of its own for them, and says each
+//! outcome in the library's words (as the key's history records it).
 
 use leasehold::{
     operator::{Operator, OperatorAction, Pause, Resumed, Target},
@@ -41,8 +43,9 @@ impl TargetArgs {
         }
     }
 
+    /// The target, its name checked by [`validate`](Self::validate)
+    /// before anything was sent (`run`, in `main.rs`), and trusted after.
     fn target(&self) -> Result<Target, Failure> {
-        self.validate()?;
         match (&self.key, &self.job) {
             (Some(key), None) => Ok(Target::key(key.as_str())),
             (None, Some(job)) => Ok(Target::job(job.as_str())),
@@ -99,7 +102,6 @@ struct PausedJson<'a> {
 }
 
 pub(crate) async fn pause(db: &Db, args: &PauseArgs) -> Result<(), Failure> {
-    args.validate()?;
     let target = args.target.target()?;
     db.require_schema().await?;
     let store = LeaseStore::new(db.pool.clone());
@@ -200,7 +202,6 @@ struct ResumeJson<'a> {
 }
 
 pub(crate) async fn resume(db: &Db, args: &ResumeArgs) -> Result<(), Failure> {
-    args.validate()?;
     let target = args.target.target()?;
     db.require_schema().await?;
     let store = LeaseStore::new(db.pool.clone());

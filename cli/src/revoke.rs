@@ -72,7 +72,6 @@ impl Args {
 }
 
 pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
-    args.validate()?;
     db.require_schema().await?;
     let (revoke, action) = if args.force {
         (Revoke::Force, OperatorAction::ForceRevoke)

@@ -40,7 +40,6 @@ struct TriggerJson<'a> {
 }
 
 pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
-    args.validate()?;
     db.require_schema().await?;
     // Through `Operator`, so the key's history records who triggered it.
     let operator = ops::operator(db)?;

@@ -2,9 +2,12 @@
 //! history (who triggered, paused, resumed or released what, and when).
 //!
 //! The record is an audit trail, not a lock: nothing here decides whether a
-//! run may start. `Operator` (in `src/operator.rs`) writes the row before
-//! the action and its outcome after, so an action that took effect is never
-//! missing from the trail (docs/design.md §7).
+//! run may start. Each action's own statement (pause, resume, trigger,
+//! revoke, forget, and the keys' add, update and remove) writes its row,
+//! outcome included, from a [`Record`] that `Operator` (in
+//! `src/operator.rs`) hands it, so the record and the effect commit
+//! together (docs/design.md §7). An action whose statement failed is
+//! recorded here, best effort, with its error.
 
 use chrono::{DateTime, Utc};
 
@@ -34,8 +37,10 @@ pub struct ActionRecord {
     /// Server time the action was asked for.
     pub at: DateTime<Utc>,
     /// What it did (`due`, `paused`, `not found`, `ended`, `held`, an
-    /// error…); `None` if the outcome was never recorded (the tool stopped
-    /// between the action and its record).
+    /// error…), in the words of [`OperatorAction`](crate::operator::OperatorAction)'s
+    /// module. `None` only on rows written before an action's record and
+    /// effect were one statement (the tool stopped between the action and
+    /// the record of its outcome).
     pub outcome: Option<String>,
     /// The fence a release gave the key: every earlier tenure is fenced out.
     pub fence: Option<i64>,
@@ -52,65 +57,67 @@ struct ActionRow {
     fence: Option<i64>,
 }
 
-impl Records<'_> {
-    /// Records that `actor` asks for `action` on `target`, before it runs;
-    /// returns the record's id for [`record_outcome`](Self::record_outcome).
-    pub(crate) async fn record_action(self, target: &Target, action: &str, actor: &str) -> Result<i64> {
-        let ids = self.record_actions(std::slice::from_ref(target), action, actor).await?;
-        ids.first()
-            .copied()
-            .ok_or_else(|| Error::invalid("action record", action, "the record was not written"))
-    }
+/// What an operator action's own statement writes of it in
+/// `leasehold_action`: the action's name, who took it, and the words of
+/// each answer it may give. The statement inserts the row with the words of
+/// the answer it gives, in the same statement as its effect, so the two
+/// commit together: an action that took effect always has its record, one
+/// that did not leaves none (docs/design.md §7).
+///
+/// The words are made in Rust, in `src/operator.rs`, and nowhere else:
+/// each is a template whose `%s` slots the statement fills with what it did
+/// (counts, holders, fences) through PostgreSQL's `format`, which reads
+/// `%%` as `%` — what `operator::fill` does for an answer's `Display`.
+/// Each statement's comment lists which word is which answer's.
+#[derive(Debug)]
+pub(crate) struct Record<'a> {
+    /// The action's `OperatorAction` name.
+    pub(crate) action: &'static str,
+    /// Who, checked by the actor rule where it entered (`Operator::new`).
+    pub(crate) actor: &'a str,
+    /// The words of each answer, in the order the statement reads them.
+    pub(crate) words: Vec<String>,
+}
 
-    /// Records that `actor` asks for `action` on each of `targets`, in one
-    /// statement whatever their number; returns the records' ids in the
-    /// order of `targets`.
-    pub(crate) async fn record_actions(self, targets: &[Target], action: &str, actor: &str) -> Result<Vec<i64>> {
-        for target in targets {
-            validate::existing_key(target.name())?;
+impl Record<'_> {
+    /// The three parameters a statement takes for its record (the action,
+    /// the actor, the words): NULLs when there is no record to write, and
+    /// the statement's `WHERE <action> IS NOT NULL` writes none — the
+    /// [`Controls`](crate::store::Controls)' and [`Keys`](crate::store::Keys)' own calls record nothing.
+    pub(crate) fn binds<'r>(
+        record: Option<&'r Record<'_>>,
+    ) -> (Option<&'r str>, Option<&'r str>, Option<&'r [String]>) {
+        match record {
+            Some(r) => (Some(r.action), Some(r.actor), Some(&r.words)),
+            None => (None, None, None),
         }
-        validate::actor("actor", actor)?;
+    }
+}
+
+impl Records<'_> {
+    /// Records `actor`'s `action` on each of `targets` with its `outcome`,
+    /// in one statement of its own: for an action whose own statement,
+    /// which would have recorded it, did not commit or was never sent
+    /// (`error: …`), and for a forget's answer read after its statement.
+    /// Best effort: the caller logs a failure. The targets and the actor
+    /// were checked where they entered.
+    pub(crate) async fn record_apart(self, targets: &[Target], action: &str, actor: &str, outcome: &str) -> Result<()> {
         let scopes: Vec<&str> = targets.iter().map(Target::scope).collect();
         let names: Vec<&str> = targets.iter().map(Target::name).collect();
-        // $1 scopes, $2 names, $3 action, $4 actor. Rows are inserted in
-        // the targets' order, so their ids (from one sequence) rise in it.
-        const RECORD: &str = "
-            INSERT INTO leasehold_action (scope, name, action, actor)
-            SELECT scope, name, $3, $4 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(scope, name, n)
-             ORDER BY n
-            RETURNING id";
-        let mut ids: Vec<i64> = connection::run!(&self.store.conns, |conn| sqlx::query_scalar(RECORD)
+        // The column's limit is the history's error limit.
+        let outcome = super::storable_text(outcome.to_owned());
+        // $1 scopes, $2 names, $3 action, $4 actor, $5 outcome. Rows are
+        // inserted in the targets' order, so their ids rise in it.
+        const RECORD_APART: &str = "
+            INSERT INTO leasehold_action (scope, name, action, actor, outcome)
+            SELECT scope, name, $3, $4, $5 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(scope, name, n)
+             ORDER BY n";
+        connection::run!(&self.store.conns, |conn| sqlx::query(RECORD_APART)
             .bind(&scopes)
             .bind(&names)
             .bind(action)
             .bind(actor)
-            .fetch_all(conn))?;
-        ids.sort_unstable();
-        Ok(ids)
-    }
-
-    /// Fills in what the action `id` did. Only a record without an outcome
-    /// is written, so a late or repeated call never rewrites history.
-    pub(crate) async fn record_outcome(self, id: i64, outcome: &str, fence: Option<i64>) -> Result<()> {
-        self.record_outcomes(&[(id, outcome.to_owned(), fence)]).await
-    }
-
-    /// [`record_outcome`](Self::record_outcome) for each `(id, outcome,
-    /// fence)`, in one statement whatever their number.
-    pub(crate) async fn record_outcomes(self, outcomes: &[(i64, String, Option<i64>)]) -> Result<()> {
-        let ids: Vec<i64> = outcomes.iter().map(|o| o.0).collect();
-        // The column's limit is the history's error limit.
-        let texts: Vec<String> = outcomes.iter().map(|o| super::storable_text(o.1.clone())).collect();
-        let fences: Vec<Option<i64>> = outcomes.iter().map(|o| o.2).collect();
-        // `outcome IS NULL`: a late or repeated call never rewrites history.
-        const OUTCOME: &str = "
-            UPDATE leasehold_action AS a SET outcome = t.outcome, fence = t.fence
-              FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS t(id, outcome, fence)
-             WHERE a.id = t.id AND a.outcome IS NULL";
-        connection::run!(&self.store.conns, |conn| sqlx::query(OUTCOME)
-            .bind(&ids)
-            .bind(&texts)
-            .bind(&fences)
+            .bind(&outcome)
             .execute(conn))?;
         Ok(())
     }

@@ -9,7 +9,7 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
-use super::{LeaseStore, WAKE_CHANNEL};
+use super::{LeaseStore, Record, WAKE_CHANNEL};
 use crate::connection;
 use crate::error::Result;
 use crate::validate;
@@ -71,7 +71,9 @@ impl Target {
         }
     }
 
-    fn check(&self) -> Result<()> {
+    /// The one check of a target where it enters (the public calls that
+    /// take one): what a row can hold.
+    pub(crate) fn check(&self) -> Result<()> {
         match self {
             // Existing keys and jobs (a row stored before hidden
             // characters were refused can still be paused and resumed).
@@ -179,8 +181,8 @@ impl From<PauseRow> for Pause {
 /// each method is one statement and cancel-safe.
 ///
 /// These record nothing: [`Operator`](crate::operator::Operator) runs the
-/// same statements between two audit records, as the CLI and the console
-/// do.
+/// same statements with the action's record written in each (the CLI and
+/// the console act through it), so the record commits with the effect.
 #[derive(Debug, Clone, Copy)]
 pub struct Controls<'s> {
     pub(super) store: &'s LeaseStore,
@@ -208,11 +210,28 @@ impl Controls<'_> {
     pub async fn pause(self, target: &Target, cancel: bool, by: &str) -> Result<Pause> {
         target.check()?;
         validate::actor("paused by", by)?;
-        // $1 scope, $2 name, $3 cancel, $4 by. The pause takes effect when
+        self.pause_recorded(target, cancel, by, None).await
+    }
+
+    /// [`pause`](Self::pause) of a target and by a name checked where they
+    /// entered, writing `record` (if any) in the same statement.
+    pub(crate) async fn pause_recorded(
+        self,
+        target: &Target,
+        cancel: bool,
+        by: &str,
+        record: Option<&Record<'_>>,
+    ) -> Result<Pause> {
+        // $1 scope, $2 name, $3 cancel, $4 by; the record: $5 action, $6
+        // actor, $7 words ([1] `paused: %s, %s running`, of keys [2] one,
+        // [3] `%s`, and runs in progress). The pause takes effect when
         // this commits: every later claim checks it after its row lock.
         // `before` reads the statement's snapshot, taken before its insert:
         // the pause that was already there, if any, for the answer (a pause
         // committed concurrently, after the snapshot, reads as none).
+        // - `recorded`: the action's row, in the statement that pauses, so
+        //   the two commit together; its words are the answer's (`said`,
+        //   the row this returns).
         const PAUSE: &str = concat!(
             "
             WITH before AS (
@@ -222,21 +241,35 @@ impl Controls<'_> {
                 VALUES ($1, $2, $3, $4)
                 ON CONFLICT (scope, name) DO UPDATE SET cancel = /* guard:pause.cancel_kept */ p.cancel OR EXCLUDED.cancel
                 RETURNING p.*
-            )
-            SELECT p.scope, p.name, p.cancel, p.paused_by, p.paused_at, c.keys, c.running,
-                   (SELECT b.cancel FROM before AS b) AS already_paused
-              FROM p, LATERAL (
-                  SELECT count(*) AS keys, count(*) FILTER (WHERE l.expires_at > clock_timestamp()) AS running
-                    FROM leasehold_lease AS l
-                   WHERE ",
+            ), said AS (
+                SELECT p.scope, p.name, p.cancel, p.paused_by, p.paused_at, c.keys, c.running,
+                       (SELECT b.cancel FROM before AS b) AS already_paused
+                  FROM p, LATERAL (
+                      SELECT count(*) AS keys, count(*) FILTER (WHERE l.expires_at > clock_timestamp()) AS running
+                        FROM leasehold_lease AS l
+                       WHERE ",
             pause_covers!(pause = "p", key = "l.key", jobs = "l.job_name"),
-            ") AS c"
+            ") AS c
+            ), recorded AS (
+                INSERT INTO leasehold_action (scope, name, action, actor, outcome)
+                SELECT s.scope, s.name, $5, $6,
+                       format(($7::text[])[1],
+                              CASE WHEN s.keys = 1 THEN format(($7::text[])[2]) ELSE format(($7::text[])[3], s.keys) END,
+                              s.running)
+                  FROM said AS s
+                 WHERE /* guard:pause.recorded */ $5::text IS NOT NULL
+            )
+            SELECT * FROM said"
         );
+        let (action, actor, words) = Record::binds(record);
         let row: PauseRow = connection::run!(&self.store.conns, |conn| sqlx::query_as(PAUSE)
             .bind(target.scope())
             .bind(target.name())
             .bind(cancel)
             .bind(by)
+            .bind(action)
+            .bind(actor)
+            .bind(words)
             .fetch_one(conn))?;
         Ok(row.into())
     }
@@ -249,7 +282,15 @@ impl Controls<'_> {
     /// both are lifted. Cancel-safe.
     pub async fn resume(self, target: &Target) -> Result<Resumed> {
         target.check()?;
-        // $1 scope, $2 name, $3 the wake-up channel.
+        self.resume_recorded(target, None).await
+    }
+
+    /// [`resume`](Self::resume) of a target checked where it entered,
+    /// writing `record` (if any) in the same statement.
+    pub(crate) async fn resume_recorded(self, target: &Target, record: Option<&Record<'_>>) -> Result<Resumed> {
+        // $1 scope, $2 name, $3 the wake-up channel; the record: $4 action,
+        // $5 actor, $6 words ([1] not paused, [2] `resumed: %s woken`, of
+        // overdue keys [3] one, [4] `%s`).
         // - `woken`: an overdue key's due time moves to now, so pollers'
         //   windows (`due_since`) see it; slot_at keeps the slot it owes, so
         //   catch-up still knows which slots were missed.
@@ -257,6 +298,8 @@ impl Controls<'_> {
         //   consumed its due time, and its release writes the next one. A
         //   due time moved past the run's claim would read, to that
         //   release, as a trigger during the run: one run too many.
+        // - `recorded`: the action's row, in the statement that resumes, so
+        //   the two commit together; its words are the answer's (`said`).
         const RESUME: &str = concat!(
             "
             WITH gone AS (
@@ -272,14 +315,28 @@ impl Controls<'_> {
                    AND /* guard:resume.due_only */ COALESCE(l.next_due_at, '-infinity') <= clock_timestamp()
                    AND /* guard:resume.not_running */ l.expires_at <= clock_timestamp()
                 RETURNING l.key
+            ), said AS (
+                SELECT (SELECT count(*) FROM gone) AS resumed,
+                       (SELECT count(*) FROM (SELECT pg_notify($3, w.key) FROM woken AS w) AS n) AS woken
+            ), recorded AS (
+                INSERT INTO leasehold_action (scope, name, action, actor, outcome)
+                SELECT $1, $2, $4, $5,
+                       CASE WHEN s.resumed = 0 THEN format(($6::text[])[1])
+                            ELSE format(($6::text[])[2], CASE WHEN s.woken = 1 THEN format(($6::text[])[3])
+                                                              ELSE format(($6::text[])[4], s.woken) END) END
+                  FROM said AS s
+                 WHERE /* guard:resume.recorded */ $4::text IS NOT NULL
             )
-            SELECT (SELECT count(*) FROM gone) AS resumed,
-                   (SELECT count(*) FROM (SELECT pg_notify($3, w.key) FROM woken AS w) AS n) AS woken"
+            SELECT resumed, woken FROM said"
         );
+        let (action, actor, words) = Record::binds(record);
         let (resumed, woken): (i64, i64) = connection::run!(&self.store.conns, |conn| sqlx::query_as(RESUME)
             .bind(target.scope())
             .bind(target.name())
             .bind(WAKE_CHANNEL)
+            .bind(action)
+            .bind(actor)
+            .bind(words)
             .fetch_one(conn))?;
         Ok(if resumed == 0 {
             Resumed::NotPaused
@@ -341,7 +398,17 @@ impl Controls<'_> {
     /// ```
     pub async fn trigger(self, key: &str) -> Result<Triggered> {
         validate::existing_key(key)?;
-        // $1 key, $2 the wake-up channel. The notify rides in the same
+        self.trigger_recorded(key, None).await
+    }
+
+    /// [`trigger`](Self::trigger) of a key checked where it entered,
+    /// writing `record` (if any) in the same statement.
+    pub(crate) async fn trigger_recorded(self, key: &str, record: Option<&Record<'_>>) -> Result<Triggered> {
+        // $1 key, $2 the wake-up channel; the record: $3 action, $4 actor,
+        // $5 words ([1] due, [2] due but paused, [3] not found). `recorded`:
+        // the action's row, in the statement that makes the key due, so
+        // the two commit together; its words are the answer's (`said`).
+        // The notify rides in the same
         // transaction, so listeners are woken exactly when the new due time
         // is visible to their claims. The due time, read from the clock
         // after the row lock, is later than the `acquired_at` of a run in
@@ -356,15 +423,27 @@ impl Controls<'_> {
                    SET slot_at = COALESCE(slot_at, next_due_at), next_due_at = clock_timestamp()
                  WHERE key = $1
                 RETURNING key, job_name
-            )
-            SELECT (SELECT count(*) FROM (SELECT pg_notify($2, d.key) FROM due AS d) AS n) AS found,
-                   ",
+            ), said AS (
+                SELECT (SELECT count(*) FROM (SELECT pg_notify($2, d.key) FROM due AS d) AS n) AS found,
+                       ",
             paused!(key = "$1", jobs = "SELECT job_name FROM due"),
-            " AS paused"
+            " AS paused
+            ), recorded AS (
+                INSERT INTO leasehold_action (scope, name, action, actor, outcome)
+                SELECT 'key', $1, $3, $4,
+                       format(($5::text[])[CASE WHEN s.found = 0 THEN 3 WHEN s.paused THEN 2 ELSE 1 END])
+                  FROM said AS s
+                 WHERE /* guard:trigger.recorded */ $3::text IS NOT NULL
+            )
+            SELECT found, paused FROM said"
         );
+        let (action, actor, words) = Record::binds(record);
         let (found, paused): (i64, bool) = connection::run!(&self.store.conns, |conn| sqlx::query_as(TRIGGER)
             .bind(key)
             .bind(WAKE_CHANNEL)
+            .bind(action)
+            .bind(actor)
+            .bind(words)
             .fetch_one(conn))?;
         Ok(match (found, paused) {
             (0, _) => Triggered::NotFound,

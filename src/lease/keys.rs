@@ -31,7 +31,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::LeaseStore;
+use super::{LeaseStore, Record};
 use crate::connection;
 use crate::error::{Error, Result};
 use crate::schedule::{CatchUp, Schedule, first_due};
@@ -356,8 +356,9 @@ impl KeyStatusRow {
 /// as described on [`LeaseStore`].
 ///
 /// These record nothing: [`Operator`](crate::operator::Operator)'s
-/// `add_keys`, `update_key` and `remove_key` run the same statements
-/// between two audit records.
+/// `add_keys`, `update_key` and `remove_key` run the same statements with
+/// the action's record written in each, so the record commits with the
+/// change.
 #[derive(Debug, Clone, Copy)]
 pub struct Keys<'s> {
     pub(super) store: &'s LeaseStore,
@@ -388,6 +389,14 @@ impl Keys<'_> {
     /// # Ok(()) }
     /// ```
     pub async fn add(self, keys: &[NewKey]) -> Result<u64> {
+        self.add_recorded(keys, None).await
+    }
+
+    /// [`add`](Self::add), writing `record` (if any) in the same statement:
+    /// one action row per key, in the order of `keys`, its words
+    /// `record.words[i]` for `keys[i]` (a template with one slot: how many
+    /// keys the call added).
+    pub(crate) async fn add_recorded(self, keys: &[NewKey], record: Option<&Record<'_>>) -> Result<u64> {
         let mut sorted: Vec<&NewKey> = keys.iter().collect();
         // One order for every writer: concurrent batches of overlapping
         // keys wait for each other instead of deadlocking.
@@ -417,7 +426,9 @@ impl Keys<'_> {
         let server_now = self.store.server_now().await?;
         let firsts: Vec<DateTime<Utc>> = sorted.iter().map(|k| first_due(&k.schedule, server_now)).collect();
         // $1..$5 the keys' columns, $6 the kinds' channel, $7 each key's
-        // first slot, $8 each key's own time limit (seconds, NULL: none).
+        // first slot, $8 each key's own time limit (seconds, NULL: none);
+        // the record: $9 action, $10 actor, $11 each key's words, $12 the
+        // keys in the caller's order (the words' order).
         // - ON CONFLICT DO NOTHING: an existing key keeps its arguments.
         // - `version`: one more than the last version of the key's earlier
         //   life, if it had one (`leasehold_key_life`): a key name's
@@ -432,6 +443,9 @@ impl Keys<'_> {
         // - The kinds' rows move by what was inserted, in kind order (one
         //   lock order for concurrent batches); the generation moves so
         //   every replica reloads the kind (invariant "never misses").
+        // - `recorded`: each key's action row, in the statement that adds
+        //   the keys, so they commit together; in the caller's order, so
+        //   the rows' ids rise in it.
         const ADD_KEYS: &str = "
             WITH t AS (
                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $7::timestamptz[],
@@ -458,9 +472,17 @@ impl Keys<'_> {
                 RETURNING kind
             ), notified AS (
                 SELECT count(*) AS n FROM (SELECT pg_notify($6, kind) FROM bumped) AS s
+            ), recorded AS (
+                INSERT INTO leasehold_action (scope, name, action, actor, outcome)
+                SELECT 'key', r.key, $9, $10, format(r.words, coalesce((SELECT sum(n) FROM counted), 0))
+                  FROM unnest($12::text[], $11::text[]) WITH ORDINALITY AS r(key, words, n)
+                 WHERE /* guard:add_keys.recorded */ $9::text IS NOT NULL
+                 ORDER BY r.n
             )
             SELECT coalesce((SELECT sum(n) FROM counted), 0)::bigint + 0 * (SELECT n FROM notified)
                    + 0 * (SELECT count(*) FROM new_life)";
+        let (action, actor, words) = Record::binds(record);
+        let in_order: Vec<&str> = keys.iter().map(|k| &*k.key).collect();
         let added: i64 = connection::run!(&self.store.conns, |conn| sqlx::query_scalar(ADD_KEYS)
             .bind(&names)
             .bind(&kinds)
@@ -470,6 +492,10 @@ impl Keys<'_> {
             .bind(KIND_CHANNEL)
             .bind(&firsts)
             .bind(&timeouts)
+            .bind(action)
+            .bind(actor)
+            .bind(words)
+            .bind(&in_order)
             .fetch_one(conn))?;
         Ok(u64::try_from(added).unwrap_or_default())
     }
@@ -482,12 +508,22 @@ impl Keys<'_> {
     /// started with ([`FenceGuard::args_version`](crate::FenceGuard::args_version)
     /// tells which). Cancel-safe as described on [`LeaseStore`].
     pub async fn update(self, key: &NewKey) -> Result<Option<i64>> {
+        self.update_recorded(key, None).await
+    }
+
+    /// [`update`](Self::update), writing `record` (if any) in the same
+    /// statement.
+    pub(crate) async fn update_recorded(self, key: &NewKey, record: Option<&Record<'_>>) -> Result<Option<i64>> {
         let timeout = key.timeout_secs()?;
         // $1 key, $2 kind, $3 args, $4 schedule, $5 catch-up, $6 channel,
-        // $7 time limit (seconds, NULL: the kind's).
+        // $7 time limit (seconds, NULL: the kind's); the record: $8
+        // action, $9 actor, $10 words ([1] `updated to version %s…`, [2]
+        // not found).
         // - `kind = $2`: never rewrites a key of another kind.
         // - `args_error = NULL`: a report was about the old version.
         // - the generation moves: every replica reloads the kind.
+        // - `recorded`: the action's row, in the statement that updates, so
+        //   the two commit together; one row, found or not.
         const UPDATE_KEY: &str = "
             WITH updated AS (
                 UPDATE leasehold_key
@@ -501,8 +537,16 @@ impl Keys<'_> {
                 RETURNING k.kind
             ), notified AS (
                 SELECT count(*) AS n FROM (SELECT pg_notify($6, kind) FROM bumped) AS s
+            ), recorded AS (
+                INSERT INTO leasehold_action (scope, name, action, actor, outcome)
+                SELECT 'key', $1, $8, $9,
+                       CASE WHEN u.version IS NULL THEN format(($10::text[])[2])
+                            ELSE format(($10::text[])[1], u.version) END
+                  FROM (VALUES (1)) AS one(n) LEFT JOIN updated AS u ON true
+                 WHERE /* guard:update_key.recorded */ $8::text IS NOT NULL
             )
             SELECT u.version FROM updated AS u, notified";
+        let (action, actor, words) = Record::binds(record);
         connection::run!(&self.store.conns, |conn| sqlx::query_scalar(UPDATE_KEY)
             .bind(&key.key)
             .bind(&key.kind)
@@ -511,6 +555,9 @@ impl Keys<'_> {
             .bind(key.catch_up.to_string())
             .bind(KIND_CHANNEL)
             .bind(timeout)
+            .bind(action)
+            .bind(actor)
+            .bind(words)
             .fetch_optional(conn))
     }
 
@@ -523,8 +570,17 @@ impl Keys<'_> {
     pub async fn remove(self, kind: &str, key: &str) -> Result<bool> {
         validate::job_name(kind)?;
         validate::key(key)?;
-        // $1 key, $2 kind, $3 channel. `kind = $2`: never deletes a key of
+        self.remove_recorded(kind, key, None).await
+    }
+
+    /// [`remove`](Self::remove) of a kind and key checked where they
+    /// entered, writing `record` (if any) in the same statement.
+    pub(crate) async fn remove_recorded(self, kind: &str, key: &str, record: Option<&Record<'_>>) -> Result<bool> {
+        // $1 key, $2 kind, $3 channel; the record: $4 action, $5 actor, $6
+        // words ([1] removed, [2] not found). `kind = $2`: never deletes a key of
         // another kind; the kind's count moves by the row deleted.
+        // `recorded`: the action's row, in the statement that removes, so
+        // the two commit together; one row, found or not.
         // `life`: the key's life ended, on the record in the same statement
         // (schema v10): a later add of the key goes on from its last
         // version, and status shows its lease row as removed. GREATEST: a
@@ -546,12 +602,20 @@ impl Keys<'_> {
                 RETURNING k.kind
             ), notified AS (
                 SELECT count(*) AS n FROM (SELECT pg_notify($3, kind) FROM bumped) AS s
+            ), recorded AS (
+                INSERT INTO leasehold_action (scope, name, action, actor, outcome)
+                SELECT 'key', $1, $4, $5, format(($6::text[])[CASE WHEN EXISTS (SELECT 1 FROM gone) THEN 1 ELSE 2 END])
+                 WHERE /* guard:remove_key.recorded */ $4::text IS NOT NULL
             )
             SELECT g.kind FROM gone AS g, notified WHERE EXISTS (SELECT 1 FROM life)";
+        let (action, actor, words) = Record::binds(record);
         let gone: Option<String> = connection::run!(&self.store.conns, |conn| sqlx::query_scalar(REMOVE_KEY)
             .bind(key)
             .bind(kind)
             .bind(KIND_CHANNEL)
+            .bind(action)
+            .bind(actor)
+            .bind(words)
             .fetch_optional(conn))?;
         Ok(gone.is_some())
     }

@@ -93,6 +93,7 @@ mod session;
 
 pub(crate) use crate::outcome::RunOutcome;
 pub use audit::ActionRecord;
+pub(crate) use audit::Record;
 pub(crate) use batch::{Candidate, Claimed, ClaimedRun, Finish, Polled, Registered, Released, Sighting};
 pub(crate) use claim::ClaimRow;
 pub use claim::{Claim, Due};

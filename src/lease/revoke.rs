@@ -18,7 +18,7 @@
 
 use sqlx::FromRow;
 
-use super::{Controls, LeaseInfo, LeaseRow};
+use super::{Controls, LeaseInfo, LeaseRow, Record};
 use crate::connection;
 use crate::error::Result;
 use crate::validate;
@@ -87,6 +87,18 @@ impl Controls<'_> {
     /// ```
     pub async fn revoke(self, key: &str, revoke: Revoke, resources: &[&str]) -> Result<Revoked> {
         validate::existing_key(key)?;
+        self.revoke_recorded(key, revoke, resources, None).await
+    }
+
+    /// [`revoke`](Self::revoke) of a key checked where it entered, writing
+    /// `record` (if any) in the same statement.
+    pub(crate) async fn revoke_recorded(
+        self,
+        key: &str,
+        revoke: Revoke,
+        resources: &[&str],
+        record: Option<&Record<'_>>,
+    ) -> Result<Revoked> {
         let mut raise = vec![key];
         for &resource in resources {
             validate::resource(resource)?;
@@ -108,6 +120,12 @@ impl Controls<'_> {
         // - `raised`: GREATEST, a fence row only rises (F1); `lease_key =
         //   NULL`: no tenure wrote the row, so the commit check (F5) has no
         //   tenure to hold this statement to.
+        // - `recorded` (the record: $4 action, $5 actor, $6 words: [1] not
+        //   found, [2] `refused: held by %s (fence %s)`, [3] `ended the
+        //   tenure of %s (fence %s, %s); new fence %s`, the old tenure [4]
+        //   held, [5] free): the action's row with the new fence, in the
+        //   statement that ends the tenure, so the two commit together; one
+        //   row whether or not a lease row was found, its words the answer's.
         const REVOKE: &str = "
             WITH old AS (
                 SELECT l.*, clock_timestamp() AS server_now
@@ -131,13 +149,28 @@ impl Controls<'_> {
                 ON CONFLICT (resource) DO UPDATE
                    SET last_fence = /* guard:revoke.never_lower */ GREATEST(f.last_fence, EXCLUDED.last_fence), updated_at = clock_timestamp(),
                        /* guard:revoke.tenure_cleared */ lease_key = NULL
+            ), recorded AS (
+                INSERT INTO leasehold_action (scope, name, action, actor, outcome, fence)
+                SELECT 'key', $1, $4, $5,
+                       CASE WHEN o.key IS NULL THEN format(($6::text[])[1])
+                            WHEN e.fence IS NULL THEN format(($6::text[])[2], o.holder, o.fence)
+                            ELSE format(($6::text[])[3], o.holder, o.fence,
+                                        format(($6::text[])[CASE WHEN o.expires_at > o.server_now THEN 4 ELSE 5 END]),
+                                        e.fence) END,
+                       e.fence
+                  FROM (VALUES (1)) AS one(n) LEFT JOIN old AS o ON true LEFT JOIN ended AS e ON true
+                 WHERE /* guard:revoke.recorded */ $4::text IS NOT NULL
             )
             SELECT (SELECT fence FROM ended) AS new_fence, old.* FROM old";
         let force = revoke == Revoke::Force;
+        let (action, actor, words) = Record::binds(record);
         let row: Option<RevokeRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(REVOKE)
             .bind(key)
             .bind(force)
             .bind(&raise)
+            .bind(action)
+            .bind(actor)
+            .bind(words)
             .fetch_optional(conn))?;
         Ok(match row {
             None => Revoked::NotFound,

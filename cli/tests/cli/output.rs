@@ -139,35 +139,50 @@ async fn library_log_lines_go_to_stderr_filtered_by_rust_log() {
     );
     assert!(!stdout(&out).contains("applying"), "{}", stdout(&out));
 
-    // An action whose outcome cannot be recorded makes the library warn:
-    // shown without RUST_LOG, hidden with RUST_LOG=off.
+    // An action whose record cannot be written fails with it (they are one
+    // statement), and the library warns that its error could not be
+    // recorded either: the warning shown without RUST_LOG, on a log line
+    // apart from the command's failure, and hidden with RUST_LOG=off.
     let store = LeaseStore::new(db.pool.clone());
     released_row(&store, "k", "web-1").await;
+    let due_before = store.get("k").await.unwrap().unwrap().next_due_at;
     sqlx::raw_sql(
-        "CREATE FUNCTION refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS \
-         $$BEGIN RAISE EXCEPTION 'outcome refused by the test'; END$$;
-         CREATE TRIGGER refuse_outcome BEFORE UPDATE ON leasehold_action
-             FOR EACH ROW EXECUTE FUNCTION refuse_outcome();",
+        "CREATE FUNCTION refuse_record() RETURNS trigger LANGUAGE plpgsql AS \
+         $$BEGIN RAISE EXCEPTION 'record refused by the test'; END$$;
+         CREATE TRIGGER refuse_record BEFORE INSERT ON leasehold_action
+             FOR EACH ROW EXECUTE FUNCTION refuse_record();",
     )
     .execute(&db.pool)
     .await
     .unwrap();
     let out = leasehold(Some(&url), &["trigger", "k"]).await;
-    assert_exit(&out, 0);
+    assert_exit(&out, 1);
     let err = stderr(&out);
     assert!(
-        err.contains("WARN") && err.contains("the action's outcome was not recorded"),
+        err.lines()
+            .any(|l| l.contains("WARN") && l.contains("the action's outcome was not recorded")),
         "{err}"
     );
-    assert!(err.contains("outcome refused by the test"), "{err}");
-    assert!(stdout(&out).starts_with("trigger key \"k\": due"), "{}", stdout(&out));
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("leasehold: ") && l.contains("record refused by the test")),
+        "{err}"
+    );
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+    assert_eq!(
+        store.get("k").await.unwrap().unwrap().next_due_at,
+        due_before,
+        "the trigger did not take effect without its record"
+    );
     let out = leasehold_env(Some(&url), &["trigger", "k"], &[("RUST_LOG", "off")]).await;
-    assert_exit(&out, 0);
-    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(!err.contains("WARN"), "{err}");
+    assert!(err.contains("record refused by the test"), "{err}");
 
     // A RUST_LOG that is no filter is named, and the default used.
     let out = leasehold_env(Some(&url), &["trigger", "k"], &[("RUST_LOG", "leasehold=loud")]).await;
-    assert_exit(&out, 0);
+    assert_exit(&out, 1);
     let err = stderr(&out);
     assert!(err.contains("RUST_LOG=leasehold=loud is not a log filter"), "{err}");
     assert!(err.contains("the action's outcome was not recorded"), "{err}");

@@ -259,8 +259,8 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
         async move { store.records().list("op:").await }
     })
     .await;
-    // The console's calls: recorded actions (three statements each, all
-    // through `Operator::recorded`, so two of them stand for the four) and
+    // The console's calls: recorded actions (one statement each, the
+    // record in it; two of them stand for the four) and
     // the reads of its pages (`status` is `list_page`).
     let operator = Operator::new(store.clone(), "sweeper").expect("operator");
     let recorded = sweep(&db, &pool, step, "operator actions", |_| {

@@ -4,7 +4,7 @@
 
 use leasehold::{
     Error, NewKey, Schedule,
-    operator::{Forgotten, Operator, OperatorAction, Revoke, Revoked, Target},
+    operator::{Forgotten, Operator, OperatorAction, Resumed, Revoke, Revoked, Target, Triggered},
 };
 
 use crate::support::{self, LONG};
@@ -97,8 +97,8 @@ async fn a_job_pause_is_in_the_history_of_each_of_its_keys_and_an_operator_must_
 }
 
 /// An operator adds 2,000 keys of a kind: each key's history has its `add`
-/// with its own kind and arguments, and the records took one statement and
-/// their outcomes one more, not one round trip per key.
+/// with its own kind and arguments, written by the statement that adds the
+/// keys — not one round trip per key, and no statement apart.
 #[tokio::test]
 async fn adding_many_keys_records_each_key_in_one_statement() {
     let (db, store) = support::store().await;
@@ -111,11 +111,14 @@ async fn adding_many_keys_records_each_key_in_one_statement() {
     assert_eq!(alice.add_keys(&keys).await.expect("add"), 2000);
 
     let records = support::statement_calls(&db.pool, "INSERT INTO leasehold_action").await;
+    let with_the_keys =
+        support::statement_calls(&db.pool, "INSERT INTO leasehold_key%INSERT INTO leasehold_action").await;
     let outcomes = support::statement_calls(&db.pool, "UPDATE leasehold_action").await;
+    let all = support::statement_calls(&db.pool, "").await;
     assert_eq!(
-        (records, outcomes),
-        (1, 1),
-        "one statement each, whatever the number of keys"
+        (records, with_the_keys, outcomes, all),
+        (1, 1, 0, 2),
+        "the records are written by the statement that adds the keys (the other statement reads the server clock)"
     );
     for i in [0, 1, 1234, 1999] {
         let actions = store
@@ -270,4 +273,241 @@ async fn hidden_characters_are_refused_in_every_name_and_who_acted_follows_one_r
         store.records().status("ledger").await.expect("status").is_none(),
         "nothing was claimed"
     );
+}
+
+/// Issue 43: an operator action is one statement, its record in it. The
+/// CLI's pause (and the console's) sends that one statement: the pause and
+/// its record with its outcome, committed together; so do a resume and a
+/// trigger.
+#[tokio::test]
+async fn an_action_and_its_record_with_its_outcome_are_one_statement() {
+    let (db, store) = support::store().await;
+    store.claim("report:a", "replica-1", LONG).await.expect("claim");
+    let alice = Operator::new(store.clone(), "alice@laptop").expect("operator");
+    let target = Target::key("report:a");
+    for (what, statements) in [("pause", 1), ("trigger", 1), ("resume", 1)] {
+        support::reset_statement_stats(&db.pool).await;
+        match what {
+            "pause" => drop(alice.pause(&target, false).await.expect("pause")),
+            "trigger" => drop(alice.trigger("report:a").await.expect("trigger")),
+            _ => drop(alice.resume(&target).await.expect("resume")),
+        }
+        assert_eq!(
+            support::statement_calls(&db.pool, "").await,
+            statements,
+            "{what}: one statement"
+        );
+        assert_eq!(
+            support::statement_calls(&db.pool, "INSERT INTO leasehold_action").await,
+            1,
+            "{what}: the statement that acts writes the record"
+        );
+    }
+    let actions = store.records().actions("report:a", 10).await.expect("actions");
+    let seen: Vec<(&str, Option<&str>)> = actions
+        .iter()
+        .map(|a| (a.action.as_str(), a.outcome.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("resume", Some("resumed: 0 overdue keys woken")),
+            ("trigger", Some("due, but paused: it runs once resumed")),
+            ("pause", Some("paused: 1 key, 1 running")),
+        ]
+    );
+}
+
+/// Each answer of each action is recorded in the words the answer says
+/// (its `Display`, which the CLI and the console print): the statement
+/// picks the words of the answer it gives and fills them as Rust does,
+/// `%` in a kind or in arguments included.
+#[tokio::test]
+async fn every_answer_is_recorded_in_the_words_it_says() {
+    let (db, store) = support::store().await;
+    let op = Operator::new(store.clone(), "carol").expect("operator");
+    for key in ["a:1", "a:2", "b:1"] {
+        store.claim(key, "replica-1", LONG).await.expect("claim");
+    }
+    sqlx::query("UPDATE leasehold_lease SET job_name = 'a' WHERE key LIKE 'a:%'")
+        .execute(&db.pool)
+        .await
+        .expect("job");
+    let (a1, a2, job) = (Target::key("a:1"), Target::key("a:2"), Target::job("a"));
+    let mut said: Vec<(Target, String)> = Vec::new();
+
+    // Trigger: not found, due, paused.
+    said.push((
+        Target::key("nowhere"),
+        op.trigger("nowhere").await.expect("trigger").to_string(),
+    ));
+    assert_eq!(op.trigger("a:1").await.expect("trigger"), Triggered::Due);
+    said.push((a1.clone(), Triggered::Due.to_string()));
+    // Pause: one key, several keys; trigger of a paused key.
+    said.push((a1.clone(), op.pause(&a1, false).await.expect("pause").to_string()));
+    assert_eq!(said.last().expect("said").1, "paused: 1 key, 1 running");
+    assert_eq!(op.trigger("a:1").await.expect("trigger"), Triggered::Paused);
+    said.push((a1.clone(), Triggered::Paused.to_string()));
+    said.push((job.clone(), op.pause(&job, true).await.expect("pause").to_string()));
+    assert_eq!(said.last().expect("said").1, "paused: 2 keys, 2 running");
+    // Resume: not paused, one overdue key woken.
+    let resumed = op.resume(&a2).await.expect("resume");
+    assert_eq!(resumed, Resumed::NotPaused);
+    said.push((a2.clone(), resumed.to_string()));
+    support::expire_now(&db.pool, "a:2").await;
+    let resumed = op.resume(&job).await.expect("resume");
+    assert_eq!(resumed, Resumed::Yes { woken: 1 });
+    said.push((job.clone(), resumed.to_string()));
+    // Revoke: refused, ended (held, then already free), not found.
+    said.push((
+        a1.clone(),
+        op.revoke("a:1", Revoke::IfFree, &[]).await.expect("revoke").to_string(),
+    ));
+    assert!(said.last().expect("said").1.starts_with("refused: held by replica-1"));
+    said.push((
+        a1.clone(),
+        op.revoke("a:1", Revoke::Force, &[]).await.expect("revoke").to_string(),
+    ));
+    assert!(said.last().expect("said").1.contains(", held: its run is cancelled"));
+    said.push((
+        a1.clone(),
+        op.revoke("a:1", Revoke::Force, &[]).await.expect("revoke").to_string(),
+    ));
+    assert!(said.last().expect("said").1.contains(", already free); new fence "));
+    said.push((
+        Target::key("gone"),
+        op.revoke("gone", Revoke::IfFree, &[])
+            .await
+            .expect("revoke")
+            .to_string(),
+    ));
+    // Forget: refused, deleted, not found.
+    said.push((Target::key("b:1"), op.forget("b:1").await.expect("forget").to_string()));
+    assert!(
+        said.last()
+            .expect("said")
+            .1
+            .starts_with("refused: held by replica-1 (fence ")
+    );
+    said.push((a1.clone(), op.forget("a:1").await.expect("forget").to_string()));
+    assert_eq!(said.last().expect("said").1, Forgotten::Deleted.to_string());
+    said.push((a1.clone(), op.forget("a:1").await.expect("forget").to_string()));
+    // Add, update (found, not found), remove (not found, removed), with `%`
+    // in a kind and in arguments.
+    let pct = Target::key("pct:1");
+    let key = NewKey::new("pct", "pct:1", &"50%s off, 100%% sure", Schedule::Manual).expect("key");
+    let added = op.add_keys(std::slice::from_ref(&key)).await.expect("add");
+    said.push((pct.clone(), leasehold::operator::added(&key, added, 1)));
+    assert!(
+        said.last()
+            .expect("said")
+            .1
+            .contains(r#"args "50%s off, 100%% sure": 1 of 1 keys"#)
+    );
+    let version = op.update_key(&key).await.expect("update");
+    said.push((pct.clone(), leasehold::operator::updated(&key, version)));
+    let other = NewKey::new("other%s", "pct:1", &1, Schedule::Manual).expect("key");
+    let version = op.update_key(&other).await.expect("update");
+    said.push((pct.clone(), leasehold::operator::updated(&other, version)));
+    assert_eq!(said.last().expect("said").1, "not found: no key of kind other%s");
+    let removed = op.remove_key("other%s", "pct:1").await.expect("remove");
+    said.push((pct.clone(), leasehold::operator::removed("other%s", removed)));
+    let removed = op.remove_key("pct", "pct:1").await.expect("remove");
+    said.push((pct.clone(), leasehold::operator::removed("pct", removed)));
+
+    // Each target's records, oldest first, are what was said on it.
+    let targets = [
+        Target::key("nowhere"),
+        a1,
+        a2,
+        job,
+        Target::key("gone"),
+        Target::key("b:1"),
+        pct,
+    ];
+    for target in targets {
+        let history = match &target {
+            Target::Job(name) => store.records().job_actions(name, 100).await,
+            _ => store.records().actions(target.name(), 100).await,
+        }
+        .expect("actions");
+        let recorded: Vec<&str> = history
+            .iter()
+            .rev()
+            .filter(|a| a.target == target && a.actor == "carol")
+            .filter_map(|a| a.outcome.as_deref())
+            .collect();
+        let expected: Vec<&str> = said
+            .iter()
+            .filter(|(t, _)| *t == target)
+            .map(|(_, w)| w.as_str())
+            .collect();
+        assert_eq!(recorded, expected, "{target}");
+    }
+}
+
+/// An action whose statement fails leaves neither its effect nor a record
+/// of success: the record and the effect are one statement, so a record
+/// that cannot be written undoes the pause; the error is recorded apart.
+#[tokio::test]
+async fn a_failed_action_takes_no_effect_and_is_recorded_with_its_error() {
+    let (db, store) = support::store().await;
+    store.claim("ledger", "replica-1", LONG).await.expect("claim");
+    // The database refuses any record of mallory's but an error's.
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_mallory() RETURNS trigger LANGUAGE plpgsql AS
+         $$BEGIN
+             IF NEW.actor = 'mallory' AND NEW.outcome NOT LIKE 'error: %' THEN
+                 RAISE EXCEPTION 'no record for mallory';
+             END IF;
+             RETURN NEW;
+         END$$;
+         CREATE TRIGGER refuse_mallory BEFORE INSERT ON leasehold_action
+             FOR EACH ROW EXECUTE FUNCTION refuse_mallory();",
+    )
+    .execute(&db.pool)
+    .await
+    .expect("trigger");
+    let mallory = Operator::new(store.clone(), "mallory").expect("operator");
+
+    let err = mallory
+        .pause(&Target::key("ledger"), true)
+        .await
+        .expect_err("the record is refused, so is the pause");
+    assert!(err.to_string().contains("no record for mallory"), "{err}");
+    assert!(
+        store.controls().pauses().await.expect("pauses").is_empty(),
+        "the pause did not take effect without its record"
+    );
+    let err = mallory
+        .add_keys(&[NewKey::new("tenant", "tenant:x", &1, Schedule::Manual).expect("key")])
+        .await
+        .expect_err("refused");
+    assert!(err.to_string().contains("no record for mallory"), "{err}");
+    assert!(
+        store.keys().get("tenant:x").await.expect("get").is_none(),
+        "no key added"
+    );
+
+    let actions = store.records().actions("ledger", 10).await.expect("actions");
+    let seen: Vec<(&str, &str, bool)> = actions
+        .iter()
+        .map(|a| {
+            let outcome = a.outcome.as_deref().unwrap_or_default();
+            (
+                a.action.as_str(),
+                a.actor.as_str(),
+                outcome.starts_with("error: ") && outcome.contains("no record for mallory"),
+            )
+        })
+        .collect();
+    assert_eq!(seen, [("pause-cancel", "mallory", true)], "one record: its error");
+    let actions = store.records().actions("tenant:x", 10).await.expect("actions");
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    assert!(actions[0].outcome.as_deref().unwrap_or_default().starts_with("error: "));
+
+    // Another operator's actions are recorded as ever.
+    let alice = Operator::new(store.clone(), "alice").expect("operator");
+    alice.pause(&Target::key("ledger"), false).await.expect("pause");
+    assert_eq!(store.controls().pauses().await.expect("pauses").len(), 1);
 }
