@@ -116,7 +116,8 @@ impl Controls<'_> {
         //   (GREATEST keeps the row's CHECK true if the server clock stepped
         //   back); a free one keeps its expiry.
         // - `places` (invariant 11): the ended tenure's place under its
-        //   job's fleet-wide limit, if any, is free when its lease is.
+        //   job's fleet-wide limit, if any, is free when its lease is, and
+        //   `told` wakes the replicas holding that job's keys back.
         // - `raised`: GREATEST, a fence row only rises (F1); `lease_key =
         //   NULL`: no tenure wrote the row, so the commit check (F5) has no
         //   tenure to hold this statement to.
@@ -126,7 +127,8 @@ impl Controls<'_> {
         //   held, [5] free): the action's row with the new fence, in the
         //   statement that ends the tenure, so the two commit together; one
         //   row whether or not a lease row was found, its words the answer's.
-        const REVOKE: &str = "
+        const REVOKE: &str = concat!(
+            "
             WITH old AS (
                 SELECT l.*, clock_timestamp() AS server_now
                   FROM leasehold_lease AS l WHERE l.key = $1 FOR UPDATE
@@ -143,6 +145,11 @@ impl Controls<'_> {
                 UPDATE leasehold_run_slot AS s SET expires_at = ended.expires_at
                   FROM old, ended
                  WHERE /* guard:revoke.place */ s.key = old.key AND s.fence = old.fence
+                RETURNING s.job_name
+            ), told AS (
+                SELECT pg_notify('",
+        slot_channel!(),
+        "', p.job_name) FROM places AS p
             ), raised AS (
                 INSERT INTO leasehold_fence AS f (resource, last_fence)
                 /* guard:revoke.raise_fences */ SELECT r, ended.fence FROM ended CROSS JOIN unnest($3::text[]) AS r
@@ -161,7 +168,8 @@ impl Controls<'_> {
                   FROM (VALUES (1)) AS one(n) LEFT JOIN old AS o ON true LEFT JOIN ended AS e ON true
                  WHERE /* guard:revoke.recorded */ $4::text IS NOT NULL
             )
-            SELECT (SELECT fence FROM ended) AS new_fence, old.* FROM old";
+            SELECT (SELECT fence FROM ended) AS new_fence, (SELECT count(*) FROM told) AS told, old.* FROM old"
+        );
         let force = revoke == Revoke::Force;
         let (action, actor, words) = Record::binds(record);
         let row: Option<RevokeRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(REVOKE)

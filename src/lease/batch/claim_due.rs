@@ -63,6 +63,13 @@ pub(crate) struct Claimed {
 }
 
 impl LeaseStore {
+    /// The batch claim's statement, public and hidden behind the
+    /// `test-util` feature only so scenario tests can run two claims in
+    /// transactions of their own and order them.
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub const CLAIM_DUE_SQL: &str = Self::CLAIM_DUE;
+
     /// The statement of [`LeaseStore::claim_due`], prepared on each connection
     /// of leasehold's own as it opens (`session::prepare`).
     // $1 holder, $2 keys, $3 lease seconds, $4 how many to claim at most,
@@ -121,6 +128,33 @@ impl LeaseStore {
     // claim reaches this run, a later one the next run), with no
     // statement of its own; a key removed meanwhile has none and is
     // not run.
+    // The fleet-wide limits (invariant 11, `limit.rs`): a key of a job
+    // with a limit is claimed only with one of its job's places.
+    // - `pick` passes over a limited job's keys while, on its snapshot,
+    //   none of the job's places is free (`limit_full!`): a filter, so the
+    //   claim does not lock keys it cannot start; not the guard.
+    // - `lim`: the limited jobs among the keys picked, with how many, and
+    //   how many runs hold a place above the limit (`above`: started
+    //   before it was lowered).
+    // - `slot` takes, per limited job, up to that many free places
+    //   (`slot_free!`: read on the slot row's own columns) numbered up to
+    //   the limit less `above`: after a limit is lowered, the runs still
+    //   holding higher places count against it, so no run starts until
+    //   fewer than the new limit run. `above` reads the snapshot, but a
+    //   place above the limit is never taken again, only freed: the count
+    //   can only be too high, which holds a start back, never lets one
+    //   through. The places are
+    //   locked FOR UPDATE SKIP LOCKED: PostgreSQL re-checks freeness on
+    //   the latest version once locked, so a place a concurrent claim took
+    //   is skipped, never taken twice (a count of live tenures here would
+    //   read the snapshot, and two claims would both see room).
+    // - `pair` gives the job's picked keys, oldest due first, a place
+    //   each while places last; `go` is what is claimed: every picked key
+    //   of a job without a limit, and a limited job's keys with a place.
+    //   The others stay due and come back `held_back`.
+    // - `slotted` writes the tenure into its place: key, fence, stamp and
+    //   expiry, the lease row's own values from `claimed`, so the place is
+    //   free exactly when the tenure is over.
     pub(crate) const CLAIM_DUE: &str = concat!(
         "
             WITH t AS (
@@ -144,7 +178,11 @@ impl LeaseStore {
                  LIMIT /* guard:claim_due.limit */ $4
                    FOR UPDATE OF l /* guard:claim_due.skip_locked */ SKIP LOCKED
             ), lim AS (
-                SELECT p.new_job AS job, m.fleet_limit, count(*) AS n
+                SELECT p.new_job AS job, m.fleet_limit, count(*) AS n,
+                       (SELECT count(*) FROM leasehold_run_slot AS s
+                         WHERE s.job_name = p.new_job AND s.slot_no > m.fleet_limit AND NOT ",
+        slot_free!(),
+        ") AS above
                   FROM pick AS p JOIN leasehold_limit AS m ON m.job_name = p.new_job
                  GROUP BY p.new_job, m.fleet_limit
             ), slot AS (
@@ -152,13 +190,13 @@ impl LeaseStore {
                   FROM lim, LATERAL (
                       SELECT s.job_name, s.slot_no FROM leasehold_run_slot AS s
                        WHERE s.job_name = lim.job
-                         AND /* guard:limit.under_limit */ s.slot_no <= lim.fleet_limit
+                         AND /* guard:claim_due.slot_under_limit */ s.slot_no <= lim.fleet_limit - lim.above
                          AND ",
         slot_free!(),
         "
                        ORDER BY s.slot_no
                        LIMIT lim.n
-                         FOR UPDATE OF s /* guard:limit.skip_locked */ SKIP LOCKED) AS f
+                         /* guard:claim_due.slot_lock */ FOR UPDATE OF s SKIP LOCKED) AS f
             ), pair AS (
                 SELECT r.key, f.job_name, f.slot_no
                   FROM (SELECT p.key, p.new_job,
@@ -168,7 +206,7 @@ impl LeaseStore {
             ), go AS (
                 SELECT p.* FROM pick AS p
                  WHERE p.new_job NOT IN (SELECT job FROM lim)
-                    OR /* guard:limit.slot_needed */ p.key IN (SELECT key FROM pair)
+                    OR /* guard:claim_due.slot_needed */ p.key IN (SELECT key FROM pair)
             ), claimed AS (
                 UPDATE leasehold_lease AS l
                    SET holder      = $1,
@@ -188,7 +226,7 @@ impl LeaseStore {
             ), slotted AS (
                 UPDATE leasehold_run_slot AS s
                    SET key = c.key, fence = c.fence, owner = c.owner, acquired_at = c.acquired_at,
-                       expires_at = /* guard:limit.slot_expiry */ c.expires_at
+                       expires_at = /* guard:claim_due.slot_expiry */ c.expires_at
                   FROM pair AS pr JOIN claimed AS c ON c.key = pr.key
                  WHERE s.job_name = pr.job_name AND s.slot_no = pr.slot_no
             ), lost AS (
