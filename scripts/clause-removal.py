@@ -135,6 +135,21 @@ mutations = [
 
 # The same, in src/lease/batch/*.rs (the scheduler's statements) and src/lease/forget.rs.
 batch_mutations = [
+ ("claim_due.slot_needed", "claim_due: a limited job's key claimed without a place (the fleet limit ignored)",
+  "p.key IN (SELECT key FROM pair)", "true",
+  "scheduler::fleet_limit::fifty_reports_on_three_replicas_run_at_most_four_at_once_oldest_first"),
+ ("claim_due.slot_lock", "claim_due: places taken without their lock (two concurrent claims take one place)",
+  "FOR UPDATE OF s SKIP LOCKED", "",
+  "scheduler::fleet_limit::two_concurrent_claims_never_take_one_place"),
+ ("claim_due.slot_under_limit", "claim_due: places above a lowered limit taken again",
+  "s.slot_no <= lim.fleet_limit - lim.above", "true",
+  "scheduler::fleet_limit::lowering_a_limit_stops_no_run_and_holds_new_starts_to_the_new_limit"),
+ ("claim_due.slot_under_limit", "claim_due: runs holding places above a lowered limit not counted against it",
+  "s.slot_no <= lim.fleet_limit - lim.above", "s.slot_no <= lim.fleet_limit",
+  "scheduler::fleet_limit::lowering_a_limit_stops_no_run_and_holds_new_starts_to_the_new_limit"),
+ ("claim_due.slot_expiry", "claim_due: a place written free (its tenure's start for its expiry)",
+  "c.expires_at", "c.acquired_at",
+  "scheduler::fleet_limit::fifty_reports_on_three_replicas_run_at_most_four_at_once_oldest_first"),
  ("claim_due.expiry", "claim_due: expiry clause removed (a batch takes a live lease)",
   "l.expires_at <= clock_timestamp()", "true",
   "scheduler::batch_claim::a_batch_claim_never_takes_a_live_lease"),
@@ -247,6 +262,9 @@ fence_mutations = [
 
 # An operator's revoke (src/lease/revoke.rs): `leasehold revoke [--force]`.
 revoke_mutations = [
+ ("revoke.place", "revoke: the revoked tenure keeps its place until its lease would have expired",
+  "s.key = old.key AND s.fence = old.fence", "false",
+  "scheduler::fleet_limit::a_revoked_runs_place_is_free_at_once"),
  ("revoke.force", "revoke: force clause removed (a held lease is revoked without --force)",
   "($2 OR old.expires_at <= clock_timestamp())", "true", "operators::revoke"),
  ("revoke.new_fence", "revoke: the old fence kept (the revoked run still writes through the fence)",
@@ -433,6 +451,9 @@ BATCH = ["src/lease/batch/register.rs", "src/lease/batch/claim_due.rs", "src/lea
 # The liveness rule (src/lease/liveness.rs, invariant 10), expanded in
 # claim_due's early takeover, the reporter and the re-point.
 liveness_mutations = [
+ ("repoint.place", "repoint: a re-pointed run's place keeps the dead registration (freed while the run goes on)",
+  "s.key = m.key AND s.fence = m.fence", "false",
+  "scheduler::fleet_limit::a_run_whose_stamp_moved_to_a_new_registration_keeps_its_place"),
  ("liveness.gone_for_grace", "liveness: grace removed (a live replica whose session ended is taken over before it stops its run)",
   "r.gone_seen_at + r.grace <= clock_timestamp()", "r.gone_seen_at IS NOT NULL",
   "takeover::a_replica_whose_session_ended_stops_its_run_before_another_may_take_it_over"),
@@ -445,6 +466,18 @@ liveness_mutations = [
 ]
 
 
+# The fleet-wide limit's rules (src/lease/limit.rs, invariant 11), expanded
+# in the batch claim, the renewals and the releases.
+limit_mutations = [
+ ("limit.slot_expired", "limit: a taken place read as free (the fleet limit exceeded)",
+  "s.expires_at <= clock_timestamp() OR", "true OR",
+  "scheduler::fleet_limit::fifty_reports_on_three_replicas_run_at_most_four_at_once_oldest_first"),
+ ("limit.slot_tenure", "limit: places not kept in step with their tenures (a released run's place held a lease)",
+  "s.key = x.key AND s.fence = x.fence", "false",
+  "scheduler::fleet_limit::a_place_freed_by_a_release_is_taken_at_once_on_another_replica"),
+]
+
+
 def files():
     return (by_file(LEASE, mutations) + [("src/lease/control.rs", control_mutations)] + by_file(BATCH, batch_mutations)
             + [("src/lease/fence.rs", fence_mutations), ("src/lease/revoke.rs", revoke_mutations),
@@ -452,7 +485,7 @@ def files():
                ("src/lease/recent.rs", recent_mutations), ("src/lease/fleet.rs", fleet_mutations),
                ("src/lease/audit.rs", audit_mutations),
                ("src/lease/keys.rs", keys_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations),
-               ("src/lease/liveness.rs", liveness_mutations),
+               ("src/lease/liveness.rs", liveness_mutations), ("src/lease/limit.rs", limit_mutations),
                ("migrations/0005_fence_tenure.sql", commit_check_mutations),
                ("migrations/0006_fence_timeline.sql", timeline_mutations)])
 

@@ -285,7 +285,11 @@ async fn lowering_a_limit_stops_no_run_and_holds_new_starts_to_the_new_limit() {
     })
     .await;
     support::wait_polls(&rt, 2).await;
-    assert_eq!(started(&gate).len(), 3, "two of the three still run: no start under a limit of 1");
+    assert_eq!(
+        started(&gate).len(),
+        3,
+        "two of the three still run: no start under a limit of 1"
+    );
     gate.finish_one();
     gate.finish_one();
     gate.runs().wait_started(4, Duration::from_secs(10)).await;
@@ -401,10 +405,89 @@ async fn two_concurrent_claims_never_take_one_place() {
             .fetch_all(&db.pool)
             .await
             .expect("places");
-    let (holder, fence): (String, i64) = sqlx::query_as("SELECT holder, fence FROM leasehold_lease WHERE key = 'report:a'")
+    let (holder, fence): (String, i64) =
+        sqlx::query_as("SELECT holder, fence FROM leasehold_lease WHERE key = 'report:a'")
+            .fetch_one(&db.pool)
+            .await
+            .expect("report:a");
+    assert_eq!(holder, "claimer");
+    assert_eq!(
+        taken,
+        [("report:a".to_owned(), fence)],
+        "one place, held by report:a's tenure"
+    );
+}
+
+/// The liveness registration `holder` last made: (id, backend pid).
+async fn registration(pool: &sqlx::PgPool, holder: &str) -> Option<(i64, i32)> {
+    sqlx::query_as("SELECT id, pid FROM leasehold_replica WHERE holder = $1 ORDER BY id DESC LIMIT 1")
+        .bind(holder)
+        .fetch_optional(pool)
+        .await
+        .expect("read the registrations")
+}
+
+/// Limit 1. The replica running `report:a` loses its liveness session and
+/// registers again while the run goes on: the run's stamp moves to the new
+/// registration, and its place with it. Once the old registration is dead
+/// (a grace after its session was seen gone), the place is still taken:
+/// `report:b`, due on another replica, waits for `report:a`'s end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_stamp_moved_to_a_new_registration_keeps_its_place() {
+    let db = support::db().await;
+    let gate = support::Gate::default();
+    let live = gated(&db, "live", &["report:a"], &gate, Duration::from_millis(300)).await;
+    let other = gated(&db, "other", &["report:b"], &gate, Duration::from_millis(300)).await;
+    limit_report(&[&live, &other], 1).await;
+    let (old, pid) = support::eventually_async(Duration::from_secs(10), || registration(&db.pool, "live")).await;
+    live.trigger("report:a").await.expect("trigger");
+    gate.runs().wait_started(1, Duration::from_secs(10)).await;
+    let owner: Option<i64> = sqlx::query_scalar("SELECT owner FROM leasehold_run_slot WHERE key = 'report:a'")
         .fetch_one(&db.pool)
         .await
-        .expect("report:a");
-    assert_eq!(holder, "claimer");
-    assert_eq!(taken, [("report:a".to_owned(), fence)], "one place, held by report:a's tenure");
+        .expect("report:a's place");
+    assert_eq!(owner, Some(old), "the place carries the run's stamp");
+
+    let _: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&db.pool)
+        .await
+        .expect("end the liveness session");
+    // The run's stamp moves to the new registration…
+    support::eventually_async(Duration::from_secs(10), || async {
+        let owner: Option<i64> = sqlx::query_scalar("SELECT owner FROM leasehold_lease WHERE key = 'report:a'")
+            .fetch_one(&db.pool)
+            .await
+            .ok()?;
+        owner.filter(|o| *o != old).map(|_| ())
+    })
+    .await;
+    // …and the old registration is dead: seen gone, a grace ago.
+    support::eventually_async(Duration::from_secs(20), || async {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT gone_seen_at + grace <= clock_timestamp() FROM leasehold_replica WHERE id = $1",
+        )
+        .bind(old)
+        .fetch_optional(&db.pool)
+        .await
+        .ok()
+        .flatten()
+        .filter(|dead| *dead)
+        .map(|_| ())
+    })
+    .await;
+    other.trigger("report:b").await.expect("trigger");
+    support::wait_polls(&other, 3).await;
+    let runs = gate.runs().all();
+    assert_eq!(
+        runs.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+        ["report:a"],
+        "report:b started while report:a, re-pointed, still held the only place"
+    );
+    assert!(runs[0].cancelled.is_none(), "report:a kept its run: {runs:?}");
+    gate.finish_one();
+    gate.runs().wait_started(2, Duration::from_secs(10)).await;
+    gate.finish_one();
+    live.shutdown().await;
+    other.shutdown().await;
 }
