@@ -10,6 +10,8 @@ pause_rule.rs and expanded at each call site;
 what operators read in history.rs, recent.rs, fleet.rs and audit.rs;
 the record each operator action writes in its own statement (the
 `<statement>.recorded` markers); the stored keys of job kinds in keys.rs;
+the fleet-wide limits' places in limit.rs, taken by batch/claim_due.rs and
+kept in step by the renewals, releases, revoke and re-point;
 the commit check on fenced transactions in
 migrations/0005_fence_tenure.sql; the fence jump on a new timeline in
 migrations/0006_fence_timeline.sql),
