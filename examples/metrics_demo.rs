@@ -22,7 +22,9 @@
 //!   second, then mostly succeeds (every fifth run fails);
 //! - `billing`, triggered once: a long run of fenced steps;
 //! - `stuck` every 5 seconds: a call that never returns, cancelled at its
-//!   1 s time limit (`timeout`) and dropped after its grace.
+//!   1 s time limit (`timeout`) and dropped after its grace;
+//! - `flaky` is limited to one run at once across the fleet
+//!   (`Controls::set_limit`), so the fleet-wide limit's metrics have series.
 //!
 //! The scenario: the `billing` lease row is locked for 1.6 s, so a
 //! heartbeat cannot renew it (outcome `busy`: leasehold skips locked rows
@@ -323,6 +325,14 @@ async fn main() -> Result<(), Failure> {
         Err(e @ Error::Metrics { .. }) => println!("metrics_demo: a second exporter is refused: {e}"),
         other => return Err(format!("a second exporter should be refused, got {other:?}").into()),
     }
+
+    // A fleet-wide limit of one run at once on `flaky`: its wait histogram,
+    // its gauge and the held-back gauge get series.
+    replicas[0]
+        .store()
+        .controls()
+        .set_limit("flaky", 1, "metrics_demo")
+        .await?;
 
     replicas[0].trigger("billing").await?;
     let first = guards.wait_for(Duration::from_secs(10), |_| true).await?;

@@ -53,6 +53,17 @@ pub mod names {
     /// Gauge: stored keys of job kinds no live replica registers. Take
     /// `max` across replicas.
     pub const KEYS_UNKNOWN_KIND: &str = "leasehold_keys_unknown_kind";
+    /// Gauge: a job's fleet-wide limit (`Controls::set_limit`) as this
+    /// replica's latest poll read it, by `job_name`; 0 once lifted. Take
+    /// `max by (job_name)` across replicas.
+    pub const FLEET_LIMIT: &str = "leasehold_fleet_limit";
+    /// Histogram: how long a key of a job with a fleet-wide limit waited,
+    /// from falling due to its claim, by `job_name`, in seconds.
+    pub const FLEET_LIMIT_WAIT: &str = "leasehold_fleet_limit_wait_seconds";
+    /// Gauge: keys of a job with a fleet-wide limit that this replica's
+    /// latest claim of them found held back for longer than their schedule's
+    /// interval, by `job_name`: the limit is too low for the schedule.
+    pub const FLEET_LIMIT_OVERDUE: &str = "leasehold_fleet_limit_overdue_keys";
 
     /// All of the above.
     pub const ALL: &[&str] = &[
@@ -75,6 +86,9 @@ pub mod names {
         SERVER_TIMELINE,
         KEYS_BAD_ARGS,
         KEYS_UNKNOWN_KIND,
+        FLEET_LIMIT,
+        FLEET_LIMIT_WAIT,
+        FLEET_LIMIT_OVERDUE,
     ];
 }
 
@@ -99,6 +113,13 @@ pub mod buckets {
     /// transaction of an older run held the fence row.
     pub const FENCE_WAIT: &[f64] = &[
         0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+    ];
+
+    /// For [`super::names::FLEET_LIMIT_WAIT`]: 10 ms to 1 day. A key whose
+    /// job is not at its limit waits for its replica's claim (milliseconds);
+    /// one held back waits for runs of its job to end.
+    pub const FLEET_LIMIT_WAIT: &[f64] = &[
+        0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 14400.0, 86400.0,
     ];
 }
 
@@ -191,6 +212,24 @@ pub fn describe() {
         names::JOBS_PAUSED,
         Unit::Count,
         "Keys of this job registered on this replica that are paused (leasehold pause), as of the latest poll."
+    );
+    describe_gauge!(
+        names::FLEET_LIMIT,
+        Unit::Count,
+        "A job's fleet-wide limit on runs at once (leasehold limit set), as this replica's latest poll read it; \
+         0 once lifted."
+    );
+    describe_histogram!(
+        names::FLEET_LIMIT_WAIT,
+        Unit::Seconds,
+        "How long a key of a job with a fleet-wide limit waited from falling due to its claim, by job, in \
+         seconds."
+    );
+    describe_gauge!(
+        names::FLEET_LIMIT_OVERDUE,
+        Unit::Count,
+        "Keys of a job with a fleet-wide limit that this replica's latest claim of them found held back for \
+         longer than their schedule's interval, by job: the limit is too low for the schedule."
     );
     describe_gauge!(
         names::SERVER_TIMELINE,

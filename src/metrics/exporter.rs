@@ -79,7 +79,7 @@ const ANOTHER_RECORDER: &str = "another `metrics` recorder is already installed 
      already go to it (call leasehold::metrics::describe() once for their help texts); \
      remove .prometheus(..) or serve that recorder instead";
 
-/// The exporter's settings: true histograms (not summaries) for the three
+/// The exporter's settings: true histograms (not summaries) for the four
 /// histogram metrics, with leasehold's buckets.
 pub(crate) fn builder() -> Result<PrometheusBuilder> {
     let bounds = |e: metrics_exporter_prometheus::BuildError| Error::metrics("histogram buckets", Some(Box::new(e)));
@@ -92,6 +92,11 @@ pub(crate) fn builder() -> Result<PrometheusBuilder> {
         .set_buckets_for_metric(Matcher::Full(names::RUN_DURATION.to_owned()), buckets::RUN_DURATION)
         .map_err(bounds)?
         .set_buckets_for_metric(Matcher::Full(names::FENCE_WAIT.to_owned()), buckets::FENCE_WAIT)
+        .map_err(bounds)?
+        .set_buckets_for_metric(
+            Matcher::Full(names::FLEET_LIMIT_WAIT.to_owned()),
+            buckets::FLEET_LIMIT_WAIT,
+        )
         .map_err(bounds)
 }
 
@@ -357,6 +362,9 @@ mod tests {
             m::server_timeline(1);
             m::keys_bad_args("nightly", 0);
             m::keys_unknown_kind(0);
+            m::fleet_limit("nightly", 4);
+            m::fleet_limit_wait("nightly", Duration::from_millis(5));
+            m::fleet_limit_overdue("nightly", 0);
         });
         let text = handle.render();
         for name in names::ALL {
@@ -382,6 +390,9 @@ mod tests {
             (names::FENCE_WAIT, "histogram"),
             (names::LAST_SUCCESS, "gauge"),
             (names::POISONED_CONNECTIONS, "counter"),
+            (names::FLEET_LIMIT, "gauge"),
+            (names::FLEET_LIMIT_WAIT, "histogram"),
+            (names::FLEET_LIMIT_OVERDUE, "gauge"),
         ];
         assert_eq!(types.len(), names::ALL.len());
         for (name, kind) in types {

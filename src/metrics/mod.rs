@@ -63,6 +63,7 @@
 //!     .set_buckets_for_metric(Matcher::Full(names::HEARTBEAT_DURATION.into()), buckets::HEARTBEAT_DURATION)?
 //!     .set_buckets_for_metric(Matcher::Full(names::RUN_DURATION.into()), buckets::RUN_DURATION)?
 //!     .set_buckets_for_metric(Matcher::Full(names::FENCE_WAIT.into()), buckets::FENCE_WAIT)?
+//!     .set_buckets_for_metric(Matcher::Full(names::FLEET_LIMIT_WAIT.into()), buckets::FLEET_LIMIT_WAIT)?
 //!     // ... your own settings ...
 //!     .install()?;
 //! leasehold::metrics::describe();
@@ -283,6 +284,21 @@ pub(crate) fn concurrency_limit(limit: usize) {
 /// How many of this replica's keys of `job` are paused.
 pub(crate) fn jobs_paused(job: &str, keys: usize) {
     gauge!(names::JOBS_PAUSED, "job_name" => job.to_owned()).set(keys as f64);
+}
+
+/// A job's fleet-wide limit as a poll read it (0: lifted).
+pub(crate) fn fleet_limit(job: &str, limit: u32) {
+    gauge!(names::FLEET_LIMIT, "job_name" => job.to_owned()).set(f64::from(limit));
+}
+
+/// How long a key of a job with a fleet-wide limit waited for its claim.
+pub(crate) fn fleet_limit_wait(job: &str, waited: Duration) {
+    histogram!(names::FLEET_LIMIT_WAIT, "job_name" => job.to_owned()).record(waited.as_secs_f64());
+}
+
+/// Keys of `job` the latest claim found held back longer than their interval.
+pub(crate) fn fleet_limit_overdue(job: &str, keys: usize) {
+    gauge!(names::FLEET_LIMIT_OVERDUE, "job_name" => job.to_owned()).set(keys as f64);
 }
 
 /// The server's WAL timeline, as a poll read it.

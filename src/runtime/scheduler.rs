@@ -258,6 +258,15 @@ impl Scheduler {
                 started += 1;
             }
         }
+        // Keys held back by their job's fleet-wide limit for longer than
+        // their schedule's interval, per limited job proposed (the gauge
+        // goes back to 0 when none is).
+        let mut overdue: FastMap<&str, usize> = FastMap::default();
+        for job in &proposal.jobs {
+            if shared.limits.fleet_limited(&job.name) {
+                overdue.insert(&job.name, 0);
+            }
+        }
         for sighting in &claimed.seen {
             if let Some(job) = by_key.get(sighting.key.as_str()) {
                 answered.insert(&*job.key);
@@ -268,9 +277,17 @@ impl Scheduler {
                     shared
                         .limits
                         .hold_fleet(&job.name, Instant::now() + shared.poll_interval);
+                    if waited_past_interval(&job.settings.schedule, sighting)
+                        && let Some(n) = overdue.get_mut(&*job.name)
+                    {
+                        *n += 1;
+                    }
                 }
                 metrics::claim(&job.name, outcome);
             }
+        }
+        for (name, keys) in overdue {
+            metrics::fleet_limit_overdue(name, keys);
         }
         shared.file(&claimed.seen, proposal.marked);
         let gone = rows_gone(&proposal.jobs, &answered, &shared.registry());
@@ -432,6 +449,11 @@ fn start_or_hand_back(shared: &Arc<Shared>, job: Arc<JobEntry>, run: ClaimedRun,
     if admitted == Admission::TooLate {
         tracing::warn!(key = %job.key, fence = lease.fence, "claim answered after its local deadline; not running it");
     }
+    if shared.limits.fleet_limited(&job.name)
+        && let Some(due) = run.pending_slot
+    {
+        metrics::fleet_limit_wait(&job.name, (lease.acquired_at - due).to_std().unwrap_or_default());
+    }
     metrics::claim(
         &job.name,
         if admitted == Admission::TooLate {
@@ -518,6 +540,19 @@ fn answered_too_late(sent: Instant, remaining: Duration, margin: Duration, now: 
 }
 
 /// Why a proposed key the server answered about was not claimed.
+/// Whether a key held back since it fell due has waited longer than its
+/// schedule's interval (the time from that due time to the slot after it);
+/// a manual key has none.
+fn waited_past_interval(schedule: &crate::schedule::Schedule, sighting: &Sighting) -> bool {
+    let Some(due) = sighting.next_due_at else {
+        return false;
+    };
+    let Some(next) = schedule.upcoming(due).next() else {
+        return false;
+    };
+    sighting.server_now - due > next - due
+}
+
 fn unclaimed(sighting: &Sighting) -> ClaimOutcome {
     if sighting.paused {
         ClaimOutcome::Paused

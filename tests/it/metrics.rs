@@ -582,7 +582,12 @@ fn grafana_queries_name_only_exported_metrics() {
     let alerts = root.join("alerts.yml");
     assert!(files.contains(&dashboard) && files.contains(&alerts), "{files:?}");
 
-    let histograms = [names::HEARTBEAT_DURATION, names::RUN_DURATION, names::FENCE_WAIT];
+    let histograms = [
+        names::HEARTBEAT_DURATION,
+        names::RUN_DURATION,
+        names::FENCE_WAIT,
+        names::FLEET_LIMIT_WAIT,
+    ];
     let exported = |token: &str| {
         names::ALL.contains(&token)
             || ["_bucket", "_sum", "_count"]

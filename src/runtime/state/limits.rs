@@ -53,12 +53,22 @@ impl NameLimits {
         }
     }
 
-    /// The fleet-wide limits in force, as a poll read them.
+    /// The fleet-wide limits in force, as a poll read them; their gauge
+    /// follows (0 for a limit lifted since the last poll).
     pub(crate) fn fleet_seen(&self, limits: Vec<(String, u32)>) {
         let limits: FastMap<Arc<str>, u32> = limits.into_iter().map(|(job, n)| (Arc::from(job), n)).collect();
         // A name whose limit was lifted is not held back any more.
         lock(&self.fleet_full).retain(|name, _| limits.contains_key(name));
-        *lock(&self.fleet) = limits;
+        let mut known = lock(&self.fleet);
+        for name in known.keys().filter(|name| !limits.contains_key(*name)) {
+            crate::metrics::fleet_limit(name, 0);
+        }
+        for (name, limit) in &limits {
+            if known.get(name) != Some(limit) {
+                crate::metrics::fleet_limit(name, *limit);
+            }
+        }
+        *known = limits;
     }
 
     /// Whether `name` has a fleet-wide limit, as the last poll read it.
