@@ -306,6 +306,7 @@ impl Scheduler {
                 job_name: &j.name,
                 lease: j.settings.lease,
                 timeout: j.settings.timeout,
+                head_start: shared.priorities.head_start(&j.name),
             })
             .collect();
         let answer = bounded(
@@ -378,7 +379,9 @@ fn propose(shared: &Shared, now: Instant) -> Option<Proposal> {
     let wanted = candidates_wanted(room);
     let (jobs, marked) = {
         let registry = shared.registry();
-        let jobs = if shared.limits.is_empty() {
+        let jobs = if !shared.priorities.is_empty() {
+            registry.due_by_priority(now, wanted, &mut shared.limits.admit(), &shared.priorities)
+        } else if shared.limits.is_empty() {
             registry.due(now, wanted)
         } else {
             registry.due_admitted(now, wanted, &mut shared.limits.admit())

@@ -51,6 +51,9 @@ pub(crate) struct Candidate<'a> {
     /// The run's time limit (`JobSettings::timeout`), written on the row
     /// for status and the console.
     pub(crate) timeout: Option<Duration>,
+    /// How much earlier than its due time the key competes for the room
+    /// (its job's priority: `RuntimeBuilder::priority_of`).
+    pub(crate) head_start: Duration,
 }
 
 /// The answer to a batch claim.
@@ -75,7 +78,12 @@ impl LeaseStore {
     // $1 holder, $2 keys, $3 lease seconds, $4 how many to claim at most,
     // $5 job names, $6 the history ring's length, $7 this runtime's
     // liveness registration (NULL: none), $8 the longest lease a stamp
-    // covers (seconds), $9 each key's run time limit (seconds, NULL: none).
+    // covers (seconds), $9 each key's run time limit (seconds, NULL: none),
+    // $10 each key's head start in the due order (seconds: its job's
+    // priority, 0 by default): `pick` takes the keys that fell due
+    // earliest counting it, so a job of higher priority goes first when
+    // there are more due keys than room, and a key that waited longer than
+    // the difference goes first whatever its priority.
     // `pick` decides, with the guards of `claim_run` (invariant 3, no
     // re-entrance), evaluated on the latest row version once locked:
     // - expires_at <= now: the lease is free by the server clock —
@@ -158,7 +166,8 @@ impl LeaseStore {
     pub(crate) const CLAIM_DUE: &str = concat!(
         "
             WITH t AS (
-                SELECT * FROM unnest($2::text[], $3::float8[], $5::text[], $9::float8[]) AS t(key, ttl, job, run_timeout)
+                SELECT * FROM unnest($2::text[], $3::float8[], $5::text[], $9::float8[], $10::float8[])
+                           AS t(key, ttl, job, run_timeout, head_start)
             ), pick AS (
                 SELECT l.key, l.run_open, l.runs, l.job_name, l.fence, l.holder, l.slot_at, l.acquired_at,
                        l.expires_at, l.next_due_at, t.ttl, t.job AS new_job, t.run_timeout
@@ -174,7 +183,7 @@ impl LeaseStore {
                    AND NOT ",
         limit_full!(job = "t.job"),
         "
-                 ORDER BY l.next_due_at NULLS FIRST, l.key
+                 ORDER BY l.next_due_at - make_interval(secs => t.head_start) NULLS FIRST, l.key
                  LIMIT /* guard:claim_due.limit */ $4
                    FOR UPDATE OF l /* guard:claim_due.skip_locked */ SKIP LOCKED
             ), lim AS (
@@ -288,7 +297,9 @@ impl LeaseStore {
         let mut jobs = Vec::with_capacity(candidates.len());
         let mut ttls = Vec::with_capacity(candidates.len());
         let mut timeouts: Vec<Option<f64>> = Vec::with_capacity(candidates.len());
+        let mut head_starts: Vec<f64> = Vec::with_capacity(candidates.len());
         for candidate in candidates {
+            head_starts.push(candidate.head_start.as_secs_f64());
             keys.push(candidate.key);
             jobs.push(candidate.job_name);
             ttls.push(validate::lease_secs("lease duration", candidate.lease)?);
@@ -308,6 +319,7 @@ impl LeaseStore {
             .bind(owner.map(|r| r.id))
             .bind(SESSION_HORIZON.as_secs_f64())
             .bind(&timeouts)
+            .bind(&head_starts)
             .fetch_all(conn))?;
         let mut claimed = Claimed::default();
         for DueRow {

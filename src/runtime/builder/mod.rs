@@ -6,7 +6,7 @@ use sqlx::PgPool;
 
 use super::fleet::KindEntry;
 use super::handle::Runtime;
-use super::state::JobEntry;
+use super::state::{DEFAULT_AGING, JobEntry};
 use crate::error::Result;
 use crate::job::FencedJob;
 use crate::kind::JobKind;
@@ -89,6 +89,9 @@ pub struct RuntimeBuilder {
     max_concurrent_runs: usize,
     /// `max_concurrent_runs_of`, in the order given (checked at start).
     limits_of: Vec<(String, usize)>,
+    /// `priority_of`, in the order given (checked at start).
+    priorities_of: Vec<(String, u8)>,
+    priority_aging: Duration,
     history: u32,
     degraded_after: u32,
     listen: bool,
@@ -129,6 +132,8 @@ impl RuntimeBuilder {
             poll_interval: Duration::from_secs(5),
             max_concurrent_runs: DEFAULT_MAX_CONCURRENT_RUNS,
             limits_of: Vec::new(),
+            priorities_of: Vec::new(),
+            priority_aging: DEFAULT_AGING,
             history: DEFAULT_HISTORY,
             degraded_after: DEFAULT_DEGRADED_AFTER,
             listen: true,
@@ -245,6 +250,47 @@ impl RuntimeBuilder {
     /// ```
     pub fn max_concurrent_runs_of(mut self, name: &str, runs: usize) -> Self {
         self.limits_of.push((name.to_owned(), runs));
+        self
+    }
+
+    /// Claims the keys of the job or kind `name` before those of lower
+    /// priority when more keys are due than this replica has room for:
+    /// `priority` from 0 (every job's default, the lowest) to 100.
+    ///
+    /// The rule: a key competes as if it had fallen due `priority ×`
+    /// [`priority_aging`](Self::priority_aging) earlier (one minute per
+    /// level by default), and the earliest goes first; within a priority,
+    /// the oldest due first. So nothing starves: a key of priority 0
+    /// that has waited longer than `p` minutes goes before any key of
+    /// priority `p` that falls due after. Order only: a priority never
+    /// cancels a run, and room that nothing of higher priority needs goes
+    /// to the rest at once.
+    ///
+    /// Per replica, like its room: give every replica the same priorities.
+    /// `name` must be a job or kind registered with this builder, each name
+    /// given once; [`start`](Self::start) refuses anything else, and a
+    /// priority above 100, naming the value.
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: sqlx::PgPool, billing: impl leasehold::JobKind, reports: impl leasehold::JobKind) -> leasehold::Result<()> {
+    /// let runtime = leasehold::Runtime::builder(pool)
+    ///     .register_kind(billing) // "billing": first when runs are short
+    ///     .register_kind(reports) // "report": default priority 0
+    ///     .priority_of("billing", 10)
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn priority_of(mut self, name: &str, priority: u8) -> Self {
+        self.priorities_of.push((name.to_owned(), priority));
+        self
+    }
+
+    /// How much waiting one level of [`priority_of`](Self::priority_of) is
+    /// worth (default one minute; 1 ms to 24 h): the longest a key waits
+    /// behind keys one level above it that fall due after it.
+    pub fn priority_aging(mut self, per_level: Duration) -> Self {
+        self.priority_aging = per_level;
         self
     }
 

@@ -20,7 +20,8 @@ use crate::metrics;
 use crate::runtime::fleet::KindEntry;
 use crate::runtime::handle::{Runtime, Tasks};
 use crate::runtime::state::{
-    FinishRequest, JobEntry, NameLimits, Reading, RegistryBuild, ServerClock, Setup, Shared, duplicate_key,
+    FinishRequest, JobEntry, MAX_PRIORITY, NameLimits, Priorities, Reading, RegistryBuild, ServerClock, Setup, Shared,
+    duplicate_key,
 };
 use crate::runtime::{finish, heartbeat, listen, scheduler};
 use crate::schedule::first_due;
@@ -58,6 +59,7 @@ pub(super) async fn start(mut builder: RuntimeBuilder) -> Result<Runtime> {
     let checked_at = Instant::now();
     builder.check_kinds()?;
     let limits = builder.check_limits(&checked.jobs)?;
+    let priorities = builder.check_priorities(&checked.jobs)?;
     #[cfg(feature = "prometheus")]
     if let Some(addr) = &builder.prometheus {
         crate::metrics::exporter::install(addr)?;
@@ -98,7 +100,7 @@ pub(super) async fn start(mut builder: RuntimeBuilder) -> Result<Runtime> {
         tick,
         finishes,
     };
-    let shared = Arc::new(builder.shared(parts, checked.registry, &checked.jobs, &rows, limits));
+    let shared = Arc::new(builder.shared(parts, checked.registry, &checked.jobs, &rows, (limits, priorities)));
     drop(rows);
     metrics::concurrency_limit(shared.max_concurrent_runs);
     let kinds: Vec<Arc<KindEntry>> = builder.kinds.into_iter().map(Arc::new).collect();
@@ -192,29 +194,70 @@ impl RuntimeBuilder {
             if let Some(problem) = problem {
                 return Err(Error::invalid("max_concurrent_runs_of", runs, problem));
             }
-            let registered = jobs.iter().map(|j| &j.name).chain(self.kinds.iter().map(|k| &k.name));
-            let Some(known) = registered.clone().find(|n| ***n == **name) else {
-                let mut names: Vec<&str> = registered.map(|n| &**n).collect();
-                names.sort_unstable();
-                names.dedup();
-                names.truncate(20);
-                return Err(Error::invalid(
-                    "max_concurrent_runs_of name",
-                    name,
-                    format!(
-                        "no job or kind of that name is registered with this runtime (registered: {}); check \
-                         the spelling, or register it first",
-                        if names.is_empty() {
-                            "none".to_owned()
-                        } else {
-                            names.join(", ")
-                        }
-                    ),
-                ));
-            };
-            limits.push((known.clone(), *runs));
+            let known = self.registered_name("max_concurrent_runs_of name", name, jobs)?;
+            limits.push((known, *runs));
         }
         Ok(NameLimits::new(limits))
+    }
+
+    /// The priorities per job name ([`RuntimeBuilder::priority_of`]): each
+    /// at most [`MAX_PRIORITY`], each name given once and registered here;
+    /// the aging ([`RuntimeBuilder::priority_aging`]) from 1 ms to a day.
+    fn check_priorities(&self, jobs: &[Arc<JobEntry>]) -> Result<Priorities> {
+        let aging = self.priority_aging;
+        if aging < Duration::from_millis(1) || aging > Duration::from_secs(86_400) {
+            return Err(Error::invalid(
+                "priority_aging",
+                aging,
+                "one level of priority is worth 1ms to 24h of waiting (default 1 minute)",
+            ));
+        }
+        let mut priorities: Vec<(Arc<str>, u8)> = Vec::with_capacity(self.priorities_of.len());
+        for (name, priority) in &self.priorities_of {
+            validate::job_name(name)?;
+            let problem = if *priority > MAX_PRIORITY {
+                Some(format!(
+                    "a priority is 0 (the default, the lowest) to {MAX_PRIORITY}; each level is worth {aging:?} of \
+                     waiting (priority_aging)"
+                ))
+            } else if priorities.iter().any(|(n, _)| **n == **name) {
+                Some(format!("{name:?} has a priority already: give each name one priority"))
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Err(Error::invalid("priority_of", priority, problem));
+            }
+            let known = self.registered_name("priority_of name", name, jobs)?;
+            priorities.push((known, *priority));
+        }
+        Ok(Priorities::new(priorities, aging))
+    }
+
+    /// `name` as a job (`jobs`) or kind registered here; refused, naming
+    /// what is registered, when none is.
+    fn registered_name(&self, what: &'static str, name: &str, jobs: &[Arc<JobEntry>]) -> Result<Arc<str>> {
+        let registered = jobs.iter().map(|j| &j.name).chain(self.kinds.iter().map(|k| &k.name));
+        if let Some(known) = registered.clone().find(|n| ***n == *name) {
+            return Ok(known.clone());
+        }
+        let mut names: Vec<&str> = registered.map(|n| &**n).collect();
+        names.sort_unstable();
+        names.dedup();
+        names.truncate(20);
+        Err(Error::invalid(
+            what,
+            name,
+            format!(
+                "no job or kind of that name is registered with this runtime (registered: {}); check the \
+                 spelling, or register it first",
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            ),
+        ))
     }
 
     /// Checks, deduplicates and adds the jobs in one pass, before anything
@@ -283,7 +326,7 @@ impl RuntimeBuilder {
         mut registry: RegistryBuild,
         jobs: &[Arc<JobEntry>],
         rows: &Registered,
-        limits: NameLimits,
+        (limits, priorities): (NameLimits, Priorities),
     ) -> Shared {
         let Parts {
             holder,
@@ -314,6 +357,7 @@ impl RuntimeBuilder {
             poll_interval: self.poll_interval,
             max_concurrent_runs: self.max_concurrent_runs,
             limits,
+            priorities,
             history: self.history,
             tick,
             clock,

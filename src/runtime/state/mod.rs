@@ -60,6 +60,7 @@ mod clock;
 mod job;
 mod limits;
 mod liveness;
+mod priority;
 mod reading;
 mod registry;
 mod run_slot;
@@ -70,6 +71,7 @@ pub(crate) use clock::ServerClock;
 pub(crate) use job::{Body, JobEntry, duplicate_key};
 pub(crate) use limits::{Admit, NameLimits};
 pub(crate) use liveness::Liveness;
+pub(crate) use priority::{DEFAULT_AGING, MAX_PRIORITY, Priorities};
 pub(crate) use reading::Reading;
 pub(crate) use registry::{Registry, RegistryBuild, WakeMark};
 pub(crate) use run_slot::RunSlot;
@@ -109,6 +111,7 @@ pub(crate) struct Setup {
     pub(crate) poll_interval: Duration,
     pub(crate) max_concurrent_runs: usize,
     pub(crate) limits: NameLimits,
+    pub(crate) priorities: Priorities,
     pub(crate) history: u32,
     /// The first heartbeat period.
     pub(crate) tick: Duration,
@@ -144,6 +147,8 @@ pub(crate) struct Shared {
     pub(crate) max_concurrent_runs: usize,
     /// At most N runs of a job name at once here; counted by [`RunSlot`].
     pub(crate) limits: NameLimits,
+    /// Which jobs' keys are claimed first when room is short.
+    pub(crate) priorities: Priorities,
     /// Runs kept per key in the history ring.
     pub(crate) history: u32,
     /// The pauses in force, as the latest poll read them (for the gauge).
@@ -193,6 +198,7 @@ impl Shared {
             poll_interval: setup.poll_interval,
             max_concurrent_runs: setup.max_concurrent_runs,
             limits: setup.limits,
+            priorities: setup.priorities,
             history: setup.history,
             paused: Mutex::new(Vec::new()),
             timeline: AtomicI64::new(0),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::Priorities;
 use super::{Admit, JobEntry, Reading};
 use crate::lease::{Sighting, Target};
 use crate::runtime::run_end::Streak;
@@ -306,6 +307,37 @@ impl Registry {
             .take_while(|(at, _)| *at <= now)
             .take(max.saturating_add(SCAN_PAST_HELD))
             .filter_map(|(_, key)| self.slots.get(key).map(|s| &s.job))
+            .filter(|job| admit.take(&job.name))
+            .take(max)
+            .cloned()
+            .collect()
+    }
+
+    /// [`Registry::due_admitted`] under priorities: of the due keys (within
+    /// [`SCAN_PAST_HELD`] past `max`), the `max` that go first by the
+    /// priority rule (`priority.rs`): the most waited-for, counting each
+    /// key's head start as waiting (its time due here plus its job's
+    /// head start), ties to the queue's order.
+    pub(crate) fn due_by_priority(
+        &self,
+        now: Instant,
+        max: usize,
+        admit: &mut Admit,
+        priorities: &Priorities,
+    ) -> Vec<Arc<JobEntry>> {
+        let mut due: Vec<(Duration, usize, &Arc<JobEntry>)> = self
+            .queue
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .take(max.saturating_add(SCAN_PAST_HELD))
+            .filter_map(|(at, key)| self.slots.get(key).map(|s| (*at, &s.job)))
+            .filter(|(_, job)| !admit.is_full(&job.name))
+            .enumerate()
+            .map(|(n, (at, job))| (now.duration_since(at) + priorities.head_start(&job.name), n, job))
+            .collect();
+        due.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        due.into_iter()
+            .map(|(_, _, job)| job)
             .filter(|job| admit.take(&job.name))
             .take(max)
             .cloned()

@@ -10,7 +10,7 @@ use sqlx::postgres::PgPoolOptions;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{JobEntry, NameLimits, Registry, ServerClock, Setup, Shared};
+use super::{JobEntry, NameLimits, Priorities, Registry, ServerClock, Setup, Shared};
 use crate::guard::FenceGuard;
 use crate::health::Tracker;
 use crate::job::{FencedJob, JobError, JobSettings};
@@ -109,6 +109,7 @@ pub(crate) fn shared_limited(max_concurrent_runs: usize, registry: Registry, lim
         poll_interval: Duration::from_secs(1),
         max_concurrent_runs,
         limits,
+        priorities: Priorities::default(),
         history: 10,
         tick: Duration::from_secs(10),
         clock: ServerClock::default(),

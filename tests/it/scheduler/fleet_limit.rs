@@ -375,6 +375,7 @@ async fn two_concurrent_claims_never_take_one_place() {
             .bind(None::<i64>)
             .bind(60.0f64)
             .bind(vec![None::<f64>])
+            .bind(vec![0.0f64])
             .fetch_all(&mut *conn)
             .await
             .expect("claim");

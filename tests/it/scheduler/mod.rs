@@ -9,6 +9,7 @@ mod cost;
 mod fleet_limit;
 mod forget;
 mod membership;
+mod priority;
 mod schedule_change;
 mod shutdown_under_load;
 mod wakeups;

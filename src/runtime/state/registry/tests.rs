@@ -300,3 +300,51 @@ async fn a_woken_key_is_proposed_before_the_backlog() {
     assert_eq!(first(&registry), ["z"], "a trigger: first, ahead of the backlog");
     assert_eq!(proposed(&registry, Instant::now()), ["z", "a", "b", "c"]);
 }
+
+/// Under priorities, due keys go out by how long they have waited counting
+/// their job's head start: `billing` (a head start of 10 s) before the
+/// reports that fell due up to 10 s before it, but after one that has
+/// waited longer than that — and within a job, oldest first.
+#[tokio::test(start_paused = true)]
+async fn a_head_start_orders_due_keys_and_waiting_longer_than_it_wins() {
+    use std::sync::Arc;
+
+    use crate::runtime::state::testing::entry_of;
+    use crate::runtime::state::{Admit, Priorities};
+
+    let t0 = Instant::now();
+    let mut registry = Registry::default();
+    for (job, key, secs) in [
+        ("report", "report:old", 0),
+        ("report", "report:1", 15),
+        ("report", "report:2", 16),
+        ("billing", "billing:1", 20),
+        ("billing", "billing:2", 21),
+    ] {
+        registry.insert(entry_of(job, key), t0 + Duration::from_secs(secs));
+    }
+    tokio::time::advance(Duration::from_secs(22)).await;
+    let priorities = Priorities::new([(Arc::from("billing"), 10)], Duration::from_secs(1));
+    let order = |max: usize| -> Vec<String> {
+        registry
+            .due_by_priority(Instant::now(), max, &mut Admit::default(), &priorities)
+            .iter()
+            .map(|j| j.key.to_string())
+            .collect()
+    };
+    assert_eq!(
+        order(5),
+        ["report:old", "billing:1", "billing:2", "report:1", "report:2"],
+        "report:old waited 22 s, more than billing's 2 s + 10 s head start; the others 7 s and 6 s, less"
+    );
+    assert_eq!(order(2), ["report:old", "billing:1"], "at most max, best first");
+    assert_eq!(
+        registry
+            .due_by_priority(Instant::now(), 5, &mut Admit::default(), &Priorities::default())
+            .iter()
+            .map(|j| j.key.to_string())
+            .collect::<Vec<_>>(),
+        ["report:old", "report:1", "report:2", "billing:1", "billing:2"],
+        "no priorities: the queue's order"
+    );
+}
