@@ -62,20 +62,20 @@ macro_rules! slot_free {
     };
 }
 
-/// The job `job` has a limit and, on the statement's snapshot, no free slot
-/// under it: a claim's filter, so a replica does not lock keys it cannot
-/// start. Not the guard (the slot take is): a snapshot may show a slot
-/// free that a concurrent claim took. Behind one look at whether any limit
-/// exists, evaluated once per statement, as `paused!(if_any, …)`.
+/// The limit `limit` (a `leasehold_limit` row's alias) has, on the
+/// statement's snapshot, no free slot: a claim's filter, so a replica does
+/// not lock keys it cannot start. Not the guard (the slot take is): a
+/// snapshot may show a slot free that a concurrent claim took.
 macro_rules! limit_full {
-    (job = $job:literal) => {
+    (limit = $m:literal) => {
         concat!(
-            "(EXISTS (SELECT 1 FROM leasehold_limit) AND EXISTS (SELECT 1 FROM leasehold_limit AS m WHERE m.job_name = ",
-            $job,
-            " AND NOT EXISTS (SELECT 1 FROM leasehold_run_slot AS s WHERE s.job_name = m.job_name
-                 AND s.slot_no <= m.fleet_limit AND ",
+            "NOT EXISTS (SELECT 1 FROM leasehold_run_slot AS s WHERE s.job_name = ",
+            $m,
+            ".job_name AND s.slot_no <= ",
+            $m,
+            ".fleet_limit AND ",
             slot_free!(),
-            ")))"
+            ")"
         )
     };
 }

@@ -138,9 +138,10 @@ impl LeaseStore {
     // not run.
     // The fleet-wide limits (invariant 11, `limit.rs`): a key of a job
     // with a limit is claimed only with one of its job's places.
-    // - `pick` passes over a limited job's keys while, on its snapshot,
-    //   none of the job's places is free (`limit_full!`): a filter, so the
-    //   claim does not lock keys it cannot start; not the guard.
+    // - `pick` passes over the keys of the jobs in `full_jobs`: limited jobs
+    //   none of whose places is free on the statement's snapshot
+    //   (`limit_full!`, once per job, not per key): a filter, so the claim
+    //   does not lock keys it cannot start; not the guard.
     // - `lim`: the limited jobs among the keys picked, with how many, and
     //   how many runs hold a place above the limit (`above`: started
     //   before it was lowered).
@@ -168,6 +169,11 @@ impl LeaseStore {
             WITH t AS (
                 SELECT * FROM unnest($2::text[], $3::float8[], $5::text[], $9::float8[], $10::float8[])
                            AS t(key, ttl, job, run_timeout, head_start)
+            ), full_jobs AS (
+                SELECT m.job_name FROM leasehold_limit AS m
+                 WHERE m.job_name IN (SELECT job FROM t) AND ",
+        limit_full!(limit = "m"),
+        "
             ), pick AS (
                 SELECT l.key, l.run_open, l.runs, l.job_name, l.fence, l.holder, l.slot_at, l.acquired_at,
                        l.expires_at, l.next_due_at, t.ttl, t.job AS new_job, t.run_timeout
@@ -180,9 +186,7 @@ impl LeaseStore {
                    AND NOT ",
         /* guard:claim_due.pause */ paused!(if_any, key = "l.key", jobs = "l.job_name, t.job"),
         "
-                   AND NOT ",
-        limit_full!(job = "t.job"),
-        "
+                   AND t.job NOT IN (SELECT job_name FROM full_jobs)
                  ORDER BY l.next_due_at - make_interval(secs => t.head_start) NULLS FIRST, l.key
                  LIMIT /* guard:claim_due.limit */ $4
                    FOR UPDATE OF l /* guard:claim_due.skip_locked */ SKIP LOCKED
