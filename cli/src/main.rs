@@ -3,8 +3,8 @@
 //! See who holds which lease, what is paused and how each key's last runs
 //! ended (`status`), read a key's run history (`history`), pause and resume a
 //! key or a job for the whole fleet (`pause`, `resume`), make a key due now
-//! (`trigger`), end a tenure so another replica takes over with a higher
-//! fence (`revoke`), delete the row of a key no replica registers any more
+//! (`trigger`), cap a job's runs at once across the fleet (`limit`), end a
+//! tenure so another replica takes over with a higher fence (`revoke`), delete the row of a key no replica registers any more
 //! (`forget`), add, update and remove the keys of job kinds for the whole
 //! fleet (`add`, `update`, `remove`), create the schema (`migrate`), check a database and this
 //! machine's clock (`check`), serve the operator web console on a local
@@ -19,7 +19,7 @@
 //! | 1 | error: database unreachable, schema missing, a failed check, … |
 //! | 2 | usage: bad arguments, no database URL, an invalid URL |
 //! | 3 | refused: `revoke` of a lease that is held, without `--force`; `forget` of a held lease; `add` of a key that exists |
-//! | 4 | not found: `revoke`, `forget` or `trigger` of a key that has no lease row; `resume` of a key or job that is not paused; `history` of a key with neither a lease row nor runs; `update` or `remove` of a key that is not a key of the kind |
+//! | 4 | not found: `revoke`, `forget` or `trigger` of a key that has no lease row; `resume` of a key or job that is not paused; `history` of a key with neither a lease row nor runs; `update` or `remove` of a key that is not a key of the kind; `limit set` on a name no key has as its job or kind; `limit clear` of a job without a limit |
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -32,6 +32,7 @@ mod failure;
 mod forget;
 mod history;
 mod keys;
+mod limit;
 mod ops;
 mod out;
 mod pause;
@@ -53,7 +54,8 @@ use crate::failure::Failure;
 /// Exit codes: 0 ok (also when standard output is closed early, as by `| head`), 1 error, 2 usage, 3
 /// refused (revoke of a held lease without --force, forget of a held lease, add of a key that exists),
 /// 4 not found (revoke, forget, trigger or history of a key without a row; resume of something not
-/// paused; update or remove of a key that is not a key of the kind).
+/// paused; update or remove of a key that is not a key of the kind; limit set on a job no key has, limit
+/// clear of a job without a limit).
 ///
 /// The database: DATABASE_URL or --database-url; without either, the libpq variables (PGHOST, PGPORT,
 /// PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE). TLS: sslmode in the URL (or PGSSLMODE), with
@@ -115,6 +117,17 @@ enum Command {
     /// Make a key due now: the first replica that claims it runs it (a
     /// paused key runs once resumed). Exits 4 if the key has no lease row.
     Trigger(trigger::Args),
+    /// Set, clear or list fleet-wide limits: at most N runs of a job (or
+    /// kind) at once across every replica.
+    ///
+    /// A change applies from every replica's next claim, without restarts.
+    /// Lowering a limit never stops a run in progress; it only holds new
+    /// starts back. `leasehold status` shows each limit's runs in progress,
+    /// keys waiting and the longest wait.
+    Limit {
+        #[command(subcommand)]
+        command: limit::Command,
+    },
     /// End the current tenure of a lease; the next claim gets a higher fence.
     ///
     /// Without --force, only a free lease (an ex-holder that may wake up
@@ -235,6 +248,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Pause(args) => args.validate()?,
         Command::Resume(args) => args.validate()?,
         Command::Trigger(args) => args.validate()?,
+        Command::Limit { command } => command.validate()?,
         Command::Console(args) => args.validate()?,
         Command::Add(args) | Command::Update(args) => args.validate()?,
         Command::Remove(args) => args.validate()?,
@@ -258,6 +272,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Pause(args) => pause::pause(&db, &args).await,
         Command::Resume(args) => pause::resume(&db, &args).await,
         Command::Trigger(args) => trigger::run(&db, &args).await,
+        Command::Limit { command } => command.run(&db).await,
         Command::Add(args) => keys::add(&db, &args).await,
         Command::Update(args) => keys::update(&db, &args).await,
         Command::Remove(args) => keys::remove(&db, &args).await,

@@ -1,20 +1,21 @@
 //! What the commands share, so that no command imports another: the
-//! operator the CLI acts as, how an action's answer is said, and the lease row and pause as the commands
-//! present them (text and `--json`).
+//! operator the CLI acts as, how an action's answer is said, and the lease
+//! row, pause and fleet-wide limit as the commands present them (text and
+//! `--json`).
 
 use std::fmt::Display;
 use std::ops::Deref;
 
 use chrono::{DateTime, Utc};
 use leasehold::{
-    operator::{Operator, OperatorAction, Pause, Target},
+    operator::{FleetLimit, Operator, OperatorAction, Pause, Target},
     store::{KeyState, LeaseInfo, LeaseStore},
 };
 use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
-use crate::text;
+use crate::text::{self, Align};
 
 /// The operator the CLI acts as ([`default_by`]), on `db`: every action
 /// goes through it, so the key's history records who took it.
@@ -205,4 +206,93 @@ impl<'a> From<&'a Pause> for PauseJson<'a> {
             running: pause.running,
         }
     }
+}
+
+/// A fleet-wide limit in `--json` output (`status`, `limit list`, `limit
+/// set`).
+#[derive(Serialize)]
+pub(crate) struct LimitJson<'a> {
+    /// The job or job kind it limits.
+    pub(crate) job: &'a str,
+    /// At most this many runs at once, across the fleet.
+    pub(crate) limit: u32,
+    /// Runs in progress holding a place (above `limit` after it was
+    /// lowered: runs in progress are not stopped).
+    pub(crate) running: u32,
+    /// Keys of the job due, free and not paused: waiting for a place.
+    pub(crate) waiting: u64,
+    /// When the longest-waiting key fell due (`null`: none waits).
+    pub(crate) waiting_since: Option<DateTime<Utc>>,
+    /// How long it has waited, by the server clock (`null`: none waits).
+    pub(crate) longest_wait_seconds: Option<f64>,
+    pub(crate) set_by: &'a str,
+    pub(crate) set_at: DateTime<Utc>,
+}
+
+impl<'a> From<&'a FleetLimit> for LimitJson<'a> {
+    fn from(limit: &'a FleetLimit) -> Self {
+        LimitJson {
+            job: &limit.job,
+            limit: limit.limit,
+            running: limit.running,
+            waiting: limit.waiting,
+            waiting_since: limit.waiting_since,
+            longest_wait_seconds: limit.longest_wait().map(|d| d.as_secs_f64()),
+            set_by: &limit.set_by,
+            set_at: limit.set_at,
+        }
+    }
+}
+
+/// The table of fleet-wide limits (`status`, `limit list`): each job with
+/// its runs in progress against its limit, its keys waiting and the
+/// longest wait.
+pub(crate) fn render_limits(limits: &[FleetLimit]) -> String {
+    let header = [
+        ("JOB", Align::Left),
+        ("RUNNING", Align::Right),
+        ("LIMIT", Align::Right),
+        ("WAITING", Align::Right),
+        ("LONGEST WAIT", Align::Left),
+        ("SET BY", Align::Left),
+        ("SINCE", Align::Left),
+    ];
+    let cells: Vec<Vec<String>> = limits
+        .iter()
+        .map(|l| {
+            vec![
+                text::cell(&l.job),
+                l.running.to_string(),
+                l.limit.to_string(),
+                l.waiting.to_string(),
+                l.longest_wait()
+                    .map_or_else(|| "-".to_owned(), |d| text::span(d.as_secs_f64())),
+                text::cell(&l.set_by),
+                format!(
+                    "{} ({})",
+                    text::time(l.set_at),
+                    text::relative(text::secs(l.set_at - l.server_now))
+                ),
+            ]
+        })
+        .collect();
+    text::table(&header, &cells)
+}
+
+/// What the table of limits needs said below it: a limit lowered under its
+/// runs in progress; nothing otherwise.
+pub(crate) fn limits_note(limits: &[FleetLimit]) -> String {
+    let over: Vec<String> = limits
+        .iter()
+        .filter(|l| l.running > l.limit)
+        .map(|l| text::cell(&l.job))
+        .collect();
+    if over.is_empty() {
+        return String::new();
+    }
+    format!(
+        "more runs than the limit of {}: it was lowered while they ran; they finish, and no new run starts until \
+         fewer run than the limit\n",
+        over.join(", ")
+    )
 }

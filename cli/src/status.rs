@@ -1,7 +1,9 @@
 //! `leasehold status`: every lease as the server sees it now, whether it is
-//! paused, its latest runs, and the pauses in force.
+//! paused, its latest runs, the pauses in force, and the fleet-wide limits
+//! with their runs in progress and keys waiting.
 //!
-//! All read through the library (`Records::list`, `Controls::pauses`):
+//! All read through the library (`Records::list`, `Controls::pauses`,
+//! `Controls::limits`):
 //! the CLI sends no SQL of its own for them.
 //!
 //! A lease is **held** while its `expires_at` is after the server clock, and
@@ -15,14 +17,14 @@
 
 use chrono::{DateTime, Utc};
 use leasehold::{
-    operator::{Pause, Target},
+    operator::{FleetLimit, Pause, Target},
     store::{KeyState, KeyStatus, KindStatus, LeaseStore, RunRecord},
 };
 use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
-use crate::ops::{LeaseJson, PauseJson, Row};
+use crate::ops::{LeaseJson, LimitJson, PauseJson, Row, limits_note, render_limits};
 use crate::out;
 use crate::runs;
 use crate::text::{self, Align};
@@ -147,6 +149,9 @@ struct StatusJson<'a> {
     /// The pauses in force (with `--prefix`, those that cover a listed key
     /// or a key with the prefix).
     pauses: Vec<PauseJson<'a>>,
+    /// The fleet-wide limits in force (with `--prefix`, those of a listed
+    /// key's job), each with its runs in progress and keys waiting.
+    limits: Vec<LimitJson<'a>>,
     /// The job kinds that stored keys or replicas named.
     kinds: Vec<KindJson<'a>>,
 }
@@ -207,6 +212,8 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
         .collect();
     let pauses = store.controls().pauses().await.map_err(|e| db.failure(e))?;
     let pauses = relevant_pauses(pauses, &entries, args.prefix.as_deref());
+    let limits = store.controls().limits().await.map_err(|e| db.failure(e))?;
+    let limits = relevant_limits(limits, &entries, args.prefix.as_deref());
     let kinds = store.keys().kinds().await.map_err(|e| db.failure(e))?;
     let server_now = match entries.first() {
         Some(entry) => entry.row.server_now,
@@ -217,6 +224,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
             server_now,
             leases: entries.iter().map(Entry::json).collect(),
             pauses: pauses.iter().map(PauseJson::from).collect(),
+            limits: limits.iter().map(LimitJson::from).collect(),
             kinds: kinds
                 .iter()
                 .map(|k| KindJson {
@@ -240,6 +248,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
             text::terminal_width()
         )
     ))?;
+    out::print(render_fleet_limits(&limits))?;
     out::print(render_kinds(&kinds))?;
     Ok(())
 }
@@ -307,6 +316,31 @@ fn relevant_pauses(pauses: Vec<Pause>, entries: &[Entry], prefix: Option<&str>) 
                     .any(|e| pause.target.covers(&e.row.key, e.row.job_name.as_deref()))
         })
         .collect()
+}
+
+/// All limits; with a prefix, those of the jobs a listed key belongs to.
+fn relevant_limits(limits: Vec<FleetLimit>, entries: &[Entry], prefix: Option<&str>) -> Vec<FleetLimit> {
+    if prefix.is_none() {
+        return limits;
+    }
+    limits
+        .into_iter()
+        .filter(|limit| entries.iter().any(|e| e.row.job_name.as_deref() == Some(&limit.job)))
+        .collect()
+}
+
+/// The `fleet-wide limits` table and what it needs said; nothing without
+/// limits.
+fn render_fleet_limits(limits: &[FleetLimit]) -> String {
+    if limits.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n{} (at most N runs of a job at once across the fleet; `leasehold limit` changes one):\n{}{}",
+        text::plural(limits.len() as u64, "fleet-wide limit"),
+        render_limits(limits),
+        limits_note(limits)
+    )
 }
 
 /// The `pauses in force` table.

@@ -18,6 +18,8 @@ mod history;
 mod key_life;
 #[path = "cli/keys.rs"]
 mod keys;
+#[path = "cli/limit.rs"]
+mod limit;
 #[path = "cli/output.rs"]
 mod output;
 #[path = "cli/pause.rs"]

@@ -1,6 +1,7 @@
 //! The leases page (`./`): every key, filtered by prefix, state and job,
-//! a page at a time, and every pause in force; and a job's page
-//! (`job?name=…`, the target of Grafana's per-job links): its keys and the
+//! a page at a time, every pause in force and every fleet-wide limit with
+//! its runs in progress and keys waiting; and a job's page (`job?name=…`,
+//! the target of Grafana's per-job links): its keys, its limit and the
 //! job-level actions.
 
 use std::collections::HashMap;
@@ -20,7 +21,7 @@ use super::layout::{self, Base, During, Tab, enc, when};
 use super::timeline::{self, Timeline};
 use super::viewer::Viewer;
 use crate::lease::{
-    ActionRecord, KeyFilter, KeyPage, KeyState, KeyStatus, LeaseStore, Pause, RunRecord, StoredKey, Target,
+    ActionRecord, FleetLimit, KeyFilter, KeyPage, KeyState, KeyStatus, LeaseStore, Pause, RunRecord, StoredKey, Target,
 };
 use crate::operator::OperatorAction;
 
@@ -83,6 +84,7 @@ pub(super) async fn page(
     let Listing {
         page,
         pauses,
+        limits,
         now,
         recent,
         stored,
@@ -124,6 +126,7 @@ pub(super) async fn page(
             p { a #next href=(next) { "Next " (PAGE) " keys →" } }
         }
         (pauses_in_force(&viewer, &pauses, now))
+        (limits_in_force(&limits, now))
     };
     layout::page(
         &base,
@@ -231,6 +234,52 @@ fn pauses_in_force(viewer: &Viewer, pauses: &[Pause], now: DateTime<Utc>) -> Mar
     }
 }
 
+/// Every fleet-wide limit in force (`leasehold limit list`): each job's
+/// runs in progress against its limit, its keys waiting for a place and
+/// the longest wait. Nothing when no limit is set.
+fn limits_in_force(limits: &[FleetLimit], now: DateTime<Utc>) -> Markup {
+    html! {
+        @if !limits.is_empty() {
+            h2 #limits-in-force { "Fleet-wide limits" }
+            table #limits {
+                thead { tr {
+                    th { "Job" } th { "Running / limit" } th { "Waiting" } th { "Longest wait" } th { "Set by" }
+                    th { "Since" }
+                } }
+                tbody { @for l in limits {
+                    tr.limit data-job=(l.job) {
+                        td { a href={ "job?name=" (enc(&l.job)) } { bdi { (l.job) } } }
+                        td.running-limit { (limit_use(l)) }
+                        td.waiting { (l.waiting) }
+                        td.longest-wait { (longest_wait(l)) }
+                        td { bdi { (l.set_by) } }
+                        td { (when(l.set_at, now)) }
+                    }
+                } }
+            }
+        }
+    }
+}
+
+/// "3 / 4"; a limit lowered under its runs in progress says so.
+fn limit_use(limit: &FleetLimit) -> Markup {
+    html! {
+        (limit.running) " / " (limit.limit)
+        @if limit.running > limit.limit {
+            " " span.muted title="the limit was lowered while these ran: they finish, and no new run starts until \
+                                 fewer run than the limit" { "(lowered)" }
+        }
+    }
+}
+
+/// How long the longest-waiting key has been due, or "none waits".
+fn longest_wait(limit: &FleetLimit) -> Markup {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    html! {
+        @if let Some(wait) = limit.longest_wait() { (layout::span(ms(wait))) } @else { span.muted { "none waits" } }
+    }
+}
+
 #[derive(serde::Deserialize)]
 pub(super) struct JobQuery {
     #[serde(default)]
@@ -267,6 +316,7 @@ pub(super) async fn job(
     let Listing {
         page,
         pauses,
+        limits,
         now,
         recent,
         windowed,
@@ -282,6 +332,7 @@ pub(super) async fn job(
     };
     let own = Target::job(name);
     let paused = pauses.iter().find(|p| p.target == own);
+    let limit = limits.iter().find(|l| l.job == name);
     let target = Target::job(name);
     let offered = [
         if paused.is_some() {
@@ -307,6 +358,13 @@ pub(super) async fn job(
                      @if p.cancel { " (runs in progress cancelled)" } }
             } @else {
                 dd { span #job-state { "not paused as a job" } }
+            }
+            dt { "Fleet-wide limit" }
+            @if let Some(l) = limit {
+                dd #job-limit { (limit_use(l)) " running, " (l.waiting) " waiting (longest " (longest_wait(l)) "); set by "
+                    bdi { (l.set_by) } " " (when(l.set_at, now)) }
+            } @else {
+                dd #job-limit { span.muted { "none: its runs are limited only by each replica's own limits" } }
             }
         }
         @if let Viewer::Actor { .. } = viewer {
@@ -347,6 +405,8 @@ struct Listing {
     page: KeyPage,
     /// The pauses in force.
     pauses: Vec<Pause>,
+    /// The fleet-wide limits in force.
+    limits: Vec<FleetLimit>,
     /// The server's clock, to show times against.
     now: DateTime<Utc>,
     /// The latest runs of each key, for its strip.
@@ -361,7 +421,7 @@ struct Listing {
     stored: Vec<StoredKey>,
 }
 
-/// One page of keys, the pauses in force, the server's clock (a row
+/// One page of keys, the pauses and limits in force, the server's clock (a row
 /// brings it, an empty page asks for it), the keys' latest runs (one
 /// statement for the whole page), which of them are stored keys of job
 /// kinds (one statement) and, for a job's timeline over a window,
@@ -369,6 +429,7 @@ struct Listing {
 async fn listing(store: &LeaseStore, filter: &KeyFilter, timeline: Option<(&str, Duration)>) -> crate::Result<Listing> {
     let page = store.records().list_page(filter).await?;
     let pauses = store.controls().pauses().await?;
+    let limits = store.controls().limits().await?;
     let now = match page.keys.first() {
         Some(k) => k.lease.server_now,
         None => store.server_now().await?,
@@ -392,6 +453,7 @@ async fn listing(store: &LeaseStore, filter: &KeyFilter, timeline: Option<(&str,
     Ok(Listing {
         page,
         pauses,
+        limits,
         now,
         recent,
         windowed,

@@ -5,7 +5,7 @@
 //!
 //! - **It reads and acts through the library only.** Pages read with
 //!   [`LeaseStore`] (`list_page`, `history`, `recent_runs`, `actions`,
-//!   `fleet`, `pauses`, `stored_keys`, `kinds`, `keys_not_run`); actions go through [`Operator`](crate::operator::Operator),
+//!   `fleet`, `pauses`, `limits`, `stored_keys`, `kinds`, `keys_not_run`); actions go through [`Operator`](crate::operator::Operator),
 //!   so each is recorded in the key's history with who took it.
 //! - **Read-only unless you say who may act**: pass
 //!   [`ConsoleOptions::authorize`] (your own authentication decides) or
@@ -52,13 +52,14 @@
 //! Pages (relative to where it is mounted): the leases (`./`, filter by
 //! `prefix`, `state`, `job`; each key with its last 10 outcomes), one key
 //! (`key?key=…`: tenure, tenure timeline, runs, fences, actions), a job
-//! (`job?name=…`: its keys, its pause, the timeline of its keys, and
+//! (`job?name=…`: its keys, its pause, its fleet-wide limit, the timeline of its keys, and
 //! pause, resume and trigger-every-key), the fleet (`fleet`: holders
 //! seen in the last 15 minutes, their runs in progress), and the job kinds
 //! (`kinds`: each kind's keys, whether a live replica registers it, its
 //! keys with unreadable arguments, and the stored keys that do not run).
 //! The leases page also lists every pause in force, a key's with no lease
-//! row included, and badges a stored key that does not run (unreadable
+//! row included, and every fleet-wide limit with its runs in progress,
+//! keys waiting and longest wait, and badges a stored key that does not run (unreadable
 //! arguments, or a kind no live replica registers); its key page says why.
 //! The tenure timeline is inline SVG drawn by the server: a lane per
 //! holder over the last hour (`window=30m`, `6h`, `2d`: 1 min to 7 days),

@@ -198,6 +198,7 @@ async fn help_lists_the_exit_codes_the_commands_use() {
         "add of a key that exists",
         "update or remove of a key that is not a key of the kind",
         "resume of something not paused",
+        "limit set on a job no key has",
     ] {
         assert!(help.contains(says), "{says:?} in\n{help}");
     }
@@ -243,6 +244,7 @@ async fn completions_for_each_shell_without_a_database() {
         "pause",
         "resume",
         "trigger",
+        "limit",
         "revoke",
         "forget",
         "add",

@@ -17,6 +17,9 @@ async fn an_unreachable_database_is_a_clear_error() {
         &["pause", "k"],
         &["resume", "--job", "j"],
         &["trigger", "k"],
+        &["limit", "set", "j", "4"],
+        &["limit", "clear", "j"],
+        &["limit", "list"],
     ] {
         let mut all = args.to_vec();
         all.extend(["--connect-timeout", "5s"]);
@@ -66,6 +69,9 @@ async fn a_missing_schema_names_leasehold_migrate_which_creates_it() {
         &["pause", "k"],
         &["resume", "k"],
         &["trigger", "k"],
+        &["limit", "set", "j", "4"],
+        &["limit", "clear", "j"],
+        &["limit", "list"],
     ] {
         let out = leasehold(Some(&url), args).await;
         assert_exit(&out, 1);

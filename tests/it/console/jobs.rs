@@ -1,6 +1,8 @@
-//! Job-level actions and pauses in the console: a job's page pauses,
-//! resumes and triggers all its keys; a key paused through its job says
-//! so; every pause in force is listed, a key's with no lease row included.
+//! Job-level actions, pauses and limits in the console: a job's page
+//! pauses, resumes and triggers all its keys; a key paused through its job
+//! says so; every pause in force is listed, a key's with no lease row
+//! included; every fleet-wide limit is listed with its runs in progress,
+//! keys waiting and longest wait.
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -196,4 +198,123 @@ async fn every_pause_in_force_is_listed_and_a_key_without_a_row_keeps_its_messag
         StatusCode::NOT_FOUND,
         "nothing left to show"
     );
+}
+
+/// The row of `job` in the leases page's table of limits.
+fn limit_row<'a>(page: &'a Page, job: &str) -> &'a str {
+    page.body
+        .split("<table id=\"limits\">")
+        .nth(1)
+        .expect("the limits panel")
+        .split(&format!("data-job=\"{job}\""))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no row of {job} in\n{}", page.body))
+        .split("</tr>")
+        .next()
+        .expect("a row")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fleet_limit_in_force_is_listed_with_its_runs_and_waiting_keys() {
+    let db = support::db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    let jobs = support::idle_manual_jobs(&["report:a", "report:b", "report:c", "billing:acme"]);
+    replica(&db, "replica-1", 2, jobs).await.shutdown().await;
+    let app = behind_proxy(&db.pool);
+
+    let leases = get(&app, "/", &[]).await;
+    assert_eq!(leases.status, StatusCode::OK);
+    assert!(
+        !leases.body.contains("id=\"limits"),
+        "no limit, no panel: {}",
+        leases.body
+    );
+    let job_page = get(&app, "/job?name=report", &[]).await;
+    assert!(
+        job_page
+            .body
+            .contains("<dd id=\"job-limit\"><span class=\"muted\">none"),
+        "{}",
+        job_page.body
+    );
+
+    // Runs of report:a and report:b in progress, then a limit of 3 (each
+    // run takes a place); report:c due with no replica to claim it.
+    for key in ["report:a", "report:b"] {
+        store.claim(key, "replica-2", LONG).await.expect("claim");
+    }
+    let controls = store.controls();
+    assert_eq!(
+        controls.set_limit("report", 3, "alice@laptop").await.expect("set"),
+        leasehold::operator::LimitSet::Set { previous: None }
+    );
+    controls.trigger("report:c").await.expect("trigger");
+    // A limit whose names hold a text-direction override.
+    sqlx::query("INSERT INTO leasehold_limit (job_name, fleet_limit, set_by) VALUES ($1, 5, $2)")
+        .bind("evil\u{202e}troper")
+        .bind("mallory\u{202e}")
+        .execute(&db.pool)
+        .await
+        .expect("insert");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+
+    let leases = get(&app, "/", &[]).await;
+    assert_eq!(leases.status, StatusCode::OK);
+    assert!(
+        leases
+            .body
+            .contains("<h2 id=\"limits-in-force\">Fleet-wide limits</h2>"),
+        "{}",
+        leases.body
+    );
+    let report = limit_row(&leases, "report");
+    assert!(
+        report.contains("<a href=\"job?name=report\"><bdi>report</bdi></a>"),
+        "{report}"
+    );
+    assert!(
+        report.contains("<td class=\"running-limit\">2 / 3</td>"),
+        "two runs hold two of three places: {report}"
+    );
+    assert!(report.contains("<td class=\"waiting\">1</td>"), "{report}");
+    assert!(
+        report.contains("<td class=\"longest-wait\">1 s</td>")
+            || report.contains("<td class=\"longest-wait\">2 s</td>"),
+        "waiting since triggered: {report}"
+    );
+    assert!(report.contains("<bdi>alice@laptop</bdi>"), "{report}");
+    assert!(
+        !leases.body.contains("data-job=\"billing\""),
+        "only limited jobs are listed"
+    );
+    // Hidden characters are shown escaped, never as they are.
+    assert!(!leases.body.contains('\u{202e}'), "{}", leases.body);
+    let evil = limit_row(&leases, "evil\\u{202e}troper");
+    assert!(evil.contains("<bdi>evil\\u{202e}troper</bdi>"), "{evil}");
+    assert!(evil.contains("<bdi>mallory\\u{202e}</bdi>"), "{evil}");
+    assert!(evil.contains("<td class=\"waiting\">0</td>"), "{evil}");
+    assert!(evil.contains("none waits"), "{evil}");
+
+    let job_page = get(&app, "/job?name=report", &[]).await;
+    let limit = job_page
+        .body
+        .split("<dd id=\"job-limit\">")
+        .nth(1)
+        .expect("the job's limit")
+        .split("</dd>")
+        .next()
+        .expect("dd");
+    assert!(limit.starts_with("2 / 3 running, 1 waiting (longest "), "{limit}");
+    assert!(limit.contains("<bdi>alice@laptop</bdi>"), "{limit}");
+
+    // Lowered under its runs in progress: said; cleared: gone.
+    controls.set_limit("report", 1, "bob").await.expect("set");
+    let leases = get(&app, "/", &[]).await;
+    let report = limit_row(&leases, "report");
+    assert!(report.contains("2 / 1 <span class=\"muted\""), "{report}");
+    assert!(report.contains("(lowered)"), "{report}");
+    assert!(controls.clear_limit("evil\u{202e}troper").await.expect("clear"));
+    assert!(controls.clear_limit("report").await.expect("clear"));
+    let leases = get(&app, "/", &[]).await;
+    assert!(!leases.body.contains("id=\"limits"), "{}", leases.body);
 }
