@@ -9,10 +9,11 @@ Environment (all optional):
   PEERS_ROUNDS    ceiling rounds (default 3)
   PEERS_WARMUP    seconds before each window (default 3)
   PEERS_WINDOW    seconds of each window (default 10)
-  PEERS_SYSTEMS   comma-separated subset of leasehold,leasehold_full,river,graphile
+  PEERS_SYSTEMS   comma-separated subset of leasehold,leasehold_full,leasehold_limited,river,graphile
                   (leasehold_full: leasehold with every key's history ring
-                  filled before it starts; no-op body only, ceiling only),
-                  plus leasehold_before with PEERS_BEFORE
+                  filled before it starts; leasehold_limited: leasehold under a
+                  fleet-wide limit that never binds; both no-op body only,
+                  ceiling only), plus leasehold_before with PEERS_BEFORE
   PEERS_BEFORE    path of another build of peers-client (e.g. of an earlier
                   commit): its leasehold runs as the system leasehold_before,
                   alternating with the others in the same run (a before/after
@@ -481,8 +482,8 @@ def main():
     # A first backlog guess; then each system's is sized from its own rate.
     backlog = {"river": 600_000, "graphile": 900_000}
     rate = {}
-    combos = [(s, b) for b in BODIES for s in SYSTEMS if s != "leasehold_full" or b == 0]
-    LAT = [s for s in SYSTEMS if s != "leasehold_full"]
+    combos = [(s, b) for b in BODIES for s in SYSTEMS if s not in ("leasehold_full", "leasehold_limited") or b == 0]
+    LAT = [s for s in SYSTEMS if s not in ("leasehold_full", "leasehold_limited")]
     for rnd in range(1, ROUNDS + 1):
         # Alternate: each round starts with the next system.
         order = combos[(rnd - 1) % len(combos):] + combos[:(rnd - 1) % len(combos)]
@@ -538,6 +539,7 @@ NAMES = {
     "leasehold": "leasehold (4 runtimes × 16k keys, every 100 ms, defaults, history on)",
     "leasehold_before": "leasehold, the earlier build (PEERS_BEFORE), the same settings",
     "leasehold_full": "leasehold, the same with every key's history ring (100 places) full before it starts",
+    "leasehold_limited": "leasehold, the same under a fleet-wide limit that never binds (10,000 places)",
     "river": "River for Rust 0.5.0 (2,000 workers, fetch cooldown 2 ms, poll 20 ms, pool 50), work only",
     "graphile": "graphile-worker 0.18.0, batched (localQueue 500, completeJobBatchDelay 0, useNodeTime), work only",
 }
@@ -584,7 +586,8 @@ def miss(p):
 
 
 def breakdown(results):
-    return "".join(breakdown_of(results, s) for s in ("leasehold_before", "leasehold", "leasehold_full"))
+    return "".join(breakdown_of(results, s)
+                   for s in ("leasehold_before", "leasehold", "leasehold_full", "leasehold_limited"))
 
 
 def breakdown_of(results, system):

@@ -9,7 +9,7 @@
 //!   after three of those in a row it stops);
 //! - `stop`: shuts down and prints `stopped`.
 //!
-//! Usage: `peers-client <leasehold|leasehold_full|river> <url> <body µs> <size> [feed]`:
+//! Usage: `peers-client <leasehold|leasehold_full|leasehold_limited|river> <url> <body µs> <size> [feed]`:
 //!
 //! - leasehold: `size` keys per runtime ([`RUNTIMES`] runtimes all
 //!   registering the same keys, every 100 ms, defaults, history on); `feed`
@@ -165,6 +165,21 @@ async fn start_leasehold(url: &str, keys: usize, work: Duration, counters: &Arc<
         runtimes.push(b.start().await.expect("runtime starts"));
     }
     runtimes
+}
+
+/// `leasehold_limited`: the benchmark's job under a fleet-wide limit of one
+/// place per key, so the limit never holds a run back: what the limit's
+/// mechanism costs a run (a place taken by each claim, kept by each renewal
+/// and freed by each release), with the same work as `leasehold`.
+async fn limit_every_key(runtime: &Runtime, keys: usize) {
+    let places = u32::try_from(keys).expect("keys").clamp(1, leasehold::operator::MAX_FLEET_LIMIT);
+    let set = runtime
+        .store()
+        .controls()
+        .set_limit("peers", places, "peers-client")
+        .await
+        .expect("set the limit");
+    assert!(matches!(set, leasehold::operator::LimitSet::Set { .. }), "{set:?}");
 }
 
 /// `leasehold_full`: every key's history ring (the default 100 places)
@@ -339,7 +354,7 @@ impl System {
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 5 {
-        eprintln!("usage: peers-client <leasehold|leasehold_full|river> <url> <body µs> <size> [feed]");
+        eprintln!("usage: peers-client <leasehold|leasehold_full|leasehold_limited|river> <url> <body µs> <size> [feed]");
         std::process::exit(2);
     }
     let url = &args[2];
@@ -353,6 +368,11 @@ async fn main() {
         "leasehold_full" => {
             prefill_ring(url, size).await;
             System::Leasehold(start_leasehold(url, size, work, &counters).await)
+        }
+        "leasehold_limited" => {
+            let runtimes = start_leasehold(url, size, work, &counters).await;
+            limit_every_key(&runtimes[0], size).await;
+            System::Leasehold(runtimes)
         }
         "river" => {
             let (c, r, f) = start_river(url, size, feed, work, &counters).await;
