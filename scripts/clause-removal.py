@@ -471,6 +471,12 @@ liveness_mutations = [
 # The fleet-wide limit's rules (src/lease/limit.rs, invariant 11), expanded
 # in the batch claim, the renewals and the releases.
 limit_mutations = [
+ ("set_limit.recorded", "set_limit: the limit's record dropped from its statement (a limit set with no record of who set it)",
+  "$5::text IS NOT NULL", "false",
+  "operators::audit::a_fleet_limit_set_changed_and_lifted_is_recorded_on_its_job"),
+ ("clear_limit.recorded", "clear_limit: the lift's record dropped from its statement (a limit lifted with no record of who lifted it)",
+  "$3::text IS NOT NULL", "false",
+  "operators::audit::a_fleet_limit_set_changed_and_lifted_is_recorded_on_its_job"),
  ("limit.slot_expired", "limit: a taken place read as free (the fleet limit exceeded)",
   "s.expires_at <= clock_timestamp() OR", "true OR",
   "scheduler::fleet_limit::fifty_reports_on_three_replicas_run_at_most_four_at_once_oldest_first"),

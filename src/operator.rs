@@ -187,6 +187,41 @@ impl Operator {
         Ok(forgotten)
     }
 
+    /// [`Controls::set_limit`](crate::store::Controls::set_limit), recorded on
+    /// the job as [`OperatorAction::SetLimit`], with the limit it replaced.
+    /// One statement, cancel-safe as [`trigger`](Self::trigger).
+    ///
+    /// ```no_run
+    /// # async fn demo(alice: leasehold::operator::Operator) -> leasehold::Result<()> {
+    /// use leasehold::operator::LimitSet;
+    /// if alice.set_limit("report", 4).await? == LimitSet::UnknownJob {
+    ///     eprintln!("no key of a job named report");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_limit(&self, job: &str, limit: u32) -> Result<LimitSet> {
+        validate::existing_job_name(job)?;
+        let action = OperatorAction::SetLimit;
+        let record = self.record(action, limit_set_words(limit));
+        let done = self
+            .store
+            .controls()
+            .set_limit_recorded(job, limit, &self.actor, Some(&record))
+            .await;
+        self.failed(&[Target::job(job)], action, done).await
+    }
+
+    /// [`Controls::clear_limit`](crate::store::Controls::clear_limit),
+    /// recorded on the job as [`OperatorAction::ClearLimit`]. One
+    /// statement, cancel-safe as [`trigger`](Self::trigger).
+    pub async fn clear_limit(&self, job: &str) -> Result<bool> {
+        validate::existing_job_name(job)?;
+        let action = OperatorAction::ClearLimit;
+        let record = self.record(action, [LIMIT_LIFTED, NOT_LIMITED].map(str::to_owned).into());
+        let done = self.store.controls().clear_limit_recorded(job, Some(&record)).await;
+        self.failed(&[Target::job(job)], action, done).await
+    }
+
     /// [`Keys::add`](crate::store::Keys::add), recorded on each key as
     /// [`OperatorAction::Add`], with its kind and arguments. One statement
     /// (and a read of the server clock) whatever the number of keys: the
@@ -305,11 +340,15 @@ pub enum OperatorAction {
     Update,
     /// Remove a key of a job kind from the fleet.
     Remove,
+    /// Set a job's fleet-wide limit ([`Operator::set_limit`], CLI `limit set`).
+    SetLimit,
+    /// Lift a job's fleet-wide limit ([`Operator::clear_limit`], CLI `limit clear`).
+    ClearLimit,
 }
 
 impl OperatorAction {
     /// Every action, in the order the CLI's help lists them.
-    pub const ALL: [OperatorAction; 10] = [
+    pub const ALL: [OperatorAction; 12] = [
         OperatorAction::Trigger,
         OperatorAction::Pause,
         OperatorAction::PauseCancel,
@@ -320,6 +359,8 @@ impl OperatorAction {
         OperatorAction::Add,
         OperatorAction::Update,
         OperatorAction::Remove,
+        OperatorAction::SetLimit,
+        OperatorAction::ClearLimit,
     ];
 
     /// The action's name, as the history stores it.
@@ -335,6 +376,8 @@ impl OperatorAction {
             OperatorAction::Add => "add",
             OperatorAction::Update => "update",
             OperatorAction::Remove => "remove",
+            OperatorAction::SetLimit => "limit",
+            OperatorAction::ClearLimit => "limit-clear",
         }
     }
 
@@ -362,6 +405,8 @@ impl OperatorAction {
             OperatorAction::Add => "Add",
             OperatorAction::Update => "Update",
             OperatorAction::Remove => "Remove",
+            OperatorAction::SetLimit => "Set limit",
+            OperatorAction::ClearLimit => "Clear limit",
         }
     }
 }
@@ -419,6 +464,20 @@ const UPDATED: &str = "updated to version %s: args %s";
 /// Removing or updating a key that is no key of its kind.
 const NO_KEY_OF_KIND: &str = "not found: no key of kind %s";
 const REMOVED: &str = "removed: every replica stops it";
+/// A fleet-wide limit set: the new limit is written in, the old one is a slot.
+const LIMIT_WAS: &str = "at most {limit} runs at once across the fleet (was %s)";
+const LIMIT_NEW: &str = "at most {limit} runs at once across the fleet (none before)";
+const NOT_A_JOB: &str = "not found: no key of a job or kind of this name";
+const LIMIT_LIFTED: &str = "limit lifted: its keys start as freely as any other's";
+const NOT_LIMITED: &str = "not limited";
+
+/// The words of a limit's setting, in the order its statement reads them:
+/// replaced, new, unknown job; `limit` written in.
+fn limit_set_words(limit: u32) -> Vec<String> {
+    [LIMIT_WAS, LIMIT_NEW, NOT_A_JOB]
+        .map(|w| w.replace("{limit}", &limit.to_string()))
+        .into()
+}
 
 /// Most bytes of a key's arguments its words show: the rest is cut
 /// (`…`), so the words of an add or an update always fit the history's

@@ -1,17 +1,18 @@
 //! `leasehold limit set|clear|list`: fleet-wide limits per job — at most N
 //! runs of a job (or kind) at once across every replica.
 //!
-//! Through `leasehold::store::Controls::{set_limit, clear_limit, limits}`:
-//! a limit is rows the claims take places in, so every replica obeys it
-//! from its next claim, without a restart. The CLI sends no SQL of its own.
-//! Lowering a limit never stops a run in progress; it only holds new starts
-//! back until fewer runs than the limit hold places.
+//! Through `leasehold::operator::Operator::{set_limit, clear_limit}` and
+//! `leasehold::store::Controls::limits`: a limit is rows the claims take
+//! places in, so every replica obeys it from its next claim, without a
+//! restart. The CLI sends no SQL of its own. Lowering a limit never stops a
+//! run in progress; it only holds new starts back until fewer runs than the
+//! limit hold places.
 //!
-//! Not recorded in the keys' histories: a limit is a job's, not a key's,
-//! and the history's vocabulary (`OperatorAction`) has no word for it yet.
-//! Who set a limit is kept with it (`--by`) and shown by `list`.
+//! Setting and clearing are recorded on the job (actions `limit` and
+//! `limit-clear`, shown by `leasehold history` with the job's other
+//! actions), by `--by`, in the statement that changes the limit.
 
-use leasehold::operator::{FleetLimit, LimitSet, MAX_FLEET_LIMIT};
+use leasehold::operator::{FleetLimit, LimitSet, MAX_FLEET_LIMIT, Operator};
 use leasehold::store::LeaseStore;
 use serde::Serialize;
 
@@ -45,7 +46,13 @@ impl Command {
     pub(crate) fn validate(&self) -> Result<(), Failure> {
         match self {
             Command::Set(args) => args.validate().map(drop),
-            Command::Clear(args) => check_name("job name", &args.job),
+            Command::Clear(args) => {
+                check_name("job name", &args.job)?;
+                match &args.by {
+                    Some(by) => check_actor("--by", by),
+                    None => Ok(()),
+                }
+            }
             Command::List(_) => Ok(()),
         }
     }
@@ -67,7 +74,8 @@ pub(crate) struct SetArgs {
     /// At most this many runs at once, across every replica (1 to 10000).
     #[arg(value_name = "N", allow_negative_numbers = true)]
     limit: String,
-    /// Who sets it, shown by `limit list` (default: `$USER@<hostname>`).
+    /// Who sets it, shown by `limit list` and recorded in the job's history
+    /// (default: `$USER@<hostname>`).
     #[arg(long, value_name = "WHO")]
     by: Option<String>,
     /// Print the outcome as JSON (in every outcome; the exit code is the
@@ -132,6 +140,10 @@ fn is_digits(value: &str) -> bool {
 pub(crate) struct ClearArgs {
     /// The job or job kind whose limit to lift.
     job: String,
+    /// Who lifts it, as the job's history records it (default:
+    /// `$USER@<hostname>`).
+    #[arg(long, value_name = "WHO")]
+    by: Option<String>,
     /// Print the outcome as JSON (in every outcome; the exit code is the
     /// same as without --json).
     #[arg(long)]
@@ -167,11 +179,8 @@ async fn set(db: &Db, args: &SetArgs) -> Result<(), Failure> {
     db.require_schema().await?;
     let store = LeaseStore::new(db.pool.clone());
     let by = args.by.clone().unwrap_or_else(default_by);
-    let outcome = store
-        .controls()
-        .set_limit(&args.job, limit, &by)
-        .await
-        .map_err(|e| db.failure(e))?;
+    let operator = Operator::new(store.clone(), by).map_err(|e| db.failure(e))?;
+    let outcome = operator.set_limit(&args.job, limit).await.map_err(|e| db.failure(e))?;
     let job = text::cell(&format!("{:?}", args.job));
     let previous = match outcome {
         LimitSet::Set { previous } => previous,
@@ -289,11 +298,9 @@ async fn clear(db: &Db, args: &ClearArgs) -> Result<(), Failure> {
     check_name("job name", &args.job)?;
     db.require_schema().await?;
     let store = LeaseStore::new(db.pool.clone());
-    let cleared = store
-        .controls()
-        .clear_limit(&args.job)
-        .await
-        .map_err(|e| db.failure(e))?;
+    let by = args.by.clone().unwrap_or_else(default_by);
+    let operator = Operator::new(store, by).map_err(|e| db.failure(e))?;
+    let cleared = operator.clear_limit(&args.job).await.map_err(|e| db.failure(e))?;
     if args.json {
         out::json(&ClearJson {
             job: &args.job,

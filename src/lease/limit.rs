@@ -26,7 +26,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{Controls, KIND_CHANNEL};
+use super::{Controls, KIND_CHANNEL, Record};
 use crate::connection;
 use crate::error::{Error, Result};
 use crate::validate;
@@ -209,9 +209,26 @@ impl Controls<'_> {
     pub async fn set_limit(self, job: &str, limit: u32, by: &str) -> Result<LimitSet> {
         validate::existing_job_name(job)?;
         validate::actor("set by", by)?;
+        self.set_limit_recorded(job, limit, by, None).await
+    }
+
+    /// [`Controls::set_limit`] writing `record`, if any, in its statement
+    /// (`Operator::set_limit`); `job` and `by` were checked where they
+    /// entered.
+    pub(crate) async fn set_limit_recorded(
+        self,
+        job: &str,
+        limit: u32,
+        by: &str,
+        record: Option<&Record<'_>>,
+    ) -> Result<LimitSet> {
         let limit = check_limit(limit)?;
         // $1 job, $2 limit, $3 by, $4 the kinds' channel: replicas poll at
         // once, so they learn the limit now rather than at their next poll.
+        // - `recorded` (the record: $5 action, $6 actor, $7 words: [1] set,
+        //   with the limit it replaced, [2] set where none was, [3] unknown
+        //   job): the action's row on the job, in the statement that sets
+        //   the limit, so the two commit together.
         // - `known`: a name some key has (its row's job, or a stored key's
         //   kind), so a typo is refused rather than limiting nothing.
         // - `places`: the slot rows 1..limit that do not exist yet, created
@@ -247,15 +264,27 @@ impl Controls<'_> {
                        COALESCE(live.acquired_at, '-infinity'), COALESCE(live.expires_at, '-infinity')
                   FROM set CROSS JOIN missing LEFT JOIN live USING (n)
                 ON CONFLICT (job_name, slot_no) DO NOTHING
+            ), recorded AS (
+                INSERT INTO leasehold_action (scope, name, action, actor, outcome)
+                SELECT 'job', $1, $5, $6,
+                       CASE WHEN NOT k.known THEN format(($7::text[])[3])
+                            WHEN b.fleet_limit IS NULL THEN format(($7::text[])[2])
+                            ELSE format(($7::text[])[1], b.fleet_limit) END
+                  FROM known AS k LEFT JOIN before AS b ON true
+                 WHERE /* guard:set_limit.recorded */ $5::text IS NOT NULL
             )
             SELECT (SELECT known FROM known) AS known, (SELECT fleet_limit FROM before) AS previous,
                    (SELECT count(*) FROM (SELECT pg_notify($4, job_name) FROM set) AS n) AS told";
+        let (action, actor, words) = Record::binds(record);
         let (known, previous, _told): (bool, Option<i32>, i64) =
             connection::run!(&self.store.conns, |conn| sqlx::query_as(SET_LIMIT)
                 .bind(job)
                 .bind(limit)
                 .bind(by)
                 .bind(KIND_CHANNEL)
+                .bind(action)
+                .bind(actor)
+                .bind(words)
                 .fetch_one(conn))?;
         Ok(if known {
             LimitSet::Set {
@@ -271,19 +300,36 @@ impl Controls<'_> {
     /// Cancel-safe: one statement.
     pub async fn clear_limit(self, job: &str) -> Result<bool> {
         validate::existing_job_name(job)?;
-        // $1 job, $2 the kinds' channel (replicas poll at once). The slot
-        // rows go with the limit: a job without a limit
+        self.clear_limit_recorded(job, None).await
+    }
+
+    /// [`Controls::clear_limit`] writing `record`, if any, in its statement
+    /// (`Operator::clear_limit`); `job` was checked where it entered.
+    pub(crate) async fn clear_limit_recorded(self, job: &str, record: Option<&Record<'_>>) -> Result<bool> {
+        // $1 job, $2 the kinds' channel (replicas poll at once); `recorded`
+        // (the record: $3 action, $4 actor, $5 words: [1] lifted, [2] not
+        // limited) in the same statement. The slot rows go with the limit: a job without a limit
         // has none, and its claims look for none.
         const CLEAR_LIMIT: &str = "
             WITH gone AS (
                 DELETE FROM leasehold_limit WHERE job_name = $1 RETURNING job_name
             ), places AS (
                 DELETE FROM leasehold_run_slot WHERE job_name IN (SELECT job_name FROM gone)
+            ), recorded AS (
+                INSERT INTO leasehold_action (scope, name, action, actor, outcome)
+                SELECT 'job', $1, $3, $4,
+                       CASE WHEN EXISTS (SELECT 1 FROM gone) THEN format(($5::text[])[1])
+                            ELSE format(($5::text[])[2]) END
+                 WHERE /* guard:clear_limit.recorded */ $3::text IS NOT NULL
             )
             SELECT count(*) FROM (SELECT pg_notify($2, job_name) FROM gone) AS told";
+        let (action, actor, words) = Record::binds(record);
         let gone: i64 = connection::run!(&self.store.conns, |conn| sqlx::query_scalar(CLEAR_LIMIT)
             .bind(job)
             .bind(KIND_CHANNEL)
+            .bind(action)
+            .bind(actor)
+            .bind(words)
             .fetch_one(conn))?;
         Ok(gone > 0)
     }

@@ -511,3 +511,78 @@ async fn a_failed_action_takes_no_effect_and_is_recorded_with_its_error() {
     alice.pause(&Target::key("ledger"), false).await.expect("pause");
     assert_eq!(store.controls().pauses().await.expect("pauses").len(), 1);
 }
+
+/// Setting, changing and lifting a job's fleet-wide limit through an
+/// `Operator` is recorded on the job, by who, with what it replaced, in the
+/// statement that changes the limit: one statement each. A name no key has
+/// is recorded as not found, and nothing is set.
+#[tokio::test]
+async fn a_fleet_limit_set_changed_and_lifted_is_recorded_on_its_job() {
+    use leasehold::operator::LimitSet;
+
+    let (db, store) = support::store().await;
+    store.claim("report:1", "replica-1", LONG).await.expect("claim");
+    sqlx::query("UPDATE leasehold_lease SET job_name = 'report' WHERE key = 'report:1'")
+        .execute(&db.pool)
+        .await
+        .expect("job");
+    let alice = Operator::new(store.clone(), "alice@laptop").expect("operator");
+    support::reset_statement_stats(&db.pool).await;
+    assert_eq!(
+        alice.set_limit("report", 4).await.expect("set"),
+        LimitSet::Set { previous: None }
+    );
+    assert_eq!(
+        support::statement_calls(&db.pool, "").await,
+        1,
+        "the limit and its record: one statement"
+    );
+    assert_eq!(
+        alice.set_limit("report", 2).await.expect("lower"),
+        LimitSet::Set { previous: Some(4) }
+    );
+    assert_eq!(alice.set_limit("reprot", 2).await.expect("typo"), LimitSet::UnknownJob);
+    assert!(alice.clear_limit("report").await.expect("clear"));
+    assert!(!alice.clear_limit("report").await.expect("again"));
+
+    let on_report: Vec<(String, String, Option<String>)> = store
+        .records()
+        .job_actions("report", 10)
+        .await
+        .expect("actions")
+        .into_iter()
+        .map(|a| (a.action, a.actor, a.outcome))
+        .collect();
+    let said = |action: OperatorAction, outcome: &str| {
+        (
+            action.as_str().to_owned(),
+            "alice@laptop".to_owned(),
+            Some(outcome.to_owned()),
+        )
+    };
+    assert_eq!(
+        on_report,
+        [
+            said(OperatorAction::ClearLimit, "not limited"),
+            said(
+                OperatorAction::ClearLimit,
+                "limit lifted: its keys start as freely as any other's"
+            ),
+            said(
+                OperatorAction::SetLimit,
+                "at most 2 runs at once across the fleet (was 4)"
+            ),
+            said(
+                OperatorAction::SetLimit,
+                "at most 4 runs at once across the fleet (none before)"
+            ),
+        ],
+        "newest first"
+    );
+    let on_typo = store.records().job_actions("reprot", 10).await.expect("actions");
+    assert_eq!(
+        on_typo.iter().map(|a| a.outcome.as_deref()).collect::<Vec<_>>(),
+        [Some("not found: no key of a job or kind of this name")]
+    );
+    assert!(store.controls().limits().await.expect("limits").is_empty());
+}
