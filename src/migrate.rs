@@ -78,9 +78,7 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
 /// Checks that the schema exists and is one this library can use, without
 /// changing anything. Used at start-up when automatic migration is off.
 pub async fn check_schema(pool: &PgPool) -> Result<()> {
-    // A checked connection, in a read-only transaction rolled back on drop.
-    let mut tx = crate::connection::begin(&crate::connection::Conns::shared(pool.clone(), Default::default())).await?;
-    match read_version(&mut tx).await? {
+    match schema_version(pool).await? {
         None => Err(Error::SchemaMissing),
         Some(found) if found > SCHEMA_VERSION => Err(Error::SchemaTooNew {
             found,
@@ -99,7 +97,7 @@ pub async fn check_schema(pool: &PgPool) -> Result<()> {
 /// Changes nothing. Compare it with [`SCHEMA_VERSION`], the version this
 /// library needs (or use [`check_schema`], which does).
 ///
-/// Cancel-safe: a checked connection, in a transaction rolled back on drop.
+/// Cancel-safe: one statement on a checked connection.
 ///
 /// ```no_run
 /// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
@@ -110,8 +108,18 @@ pub async fn check_schema(pool: &PgPool) -> Result<()> {
 /// # Ok(()) }
 /// ```
 pub async fn schema_version(pool: &PgPool) -> Result<Option<i32>> {
-    let mut tx = crate::connection::begin(&crate::connection::Conns::shared(pool.clone(), Default::default())).await?;
-    read_version(&mut tx).await
+    // One statement on a checked connection (an operator's command checks
+    // the schema before it acts: one round trip, not a transaction of
+    // three). The version table is read only when it exists: `CASE`
+    // evaluates `query_to_xml`'s query, planned when it runs, only then —
+    // a plain `SELECT` of a missing table fails at planning.
+    const VERSION: &str = "
+        SELECT CASE WHEN to_regclass('leasehold_schema_version') IS NULL THEN NULL
+                    ELSE (xpath('/row/v/text()',
+                                query_to_xml('SELECT max(version) AS v FROM leasehold_schema_version',
+                                             false, true, '')))[1]::text::int END";
+    let conns = crate::connection::Conns::shared(pool.clone(), Default::default());
+    crate::connection::run!(&conns, |conn| sqlx::query_scalar(VERSION).fetch_one(conn))
 }
 
 /// The highest applied version, or `None` when the version table is absent.
