@@ -80,17 +80,34 @@ macro_rules! limit_full {
     };
 }
 
+/// Whether any fleet-wide limit exists: an uncorrelated `EXISTS`, which
+/// PostgreSQL evaluates once per statement (an `InitPlan`), so a false one
+/// skips what it guards, as `paused!(if_any, …)` does for pauses.
+macro_rules! any_limit {
+    () => {
+        "EXISTS (SELECT 1 FROM leasehold_limit)"
+    };
+}
+
 /// An `UPDATE` giving each slot whose tenure is one of `rows` (a CTE with
 /// `key`, `fence` and `expires_at`) that row's expiry: a renewal extends
 /// its slot with its lease, a release frees it with its lease. By `(key,
 /// fence)`: only the tenure's own slot, never one a newer tenure of the
 /// key took. Returns the job of each slot written.
+///
+/// Behind one look at whether any limit exists (`any_limit!`): with none,
+/// the usual case, PostgreSQL evaluates it once and skips the join (a
+/// one-time filter), so a fleet without limits pays nothing for them. As
+/// safe as the join alone: a limit's slots are created and deleted with
+/// its row, so a statement that sees no limit sees no slot either.
 macro_rules! slots_follow {
     (rows = $rows:literal) => {
         concat!(
             "UPDATE leasehold_run_slot AS s SET expires_at = x.expires_at FROM ",
             $rows,
-            " AS x WHERE /* guard:limit.slot_tenure */ s.key = x.key AND s.fence = x.fence RETURNING s.job_name"
+            " AS x WHERE ",
+            any_limit!(),
+            " AND /* guard:limit.slot_tenure */ s.key = x.key AND s.fence = x.fence RETURNING s.job_name"
         )
     };
 }

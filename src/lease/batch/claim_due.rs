@@ -40,6 +40,7 @@ struct DueRow {
     lost_job: Option<String>,
     owner: Option<i64>,
     held_back: bool,
+    limited: bool,
 }
 
 /// One key to claim with [`LeaseStore::claim_due`].
@@ -160,7 +161,11 @@ impl LeaseStore {
     // - `pair` gives the job's picked keys, oldest due first, a place
     //   each while places last; `go` is what is claimed: every picked key
     //   of a job without a limit, and a limited job's keys with a place.
-    //   The others stay due and come back `held_back`.
+    //   The others stay due and come back `held_back`: a key picked but
+    //   not claimed (it got no place), or one of a job in `full_jobs` —
+    //   not a key passed over for the replica's room ($4), which is due
+    //   for the next claim; `limited` says the key's job has a limit,
+    //   so its replica keeps it in due order.
     // - `slotted` writes the tenure into its place: key, fence, stamp and
     //   expiry, the lease row's own values from `claimed`, so the place is
     //   free exactly when the tenure is over.
@@ -171,7 +176,9 @@ impl LeaseStore {
                            AS t(key, ttl, job, run_timeout, head_start)
             ), full_jobs AS (
                 SELECT m.job_name FROM leasehold_limit AS m
-                 WHERE m.job_name IN (SELECT job FROM t) AND ",
+                 WHERE ",
+        any_limit!(),
+        " AND m.job_name IN (SELECT job FROM t) AND ",
         limit_full!(limit = "m"),
         "
             ), pick AS (
@@ -197,6 +204,9 @@ impl LeaseStore {
         slot_free!(),
         ") AS above
                   FROM pick AS p JOIN leasehold_limit AS m ON m.job_name = p.new_job
+                 WHERE ",
+        any_limit!(),
+        "
                  GROUP BY p.new_job, m.fleet_limit
             ), slot AS (
                 SELECT f.job_name, f.slot_no, row_number() OVER (PARTITION BY f.job_name ORDER BY f.slot_no) AS rn
@@ -263,7 +273,7 @@ impl LeaseStore {
             SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now,
                    k.kind AS args_kind, k.args::text AS args, k.version AS args_version,
                    (SELECT lo.job_name FROM lost AS lo WHERE lo.key = c.key) AS lost_job,
-                   false AS held_back
+                   false AS held_back, false AS limited
               FROM claimed AS c LEFT JOIN leasehold_key AS k ON k.key = c.key
             UNION ALL
             SELECT false,
@@ -271,7 +281,10 @@ impl LeaseStore {
         paused!(if_any, key = "l.key", jobs = "l.job_name, t.job"),
         ",
                    l.*, clock_timestamp(), NULL, NULL, NULL, NULL,
-                   EXISTS (SELECT 1 FROM leasehold_limit) AND EXISTS (SELECT 1 FROM leasehold_limit AS m WHERE m.job_name = t.job)
+                   (t.key IN (SELECT key FROM pick) OR t.job IN (SELECT job_name FROM full_jobs)),
+                   ",
+        any_limit!(),
+        " AND EXISTS (SELECT 1 FROM leasehold_limit AS m WHERE m.job_name = t.job)
               FROM leasehold_lease AS l JOIN t ON t.key = l.key
              WHERE t.key NOT IN (SELECT key FROM claimed)"
     );
@@ -334,6 +347,7 @@ impl LeaseStore {
             lost_job,
             owner,
             held_back,
+            limited,
         } in rows
         {
             if acquired {
@@ -358,6 +372,7 @@ impl LeaseStore {
                     server_now: row.server_now,
                     paused,
                     held_back,
+                    limited,
                 });
             }
         }

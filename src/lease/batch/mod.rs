@@ -44,6 +44,9 @@ pub(crate) struct Sighting {
     /// another claimer. Looked at again when a place frees.
     #[sqlx(default)]
     pub(crate) held_back: bool,
+    /// Its job has a fleet-wide limit (whether or not it got a place).
+    #[sqlx(default)]
+    pub(crate) limited: bool,
 }
 
 impl Sighting {

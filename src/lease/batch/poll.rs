@@ -153,6 +153,7 @@ impl LeaseStore {
                     server_now: row.server_now,
                     paused: false,
                     held_back: false,
+                    limited: false,
                 })
             })
             .collect();

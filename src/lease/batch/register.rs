@@ -95,6 +95,7 @@ impl Registered {
             server_now: self.server_now?,
             paused: false,
             held_back: false,
+            limited: false,
         })
     }
 

@@ -40,11 +40,12 @@ impl Reading<'_> {
             Some(left) if self.listening => now + left,
             Some(left) => now + left.min(self.poll_interval),
             None if sighting.paused && sighting.due_in().is_zero() => now + PAUSED_RECHECK,
-            // Held back by its job's fleet-wide limit: it stays due, at the
-            // instant it fell due, so its job's keys are proposed oldest
-            // first when a place frees; until then the runtime holds them
-            // back (`NameLimits::hold_fleet`).
-            None if sighting.held_back && sighting.due_in().is_zero() => self
+            // A key of a job with a fleet-wide limit — held back (no place),
+            // or passed over for the room — stays due, at the instant it
+            // fell due, so its job's keys are proposed oldest first; while
+            // its job's places are all taken the runtime holds them back
+            // (`NameLimits::hold_fleet`).
+            None if sighting.limited && sighting.due_in().is_zero() => self
                 .clock
                 .instant_of(sighting.next_due_at.unwrap_or(sighting.server_now))
                 .min(now),

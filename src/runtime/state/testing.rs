@@ -71,6 +71,7 @@ pub(crate) fn held_elsewhere(key: &str) -> Sighting {
         server_now,
         paused: false,
         held_back: false,
+        limited: false,
     }
 }
 
@@ -85,6 +86,7 @@ pub(crate) fn free(key: &str, due_in: chrono::TimeDelta, paused: bool) -> Sighti
         server_now,
         paused,
         held_back: false,
+        limited: false,
     }
 }
 
