@@ -166,6 +166,9 @@ impl LeaseStore {
     //   not a key passed over for the replica's room ($4), which is due
     //   for the next claim; `limited` says the key's job has a limit,
     //   so its replica keeps it in due order.
+    // - With no limit anywhere, `any_limit!` (evaluated once per
+    //   statement) skips all of this: `go` is `pick`, and no place is
+    //   looked for.
     // - `slotted` writes the tenure into its place: key, fence, stamp and
     //   expiry, the lease row's own values from `claimed`, so the place is
     //   free exactly when the tenure is over.
@@ -224,11 +227,15 @@ impl LeaseStore {
                 SELECT r.key, f.job_name, f.slot_no
                   FROM (SELECT p.key, p.new_job,
                                row_number() OVER (PARTITION BY p.new_job ORDER BY p.next_due_at NULLS FIRST, p.key) AS rn
-                          FROM pick AS p WHERE p.new_job IN (SELECT job FROM lim)) AS r
+                          FROM pick AS p WHERE ",
+        any_limit!(),
+        " AND p.new_job IN (SELECT job FROM lim)) AS r
                   JOIN slot AS f ON f.job_name = r.new_job AND f.rn = r.rn
             ), go AS (
                 SELECT p.* FROM pick AS p
-                 WHERE p.new_job NOT IN (SELECT job FROM lim)
+                 WHERE NOT ",
+        any_limit!(),
+        " OR p.new_job NOT IN (SELECT job FROM lim)
                     OR /* guard:claim_due.slot_needed */ p.key IN (SELECT key FROM pair)
             ), claimed AS (
                 UPDATE leasehold_lease AS l
@@ -281,7 +288,9 @@ impl LeaseStore {
         paused!(if_any, key = "l.key", jobs = "l.job_name, t.job"),
         ",
                    l.*, clock_timestamp(), NULL, NULL, NULL, NULL,
-                   (t.key IN (SELECT key FROM pick) OR t.job IN (SELECT job_name FROM full_jobs)),
+                   ",
+        any_limit!(),
+        " AND (t.key IN (SELECT key FROM pick) OR t.job IN (SELECT job_name FROM full_jobs)),
                    ",
         any_limit!(),
         " AND EXISTS (SELECT 1 FROM leasehold_limit AS m WHERE m.job_name = t.job)
