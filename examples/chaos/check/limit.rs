@@ -1,0 +1,184 @@
+//! Check 18: the fleet-wide limit (invariant 11, docs/design.md §4) — at
+//! no instant do more than N runs of the limited job overlap, counted from
+//! the ledger on the server clock.
+//!
+//! What is provable from the ledger: a run's rows are its fenced steps that
+//! committed, and each row's `at` is the server's `clock_timestamp()` at
+//! its `INSERT`, inside its transaction. That transaction's COMMIT passed
+//! the fence's commit check (F5), which reads the clock after the `INSERT`
+//! and requires the tenure's lease to be live then; and the run started
+//! after its claim committed. So every row's `at` lies strictly inside its
+//! run's tenure, and so does the interval [first row's `at`, last row's
+//! `at`] of a run (a key and a fence). A place under the limit is taken
+//! only once its previous tenure's expiry has passed on the server clock,
+//! so at no instant may more than N of these intervals overlap. The
+//! recorded commit time (`committed`) would be a little wider, but it is
+//! read after the commit check, up to check 15's tolerance past the
+//! tenure's end: the statement time needs no tolerance.
+//!
+//! Under the harness's faults: a run frozen (`stop`, `stop-in-fence`) or
+//! cut off past its lease has its later commits refused (the lease expired,
+//! or a newer claim moved the fence), so they leave no row; a revoked or
+//! expired lease refuses its run's commits from then on; after an
+//! asynchronous promotion the ledger and the places are the same prefix of
+//! the history. Nothing is excused. Runs claimed before the limit was set
+//! are not counted (a limit set over runs in progress lets them finish):
+//! the run's claim is read from the lease audit; a run with no recorded
+//! claim counts if its first row is after the limit was set.
+//!
+//! The run history (`leasehold_run`, the server's record of each run from
+//! its claim to its release, or to its expiry or takeover for a lost run)
+//! gives a second count, reported but not judged: a run whose replica's
+//! liveness session ended frees its place a grace after that (invariant
+//! 10), while its history row runs on to its lease's expiry or its key's
+//! next claim, so that count may exceed N without a violation.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::history::History;
+use super::{Check, secs};
+
+/// What check 18 measured (for the report).
+#[derive(Debug, Default)]
+pub struct LimitCount {
+    /// Runs of the limited job counted (claimed after the limit was set).
+    pub counted: usize,
+    /// Runs of the limited job claimed before the limit was set (not
+    /// counted).
+    pub before: usize,
+    /// The most runs at once by the ledger, and when that began.
+    pub most: Option<(usize, i64)>,
+    /// The most runs at once by the run history, of how many runs after
+    /// the limit was set.
+    pub history: Option<(usize, usize)>,
+}
+
+/// A limited run's interval on the server clock: `[from, to]`, its key,
+/// fence and holder.
+struct Span<'a> {
+    from: i64,
+    to: i64,
+    key: &'a str,
+    fence: i64,
+    holder: &'a str,
+}
+
+/// Where more than the limit overlapped: from when to when, and the runs
+/// overlapping at the highest count.
+struct Excess {
+    from: i64,
+    to: i64,
+    most: Vec<usize>,
+}
+
+/// Sweeps closed intervals (a start and an end at the same instant overlap)
+/// and returns the most at once with when it began, and every stretch with
+/// more than `limit`.
+fn sweep(spans: &[(i64, i64)], limit: usize) -> (Option<(usize, i64)>, Vec<Excess>) {
+    let mut points: Vec<(i64, i8, usize)> = spans
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &(from, to))| [(from, -1, i), (to, 1, i)])
+        .collect();
+    // At one instant, starts (-1) before ends (+1): closed intervals.
+    points.sort_unstable();
+    let mut active: BTreeSet<usize> = BTreeSet::new();
+    let mut most: Option<(usize, i64)> = None;
+    let mut excess: Vec<Excess> = Vec::new();
+    let mut open: Option<Excess> = None;
+    for (at, kind, i) in points {
+        if kind < 0 {
+            active.insert(i);
+            if most.is_none_or(|(n, _)| active.len() > n) {
+                most = Some((active.len(), at));
+            }
+            if active.len() > limit {
+                let e = open.get_or_insert_with(|| Excess {
+                    from: at,
+                    to: at,
+                    most: Vec::new(),
+                });
+                if active.len() > e.most.len() {
+                    e.most = active.iter().copied().collect();
+                }
+            }
+        } else {
+            active.remove(&i);
+            if active.len() <= limit
+                && let Some(mut e) = open.take()
+            {
+                e.to = at;
+                excess.push(e);
+            }
+        }
+    }
+    (most, excess)
+}
+
+/// Check 18: at no instant do more than N runs of the limited job overlap,
+/// each run from its first fenced step to its last by the ledger (see the
+/// module doc for why that is within its tenure).
+pub fn never_above_the_limit(h: &History, count: &mut LimitCount) -> Check {
+    let input = h.input;
+    let mut check = Check::listing("runs of the limited job never overlap beyond its fleet-wide limit", 10)
+        .when_empty("no run of the limited job wrote a step after its limit was set");
+    let Some(limited) = &input.limited else {
+        check.not_required("the run had no limited job (--limited-jobs 0)".to_owned());
+        return check;
+    };
+    let keys: BTreeSet<&str> = limited.keys.iter().map(String::as_str).collect();
+    let claims: BTreeMap<(&str, i64), i64> = input
+        .lease_writes
+        .iter()
+        .filter(|w| w.what == "claim" && keys.contains(w.key.as_str()))
+        .map(|w| ((w.key.as_str(), w.fence), w.at))
+        .collect();
+    let mut spans: Vec<Span> = Vec::new();
+    for ((key, fence), run) in h.runs.iter().filter(|((key, _), _)| keys.contains(key)) {
+        let began = claims.get(&(*key, *fence)).copied().unwrap_or(run.first);
+        if began < limited.set_at {
+            count.before += 1;
+            continue;
+        }
+        spans.push(Span {
+            from: run.first,
+            to: run.last,
+            key,
+            fence: *fence,
+            holder: &run.holder,
+        });
+    }
+    check.checked = spans.len();
+    count.counted = spans.len();
+    let n = limited.limit as usize;
+    let (most, excess) = sweep(&spans.iter().map(|s| (s.from, s.to)).collect::<Vec<_>>(), n);
+    count.most = most;
+    let t = |us: i64| secs(us, input.observe_from);
+    for e in excess {
+        let runs: Vec<String> = e
+            .most
+            .iter()
+            .map(|&i| {
+                let s = &spans[i];
+                format!("{} fence {} ({}) {}–{}", s.key, s.fence, s.holder, t(s.from), t(s.to))
+            })
+            .collect();
+        check.fail(format!(
+            "{} runs of {} at once (limit {}) from {} to {}: {}",
+            e.most.len(),
+            limited.job,
+            limited.limit,
+            t(e.from),
+            t(e.to),
+            runs.join("; ")
+        ));
+    }
+    let history: Vec<(i64, i64)> = limited
+        .history
+        .iter()
+        .filter(|r| r.started_at >= limited.set_at)
+        .map(|r| (r.started_at, r.ended_at.max(r.started_at)))
+        .collect();
+    count.history = Some((sweep(&history, n).0.map_or(0, |(most, _)| most), history.len()));
+    check
+}
