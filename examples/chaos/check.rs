@@ -238,6 +238,13 @@ pub struct Limited {
 /// A row of `leasehold_run`: one run as the server recorded it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct RunRecord {
+    pub key: String,
+    pub fence: i64,
+    pub holder: String,
+    /// `succeeded`, `failed`, `cancelled`, … and, for a cancelled run, why
+    /// (`deadline`, `stolen`, …).
+    pub outcome: String,
+    pub reason: Option<String>,
     /// Its claim, and its release (or, for a lost run, its lease's expiry
     /// or its key's next claim), server clock.
     pub started_at: i64,
@@ -382,7 +389,7 @@ pub fn check(input: &Input) -> Verdict {
         tenures::fenced_commits_within_tenure(&tenures, &mut measured),
         tenures::no_due_key_stalled(&history, &tenures, &mut measured),
         overlap::runs_never_overlap(input, &mut overlaps),
-        limit::never_above_the_limit(&history, &mut limited),
+        limit::never_above_the_limit(&history, &tenures, &mut limited),
     ];
     for c in &mut checks {
         c.require_something();

@@ -75,7 +75,7 @@
 //! kill` [the replica-kill drill of `drill.rs` instead of the checker, with
 //! its own defaults: 3 replicas, 1 job, 180 s, 1 step, a 1 s body, default
 //! settings, `kill-holder` every 9–11 s], `--out DIR` [a temp dir; the
-//! verdict, `ledger.tsv`, `leases.tsv`, `faults.tsv`, replica logs and
+//! verdict, `ledger.tsv`, `leases.tsv`, `runs.tsv`, `faults.tsv`, replica logs and
 //! stderr stay there], and three switches that remove a protection and must
 //! make the checker fail:
 //! - `--unsafe-unfenced`: jobs write with plain statements instead of
@@ -218,7 +218,7 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         let name = entry.file_name().to_string_lossy().into_owned();
         let ours = name.ends_with(".events")
             || (name.starts_with('r') && name.ends_with(".stderr"))
-            || ["verdict.md", "faults.tsv", "ledger.tsv", "leases.tsv"].contains(&name.as_str());
+            || ["verdict.md", "faults.tsv", "ledger.tsv", "leases.tsv", "runs.tsv"].contains(&name.as_str());
         if ours {
             std::fs::remove_file(entry.path())?;
         }
@@ -441,7 +441,7 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
             keys: limited_keys,
             limit: args.fleet_limit,
             set_at,
-            history: run_history(&admin, replica::LIMITED_JOB).await?,
+            history: run_history(&admin, replica::LIMITED_JOB, &out).await?,
         }),
         None => None,
     };
@@ -558,16 +558,34 @@ async fn set_fleet_limit(pool: &PgPool, limit: u32) -> Result<i64, BoxError> {
 }
 
 /// The run history (`leasehold_run`) of the job `job`, times on the
-/// server clock.
-async fn run_history(pool: &PgPool, job: &str) -> Result<Vec<check::RunRecord>, BoxError> {
-    Ok(sqlx::query_as(
-        "SELECT (extract(epoch FROM started_at) * 1000000)::int8 AS started_at,
+/// server clock; written to `runs.tsv` too, for post-mortems.
+async fn run_history(pool: &PgPool, job: &str, out: &std::path::Path) -> Result<Vec<check::RunRecord>, BoxError> {
+    let runs: Vec<check::RunRecord> = sqlx::query_as(
+        "SELECT key, fence, holder, outcome, reason,
+                (extract(epoch FROM started_at) * 1000000)::int8 AS started_at,
                 (extract(epoch FROM ended_at) * 1000000)::int8 AS ended_at
            FROM leasehold_run WHERE job_name = $1 ORDER BY started_at",
     )
     .bind(job)
     .fetch_all(pool)
-    .await?)
+    .await?;
+    let dump: String = runs
+        .iter()
+        .map(|r| {
+            format!(
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                r.started_at,
+                r.ended_at,
+                r.key,
+                r.fence,
+                r.holder,
+                r.outcome,
+                r.reason.as_deref().unwrap_or("-")
+            )
+        })
+        .collect();
+    std::fs::write(out.join("runs.tsv"), dump)?;
+    Ok(runs)
 }
 
 /// Server clock minus local clock, in µs (zero on one machine, give or take).

@@ -26,16 +26,21 @@
 //! the run's claim is read from the lease audit; a run with no recorded
 //! claim counts if its first row is after the limit was set.
 //!
-//! The run history (`leasehold_run`, the server's record of each run from
-//! its claim to its release, or to its expiry or takeover for a lost run)
-//! gives a second count, reported but not judged: a run whose replica's
-//! liveness session ended frees its place a grace after that (invariant
-//! 10), while its history row runs on to its lease's expiry or its key's
-//! next claim, so that count may exceed N without a violation.
+//! Two server-side counts are reported beside it, not judged, with the
+//! runs at their highest when it is above the limit:
+//! - the tenures of the lease audit (`commits.rs`; from the claim's commit
+//!   to the lease's last expiry written, or the key's next claim): a run
+//!   whose replica's liveness session ended frees its place a grace after
+//!   that (invariant 10) while its lease row runs on to its expiry, so
+//!   this count may exceed the limit without a violation;
+//! - the run history (`leasehold_run`): from the run's claim to when its
+//!   release reached the server, also for a run that had lost its lease
+//!   long before (frozen, cut off, stopped at its deadline), so it may too.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::history::History;
+use super::tenures::Tenures;
 use super::{Check, secs};
 
 /// What check 18 measured (for the report).
@@ -48,9 +53,15 @@ pub struct LimitCount {
     pub before: usize,
     /// The most runs at once by the ledger, and when that began.
     pub most: Option<(usize, i64)>,
-    /// The most runs at once by the run history, of how many runs after
-    /// the limit was set.
-    pub history: Option<(usize, usize)>,
+    /// The most at once by the lease audit's tenures, of how many tenures
+    /// claimed after the limit was set.
+    pub tenures: (usize, usize),
+    /// The most runs at once by the run history, of how many runs claimed
+    /// after the limit was set.
+    pub history: (usize, usize),
+    /// For each server-side count above the limit, the first stretch above
+    /// it with its tenures or runs (for the verdict; not violations).
+    pub notes: Vec<String>,
 }
 
 /// A limited run's interval on the server clock: `[from, to]`, its key,
@@ -118,7 +129,7 @@ fn sweep(spans: &[(i64, i64)], limit: usize) -> (Option<(usize, i64)>, Vec<Exces
 /// Check 18: at no instant do more than N runs of the limited job overlap,
 /// each run from its first fenced step to its last by the ledger (see the
 /// module doc for why that is within its tenure).
-pub fn never_above_the_limit(h: &History, count: &mut LimitCount) -> Check {
+pub fn never_above_the_limit(h: &History, tenures: &Tenures, count: &mut LimitCount) -> Check {
     let input = h.input;
     let mut check = Check::listing("runs of the limited job never overlap beyond its fleet-wide limit", 10)
         .when_empty("no run of the limited job wrote a step after its limit was set");
@@ -173,12 +184,79 @@ pub fn never_above_the_limit(h: &History, count: &mut LimitCount) -> Check {
             runs.join("; ")
         ));
     }
-    let history: Vec<(i64, i64)> = limited
+    // The server-side counts.
+    let tenures: Vec<_> = limited
+        .keys
+        .iter()
+        .flat_map(|key| tenures.of(key))
+        .filter(|t| t.claimed >= limited.set_at)
+        .collect();
+    let spans: Vec<(i64, i64)> = tenures.iter().map(|t| (t.claimed, t.end.max(t.claimed))).collect();
+    let (most, excess) = sweep(&spans, n);
+    count.tenures = (most.map_or(0, |m| m.0), spans.len());
+    if let Some(e) = excess.first() {
+        let what: Vec<String> = e
+            .most
+            .iter()
+            .map(|&i| {
+                let x = tenures[i];
+                format!(
+                    "{} fence {} ({}) {}–{} {}",
+                    x.key,
+                    x.fence,
+                    x.holder,
+                    t(x.claimed),
+                    t(x.end),
+                    x.ended
+                )
+            })
+            .collect();
+        count.notes.push(format!(
+            "lease audit: {} tenures at once from {} to {} ({} stretches above the limit): {}",
+            e.most.len(),
+            t(e.from),
+            t(e.to),
+            excess.len(),
+            what.join("; ")
+        ));
+    }
+    let runs: Vec<_> = limited
         .history
         .iter()
         .filter(|r| r.started_at >= limited.set_at)
+        .collect();
+    let spans: Vec<(i64, i64)> = runs
+        .iter()
         .map(|r| (r.started_at, r.ended_at.max(r.started_at)))
         .collect();
-    count.history = Some((sweep(&history, n).0.map_or(0, |(most, _)| most), history.len()));
+    let (most, excess) = sweep(&spans, n);
+    count.history = (most.map_or(0, |m| m.0), spans.len());
+    if let Some(e) = excess.first() {
+        let what: Vec<String> = e
+            .most
+            .iter()
+            .map(|&i| {
+                let r = runs[i];
+                format!(
+                    "{} fence {} ({}) {}–{} {}{}",
+                    r.key,
+                    r.fence,
+                    r.holder,
+                    t(r.started_at),
+                    t(r.ended_at),
+                    r.outcome,
+                    r.reason.as_deref().map_or(String::new(), |why| format!(" ({why})"))
+                )
+            })
+            .collect();
+        count.notes.push(format!(
+            "run history: {} runs at once from {} to {} ({} stretches above the limit): {}",
+            e.most.len(),
+            t(e.from),
+            t(e.to),
+            excess.len(),
+            what.join("; ")
+        ));
+    }
     check
 }

@@ -126,12 +126,13 @@ pub fn verdict(
     if let Some(l) = &input.limited {
         let runs = limited.counted;
         let at = |m: Option<(usize, i64)>| m.map_or("-".to_owned(), |(n, at)| format!("{n} (from {})", h.t(at)));
-        let (history, history_runs) = limited.history.unwrap_or_default();
+        let (tenures, tenures_of) = limited.tenures;
+        let (history, history_of) = limited.history;
         let _ = writeln!(
             s,
             "| limited job `{}` ({} keys, at most {} at once): runs counted / claimed before the limit (not counted) \
-             / most at once by the ledger / by the run history (of its runs; may exceed the limit: a run whose \
-             replica's session ended frees its place before its lease's end) | {runs} / {} / {} / {history} (of {history_runs}) |",
+             / most at once by the ledger / not judged: by the lease audit's tenures, by the run history \
+             | {runs} / {} / {} / {tenures} (of {tenures_of}), {history} (of {history_of}) |",
             l.job,
             l.keys.len(),
             l.limit,
@@ -223,6 +224,15 @@ pub fn verdict(
         );
         for e in &near.examples {
             let _ = writeln!(s, "  - {e}");
+        }
+    }
+    if !limited.notes.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nlimited job, server-side counts above the limit (not violations: see check/limit.rs):"
+        );
+        for n in &limited.notes {
+            let _ = writeln!(s, "  - {n}");
         }
     }
     for c in checks.iter().filter(|c| c.violations > 0) {
