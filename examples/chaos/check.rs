@@ -279,9 +279,10 @@ pub struct Promotion {
 /// [`Check::require_something`] makes `0 checked` a violation, with the
 /// check's own word on what the run lacked ([`Check::when_empty`]). Every
 /// check has something to look at in any run that ran jobs under faults
-/// (the CI run included), with one exception, said in the verdict: check
+/// (the CI run included), with two exceptions, said in the verdict: check
 /// 8 in a run too short to be sure to have calm slots
-/// ([`Check::not_required`], `check/slots.rs`).
+/// ([`Check::not_required`], `check/slots.rs`), and check 18 in a run
+/// without a limited job (`--limited-jobs 0`, `check/limit.rs`).
 pub struct Check {
     name: &'static str,
     pub checked: usize,
