@@ -27,7 +27,9 @@
 //! claim counts if its first row is after the limit was set.
 //!
 //! Two server-side counts are reported beside it, not judged, with the
-//! runs at their highest when it is above the limit:
+//! runs at their highest when it is above the limit (there a tenure or
+//! run ending at the instant another starts does not overlap it: a
+//! takeover's claim carries the instant of the tenure it ends):
 //! - the tenures of the lease audit (`commits.rs`; from the claim's commit
 //!   to the lease's last expiry written, or the key's next claim): a run
 //!   whose replica's liveness session ended frees its place a grace after
@@ -82,23 +84,37 @@ struct Excess {
     most: Vec<usize>,
 }
 
-/// Sweeps closed intervals (a start and an end at the same instant overlap)
-/// and returns the most at once with when it began, and every stretch with
-/// more than `limit`.
-fn sweep(spans: &[(i64, i64)], limit: usize) -> (Option<(usize, i64)>, Vec<Excess>) {
-    let mut points: Vec<(i64, i8, usize)> = spans
+/// Whether an interval that ends at the instant another starts overlaps it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ends {
+    /// `[from, to]`: the ledger's rows, each strictly inside its tenure.
+    Closed,
+    /// `[from, to)`: tenures and history rows, where a takeover's claim
+    /// and the tenure it ends carry the same instant.
+    Open,
+}
+
+/// Sweeps intervals and returns the most at once with when it began, and
+/// every stretch with more than `limit`.
+fn sweep(spans: &[(i64, i64)], limit: usize, ends: Ends) -> (Option<(usize, i64)>, Vec<Excess>) {
+    // At one instant, the lower order first: starts before ends when
+    // closed, ends before starts when open.
+    let (start, end) = match ends {
+        Ends::Closed => (0, 1),
+        Ends::Open => (1, 0),
+    };
+    let mut points: Vec<(i64, u8, usize)> = spans
         .iter()
         .enumerate()
-        .flat_map(|(i, &(from, to))| [(from, -1, i), (to, 1, i)])
+        .flat_map(|(i, &(from, to))| [(from, start, i), (to, end, i)])
         .collect();
-    // At one instant, starts (-1) before ends (+1): closed intervals.
     points.sort_unstable();
     let mut active: BTreeSet<usize> = BTreeSet::new();
     let mut most: Option<(usize, i64)> = None;
     let mut excess: Vec<Excess> = Vec::new();
     let mut open: Option<Excess> = None;
     for (at, kind, i) in points {
-        if kind < 0 {
+        if kind == start {
             active.insert(i);
             if most.is_none_or(|(n, _)| active.len() > n) {
                 most = Some((active.len(), at));
@@ -162,7 +178,11 @@ pub fn never_above_the_limit(h: &History, tenures: &Tenures, count: &mut LimitCo
     check.checked = spans.len();
     count.counted = spans.len();
     let n = limited.limit as usize;
-    let (most, excess) = sweep(&spans.iter().map(|s| (s.from, s.to)).collect::<Vec<_>>(), n);
+    let (most, excess) = sweep(
+        &spans.iter().map(|s| (s.from, s.to)).collect::<Vec<_>>(),
+        n,
+        Ends::Closed,
+    );
     count.most = most;
     let t = |us: i64| secs(us, input.observe_from);
     for e in excess {
@@ -192,7 +212,7 @@ pub fn never_above_the_limit(h: &History, tenures: &Tenures, count: &mut LimitCo
         .filter(|t| t.claimed >= limited.set_at)
         .collect();
     let spans: Vec<(i64, i64)> = tenures.iter().map(|t| (t.claimed, t.end.max(t.claimed))).collect();
-    let (most, excess) = sweep(&spans, n);
+    let (most, excess) = sweep(&spans, n, Ends::Open);
     count.tenures = (most.map_or(0, |m| m.0), spans.len());
     if let Some(e) = excess.first() {
         let what: Vec<String> = e
@@ -229,7 +249,7 @@ pub fn never_above_the_limit(h: &History, tenures: &Tenures, count: &mut LimitCo
         .iter()
         .map(|r| (r.started_at, r.ended_at.max(r.started_at)))
         .collect();
-    let (most, excess) = sweep(&spans, n);
+    let (most, excess) = sweep(&spans, n, Ends::Open);
     count.history = (most.map_or(0, |m| m.0), spans.len());
     if let Some(e) = excess.first() {
         let what: Vec<String> = e
@@ -259,4 +279,25 @@ pub fn never_above_the_limit(h: &History, tenures: &Tenures, count: &mut LimitCo
         ));
     }
     check
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Ends, sweep};
+
+    /// Closed intervals that touch overlap at that instant; open ones (a
+    /// takeover's claim at its predecessor's end) do not.
+    #[test]
+    fn touching_intervals_overlap_only_when_closed() {
+        let spans = [(0, 10), (10, 20), (5, 12)];
+        let (most, excess) = sweep(&spans, 2, Ends::Closed);
+        assert_eq!(most, Some((3, 10)));
+        assert_eq!(
+            excess.iter().map(|e| (e.from, e.to, e.most.len())).collect::<Vec<_>>(),
+            [(10, 10, 3)]
+        );
+        let (most, excess) = sweep(&spans, 2, Ends::Open);
+        assert_eq!(most, Some((2, 5)));
+        assert!(excess.is_empty());
+    }
 }
