@@ -12,7 +12,8 @@
 #      for the clock faults if it is missing;
 #   3. builds the chaos example (dev profile; CHAOS_PROFILE=release to
 #      change) and runs it for 60 s with a fixed seed against a throwaway
-#      PostgreSQL: 4 replica processes, 12 jobs, every fault kind (seed 6667
+#      PostgreSQL: 4 replica processes, 12 jobs and the limited job's 4 keys
+#      held to 2 runs at once fleet-wide (check 18), every fault kind (seed 6667
 #      with a fault every 1-5 s draws each of the 15 kinds at least once,
 #      kill-holder, begin-drop, raw-begin, clock-rate and clock-step
 #      included, and stop-in-fence three times: a freeze of less than, about
@@ -128,7 +129,7 @@ dir=debug; [ "$profile" = dev ] || dir=$profile
 echo "== chaos run"
 # shellcheck disable=SC2086 # CHAOS_ARGS is a list of flags
 "${CARGO_TARGET_DIR:-target}/$dir/examples/chaos" --replicas 4 --jobs 12 --duration 60s --seed 6667 --gap 1s..5s \
-    --standby async --out target/chaos-ci ${CHAOS_ARGS:-}
+    --limited-jobs 4 --fleet-limit 2 --standby async --out target/chaos-ci ${CHAOS_ARGS:-}
 if [ "${CHAOS_DRILL:-1}" != 0 ]; then
     echo "== replica-kill drill"
     "${CARGO_TARGET_DIR:-target}/$dir/examples/chaos" --drill kill --seed 42 --out target/chaos-drill

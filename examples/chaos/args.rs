@@ -10,6 +10,12 @@ use crate::faults::FaultKind;
 pub struct Args {
     pub replicas: usize,
     pub jobs: usize,
+    /// Keys of the limited job (`limited:0..K`), whose runs the fleet-wide
+    /// limit [`Args::fleet_limit`] holds to N at once (0: none).
+    pub limited_jobs: usize,
+    /// The limited job's fleet-wide limit, set by the orchestrator once
+    /// every key has run (check 18).
+    pub fleet_limit: u32,
     pub duration: Duration,
     pub seed: u64,
     pub period: Duration,
@@ -58,6 +64,8 @@ impl Default for Args {
         Args {
             replicas: 5,
             jobs: 20,
+            limited_jobs: 4,
+            fleet_limit: 2,
             duration: Duration::from_secs(120),
             seed: 42,
             period: Duration::from_secs(2),
@@ -88,7 +96,7 @@ impl Default for Args {
     }
 }
 
-pub const USAGE: &str = "usage: cargo run --release --example chaos -- [--replicas 5] [--jobs 20] [--duration 120s] \
+pub const USAGE: &str = "usage: cargo run --release --example chaos -- [--replicas 5] [--jobs 20] [--limited-jobs 4] [--fleet-limit 2] [--duration 120s] \
 [--seed 42] [--period 2s] [--lease 2s] [--steps 5] [--step-pause 250ms] [--gap 1s..14s] [--tail 20s] \
 [--faults stop,kill,kill-holder,terminate,pg-fast,pg-immediate,proxy-delay,proxy-blackhole,proxy-reset,expire,begin-drop,raw-begin,stop-in-fence,clock-rate,clock-step] \
 [--clock-rates 0.95,1.05] [--standby async|sync|none] [--promote-at 30s] [--unsafe-unfenced] [--async-commit] \
@@ -108,6 +116,7 @@ impl Args {
         Args {
             replicas: 3,
             jobs: 1,
+            limited_jobs: 0,
             duration: Duration::from_secs(180),
             period: Duration::from_secs(2),
             lease: leasehold::JobSettings::new(leasehold::Schedule::every(Duration::from_secs(2))).get_lease(),
@@ -154,6 +163,8 @@ impl Args {
             match flag.as_str() {
                 "--replicas" => out.replicas = number(&flag, &value()?)?,
                 "--jobs" => out.jobs = number(&flag, &value()?)?,
+                "--limited-jobs" => out.limited_jobs = number(&flag, &value()?)?,
+                "--fleet-limit" => out.fleet_limit = number(&flag, &value()?)?,
                 "--duration" => out.duration = duration(&flag, &value()?)?,
                 "--seed" => out.seed = number(&flag, &value()?)?,
                 "--period" => out.period = duration(&flag, &value()?)?,
@@ -229,6 +240,15 @@ impl Args {
         if self.jobs == 0 || self.jobs > 1000 {
             return bad("--jobs", "between 1 and 1000");
         }
+        if self.limited_jobs > 1000 {
+            return bad("--limited-jobs", "between 0 and 1000");
+        }
+        if self.fleet_limit == 0 || self.fleet_limit > leasehold::operator::MAX_FLEET_LIMIT {
+            return bad("--fleet-limit", "between 1 and 10000 runs at once");
+        }
+        if self.drill && self.limited_jobs > 0 {
+            return bad("--limited-jobs", "0 with --drill (the drill counts one job's slots)");
+        }
         if self.steps == 0 || self.steps > 100 {
             return bad("--steps", "between 1 and 100");
         }
@@ -276,6 +296,8 @@ impl Args {
         let mut flags = vec![
             "--jobs".to_owned(),
             self.jobs.to_string(),
+            "--limited-jobs".to_owned(),
+            self.limited_jobs.to_string(),
             "--period".to_owned(),
             format!("{}ms", self.period.as_millis()),
             "--lease".to_owned(),

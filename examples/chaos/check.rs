@@ -3,7 +3,7 @@
 //! clock in µs since the epoch (fault windows are converted to it).
 //!
 //! [`check`] derives what the ledger says about runs once ([`History`],
-//! [`Schedule`]), runs the seventeen checks (numbered as in
+//! [`Schedule`]), runs the eighteen checks (numbered as in
 //! docs/operations.md, "Running the chaos harness"), fails each that
 //! examined nothing ([`Check::require_something`]), and reports:
 //!
@@ -16,6 +16,7 @@
 //! | 13–14: lease writes committed on their own | `commits.rs` |
 //! | 15–16: fenced commits within their tenure, no key stalled | `check/tenures.rs` |
 //! | 17: no two runs of a key overlap in real time | `check/overlap.rs` |
+//! | 18: no more runs of the limited job at once than its fleet-wide limit | `check/limit.rs` |
 //!
 //! and the verdict table is `check/report.rs`.
 
@@ -23,6 +24,7 @@ mod connections;
 mod durability;
 mod fences;
 mod history;
+mod limit;
 mod overlap;
 #[cfg(test)]
 mod promotion_tests;
@@ -210,6 +212,43 @@ pub struct Input {
     pub samples: usize,
     /// The run's promotion (`--standby`), if one happened.
     pub promotion: Option<Promotion>,
+    /// The limited job and its limit (`--limited-jobs`, `--fleet-limit`);
+    /// `None` when the run had none. Its keys are not in [`Input::keys`]:
+    /// the slot checks (8–10, 16) do not apply to keys that wait for a
+    /// place by design; every other check covers them.
+    pub limited: Option<Limited>,
+}
+
+/// The limited job of a run (check 18).
+#[derive(Debug, Clone)]
+pub struct Limited {
+    /// Its name (`limited`).
+    pub job: String,
+    pub keys: Vec<String>,
+    /// At most this many runs at once, across the fleet.
+    pub limit: u32,
+    /// When the limit was set (`leasehold_limit.set_at`): runs claimed
+    /// before it are not counted.
+    pub set_at: i64,
+    /// The job's rows of the run history (`leasehold_run`), the second
+    /// count (reported, not judged).
+    pub history: Vec<RunRecord>,
+}
+
+/// A row of `leasehold_run`: one run as the server recorded it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct RunRecord {
+    pub key: String,
+    pub fence: i64,
+    pub holder: String,
+    /// `succeeded`, `failed`, `cancelled`, … and, for a cancelled run, why
+    /// (`deadline`, `stolen`, …).
+    pub outcome: String,
+    pub reason: Option<String>,
+    /// Its claim, and its release (or, for a lost run, its lease's expiry
+    /// or its key's next claim), server clock.
+    pub started_at: i64,
+    pub ended_at: i64,
 }
 
 impl Input {
@@ -240,9 +279,10 @@ pub struct Promotion {
 /// [`Check::require_something`] makes `0 checked` a violation, with the
 /// check's own word on what the run lacked ([`Check::when_empty`]). Every
 /// check has something to look at in any run that ran jobs under faults
-/// (the CI run included), with one exception, said in the verdict: check
+/// (the CI run included), with two exceptions, said in the verdict: check
 /// 8 in a run too short to be sure to have calm slots
-/// ([`Check::not_required`], `check/slots.rs`).
+/// ([`Check::not_required`], `check/slots.rs`), and check 18 in a run
+/// without a limited job (`--limited-jobs 0`, `check/limit.rs`).
 pub struct Check {
     name: &'static str,
     pub checked: usize,
@@ -331,6 +371,7 @@ pub fn check(input: &Input) -> Verdict {
     let (calm_slots, near_faults) = slots::calm_slots_ran_once(&history, &schedule);
     let (quiet_tail, tail) = slots::quiet_tail_ran_once(&history, &schedule);
     let mut overlaps = overlap::Overlaps::default();
+    let mut limited = limit::LimitCount::default();
     let mut checks = [
         fences::commit_order(&history),
         fences::no_write_after_higher_fence(&history),
@@ -349,9 +390,17 @@ pub fn check(input: &Input) -> Verdict {
         tenures::fenced_commits_within_tenure(&tenures, &mut measured),
         tenures::no_due_key_stalled(&history, &tenures, &mut measured),
         overlap::runs_never_overlap(input, &mut overlaps),
+        limit::never_above_the_limit(&history, &tenures, &mut limited),
     ];
     for c in &mut checks {
         c.require_something();
     }
-    report::verdict(&history, &checks, &near_faults, &tail, (&tenures, &measured), &overlaps)
+    report::verdict(
+        &history,
+        &checks,
+        &near_faults,
+        &tail,
+        (&tenures, &measured),
+        (&overlaps, &limited),
+    )
 }

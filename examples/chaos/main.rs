@@ -21,6 +21,11 @@
 //!    server `clock_timestamp()`, and, from a deferred trigger, the time
 //!    its transaction committed), then a fenced column write of the key's
 //!    counter row (a trigger keeps the counter's history). Each replica
+//!    also runs `--limited-jobs` keys `limited:0..K` of the job `limited`,
+//!    the same runs under another name; once every key has run, the
+//!    orchestrator sets that job's fleet-wide limit to `--fleet-limit`
+//!    (`Controls::set_limit`): every key falls due at each slot, more than
+//!    the limit at once, so the limit holds them back (check 18). Each replica
 //!    reaches the database through its own TCP proxy in this process, and
 //!    logs its runs (start, done, stale, cancelled, failed, dropped, and
 //!    `hold`: a fenced transaction held open for `stop-in-fence`) to a
@@ -56,6 +61,7 @@
 //!    Exit status 1 on any violation, 2 on a harness error.
 //!
 //! Flags (defaults in brackets): `--replicas` [5], `--jobs` [20],
+//! `--limited-jobs` [4; 0: none], `--fleet-limit` [2],
 //! `--duration` [120s], `--seed` [42], `--period` [2s], `--lease` [2s],
 //! `--steps` [5], `--step-pause` [250ms], `--gap MIN..MAX` [1s..14s],
 //! `--tail` [2 × (lease + period) + 6 periods, at least 10s; shorter is
@@ -69,7 +75,7 @@
 //! kill` [the replica-kill drill of `drill.rs` instead of the checker, with
 //! its own defaults: 3 replicas, 1 job, 180 s, 1 step, a 1 s body, default
 //! settings, `kill-holder` every 9–11 s], `--out DIR` [a temp dir; the
-//! verdict, `ledger.tsv`, `leases.tsv`, `faults.tsv`, replica logs and
+//! verdict, `ledger.tsv`, `leases.tsv`, `runs.tsv`, `faults.tsv`, replica logs and
 //! stderr stay there], and three switches that remove a protection and must
 //! make the checker fail:
 //! - `--unsafe-unfenced`: jobs write with plain statements instead of
@@ -212,7 +218,7 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         let name = entry.file_name().to_string_lossy().into_owned();
         let ours = name.ends_with(".events")
             || (name.starts_with('r') && name.ends_with(".stderr"))
-            || ["verdict.md", "faults.tsv", "ledger.tsv", "leases.tsv"].contains(&name.as_str());
+            || ["verdict.md", "faults.tsv", "ledger.tsv", "leases.tsv", "runs.tsv"].contains(&name.as_str());
         if ours {
             std::fs::remove_file(entry.path())?;
         }
@@ -223,10 +229,13 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         "fenced writes"
     };
     println!(
-        "leasehold chaos: seed {}, {} replicas, {} jobs, {:?}, period {:?}, lease {:?}, {} steps, {mode}; logs in {}",
+        "leasehold chaos: seed {}, {} replicas, {} jobs and {} limited to {} at once, {:?}, period {:?}, lease {:?}, \
+         {} steps, {mode}; logs in {}",
         args.seed,
         args.replicas,
         args.jobs,
+        args.limited_jobs,
+        args.fleet_limit,
         args.duration,
         args.period,
         args.lease,
@@ -319,8 +328,11 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
         sqlx::raw_sql(drill::SCHEMA).execute(&admin).await?;
     }
     let keys: Vec<String> = (0..args.jobs).map(|i| format!("chaos:{i}")).collect();
+    let limited_keys: Vec<String> = (0..args.limited_jobs)
+        .map(|i| format!("{}:{i}", replica::LIMITED_JOB))
+        .collect();
     sqlx::query("INSERT INTO chaos_counter (key) SELECT unnest($1::text[])")
-        .bind(&keys)
+        .bind([keys.as_slice(), limited_keys.as_slice()].concat())
         .execute(&admin)
         .await?;
     let offset = clock_offset(&admin).await?;
@@ -361,10 +373,16 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
     let chaos = Arc::new(chaos);
 
     // Warm up: every replica has started and every job has run once.
-    let warm = wait_for_every_key(&admin, args.jobs, Duration::from_secs(60)).await;
+    let warm = wait_for_every_key(&admin, args.jobs + args.limited_jobs, Duration::from_secs(60)).await;
     if !warm {
         eprintln!("warning: not every job ran within 60 s of start; going on");
     }
+    // The limited job's limit, once its keys exist (a limit on a name no
+    // key has is refused).
+    let limit_set_at = match args.limited_jobs {
+        0 => None,
+        _ => Some(set_fleet_limit(&admin, args.fleet_limit).await?),
+    };
     let observe_from = now_us() + offset;
     let watcher = backends::watch(admin.clone(), Duration::from_millis(250));
     println!("fleet up; injecting faults for {:?}", args.duration);
@@ -417,16 +435,35 @@ async fn orchestrate(args: Args) -> Result<usize, BoxError> {
 
     // The checker.
     let input = gather(&admin, &args, &keys, &out, &chaos, offset, observe_from, observe_to).await?;
+    let limited = match limit_set_at {
+        Some(set_at) => Some(check::Limited {
+            job: replica::LIMITED_JOB.to_owned(),
+            keys: limited_keys,
+            limit: args.fleet_limit,
+            set_at,
+            history: run_history(&admin, replica::LIMITED_JOB, &out).await?,
+        }),
+        None => None,
+    };
     let input = check::Input {
         backends,
         orphans,
         samples,
+        limited,
         ..input
     };
     let verdict = check::check(&input);
     let header = format!(
-        "## chaos verdict: seed {}, {} replicas, {} jobs, {:?} of faults, period {:?}, lease {:?}, {mode}\n\n",
-        args.seed, args.replicas, args.jobs, args.duration, args.period, args.lease
+        "## chaos verdict: seed {}, {} replicas, {} jobs and {} limited to {} at once, {:?} of faults, period {:?}, \
+         lease {:?}, {mode}\n\n",
+        args.seed,
+        args.replicas,
+        args.jobs,
+        args.limited_jobs,
+        args.fleet_limit,
+        args.duration,
+        args.period,
+        args.lease
     );
     println!("\n{header}{}", verdict.text);
     let _ = std::fs::write(out.join("verdict.md"), format!("{header}{}", verdict.text));
@@ -498,6 +535,57 @@ async fn kill_drill(
         out.display()
     );
     Ok(report.violations)
+}
+
+/// Sets the limited job's fleet-wide limit (`--fleet-limit`) through the
+/// library's operator API, as an operator would; returns when it was set,
+/// on the server clock.
+async fn set_fleet_limit(pool: &PgPool, limit: u32) -> Result<i64, BoxError> {
+    let store = leasehold::store::LeaseStore::new(pool.clone());
+    let job = replica::LIMITED_JOB;
+    match store.controls().set_limit(job, limit, "chaos-orchestrator").await? {
+        leasehold::operator::LimitSet::Set { .. } => {}
+        _ => return Err(format!("setting the limit of {job}: no key of that job exists").into()),
+    }
+    let set = store.controls().limits().await?;
+    let set_at = set
+        .iter()
+        .find(|l| l.job == job)
+        .map(|l| l.set_at.timestamp_micros())
+        .ok_or_else(|| format!("the limit of {job} was set but is not listed"))?;
+    println!("fleet-wide limit of {job}: at most {limit} runs at once");
+    Ok(set_at)
+}
+
+/// The run history (`leasehold_run`) of the job `job`, times on the
+/// server clock; written to `runs.tsv` too, for post-mortems.
+async fn run_history(pool: &PgPool, job: &str, out: &std::path::Path) -> Result<Vec<check::RunRecord>, BoxError> {
+    let runs: Vec<check::RunRecord> = sqlx::query_as(
+        "SELECT key, fence, holder, outcome, reason,
+                (extract(epoch FROM started_at) * 1000000)::int8 AS started_at,
+                (extract(epoch FROM ended_at) * 1000000)::int8 AS ended_at
+           FROM leasehold_run WHERE job_name = $1 ORDER BY started_at",
+    )
+    .bind(job)
+    .fetch_all(pool)
+    .await?;
+    let dump: String = runs
+        .iter()
+        .map(|r| {
+            format!(
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                r.started_at,
+                r.ended_at,
+                r.key,
+                r.fence,
+                r.holder,
+                r.outcome,
+                r.reason.as_deref().unwrap_or("-")
+            )
+        })
+        .collect();
+    std::fs::write(out.join("runs.tsv"), dump)?;
+    Ok(runs)
 }
 
 /// Server clock minus local clock, in µs (zero on one machine, give or take).
@@ -659,5 +747,6 @@ async fn gather(
         orphans: Vec::new(),
         samples: 0,
         promotion,
+        limited: None,
     })
 }

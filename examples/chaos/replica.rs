@@ -147,9 +147,16 @@ pub const HOLD_SUFFIX: &str = "-hold";
 /// for it when it judges how long a due key waited).
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The job `chaos:<i>`: several steps, each a fenced transaction that
-/// appends a ledger row, then a fenced column write on its counter row.
+/// The name of the job whose keys (`limited:<i>`, `--limited-jobs`) run
+/// under a fleet-wide limit (`--fleet-limit`, set by the orchestrator).
+pub const LIMITED_JOB: &str = "limited";
+
+/// The job `chaos:<i>` (or `limited:<i>`, the same runs under the name
+/// [`LIMITED_JOB`]): several steps, each a fenced transaction that appends
+/// a ledger row, then a fenced column write on its counter row.
 struct ChaosJob {
+    /// `chaos` or [`LIMITED_JOB`].
+    name: &'static str,
     key: String,
     cfg: Arc<JobConfig>,
 }
@@ -177,7 +184,7 @@ impl Drop for EndGuard<'_> {
 
 impl FencedJob for ChaosJob {
     fn name(&self) -> &str {
-        "chaos"
+        self.name
     }
 
     fn key(&self) -> String {
@@ -350,14 +357,17 @@ impl JobConfig {
     }
 }
 
-fn builder(pool: &PgPool, holder: &str, cfg: &Arc<JobConfig>, jobs: usize) -> RuntimeBuilder {
+fn builder(pool: &PgPool, holder: &str, cfg: &Arc<JobConfig>, (jobs, limited): (usize, usize)) -> RuntimeBuilder {
     let mut builder = Runtime::builder(pool.clone()).holder(holder);
     if !cfg.default_settings {
         builder = builder.poll_interval(POLL_INTERVAL);
     }
-    for i in 0..jobs {
+    let chaos = (0..jobs).map(|i| ("chaos", format!("chaos:{i}")));
+    let limited = (0..limited).map(|i| (LIMITED_JOB, format!("{LIMITED_JOB}:{i}")));
+    for (name, key) in chaos.chain(limited) {
         builder = builder.register(ChaosJob {
-            key: format!("chaos:{i}"),
+            name,
+            key,
             cfg: cfg.clone(),
         });
     }
@@ -443,7 +453,9 @@ pub async fn main(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut attempts = 0;
     let runtime = loop {
-        let start = builder(&pool, &holder, &cfg, args.jobs).migrate(false).start();
+        let start = builder(&pool, &holder, &cfg, (args.jobs, args.limited_jobs))
+            .migrate(false)
+            .start();
         tokio::select! {
             started = start => match started {
                 Ok(runtime) => break runtime,

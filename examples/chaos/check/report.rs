@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::history::History;
+use super::limit::LimitCount;
 use super::overlap::Overlaps;
 use super::slots::{NearFaults, QuietTail};
 use super::tenures::{Measured, Tenures};
@@ -12,14 +13,14 @@ use super::{Check, Verdict};
 use crate::faults::FaultKind;
 
 /// The verdict on `checks`, with the run's numbers from the history and
-/// what checks 8, 10 and 15–16 counted.
+/// what checks 8, 10, 15–16, 17 and 18 counted.
 pub fn verdict(
     h: &History,
     checks: &[Check],
     near: &NearFaults,
     tail: &QuietTail,
     (tenures, measured): (&Tenures, &Measured),
-    overlaps: &Overlaps,
+    (overlaps, limited): (&Overlaps, &LimitCount),
 ) -> Verdict {
     let input = h.input;
     let count = |kind: &str| input.events.iter().filter(|e| e.kind == kind).count();
@@ -122,6 +123,23 @@ pub fn verdict(
         "| runs with a start and an end / overlaps excused (freezes, early expiries) | {} / {} |",
         overlaps.runs, overlaps.excused
     );
+    if let Some(l) = &input.limited {
+        let runs = limited.counted;
+        let at = |m: Option<(usize, i64)>| m.map_or("-".to_owned(), |(n, at)| format!("{n} (from {})", h.t(at)));
+        let (tenures, tenures_of) = limited.tenures;
+        let (history, history_of) = limited.history;
+        let _ = writeln!(
+            s,
+            "| limited job `{}` ({} keys, at most {} at once): runs counted / claimed before the limit (not counted) \
+             / most at once by the ledger / not judged: by the lease audit's tenures, by the run history \
+             | {runs} / {} / {} / {tenures} (of {tenures_of}), {history} (of {history_of}) |",
+            l.job,
+            l.keys.len(),
+            l.limit,
+            limited.before,
+            at(limited.most),
+        );
+    }
     let _ = writeln!(
         s,
         "| slots near faults: checked loosely / completed twice | {} / {} |",
@@ -206,6 +224,15 @@ pub fn verdict(
         );
         for e in &near.examples {
             let _ = writeln!(s, "  - {e}");
+        }
+    }
+    if !limited.notes.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nlimited job, server-side counts above the limit (not violations: see check/limit.rs):"
+        );
+        for n in &limited.notes {
+            let _ = writeln!(s, "  - {n}");
         }
     }
     for c in checks.iter().filter(|c| c.violations > 0) {

@@ -27,6 +27,7 @@ pub(super) const CLAIMED: &str = "every run's claim committed";
 const WITHIN_TENURE: &str = "no fenced transaction committed after its tenure ended";
 const STALLED: &str = "no due key waited more than two leases for its next fenced commit";
 const OVERLAP: &str = "no two runs of a key overlap in real time";
+const LIMIT: &str = "runs of the limited job never overlap beyond its fleet-wide limit";
 
 /// One job `a`, two replicas, period, lease and poll interval 1 s, two
 /// steps per run, observed from 10 s to 26 s, one fault (replica 0, which
@@ -35,7 +36,8 @@ const OVERLAP: &str = "no two runs of a key overlap in real time";
 /// Slot k ran once, as fence 100 + k on replica 0: claimed at +50 ms (for
 /// a lease), steps at +100 and +300 ms (each a ledger row committed a
 /// millisecond later, and a counter write), released at +400 ms, reported
-/// done. The scan at the end found replica 0's backend idle.
+/// done. The scan at the end found replica 0's backend idle. Beside it, the
+/// limited job of [`with_limited_job`].
 pub(super) fn healthy() -> Input {
     let mut input = Input {
         keys: vec!["a".to_owned()],
@@ -66,6 +68,7 @@ pub(super) fn healthy() -> Input {
         orphans: Vec::new(),
         samples: 40,
         promotion: None,
+        limited: None,
     };
     for k in 10..=23 {
         let fence = 100 + k;
@@ -104,7 +107,79 @@ pub(super) fn healthy() -> Input {
             .push(event_at(claimed + 10 * MS, "start", fence, &format!("run{k}")));
         input.events.push(event_at(released - 10 * MS, "done", fence, ""));
     }
+    with_limited_job(&mut input);
     input
+}
+
+/// The limited job: keys `limited:0..3`, at most 2 runs at once, set at
+/// 9.9 s. Run i (0..8), fence 500 + i, of key `limited:<i mod 3>` on
+/// replica 1, in waves of two 0.8 s apart: claimed at 10.05 s + 0.8 s ×
+/// (i / 2) + 50 ms × (i mod 2), its two steps 50 ms and 550 ms after its
+/// claim (committed a millisecond later), released 600 ms after it. So two
+/// runs at once, never three; the run history has the same eight runs.
+fn with_limited_job(input: &mut Input) {
+    let keys: Vec<String> = (0..3).map(|k| format!("limited:{k}")).collect();
+    let mut history = Vec::new();
+    for i in 0..8 {
+        let claimed = 10 * S + 50 * MS + (i / 2) * 800 * MS + (i % 2) * 50 * MS;
+        limited_run(input, &keys[(i % 3) as usize], 500 + i, claimed);
+        history.push(RunRecord {
+            key: keys[(i % 3) as usize].clone(),
+            fence: 500 + i,
+            holder: "r1".to_owned(),
+            outcome: "succeeded".to_owned(),
+            reason: None,
+            started_at: claimed,
+            ended_at: claimed + 600 * MS,
+        });
+    }
+    input.limited = Some(Limited {
+        job: "limited".to_owned(),
+        keys,
+        limit: 2,
+        set_at: 9 * S + 900 * MS,
+        history,
+    });
+}
+
+/// A run of the limited job's `key` with `fence`, claimed at `claimed`, as
+/// [`with_limited_job`] lays them out: its claim, two ledger rows (no
+/// counter writes and no log lines: only the fence checks, 13 and 15 look
+/// at it besides check 18), its release.
+fn limited_run(input: &mut Input, key: &str, fence: i64, claimed: i64) {
+    let lease = |what: &str, xid: i64, at: i64, expires_at: i64| LeaseWrite {
+        key: key.to_owned(),
+        holder: "r1".to_owned(),
+        fence,
+        what: what.to_owned(),
+        xid,
+        xact_start: at,
+        stmt_start: at,
+        at,
+        expires_at,
+    };
+    input
+        .lease_writes
+        .push(lease("claim", 6000 + fence, claimed, claimed + S));
+    for step in 0..2 {
+        let at = claimed + (50 + 500 * step) * MS;
+        input.ledger.push(LedgerRow {
+            id: input.ledger.len() as i64 + 1,
+            key: key.to_owned(),
+            fence,
+            run_id: format!("lim{fence}"),
+            step: step as i32,
+            holder: "r1".to_owned(),
+            slot: 1000 + fence,
+            at,
+            committed: Some(at + MS),
+            xid: 7000 + 10 * fence + step,
+        });
+    }
+    let released = claimed + 600 * MS;
+    input
+        .lease_writes
+        .push(lease("release", 8000 + fence, released, released));
 }
 
 /// Ledger row `id` of job `a`: step `step` of the run of slot `slot` with
@@ -159,7 +234,7 @@ fn ledger_row(input: &mut Input, slot: i64, step: i32) -> &mut LedgerRow {
     input
         .ledger
         .iter_mut()
-        .find(|r| r.slot == slot && r.step == step)
+        .find(|r| r.key == "a" && r.slot == slot && r.step == step)
         .unwrap()
 }
 
@@ -194,7 +269,7 @@ pub(super) fn assert_violates(input: &Input, names: &[&str], example: &str) -> V
 fn the_healthy_history_passes_every_check() {
     let verdict = check(&healthy());
     assert_eq!(verdict.violations, 0, "{}", verdict.text);
-    assert_eq!(verdict.text.matches("| check: ").count(), 17, "{}", verdict.text);
+    assert_eq!(verdict.text.matches("| check: ").count(), 18, "{}", verdict.text);
     for name in [
         ORDER,
         STALE,
@@ -213,6 +288,7 @@ fn the_healthy_history_passes_every_check() {
         WITHIN_TENURE,
         STALLED,
         OVERLAP,
+        LIMIT,
     ] {
         assert!(
             verdict.text.contains(&format!("| check: {name} | ok (")),
@@ -898,4 +974,156 @@ fn a_kill_of_the_holder_reaches_and_excuses_as_a_kill_does() {
     ]);
     let verdict = check(&input);
     assert_eq!(verdict.violations, 0, "{}", verdict.text);
+}
+
+/// The limited job's row of the measures, from its second figure on.
+fn limited_measures(verdict: &Verdict) -> &str {
+    let row = verdict
+        .text
+        .lines()
+        .find(|l| l.starts_with("| limited job `limited`"))
+        .unwrap_or_else(|| panic!("no limited job row: {}", verdict.text));
+    row.split_once("by the run history | ")
+        .map_or(row, |(_, figures)| figures)
+}
+
+/// Check 18 on [`healthy`]: its eight limited runs, two at once at most,
+/// by the ledger and by the run history.
+#[test]
+fn the_limited_job_within_its_limit_passes() {
+    let verdict = check(&healthy());
+    assert_eq!(
+        table_row(&verdict, LIMIT),
+        format!("| check: {LIMIT} | ok (8 checked) |")
+    );
+    assert_eq!(
+        limited_measures(&verdict),
+        "8 / 0 / 2 (from 0.150s) / 2 (of 8), 2 (of 8) |",
+        "{}",
+        verdict.text
+    );
+}
+
+/// Check 18: the run of fence 502 claimed 450 ms early, while both runs of
+/// the first wave still write: three runs of the limited job at once from
+/// its first step (10.45 s) until fence 500's last one (10.6 s). Its own
+/// rows are within its tenure, so only check 18 fails. A run that starts
+/// the instant another ends overlaps it (closed intervals).
+#[test]
+fn more_limited_runs_at_once_than_the_limit_is_a_violation() {
+    let early = |by: i64| {
+        let mut input = healthy();
+        for w in input.lease_writes.iter_mut().filter(|w| w.fence == 502) {
+            w.at -= by;
+            w.xact_start -= by;
+            w.stmt_start -= by;
+            w.expires_at -= by;
+        }
+        for r in input.ledger.iter_mut().filter(|r| r.fence == 502) {
+            r.at -= by;
+            r.committed = r.committed.map(|c| c - by);
+        }
+        input
+    };
+    let verdict = assert_violates(
+        &early(450 * MS),
+        &[LIMIT],
+        "3 runs of limited at once (limit 2) from 0.450s to 0.600s: limited:0 fence 500 (r1) 0.100s–0.600s; \
+         limited:1 fence 501 (r1) 0.150s–0.650s; limited:2 fence 502 (r1) 0.450s–0.950s",
+    );
+    assert_eq!(verdict.violations, 1, "{}", verdict.text);
+    assert!(
+        limited_measures(&verdict).starts_with("8 / 0 / 3 (from 0.450s)"),
+        "{}",
+        verdict.text
+    );
+    // Its first step at 10.6 s, the instant fence 500's last one was written.
+    assert_violates(
+        &early(300 * MS),
+        &[LIMIT],
+        "3 runs of limited at once (limit 2) from 0.600s to 0.600s",
+    );
+}
+
+/// Runs claimed before the limit was set are not counted: with the limit
+/// set at 10.2 s, the first wave's two runs are left out, and fence 502,
+/// claimed 450 ms early (at 10.4 s), overlaps none but fence 503.
+#[test]
+fn runs_claimed_before_the_limit_was_set_are_not_counted() {
+    let mut input = healthy();
+    for w in input.lease_writes.iter_mut().filter(|w| w.fence == 502) {
+        w.at -= 450 * MS;
+        w.expires_at -= 450 * MS;
+    }
+    for r in input.ledger.iter_mut().filter(|r| r.fence == 502) {
+        r.at -= 450 * MS;
+        r.committed = r.committed.map(|c| c - 450 * MS);
+    }
+    input.limited.as_mut().unwrap().set_at = 10 * S + 200 * MS;
+    let verdict = check(&input);
+    assert_eq!(verdict.violations, 0, "{}", verdict.text);
+    assert_eq!(
+        table_row(&verdict, LIMIT),
+        format!("| check: {LIMIT} | ok (6 checked) |")
+    );
+    assert_eq!(
+        limited_measures(&verdict),
+        "6 / 2 / 2 (from 0.950s) / 2 (of 6), 2 (of 6) |",
+        "{}",
+        verdict.text
+    );
+}
+
+/// A run without a limited job has nothing for check 18, and says why; a
+/// run with one whose runs all began before the limit examined nothing.
+#[test]
+fn check_18_without_a_limited_run() {
+    let mut input = healthy();
+    input.limited = None;
+    let verdict = check(&input);
+    assert_eq!(verdict.violations, 0, "{}", verdict.text);
+    assert_eq!(
+        table_row(&verdict, LIMIT),
+        format!(
+            "| check: {LIMIT} | examined nothing, not required: the run had no limited job (--limited-jobs 0) \
+             (0 checked) |"
+        )
+    );
+    assert!(!verdict.text.contains("| limited job"), "{}", verdict.text);
+
+    let mut input = healthy();
+    input.limited.as_mut().unwrap().set_at = 20 * S;
+    let verdict = assert_violates(
+        &input,
+        &[LIMIT],
+        "examined nothing (no run of the limited job wrote a step after its limit was set)",
+    );
+    assert_eq!(verdict.violations, 1, "{}", verdict.text);
+}
+
+/// The server-side counts are reported, not judged: fence 500's history
+/// row ends when its release reached the server, 400 ms after its lease
+/// (a run that lost its lease and released late), so the history shows
+/// three runs at once — a note, no violation.
+#[test]
+fn a_server_side_count_above_the_limit_is_a_note() {
+    let mut input = healthy();
+    let limited = input.limited.as_mut().unwrap();
+    limited.history[0].ended_at += 400 * MS;
+    let verdict = check(&input);
+    assert_eq!(verdict.violations, 0, "{}", verdict.text);
+    assert_eq!(
+        limited_measures(&verdict),
+        "8 / 0 / 2 (from 0.150s) / 2 (of 8), 3 (of 8) |",
+        "{}",
+        verdict.text
+    );
+    assert!(
+        verdict.text.contains(
+            "  - run history: 3 runs at once from 0.900s to 1.050s (1 stretches above the limit): limited:0 fence 500 \
+             (r1) 0.050s–1.050s succeeded; "
+        ),
+        "{}",
+        verdict.text
+    );
 }
