@@ -306,6 +306,27 @@ macro_rules! run {
 }
 pub(crate) use run;
 
+/// [`run!`] for a statement that is safe to send twice (it changes nothing
+/// the second time, or nothing at all): a connection found gone is
+/// replaced at once, up to [`Conns::retries_after_lost_connection`] times.
+/// After a server restart or a mass `pg_terminate_backend`, every idle
+/// connection of an owned pool is dead and each fails one statement before
+/// sqlx discards it; the runtime's liveness session must be registered
+/// again within its grace, so the statements on that path cannot wait for
+/// a later retry.
+macro_rules! run_resending {
+    ($conns:expr, |$conn:ident| $statement:expr) => {{
+        let mut retries = ($conns).retries_after_lost_connection();
+        loop {
+            match $crate::connection::run!($conns, |$conn| $statement) {
+                Err(error) if retries > 0 && $crate::connection::connection_lost(&error) => retries -= 1,
+                result => break result,
+            }
+        }
+    }};
+}
+pub(crate) use run_resending;
+
 /// Opens a transaction on a checked connection of `conns`.
 ///
 /// Cancel-safe in fact, unlike sqlx 0.9.0's `Pool::begin`: the `BEGIN`
@@ -317,13 +338,21 @@ pub(crate) use run;
 pub(crate) async fn begin(conns: &Conns) -> Result<Transaction<'static, Postgres>> {
     let conns = conns.clone();
     let task = tokio::spawn(async move {
-        let checked = acquire(&conns).await?;
-        let Some(conn) = checked.into_inner() else {
-            unreachable!("a checked connection always holds one");
-        };
-        // `Transaction::begin` is what `Pool::begin` runs, on a connection
-        // we checked first.
-        Ok::<_, Error>(Transaction::begin(conn, None).await?)
+        // A `BEGIN` that found its connection gone began nothing: it is
+        // sent again on another (`run_resending!`).
+        let mut retries = conns.retries_after_lost_connection();
+        loop {
+            let checked = acquire(&conns).await?;
+            let Some(conn) = checked.into_inner() else {
+                unreachable!("a checked connection always holds one");
+            };
+            // `Transaction::begin` is what `Pool::begin` runs, on a
+            // connection we checked first.
+            match Transaction::begin(conn, None).await.map_err(Error::from) {
+                Err(error) if retries > 0 && connection_lost(&error) => retries -= 1,
+                result => break result,
+            }
+        }
     });
     match task.await {
         Ok(result) => result,

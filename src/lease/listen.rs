@@ -77,9 +77,10 @@ impl LeaseStore {
         Ok(true)
     }
 
-    /// Sends `payload` on the wake-up channel (the listener's probe).
+    /// Sends `payload` on the wake-up channel (the listener's probe; a
+    /// probe sent twice is heard once).
     pub(crate) async fn notify(&self, payload: &str) -> Result<()> {
-        connection::run!(&self.conns, |conn| sqlx::query("SELECT pg_notify($1, $2)")
+        connection::run_resending!(&self.conns, |conn| sqlx::query("SELECT pg_notify($1, $2)")
             .bind(WAKE_CHANNEL)
             .bind(payload)
             .execute(conn))?;

@@ -297,7 +297,8 @@ impl LeaseStore {
             SELECT l.key FROM leasehold_lease AS l JOIN t ON l.key = t.key AND l.fence = t.fence
              WHERE l.owner IS NULL OR l.owner = $1"
         );
-        let kept: Vec<String> = crate::connection::run!(&self.conns, |conn| sqlx::query_scalar(REPOINT)
+        // Safe to send twice: a second time, every run moved is `kept`.
+        let kept: Vec<String> = crate::connection::run_resending!(&self.conns, |conn| sqlx::query_scalar(REPOINT)
             .bind(registration.id)
             .bind(&keys)
             .bind(&fences)

@@ -192,9 +192,11 @@ impl LeaseStore {
     /// use either (sqlx's `test_before_acquire` is off): a connection the
     /// server closed meanwhile fails its statement, sqlx discards it, and
     /// the caller's retry gets a fresh one — the runtime retries a claim
-    /// within a second and a heartbeat at its next tick, well inside a
-    /// lease. A ping would cost a round trip on every statement to save
-    /// one failed statement after a restart.
+    /// within a second, and a statement safe to send twice (a renewal,
+    /// the steps that register the liveness session again and move the
+    /// runs' stamps to it, a `BEGIN`) at once on another connection. A ping
+    /// would cost a round trip on every statement to save one failed
+    /// statement after a restart.
     ///
     /// ```no_run
     /// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {

@@ -175,19 +175,12 @@ impl LeaseStore {
         // Renewing is safe to send twice (it only extends tenures this
         // holder still holds), so a connection found gone is retried at once
         // rather than costing a heartbeat tick per dead idle connection.
-        let mut retries = self.conns.retries_after_lost_connection();
-        let rows: Vec<RenewRow> = loop {
-            let result = connection::run!(&self.conns, |conn| sqlx::query_as(Self::RENEW_MANY)
-                .bind(holder)
-                .bind(&keys)
-                .bind(&fences)
-                .bind(&ttls)
-                .fetch_all(conn));
-            match result {
-                Err(error) if retries > 0 && connection::connection_lost(&error) => retries -= 1,
-                result => break result?,
-            }
-        };
+        let rows: Vec<RenewRow> = connection::run_resending!(&self.conns, |conn| sqlx::query_as(Self::RENEW_MANY)
+            .bind(holder)
+            .bind(&keys)
+            .bind(&fences)
+            .bind(&ttls)
+            .fetch_all(conn))?;
         let mut renewed = Vec::with_capacity(rows.len());
         let mut busy = Vec::new();
         let mut paused = Vec::new();

@@ -63,23 +63,29 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         .acquire_timeout(Duration::from_secs(10))
         .connect_lazy_with(options);
     let mut failures: u32 = 0;
+    let mut failure_told = false;
     loop {
         let outcome = listen(&shared, &own, &mark, &stop).await;
         if matches!(outcome, Stopped::Stop) {
             break;
         }
         if shared.set_listening(false) {
-            failures = 0; // it worked for a while: a fresh streak
+            // It worked for a while: a fresh streak.
+            failures = 0;
+            failure_told = false;
         }
         failures += 1;
+        // After a session ends, the runs it vouched for are stopped unless
+        // a new registration takes them over within the grace
+        // (`liveness::adopt`): the first attempts follow each other
+        // closely (0, 100, 200, 400 ms…), then back off.
+        let backoff = Duration::from_millis(50)
+            .saturating_mul(1 << failures.min(11))
+            .min(MAX_RETRY);
         let pause = match outcome {
             Stopped::Stop => break,
-            // The liveness session failed: listen again at once, so the
-            // runs keep their stamps (`liveness::adopt`) within the grace.
             Stopped::SessionEnded if failures == 1 => Duration::ZERO,
-            Stopped::SessionEnded => Duration::from_millis(500)
-                .saturating_mul(1 << failures.min(7))
-                .min(MAX_RETRY),
+            Stopped::SessionEnded => backoff,
             Stopped::Pooled => {
                 #[cfg(feature = "test-util")]
                 shared.faults.pooler_detected();
@@ -99,13 +105,11 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                 MAX_RETRY * 5
             }
             Stopped::Failed(error) => {
-                if failures == 1 {
+                if !std::mem::replace(&mut failure_told, true) {
                     tracing::warn!(holder = %shared.holder, %error,
                         "listening for wake-ups failed; polling until it works again");
                 }
-                Duration::from_millis(500)
-                    .saturating_mul(1 << failures.min(7))
-                    .min(MAX_RETRY)
+                backoff
             }
         };
         tokio::select! {

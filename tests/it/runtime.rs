@@ -180,6 +180,10 @@ async fn terminated_backends_do_not_cost_the_lease(mode: leasehold::runtime::Con
         )],
     )
     .await;
+    // Registered for liveness first, so the run is stamped and must be
+    // vouched for again after each termination (the claim would otherwise
+    // race the registration).
+    eventually(Duration::from_secs(10), || rt.health().listening.then_some(())).await;
     rt.trigger("long").await.unwrap();
     runs.wait_started(1, Duration::from_secs(10)).await;
     let mut killed_total = 0;
@@ -197,6 +201,55 @@ async fn terminated_backends_do_not_cost_the_lease(mode: leasehold::runtime::Con
     rt.shutdown().await;
 }
 support::in_both_connection_modes!(terminated_backends_do_not_cost_the_lease);
+
+/// Every connection of a quiet runtime is terminated at once mid-run (a
+/// DBA's `pg_terminate_backend`, a pooler restart): its liveness session
+/// registers again, on a statement pool whose idle connections are all
+/// dead, and vouches for the run again within the grace, so the run goes
+/// on. Nothing else touches the pool first (a long poll, a long lease):
+/// the listener's own statements meet the dead connections, and each is
+/// sent again at once on a fresh one.
+async fn a_quiet_runtimes_connections_terminated_at_once_cost_no_run(mode: leasehold::runtime::Connections) {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let rt = support::replica_in(
+        mode,
+        db.pool_with(2).await,
+        "a",
+        Duration::from_secs(60),
+        vec![job(
+            "long",
+            quick(Schedule::Manual, Duration::from_secs(60)),
+            runs.body(Duration::from_secs(3)),
+        )],
+    )
+    .await;
+    // Registered for liveness first, so the claim stamps the run with it:
+    // the run is then stopped unless the registration is renewed in time.
+    eventually(Duration::from_secs(10), || rt.health().listening.then_some(())).await;
+    rt.trigger("long").await.unwrap();
+    runs.wait_started(1, Duration::from_secs(10)).await;
+    let stamped: bool = sqlx::query_scalar("SELECT owner IS NOT NULL FROM leasehold_lease WHERE key = 'long'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(stamped, "the run is vouched for by the runtime's liveness session");
+    // The runtime's statements since the trigger are done: its
+    // connections wait idle in its pool.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed = support::terminate_other_backends(&db.pool).await;
+    assert!(
+        killed >= 2,
+        "the listener's and the pool's connections were terminated: {killed}"
+    );
+    let run = eventually(Duration::from_secs(10), || {
+        runs.all()[0].ended.map(|_| runs.all().remove(0))
+    })
+    .await;
+    assert!(run.cancelled.is_none(), "the run was vouched for again: {run:?}");
+    rt.shutdown().await;
+}
+support::in_both_connection_modes!(a_quiet_runtimes_connections_terminated_at_once_cost_no_run);
 
 /// Shutdown releases the lease at once: another replica runs the job long
 /// before the (long) lease would have expired.
