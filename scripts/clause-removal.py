@@ -137,6 +137,10 @@ mutations = [
 
 # The same, in src/lease/batch/*.rs (the scheduler's statements) and src/lease/forget.rs.
 batch_mutations = [
+ ("claim_due.limited_refused",
+  "claim_due: the claim without the limits' steps takes a limited job's key (a replica that has not read a new limit starts runs past it)",
+  "t.job NOT IN (SELECT m.job_name FROM leasehold_limit AS m)", "true",
+  "scheduler::fleet_limit::a_replica_that_has_not_read_a_new_limit_yet_starts_no_run_beyond_it"),
  ("claim_due.slot_needed", "claim_due: a limited job's key claimed without a place (the fleet limit ignored)",
   "p.key IN (SELECT key FROM pair)", "true",
   "scheduler::fleet_limit::fifty_reports_on_three_replicas_run_at_most_four_at_once_oldest_first"),

@@ -22,10 +22,15 @@ use sqlx::{Connection, Executor, PgConnection};
 
 use super::LeaseStore;
 
-/// The statements on the path of every run: its claim, its heartbeat, its
-/// release. Prepared into the connection's statement cache, where the
+/// The statements on the path of every run: its claim (without, then
+/// with, the fleet-wide limits' steps), its heartbeat, its release. Prepared into the connection's statement cache, where the
 /// queries that run them find them by their text.
-const EVERY_RUN: [&str; 3] = [LeaseStore::CLAIM_DUE, LeaseStore::RENEW_MANY, LeaseStore::FINISH_MANY];
+const EVERY_RUN: [&str; 4] = [
+    LeaseStore::CLAIM_DUE_UNLIMITED,
+    LeaseStore::RENEW_MANY,
+    LeaseStore::FINISH_MANY,
+    LeaseStore::CLAIM_DUE,
+];
 
 /// Draws one fence and drops it, so the session's timeline check is done,
 /// and prepares the statements of every run.

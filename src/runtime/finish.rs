@@ -86,13 +86,27 @@ async fn release(shared: &Shared, batch: Vec<FinishRequest>) -> Vec<FinishReques
         Ok(outcomes) => {
             shared.health.database_answered();
             let mut busy = Vec::new();
+            let mut place_freed = false;
             for (request, outcome) in batch.into_iter().zip(outcomes) {
                 match outcome {
                     Released::Busy => busy.push(request),
                     outcome => {
+                        // A release frees its run's place under its job's
+                        // fleet-wide limit: this replica's keys of that job
+                        // held back may start now, without waiting for the
+                        // release's notification (or, not listening, for
+                        // a poll).
+                        if outcome.released()
+                            && let Some(report) = &request.finish.report
+                        {
+                            place_freed |= shared.limits.place_freed(&report.job_name);
+                        }
                         let _ = request.done.send(outcome);
                     }
                 }
+            }
+            if place_freed {
+                shared.wake_scheduler();
             }
             busy
         }

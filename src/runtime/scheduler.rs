@@ -277,6 +277,11 @@ impl Scheduler {
                     shared
                         .limits
                         .hold_fleet(&job.name, Instant::now() + shared.poll_interval);
+                    // A limit set since the last poll: read it now, so the
+                    // next claim of the job's keys takes places.
+                    if !shared.limits.fleet_limited(&job.name) {
+                        shared.poll_soon();
+                    }
                     if waited_past_interval(&job.settings.schedule, sighting)
                         && let Some(n) = overdue.get_mut(&*job.name)
                     {
@@ -309,6 +314,10 @@ impl Scheduler {
                 head_start: shared.priorities.head_start(&j.name),
             })
             .collect();
+        // The claim's fleet-wide limits' steps only when a candidate's job
+        // has a limit as the last poll read them: the claim without them
+        // refuses a limited job's key, so knowledge a poll old is safe.
+        let with_limits = proposal.jobs.iter().any(|j| shared.limits.fleet_limited(&j.name));
         let answer = bounded(
             CLAIM_TIMEOUT,
             "claim",
@@ -318,6 +327,7 @@ impl Scheduler {
                 proposal.room,
                 shared.history,
                 shared.liveness.current(),
+                with_limits,
             ),
         )
         .await;

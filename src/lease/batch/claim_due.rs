@@ -66,6 +66,134 @@ pub(crate) struct Claimed {
     pub(crate) seen: Vec<Sighting>,
 }
 
+// The parts of the batch claim's two texts (`LeaseStore::CLAIM_DUE` and
+// `LeaseStore::CLAIM_DUE_UNLIMITED`), each written once: macros expanding
+// to string literals, so each text stays one `&'static str`. What each
+// clause protects is said above `CLAIM_DUE`.
+
+/// The candidates, one row each: `t`.
+macro_rules! claim_candidates {
+    () => {
+        "
+            WITH t AS (
+                SELECT * FROM unnest($2::text[], $3::float8[], $5::text[], $9::float8[], $10::float8[])
+                           AS t(key, ttl, job, run_timeout, head_start)
+            )"
+    };
+}
+
+/// `pick`: the free, due, unpaused candidates there is room for, locked,
+/// less those `except` (a condition on `t`) leaves out.
+macro_rules! claim_pick {
+    (except = $except:expr) => {
+        concat!(
+            "
+            , pick AS (
+                SELECT l.key, l.run_open, l.runs, l.job_name, l.fence, l.holder, l.slot_at, l.acquired_at,
+                       l.expires_at, l.next_due_at, t.ttl, t.job AS new_job, t.run_timeout
+                  FROM leasehold_lease AS l JOIN t ON t.key = l.key
+                 WHERE (/* guard:claim_due.expiry */ l.expires_at <= clock_timestamp()
+                        OR (/* guard:claim_due.early */ l.owner IS NOT NULL AND ",
+            dead_owner!(owner = "l.owner", acquired = "l.acquired_at"),
+            "))
+                   AND /* guard:claim_due.due */ (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
+                   AND NOT ",
+            /* guard:claim_due.pause */ paused!(if_any, key = "l.key", jobs = "l.job_name, t.job"),
+            "
+                   AND ",
+            $except,
+            "
+                 ORDER BY l.next_due_at - make_interval(secs => t.head_start) NULLS FIRST, l.key
+                 LIMIT /* guard:claim_due.limit */ $4
+                   FOR UPDATE OF l /* guard:claim_due.skip_locked */ SKIP LOCKED
+            )"
+        )
+    };
+}
+
+/// `claimed`: the tenure written on each lease row of `from` (`pick`, or
+/// the part of it that got a place).
+macro_rules! claim_write {
+    (from = $from:literal) => {
+        concat!(
+            "
+            , claimed AS (
+                UPDATE leasehold_lease AS l
+                   SET holder      = $1,
+                       fence       = /* guard:claim_due.fresh_fence */ leasehold_next_fence(),
+                       acquired_at = clock_timestamp(),
+                       expires_at  = clock_timestamp() + make_interval(secs => p.ttl),
+                       job_name    = p.new_job,
+                       runs        = l.runs + 1,
+                       slot_at     = COALESCE(l.slot_at, l.next_due_at),
+                       run_open    = true,
+                       run_timeout_secs = p.run_timeout,
+                       owner       = CASE WHEN p.ttl <= $8 THEN (SELECT r.id FROM leasehold_replica AS r
+                                           WHERE r.id = $7 AND r.confirmed_at + r.grace / 2 > clock_timestamp()) END
+                  FROM ",
+            $from,
+            " AS p
+                 WHERE l.key = p.key
+                RETURNING l.*
+            )"
+        )
+    };
+}
+
+/// `lost`: the history row of each run a claim took over unreleased.
+macro_rules! claim_lost {
+    () => {
+        "
+            , lost AS (
+                INSERT INTO leasehold_run AS r (key, slot, run_no, job_name, fence, holder, scheduled_for,
+                                                started_at, ended_at, outcome, reason, error)
+                SELECT p.key, (p.runs % $6::int8)::int, p.runs, p.job_name, p.fence, p.holder, p.slot_at,
+                       p.acquired_at, LEAST(p.expires_at, c.acquired_at), 'lost',
+                       CASE WHEN p.expires_at <= c.acquired_at THEN 'expired' ELSE 'session_ended' END,
+                       CASE WHEN p.expires_at <= c.acquired_at THEN 'lease expired without a release'
+                            ELSE 'its replica''s session ended without a release' END
+                  FROM pick AS p JOIN claimed AS c ON c.key = p.key
+                 WHERE /* guard:claim_due.lost_open */ p.run_open AND $6::int8 > 0
+                ON CONFLICT (key, slot) DO UPDATE
+                   SET run_no = EXCLUDED.run_no, job_name = EXCLUDED.job_name, fence = EXCLUDED.fence,
+                       holder = EXCLUDED.holder, scheduled_for = EXCLUDED.scheduled_for,
+                       started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
+                       outcome = EXCLUDED.outcome, reason = EXCLUDED.reason, error = EXCLUDED.error
+                 /* guard:claim_due.lost_ring_order */ WHERE r.run_no < EXCLUDED.run_no
+                RETURNING r.key, r.job_name
+            )"
+    };
+}
+
+/// The answer: the claimed rows, then every other candidate as the
+/// snapshot saw it, with `held_back` and `limited` (conditions on `t`).
+macro_rules! claim_answer {
+    (held_back = $held_back:expr, limited = $limited:expr) => {
+        concat!(
+            "
+            SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now,
+                   k.kind AS args_kind, k.args::text AS args, k.version AS args_version,
+                   (SELECT lo.job_name FROM lost AS lo WHERE lo.key = c.key) AS lost_job,
+                   false AS held_back, false AS limited
+              FROM claimed AS c LEFT JOIN leasehold_key AS k ON k.key = c.key
+            UNION ALL
+            SELECT false,
+                   ",
+            paused!(if_any, key = "l.key", jobs = "l.job_name, t.job"),
+            ",
+                   l.*, clock_timestamp(), NULL, NULL, NULL, NULL,
+                   ",
+            $held_back,
+            ",
+                   ",
+            $limited,
+            "
+              FROM leasehold_lease AS l JOIN t ON t.key = l.key
+             WHERE t.key NOT IN (SELECT key FROM claimed)"
+        )
+    };
+}
+
 impl LeaseStore {
     /// The batch claim's statement, public and hidden behind the
     /// `test-util` feature only so scenario tests can run two claims in
@@ -73,6 +201,12 @@ impl LeaseStore {
     #[cfg(feature = "test-util")]
     #[doc(hidden)]
     pub const CLAIM_DUE_SQL: &str = Self::CLAIM_DUE;
+
+    /// [`LeaseStore::CLAIM_DUE_SQL`] without the fleet-wide limits' steps,
+    /// for the same tests.
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub const CLAIM_DUE_UNLIMITED_SQL: &str = Self::CLAIM_DUE_UNLIMITED;
 
     /// The statement of [`LeaseStore::claim_due`], prepared on each connection
     /// of leasehold's own as it opens (`session::prepare`).
@@ -173,34 +307,18 @@ impl LeaseStore {
     //   expiry, the lease row's own values from `claimed`, so the place is
     //   free exactly when the tenure is over.
     pub(crate) const CLAIM_DUE: &str = concat!(
+        claim_candidates!(),
         "
-            WITH t AS (
-                SELECT * FROM unnest($2::text[], $3::float8[], $5::text[], $9::float8[], $10::float8[])
-                           AS t(key, ttl, job, run_timeout, head_start)
-            ), full_jobs AS (
+            , full_jobs AS (
                 SELECT m.job_name FROM leasehold_limit AS m
                  WHERE ",
         any_limit!(),
         " AND m.job_name IN (SELECT job FROM t) AND ",
         limit_full!(limit = "m"),
+        ")",
+        claim_pick!(except = "t.job NOT IN (SELECT job_name FROM full_jobs)"),
         "
-            ), pick AS (
-                SELECT l.key, l.run_open, l.runs, l.job_name, l.fence, l.holder, l.slot_at, l.acquired_at,
-                       l.expires_at, l.next_due_at, t.ttl, t.job AS new_job, t.run_timeout
-                  FROM leasehold_lease AS l JOIN t ON t.key = l.key
-                 WHERE (/* guard:claim_due.expiry */ l.expires_at <= clock_timestamp()
-                        OR (/* guard:claim_due.early */ l.owner IS NOT NULL AND ",
-        dead_owner!(owner = "l.owner", acquired = "l.acquired_at"),
-        "))
-                   AND /* guard:claim_due.due */ (l.next_due_at IS NULL OR l.next_due_at <= clock_timestamp())
-                   AND NOT ",
-        /* guard:claim_due.pause */ paused!(if_any, key = "l.key", jobs = "l.job_name, t.job"),
-        "
-                   AND t.job NOT IN (SELECT job_name FROM full_jobs)
-                 ORDER BY l.next_due_at - make_interval(secs => t.head_start) NULLS FIRST, l.key
-                 LIMIT /* guard:claim_due.limit */ $4
-                   FOR UPDATE OF l /* guard:claim_due.skip_locked */ SKIP LOCKED
-            ), lim AS (
+            , lim AS (
                 SELECT p.new_job AS job, m.fleet_limit, count(*) AS n,
                        (SELECT count(*) FROM leasehold_run_slot AS s
                          WHERE s.job_name = p.new_job AND s.slot_no > m.fleet_limit AND NOT ",
@@ -237,65 +355,49 @@ impl LeaseStore {
         any_limit!(),
         " OR p.new_job NOT IN (SELECT job FROM lim)
                     OR /* guard:claim_due.slot_needed */ p.key IN (SELECT key FROM pair)
-            ), claimed AS (
-                UPDATE leasehold_lease AS l
-                   SET holder      = $1,
-                       fence       = /* guard:claim_due.fresh_fence */ leasehold_next_fence(),
-                       acquired_at = clock_timestamp(),
-                       expires_at  = clock_timestamp() + make_interval(secs => p.ttl),
-                       job_name    = p.new_job,
-                       runs        = l.runs + 1,
-                       slot_at     = COALESCE(l.slot_at, l.next_due_at),
-                       run_open    = true,
-                       run_timeout_secs = p.run_timeout,
-                       owner       = CASE WHEN p.ttl <= $8 THEN (SELECT r.id FROM leasehold_replica AS r
-                                           WHERE r.id = $7 AND r.confirmed_at + r.grace / 2 > clock_timestamp()) END
-                  FROM go AS p
-                 WHERE l.key = p.key
-                RETURNING l.*
-            ), slotted AS (
+            )",
+        claim_write!(from = "go"),
+        "
+            , slotted AS (
                 UPDATE leasehold_run_slot AS s
                    SET key = c.key, fence = c.fence, owner = c.owner, acquired_at = c.acquired_at,
                        expires_at = /* guard:claim_due.slot_expiry */ c.expires_at
                   FROM pair AS pr JOIN claimed AS c ON c.key = pr.key
                  WHERE s.job_name = pr.job_name AND s.slot_no = pr.slot_no
-            ), lost AS (
-                INSERT INTO leasehold_run AS r (key, slot, run_no, job_name, fence, holder, scheduled_for,
-                                                started_at, ended_at, outcome, reason, error)
-                SELECT p.key, (p.runs % $6::int8)::int, p.runs, p.job_name, p.fence, p.holder, p.slot_at,
-                       p.acquired_at, LEAST(p.expires_at, c.acquired_at), 'lost',
-                       CASE WHEN p.expires_at <= c.acquired_at THEN 'expired' ELSE 'session_ended' END,
-                       CASE WHEN p.expires_at <= c.acquired_at THEN 'lease expired without a release'
-                            ELSE 'its replica''s session ended without a release' END
-                  FROM pick AS p JOIN claimed AS c ON c.key = p.key
-                 WHERE /* guard:claim_due.lost_open */ p.run_open AND $6::int8 > 0
-                ON CONFLICT (key, slot) DO UPDATE
-                   SET run_no = EXCLUDED.run_no, job_name = EXCLUDED.job_name, fence = EXCLUDED.fence,
-                       holder = EXCLUDED.holder, scheduled_for = EXCLUDED.scheduled_for,
-                       started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
-                       outcome = EXCLUDED.outcome, reason = EXCLUDED.reason, error = EXCLUDED.error
-                 /* guard:claim_due.lost_ring_order */ WHERE r.run_no < EXCLUDED.run_no
-                RETURNING r.key, r.job_name
+            )",
+        claim_lost!(),
+        claim_answer!(
+            held_back = concat!(
+                any_limit!(),
+                " AND (t.key IN (SELECT key FROM pick) OR t.job IN (SELECT job_name FROM full_jobs))"
+            ),
+            limited = concat!(
+                any_limit!(),
+                " AND EXISTS (SELECT 1 FROM leasehold_limit AS m WHERE m.job_name = t.job)"
             )
-            SELECT true AS acquired, false AS paused, c.*, clock_timestamp() AS server_now,
-                   k.kind AS args_kind, k.args::text AS args, k.version AS args_version,
-                   (SELECT lo.job_name FROM lost AS lo WHERE lo.key = c.key) AS lost_job,
-                   false AS held_back, false AS limited
-              FROM claimed AS c LEFT JOIN leasehold_key AS k ON k.key = c.key
-            UNION ALL
-            SELECT false,
-                   ",
-        paused!(if_any, key = "l.key", jobs = "l.job_name, t.job"),
-        ",
-                   l.*, clock_timestamp(), NULL, NULL, NULL, NULL,
-                   ",
-        any_limit!(),
-        " AND (t.key IN (SELECT key FROM pick) OR t.job IN (SELECT job_name FROM full_jobs)),
-                   ",
-        any_limit!(),
-        " AND EXISTS (SELECT 1 FROM leasehold_limit AS m WHERE m.job_name = t.job)
-              FROM leasehold_lease AS l JOIN t ON t.key = l.key
-             WHERE t.key NOT IN (SELECT key FROM claimed)"
+        ),
+    );
+
+    /// [`LeaseStore::CLAIM_DUE`] without the fleet-wide limits' steps: the
+    /// claim a runtime sends when none of its candidates' jobs has a limit
+    /// as its last poll read them (invariant 11). A key of a job with a
+    /// limit is never claimed by it — a limit set since that poll is
+    /// refused here and comes back `held_back` and `limited`, so the
+    /// runtime polls and sends the full claim next. Why a second text: the
+    /// full one's steps cost each execution their plan nodes even when
+    /// skipped (about a fifth of a claim's execution time, measured:
+    /// docs/benchmarks/peers-2026-12-06-limits/).
+    pub(crate) const CLAIM_DUE_UNLIMITED: &str = concat!(
+        claim_candidates!(),
+        claim_pick!(
+            except = "/* guard:claim_due.limited_refused */ t.job NOT IN (SELECT m.job_name FROM leasehold_limit AS m)"
+        ),
+        claim_write!(from = "pick"),
+        claim_lost!(),
+        claim_answer!(
+            held_back = "t.job IN (SELECT m.job_name FROM leasehold_limit AS m)",
+            limited = "t.job IN (SELECT m.job_name FROM leasehold_limit AS m)"
+        ),
     );
 
     /// Claims, for new runs of `holder`, up to `limit` of `candidates`
@@ -305,7 +407,9 @@ impl LeaseStore {
     /// back as the snapshot saw them; a candidate without a row is in
     /// neither list. A claimed key whose previous run was never released
     /// gets that run's history row, outcome `lost`, in a ring of `ring`
-    /// places (0: none).
+    /// places (0: none). `with_limits`: some candidate's job has a
+    /// fleet-wide limit, as far as the caller knows; without, the claim
+    /// leaves out the limits' steps and refuses any key of a limited job.
     pub(crate) async fn claim_due(
         &self,
         holder: &str,
@@ -313,6 +417,7 @@ impl LeaseStore {
         limit: usize,
         ring: u32,
         owner: Option<Registration>,
+        with_limits: bool,
     ) -> Result<Claimed> {
         // No check of the holder, keys and job names here: they come from
         // the runtime's registry, checked where they entered it (the holder
@@ -335,7 +440,12 @@ impl LeaseStore {
             return Ok(Claimed::default());
         }
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows: Vec<DueRow> = connection::run!(&self.conns, |conn| sqlx::query_as(Self::CLAIM_DUE)
+        let statement = if with_limits {
+            Self::CLAIM_DUE
+        } else {
+            Self::CLAIM_DUE_UNLIMITED
+        };
+        let rows: Vec<DueRow> = connection::run!(&self.conns, |conn| sqlx::query_as(statement)
             .bind(holder)
             .bind(&keys)
             .bind(&ttls)

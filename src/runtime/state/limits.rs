@@ -57,9 +57,12 @@ impl NameLimits {
     /// follows (0 for a limit lifted since the last poll).
     pub(crate) fn fleet_seen(&self, limits: Vec<(String, u32)>) {
         let limits: FastMap<Arc<str>, u32> = limits.into_iter().map(|(job, n)| (Arc::from(job), n)).collect();
-        // A name whose limit was lifted is not held back any more.
-        lock(&self.fleet_full).retain(|name, _| limits.contains_key(name));
         let mut known = lock(&self.fleet);
+        // A name whose limit was lifted is not held back any more; nor is
+        // one whose limit this poll reads for the first time: its keys were
+        // refused by a claim without the limits' steps, not for want of a
+        // place, and the next claim takes places for them.
+        lock(&self.fleet_full).retain(|name, _| limits.contains_key(name) && known.contains_key(name));
         for name in known.keys().filter(|name| !limits.contains_key(*name)) {
             crate::metrics::fleet_limit(name, 0);
         }

@@ -356,6 +356,61 @@ async fn a_revoked_runs_place_is_free_at_once() {
     rt.shutdown().await;
 }
 
+/// A replica that has not read a new limit yet — it does not listen, and
+/// its next poll is a minute away — claims without the limits' steps.
+/// That claim refuses the limited job's key: `report:b` does not start
+/// beside `report:a`, which holds the only place (given it when the limit
+/// was set). The refusal makes the replica poll at once and learn the
+/// limit; `report:b` starts when `report:a`'s release frees the place, not
+/// a poll later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_has_not_read_a_new_limit_yet_starts_no_run_beyond_it() {
+    let db = support::db().await;
+    let gate = support::Gate::default();
+    let settings = quick(Schedule::Manual, Duration::from_secs(30));
+    let mut builder = Runtime::builder(db.pool_with(3).await)
+        .holder("r1")
+        .poll_interval(Duration::from_secs(60))
+        .listen(false)
+        .max_concurrent_runs(8);
+    for key in ["report:a", "report:b"] {
+        builder = builder.register(job(key, settings.clone(), gate.body()));
+    }
+    let rt = builder.start().await.expect("runtime starts");
+    rt.trigger("report:a").await.expect("trigger");
+    gate.runs().wait_started(1, Duration::from_secs(10)).await;
+    rt.store()
+        .controls()
+        .set_limit("report", 1, "test@fleet")
+        .await
+        .expect("set the limit");
+    assert!(
+        rt.health().fleet_limits.is_empty(),
+        "the replica has not read the limit yet"
+    );
+    rt.trigger("report:b").await.expect("trigger");
+    support::eventually(Duration::from_secs(10), || {
+        (rt.health().fleet_limits == [("report".to_owned(), 1)]).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        started(&gate),
+        ["report:a"],
+        "report:b started beside report:a, past the limit of 1"
+    );
+    let released = Instant::now();
+    gate.finish_one();
+    let runs = gate.runs().wait_started(2, Duration::from_secs(30)).await;
+    let waited = runs[1].started.saturating_duration_since(released);
+    assert!(
+        waited < Duration::from_secs(5),
+        "report:b started {waited:?} after report:a ended: it waited for a poll"
+    );
+    gate.finish_one();
+    rt.shutdown().await;
+}
+
 /// Two claims of a limit-1 job's keys at once, each in its own
 /// transaction: the first takes the place and has not committed when the
 /// second runs. The second skips the locked place and claims nothing — it
