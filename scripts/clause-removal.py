@@ -475,6 +475,10 @@ liveness_mutations = [
 # The fleet-wide limit's rules (src/lease/limit.rs, invariant 11), expanded
 # in the batch claim, the renewals and the releases.
 limit_mutations = [
+ ("set_limit.claims_drained",
+  "set_limit: the set does not wait for the claims in flight (a run claimed beside the set holds no place: N + 1 at once)",
+  "LOCK TABLE leasehold_lease IN SHARE MODE", "SELECT 1",
+  "scheduler::fleet_limit::a_limit_set_beside_a_claim_in_flight_counts_the_run_it_starts"),
  ("set_limit.recorded", "set_limit: the limit's record dropped from its statement (a limit set with no record of who set it)",
   "$5::text IS NOT NULL", "false",
   "operators::audit::a_fleet_limit_set_changed_and_lifted_is_recorded_on_its_job"),

@@ -212,7 +212,10 @@ impl Controls<'_> {
     /// Refused for a name no key has ([`LimitSet::UnknownJob`]); the limit
     /// applies to keys claimed under that name by replicas of schema 14
     /// and later (the runtime's claims: `LeaseStore::claim_run` takes no
-    /// place). Cancel-safe: one statement.
+    /// place). The set waits for the claims in flight (at most a second;
+    /// then it fails with PostgreSQL's lock timeout, nothing set: try
+    /// again), so no run starts beside it without a place. Cancel-safe: one
+    /// transaction, rolled back if dropped.
     ///
     /// ```no_run
     /// # async fn demo(store: leasehold::store::LeaseStore) -> leasehold::Result<()> {
@@ -292,17 +295,35 @@ impl Controls<'_> {
             )
             SELECT (SELECT known FROM known) AS known, (SELECT fleet_limit FROM before) AS previous,
                    (SELECT count(*) FROM (SELECT pg_notify($4, job_name) FROM set) AS n) AS told";
+        // Run first, in the set's transaction: no claim is in flight while
+        // the limit is set. A claim's statement reads the limits on its
+        // snapshot, so one that began before the set commits would start a
+        // run without a place — and, if it committed after the set's own
+        // snapshot, one the set does not give a place either: N + 1 runs.
+        // `SHARE` waits for the claims (and renewals, releases) holding
+        // the table's `ROW EXCLUSIVE` lock, and holds new ones back until
+        // the set commits; those then take their snapshot, which has the
+        // limit, once they have the lock (PostgreSQL locks a statement's
+        // tables before it takes its snapshot). The set then reads every
+        // run started before it. At most `lock_timeout` of waiting: a
+        // transaction left open on a lease row would otherwise stall every
+        // renewal queued behind the set.
+        const DRAIN_CLAIMS: &str = "SET LOCAL lock_timeout = '1s';
+            /* guard:set_limit.claims_drained */ LOCK TABLE leasehold_lease IN SHARE MODE";
         let (action, actor, words) = Record::binds(record);
-        let (known, previous, _told): (bool, Option<i32>, i64) =
-            connection::run!(&self.store.conns, |conn| sqlx::query_as(SET_LIMIT)
-                .bind(job)
-                .bind(limit)
-                .bind(by)
-                .bind(KIND_CHANNEL)
-                .bind(action)
-                .bind(actor)
-                .bind(words)
-                .fetch_one(conn))?;
+        let mut tx = connection::begin(&self.store.conns).await?;
+        sqlx::raw_sql(DRAIN_CLAIMS).execute(&mut *tx).await?;
+        let (known, previous, _told): (bool, Option<i32>, i64) = sqlx::query_as(SET_LIMIT)
+            .bind(job)
+            .bind(limit)
+            .bind(by)
+            .bind(KIND_CHANNEL)
+            .bind(action)
+            .bind(actor)
+            .bind(words)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(if known {
             LimitSet::Set {
                 previous: previous.and_then(|p| u32::try_from(p).ok()),

@@ -411,6 +411,76 @@ async fn a_replica_that_has_not_read_a_new_limit_yet_starts_no_run_beyond_it() {
     rt.shutdown().await;
 }
 
+/// A limit is set while a claim of one of the job's keys is in flight —
+/// its statement ran before the limit existed, and commits after the set
+/// began. The set waits for it, so the run it started takes the place:
+/// a later claim of another key of the job finds none free, and two runs
+/// never go on under a limit of 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_set_beside_a_claim_in_flight_counts_the_run_it_starts() {
+    let db = support::db().await;
+    let gate = support::Gate::default();
+    // Rows for two keys of `report`, both due, no limit yet.
+    let rt = gated(&db, "r0", &["report:a", "report:b"], &gate, Duration::from_secs(5)).await;
+    rt.shutdown().await;
+    sqlx::query("UPDATE leasehold_lease SET next_due_at = clock_timestamp() WHERE key LIKE 'report:%'")
+        .execute(&db.pool)
+        .await
+        .expect("make both due");
+
+    let mut in_flight = db.pool.begin().await.expect("begin");
+    let claimed = claim(
+        &mut in_flight,
+        leasehold::store::LeaseStore::CLAIM_DUE_UNLIMITED_SQL,
+        "report:a",
+    )
+    .await;
+    assert_eq!(claimed, [("report:a".to_owned(), true)]);
+    let store = leasehold::store::LeaseStore::new(db.pool.clone());
+    let set = tokio::spawn(async move { store.controls().set_limit("report", 1, "test@fleet").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    in_flight.commit().await.expect("commit");
+    set.await.expect("the set").expect("set the limit");
+
+    let mut conn = db.pool.acquire().await.expect("connection");
+    let second = claim(&mut conn, leasehold::store::LeaseStore::CLAIM_DUE_SQL, "report:b").await;
+    assert_eq!(
+        second,
+        [("report:b".to_owned(), false)],
+        "report:b started beside report:a under a limit of 1"
+    );
+    let place: Option<String> =
+        sqlx::query_scalar("SELECT key FROM leasehold_run_slot WHERE job_name = 'report' AND slot_no = 1")
+            .fetch_one(&db.pool)
+            .await
+            .expect("the place");
+    assert_eq!(place.as_deref(), Some("report:a"), "the run in flight holds the place");
+}
+
+/// Runs the batch claim `statement` for `key` of job `report` on `conn`
+/// (holder `claimer`, a 30 s lease, no liveness stamp): each candidate's
+/// key and whether it was acquired.
+async fn claim(conn: &mut sqlx::PgConnection, statement: &'static str, key: &str) -> Vec<(String, bool)> {
+    use sqlx::Row;
+    let rows = sqlx::query(statement)
+        .bind("claimer")
+        .bind(vec![key])
+        .bind(vec![30.0f64])
+        .bind(8i64)
+        .bind(vec!["report"])
+        .bind(10i64)
+        .bind(None::<i64>)
+        .bind(60.0f64)
+        .bind(vec![None::<f64>])
+        .bind(vec![0.0f64])
+        .fetch_all(&mut *conn)
+        .await
+        .expect("claim");
+    rows.iter()
+        .map(|r| (r.get::<String, _>("key"), r.get::<bool, _>("acquired")))
+        .collect()
+}
+
 /// Two claims of a limit-1 job's keys at once, each in its own
 /// transaction: the first takes the place and has not committed when the
 /// second runs. The second skips the locked place and claims nothing — it
@@ -429,32 +499,15 @@ async fn two_concurrent_claims_never_take_one_place() {
         .await
         .expect("make both due");
 
-    async fn claim(conn: &mut sqlx::PgConnection, key: &str) -> Vec<(String, bool)> {
-        use sqlx::Row;
-        let rows = sqlx::query(leasehold::store::LeaseStore::CLAIM_DUE_SQL)
-            .bind("claimer")
-            .bind(vec![key])
-            .bind(vec![30.0f64])
-            .bind(8i64)
-            .bind(vec!["report"])
-            .bind(10i64)
-            .bind(None::<i64>)
-            .bind(60.0f64)
-            .bind(vec![None::<f64>])
-            .bind(vec![0.0f64])
-            .fetch_all(&mut *conn)
-            .await
-            .expect("claim");
-        rows.iter()
-            .map(|r| (r.get::<String, _>("key"), r.get::<bool, _>("acquired")))
-            .collect()
-    }
     let mut first = db.pool.begin().await.expect("begin");
-    assert_eq!(claim(&mut first, "report:a").await, [("report:a".to_owned(), true)]);
+    assert_eq!(
+        claim(&mut first, leasehold::store::LeaseStore::CLAIM_DUE_SQL, "report:a").await,
+        [("report:a".to_owned(), true)]
+    );
     let pool = db.pool.clone();
     let second = tokio::spawn(async move {
         let mut tx = pool.begin().await.expect("begin");
-        let answer = claim(&mut tx, "report:b").await;
+        let answer = claim(&mut tx, leasehold::store::LeaseStore::CLAIM_DUE_SQL, "report:b").await;
         tx.commit().await.expect("commit");
         answer
     });
