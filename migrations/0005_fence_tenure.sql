@@ -13,7 +13,8 @@
 -- operator's revoke raised, or one written before version 5.
 ALTER TABLE leasehold_fence ADD COLUMN IF NOT EXISTS lease_key TEXT;
 
--- F5, the commit check. Runs at COMMIT of every transaction that advanced
+-- F5, the commit check (replaced in version 15, which adds the run's
+-- liveness registration: its guard clauses are marked there). Runs at COMMIT of every transaction that advanced
 -- a fence row (deferred), on the server clock: the tenure whose fence the
 -- row now carries must still hold its lease — the key's row still carries
 -- that fence (no newer tenure, no revoke) and has not expired. Otherwise the
@@ -30,9 +31,9 @@ BEGIN
        FROM leasehold_lease AS l
       WHERE l.key = NEW.lease_key
         -- the same tenure: a newer claim or a revoke changed the fence
-        AND /* guard:commit_check.fence */ l.fence = NEW.last_fence
+        AND l.fence = NEW.last_fence
         -- still live on the server clock, read at COMMIT
-        AND /* guard:commit_check.live */ l.expires_at > clock_timestamp();
+        AND l.expires_at > clock_timestamp();
     IF NOT FOUND THEN
         RAISE EXCEPTION 'leasehold: the tenure of key % with fence % ended before this fenced transaction committed; nothing it wrote was committed', NEW.lease_key, NEW.last_fence
             USING ERRCODE = 'LH001',

@@ -13,7 +13,7 @@ the record each operator action writes in its own statement (the
 the fleet-wide limits' places in limit.rs, taken by batch/claim_due.rs and
 kept in step by the renewals, releases, revoke and re-point;
 the commit check on fenced transactions in
-migrations/0005_fence_tenure.sql; the fence jump on a new timeline in
+migrations/0005_fence_tenure.sql and 0015_commit_check_owner.sql; the fence jump on a new timeline in
 migrations/0006_fence_timeline.sql),
 remove it (or, for a rule that forbids something, add the forbidden clause)
 in a scratch worktree of HEAD and run the scenario tests named with it
@@ -289,15 +289,23 @@ revoke_mutations = [
   "$4::text IS NOT NULL", "false", "operators::audit"),
 ]
 
-# The commit check on fenced transactions (migrations/0005_fence_tenure.sql,
-# F5): a deferred trigger, applied by migrate() to every test database.
+# The commit check on fenced transactions (F5): a deferred trigger
+# (migrations/0005_fence_tenure.sql) running the function of
+# migrations/0015_commit_check_owner.sql, applied by migrate() to every
+# test database.
+commit_check_trigger_mutations = [
+ ("commit_check.deferred", "commit check: run at the advance instead of at COMMIT",
+  "DEFERRABLE INITIALLY DEFERRED", "NOT DEFERRABLE", "frozen_holder::commit_check"),
+]
 commit_check_mutations = [
  ("commit_check.live", "commit check: expiry clause removed (a commit after the lease expired lands)",
   "l.expires_at > clock_timestamp()", "true", "frozen_holder::commit_check"),
  ("commit_check.fence", "commit check: fence clause removed (a commit after another replica took the key lands)",
   "l.fence = NEW.last_fence", "true", "frozen_holder::commit_check"),
- ("commit_check.deferred", "commit check: run at the advance instead of at COMMIT",
-  "DEFERRABLE INITIALLY DEFERRED", "NOT DEFERRABLE", "frozen_holder::commit_check"),
+ ("commit_check.owner_alive",
+  "commit check: the run's registration not read (a run whose registration died commits after its place went to another key)",
+  "l.owner IS NOT NULL AND", "false AND",
+  "scheduler::fleet_limit::a_run_whose_registration_died_commits_nothing_once_its_place_is_taken"),
 ]
 
 # Fences across a promotion (migrations/0006_fence_timeline.sql, invariant
@@ -502,7 +510,8 @@ def files():
                ("src/lease/audit.rs", audit_mutations),
                ("src/lease/keys.rs", keys_mutations), ("src/lease/pause_rule.rs", pause_rule_mutations),
                ("src/lease/liveness.rs", liveness_mutations), ("src/lease/limit.rs", limit_mutations),
-               ("migrations/0005_fence_tenure.sql", commit_check_mutations),
+               ("migrations/0005_fence_tenure.sql", commit_check_trigger_mutations),
+               ("migrations/0015_commit_check_owner.sql", commit_check_mutations),
                ("migrations/0006_fence_timeline.sql", timeline_mutations)])
 
 

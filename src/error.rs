@@ -198,7 +198,7 @@ impl Error {
 }
 
 /// SQLSTATE of the commit check on fenced transactions (F5,
-/// `leasehold_fence_tenure_live` in `migrations/0005_fence_tenure.sql`):
+/// `leasehold_fence_tenure_live` in `migrations/0015_commit_check_owner.sql`):
 /// the COMMIT of a fenced transaction whose tenure had ended was refused,
 /// and nothing it wrote was committed.
 pub(crate) const TENURE_ENDED_SQLSTATE: &str = "LH001";

@@ -25,6 +25,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (12, include_str!("../migrations/0012_gone_seen.sql")),
     (13, include_str!("../migrations/0013_run_timeout.sql")),
     (14, include_str!("../migrations/0014_fleet_limit.sql")),
+    (15, include_str!("../migrations/0015_commit_check_owner.sql")),
 ];
 
 /// The schema version this library needs and knows.

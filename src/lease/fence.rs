@@ -20,8 +20,10 @@
 //! - **F5** *A fenced transaction ends with its tenure*, whatever its
 //!   client does: its COMMIT is refused on the server unless the tenure
 //!   whose fence it advanced still holds its lease then (the deferred
-//!   trigger `leasehold_fence_tenure_live`, `migrations/0005_fence_tenure.sql`,
-//!   reads the row's `lease_key`), and the server ends it once it has sat
+//!   trigger of `migrations/0005_fence_tenure.sql`, whose function
+//!   `leasehold_fence_tenure_live` is `migrations/0015_commit_check_owner.sql`'s,
+//!   reads the row's `lease_key` and the run's liveness registration), and
+//!   the server ends it once it has sat
 //!   idle for a whole lease, so a frozen holder cannot keep the fence row
 //!   locked from its successor for longer than that.
 

@@ -457,10 +457,107 @@ async fn a_limit_set_beside_a_claim_in_flight_counts_the_run_it_starts() {
     assert_eq!(place.as_deref(), Some("report:a"), "the run in flight holds the place");
 }
 
+/// Limit 1. `report:a`'s run, stamped with its replica's liveness
+/// registration, opens a fenced transaction; the registration then dies —
+/// its session seen gone a grace ago — while the process is frozen and
+/// cannot stop the run. That ends the run's tenure (invariant 10): its
+/// place is free, and `report:b` takes it. When the frozen process
+/// resumes, its COMMIT is refused and nothing it wrote lands: only one run
+/// of `report` writes at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_registration_died_commits_nothing_once_its_place_is_taken() {
+    let db = support::db().await;
+    let gate = support::Gate::default();
+    let rt = gated(&db, "r0", &["report:a", "report:b"], &gate, Duration::from_secs(5)).await;
+    limit_report(&[&rt], 1).await;
+    rt.shutdown().await;
+    sqlx::query("UPDATE leasehold_lease SET next_due_at = clock_timestamp() WHERE key LIKE 'report:%'")
+        .execute(&db.pool)
+        .await
+        .expect("make both due");
+    sqlx::query("CREATE TABLE warehouse_load (key TEXT NOT NULL)")
+        .execute(&db.pool)
+        .await
+        .expect("the downstream table");
+    // A live registration, as a runtime's listener writes it.
+    let registration: i64 = sqlx::query_scalar(
+        "INSERT INTO leasehold_replica (pid, holder, registered_at, confirmed_at, grace)
+         VALUES (pg_backend_pid(), 'frozen', clock_timestamp(), clock_timestamp(), interval '1 second')
+         RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .expect("register");
+    let mut conn = db.pool.acquire().await.expect("connection");
+    let claimed = claim_stamped(
+        &mut conn,
+        leasehold::store::LeaseStore::CLAIM_DUE_SQL,
+        "report:a",
+        Some(registration),
+    )
+    .await;
+    assert_eq!(claimed, [("report:a".to_owned(), true)]);
+    let (fence, owner): (i64, Option<i64>) =
+        sqlx::query_as("SELECT fence, owner FROM leasehold_lease WHERE key = 'report:a'")
+            .fetch_one(&db.pool)
+            .await
+            .expect("report:a's tenure");
+    assert_eq!(owner, Some(registration), "the run is stamped");
+
+    // The run's fenced transaction, as `FenceGuard::begin_fenced_on` opens
+    // it, and its write downstream; then the process freezes.
+    let mut frozen = db.pool.begin().await.expect("begin");
+    sqlx::query("INSERT INTO leasehold_fence (resource, last_fence, lease_key) VALUES ('warehouse', $1, 'report:a')")
+        .bind(fence)
+        .execute(&mut *frozen)
+        .await
+        .expect("advance the fence");
+    sqlx::query("INSERT INTO warehouse_load (key) VALUES ('report:a')")
+        .execute(&mut *frozen)
+        .await
+        .expect("the write");
+
+    // Its session is killed meanwhile: seen gone, a grace ago.
+    sqlx::query("UPDATE leasehold_replica SET gone_seen_at = clock_timestamp() - interval '2 seconds' WHERE id = $1")
+        .bind(registration)
+        .execute(&db.pool)
+        .await
+        .expect("the registration dies");
+    let second = claim(&mut conn, leasehold::store::LeaseStore::CLAIM_DUE_SQL, "report:b").await;
+    assert_eq!(second, [("report:b".to_owned(), true)], "report:b took the freed place");
+
+    let committed = frozen.commit().await;
+    let refused = committed
+        .as_ref()
+        .err()
+        .and_then(|e| e.as_database_error())
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == "LH001");
+    assert!(
+        refused,
+        "the frozen run committed after its place went to report:b: {committed:?}"
+    );
+    let landed: i64 = sqlx::query_scalar("SELECT count(*) FROM warehouse_load")
+        .fetch_one(&db.pool)
+        .await
+        .expect("count");
+    assert_eq!(landed, 0, "nothing the frozen run wrote landed");
+}
+
 /// Runs the batch claim `statement` for `key` of job `report` on `conn`
 /// (holder `claimer`, a 30 s lease, no liveness stamp): each candidate's
 /// key and whether it was acquired.
 async fn claim(conn: &mut sqlx::PgConnection, statement: &'static str, key: &str) -> Vec<(String, bool)> {
+    claim_stamped(conn, statement, key, None).await
+}
+
+/// [`claim`], stamping the run with the liveness registration `owner`.
+async fn claim_stamped(
+    conn: &mut sqlx::PgConnection,
+    statement: &'static str,
+    key: &str,
+    owner: Option<i64>,
+) -> Vec<(String, bool)> {
     use sqlx::Row;
     let rows = sqlx::query(statement)
         .bind("claimer")
@@ -469,7 +566,7 @@ async fn claim(conn: &mut sqlx::PgConnection, statement: &'static str, key: &str
         .bind(8i64)
         .bind(vec!["report"])
         .bind(10i64)
-        .bind(None::<i64>)
+        .bind(owner)
         .bind(60.0f64)
         .bind(vec![None::<f64>])
         .bind(vec![0.0f64])
