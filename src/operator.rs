@@ -188,8 +188,9 @@ impl Operator {
     }
 
     /// [`Controls::set_limit`](crate::store::Controls::set_limit), recorded on
-    /// the job as [`OperatorAction::SetLimit`], with the limit it replaced.
-    /// One statement, cancel-safe as [`trigger`](Self::trigger).
+    /// the job as [`OperatorAction::SetLimit`], with the limit it replaced,
+    /// in the statement that sets it (after the set's wait for the claims
+    /// in flight); cancel-safe: a dropped set rolls back.
     ///
     /// ```no_run
     /// # async fn demo(alice: leasehold::operator::Operator) -> leasehold::Result<()> {
@@ -206,7 +207,22 @@ impl Operator {
         let done = self
             .store
             .controls()
-            .set_limit_recorded(job, limit, &self.actor, Some(&record))
+            .set_limit_recorded(job, limit, &self.actor, Some(&record), false)
+            .await;
+        self.failed(&[Target::job(job)], action, done).await
+    }
+
+    /// [`set_limit`](Self::set_limit) for a limit a runtime's code declares
+    /// (`RuntimeBuilder::fleet_limit`), with this operator as the runtime:
+    /// `job` is registered with it, so the limit is set even before any of
+    /// its keys exists. Recorded on the job as [`OperatorAction::SetLimit`].
+    pub(crate) async fn declare_limit(&self, job: &str, limit: u32) -> Result<LimitSet> {
+        let action = OperatorAction::SetLimit;
+        let record = self.record(action, limit_set_words(limit));
+        let done = self
+            .store
+            .controls()
+            .set_limit_recorded(job, limit, &self.actor, Some(&record), true)
             .await;
         self.failed(&[Target::job(job)], action, done).await
     }

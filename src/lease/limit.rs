@@ -229,18 +229,22 @@ impl Controls<'_> {
     pub async fn set_limit(self, job: &str, limit: u32, by: &str) -> Result<LimitSet> {
         validate::existing_job_name(job)?;
         validate::actor("set by", by)?;
-        self.set_limit_recorded(job, limit, by, None).await
+        self.set_limit_recorded(job, limit, by, None, false).await
     }
 
     /// [`Controls::set_limit`] writing `record`, if any, in its statement
     /// (`Operator::set_limit`); `job` and `by` were checked where they
-    /// entered.
+    /// entered. `registered`: a runtime registers `job` (its code declares
+    /// the limit: `RuntimeBuilder::fleet_limit`), so the limit is set even
+    /// before any key of it exists — a kind's first keys are often added
+    /// after its replicas start.
     pub(crate) async fn set_limit_recorded(
         self,
         job: &str,
         limit: u32,
         by: &str,
         record: Option<&Record<'_>>,
+        registered: bool,
     ) -> Result<LimitSet> {
         let limit = check_limit(limit)?;
         // $1 job, $2 limit, $3 by, $4 the kinds' channel: replicas poll at
@@ -250,7 +254,9 @@ impl Controls<'_> {
         //   job): the action's row on the job, in the statement that sets
         //   the limit, so the two commit together.
         // - `known`: a name some key has (its row's job, or a stored key's
-        //   kind), so a typo is refused rather than limiting nothing.
+        //   kind), one a runtime registers ($8), or one with a limit
+        //   already (a kind whose code declares it, before its first key),
+        //   so a typo is refused rather than limiting nothing.
         // - `places`: the slot rows 1..limit that do not exist yet, created
         //   free — or holding a run of the job in progress that holds no
         //   place (`live`, oldest first), so runs started before the limit
@@ -258,7 +264,9 @@ impl Controls<'_> {
         //   one ends normally, and claims take only slots up to the limit.
         const SET_LIMIT: &str = "
             WITH known AS (
-                SELECT EXISTS (SELECT 1 FROM leasehold_lease WHERE job_name = $1)
+                SELECT $8::bool
+                    OR EXISTS (SELECT 1 FROM leasehold_limit WHERE job_name = $1)
+                    OR EXISTS (SELECT 1 FROM leasehold_lease WHERE job_name = $1)
                     OR EXISTS (SELECT 1 FROM leasehold_key WHERE kind = $1) AS known
             ), before AS (
                 SELECT m.fleet_limit FROM leasehold_limit AS m WHERE m.job_name = $1
@@ -321,6 +329,7 @@ impl Controls<'_> {
             .bind(action)
             .bind(actor)
             .bind(words)
+            .bind(registered)
             .fetch_one(&mut *tx)
             .await?;
         tx.commit().await?;

@@ -718,9 +718,14 @@ async fn an_owned_connection_prepares_the_statements_of_every_run_as_it_opens() 
     let opened = prepared(&store).await;
     assert!(!opened.is_empty(), "the store has a connection open");
     for statements in &opened {
-        assert_eq!(statements.len(), 3, "claim, heartbeat and release: {statements:#?}");
+        assert_eq!(
+            statements.len(),
+            4,
+            "claim (without and with the limits' steps), heartbeat and release: {statements:#?}"
+        );
         for (statement, fragment) in [
-            ("the claim of due keys", "), pick AS ("),
+            ("the claim of due keys", "guard:claim_due.limited_refused"),
+            ("the claim with the fleet-wide limits' steps", ", full_jobs AS ("),
             ("the heartbeat", "), renewed AS ("),
             ("the release", "), woken AS ("),
         ] {
@@ -745,7 +750,7 @@ async fn an_owned_connection_prepares_the_statements_of_every_run_as_it_opens() 
         );
     }
     // `claim` sends two statements of its own (take a row, else insert).
-    let added = after.iter().map(Vec::len).sum::<usize>() - 3 * after.len();
+    let added = after.iter().map(Vec::len).sum::<usize>() - 4 * after.len();
     assert_eq!(
         added, 2,
         "the claim's statements are added, the heartbeat's found: {after:#?}"

@@ -91,6 +91,8 @@ pub struct RuntimeBuilder {
     limits_of: Vec<(String, usize)>,
     /// `priority_of`, in the order given (checked at start).
     priorities_of: Vec<(String, u8)>,
+    /// `fleet_limit`, in the order given (checked and applied at start).
+    fleet_limits: Vec<(String, u32)>,
     priority_aging: Duration,
     history: u32,
     degraded_after: u32,
@@ -133,6 +135,7 @@ impl RuntimeBuilder {
             max_concurrent_runs: DEFAULT_MAX_CONCURRENT_RUNS,
             limits_of: Vec::new(),
             priorities_of: Vec::new(),
+            fleet_limits: Vec::new(),
             priority_aging: DEFAULT_AGING,
             history: DEFAULT_HISTORY,
             degraded_after: DEFAULT_DEGRADED_AFTER,
@@ -283,6 +286,41 @@ impl RuntimeBuilder {
     /// ```
     pub fn priority_of(mut self, name: &str, priority: u8) -> Self {
         self.priorities_of.push((name.to_owned(), priority));
+        self
+    }
+
+    /// Declares the fleet-wide limit of the job or kind `name`: at most
+    /// `limit` runs of it at once across every replica (1 to
+    /// [`MAX_FLEET_LIMIT`](crate::operator::MAX_FLEET_LIMIT)), counted by
+    /// tenure on the server clock — the limit
+    /// [`Controls::set_limit`](crate::store::Controls::set_limit) and
+    /// `leasehold limit set` set, declared in code.
+    ///
+    /// Applied by [`start`](Self::start) when the limit in force is not
+    /// `limit` (set, or changed), and recorded on the job's history as set
+    /// by `<holder> (declared in code)`; every replica then holds to it
+    /// from its next claim, without a restart. The limit is the fleet's,
+    /// not this replica's: give every replica the same. During a rolling
+    /// deploy that changes it, the last replica to start sets its own; an
+    /// operator's `leasehold limit set` or `clear` stands until a replica
+    /// declaring the limit starts again. Without a declaration, a runtime
+    /// leaves the limit as it finds it.
+    ///
+    /// `name` must be a job or kind registered with this builder, each name
+    /// given once; [`start`](Self::start) refuses anything else, and a
+    /// limit of 0 or above the largest, naming the value.
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: sqlx::PgPool, reports: impl leasehold::JobKind) -> leasehold::Result<()> {
+    /// let runtime = leasehold::Runtime::builder(pool)
+    ///     .register_kind(reports) // "report": one key per tenant
+    ///     .fleet_limit("report", 4) // at most 4 reports at once, fleet-wide
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fleet_limit(mut self, name: &str, limit: u32) -> Self {
+        self.fleet_limits.push((name.to_owned(), limit));
         self
     }
 

@@ -15,8 +15,10 @@ use super::{Connections, MAX_HISTORY, MAX_OWNED_CONNECTIONS, RuntimeBuilder};
 use crate::error::{Error, Result};
 use crate::health::Tracker;
 use crate::job::JobSettings;
+use crate::lease::MAX_FLEET_LIMIT;
 use crate::lease::{DEFAULT_OWNED_CONNECTIONS, LeaseStore, Registered};
 use crate::metrics;
+use crate::operator::Operator;
 use crate::runtime::fleet::KindEntry;
 use crate::runtime::handle::{Runtime, Tasks};
 use crate::runtime::state::{
@@ -60,6 +62,7 @@ pub(super) async fn start(mut builder: RuntimeBuilder) -> Result<Runtime> {
     builder.check_kinds()?;
     let limits = builder.check_limits(&checked.jobs)?;
     let priorities = builder.check_priorities(&checked.jobs)?;
+    let declared = builder.check_fleet_limits(&checked.jobs)?;
     #[cfg(feature = "prometheus")]
     if let Some(addr) = &builder.prometheus {
         crate::metrics::exporter::install(addr)?;
@@ -81,6 +84,9 @@ pub(super) async fn start(mut builder: RuntimeBuilder) -> Result<Runtime> {
         }
         Ok(())
     })?;
+    if !declared.is_empty() {
+        declare_fleet_limits(&store, &holder, &declared).await?;
+    }
     let registered = Instant::now();
     for name in &checked.names {
         metrics::prime(name);
@@ -232,6 +238,34 @@ impl RuntimeBuilder {
             priorities.push((known, *priority));
         }
         Ok(Priorities::new(priorities, aging))
+    }
+
+    /// The fleet-wide limits this runtime's code declares
+    /// ([`RuntimeBuilder::fleet_limit`]): each 1 to `MAX_FLEET_LIMIT`, each
+    /// name given once and registered here.
+    fn check_fleet_limits(&self, jobs: &[Arc<JobEntry>]) -> Result<Vec<(Arc<str>, u32)>> {
+        let mut declared: Vec<(Arc<str>, u32)> = Vec::with_capacity(self.fleet_limits.len());
+        for (name, limit) in &self.fleet_limits {
+            validate::job_name(name)?;
+            let problem = if !(1..=MAX_FLEET_LIMIT).contains(limit) {
+                Some(format!(
+                    "a fleet-wide limit is 1 to {MAX_FLEET_LIMIT} runs at once; to pause a job, use \
+                     `leasehold pause --job`"
+                ))
+            } else if declared.iter().any(|(n, _)| **n == **name) {
+                Some(format!(
+                    "{name:?} has a fleet-wide limit already: declare each name's once"
+                ))
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Err(Error::invalid("fleet_limit", limit, problem));
+            }
+            let known = self.registered_name("fleet_limit name", name, jobs)?;
+            declared.push((known, *limit));
+        }
+        Ok(declared)
     }
 
     /// `name` as a job (`jobs`) or kind registered here; refused, naming
@@ -477,4 +511,24 @@ fn default_holder() -> String {
         .unwrap_or_else(|| "replica".to_owned());
     let host: String = host.chars().take(200).collect();
     format!("{host}-{:08x}", rand::random::<u32>())
+}
+
+/// Sets each fleet-wide limit `declared` by the code
+/// ([`RuntimeBuilder::fleet_limit`]) that is not in force as declared,
+/// recorded as set by `<holder> (declared in code)`. One read of the
+/// limits, and one set per limit that changes: a restart whose limits are
+/// in force writes nothing (a set waits for the fleet's claims in flight).
+async fn declare_fleet_limits(store: &LeaseStore, holder: &str, declared: &[(Arc<str>, u32)]) -> Result<()> {
+    let in_force = store.controls().limits().await?;
+    let operator = Operator::new(store.clone(), format!("{holder} (declared in code)"))?;
+    for (name, limit) in declared {
+        let before = in_force.iter().find(|l| *l.job == **name).map(|l| l.limit);
+        if before == Some(*limit) {
+            continue;
+        }
+        operator.declare_limit(name, *limit).await?;
+        tracing::info!(holder = %holder, job = %name, limit = *limit, before = ?before,
+            "set the fleet-wide limit this runtime's code declares");
+    }
+    Ok(())
 }

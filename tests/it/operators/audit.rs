@@ -514,7 +514,7 @@ async fn a_failed_action_takes_no_effect_and_is_recorded_with_its_error() {
 
 /// Setting, changing and lifting a job's fleet-wide limit through an
 /// `Operator` is recorded on the job, by who, with what it replaced, in the
-/// statement that changes the limit: one statement each. A name no key has
+/// statement that changes the limit. A name no key has
 /// is recorded as not found, and nothing is set.
 #[tokio::test]
 async fn a_fleet_limit_set_changed_and_lifted_is_recorded_on_its_job() {
@@ -532,10 +532,17 @@ async fn a_fleet_limit_set_changed_and_lifted_is_recorded_on_its_job() {
         alice.set_limit("report", 4).await.expect("set"),
         LimitSet::Set { previous: None }
     );
+    // The set waits for the claims in flight first (its transaction's
+    // lock), then writes the limit and its record in one statement.
     assert_eq!(
-        support::statement_calls(&db.pool, "").await,
+        support::statement_calls(&db.pool, "INSERT INTO leasehold_limit%INSERT INTO leasehold_action").await,
         1,
         "the limit and its record: one statement"
+    );
+    assert_eq!(
+        support::statement_calls(&db.pool, "INSERT INTO leasehold_action").await,
+        1,
+        "no other statement records it"
     );
     assert_eq!(
         alice.set_limit("report", 2).await.expect("lower"),

@@ -27,8 +27,9 @@ fn hourly_tenants(n: usize) -> Vec<ScriptedJob> {
 const REGISTRATION: &str =
     "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)";
 
-/// Text only the scheduler's batch claim has.
-const CLAIM_DUE: &str = "SKIP LOCKED\n            ), claimed AS";
+/// Text only the scheduler's batch claim has (both its texts, with and
+/// without the fleet-wide limits' steps).
+const CLAIM_DUE: &str = "guard:claim_due.skip_locked";
 
 /// Three polls later, still no claim sent: every key was filed at its due
 /// time (a key whose due time the replica did not learn would be proposed).

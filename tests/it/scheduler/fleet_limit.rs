@@ -356,6 +356,129 @@ async fn a_revoked_runs_place_is_free_at_once() {
     rt.shutdown().await;
 }
 
+/// A kind of reports, no key yet: what a service registers before its
+/// first tenant is added.
+struct Reports;
+
+impl leasehold::JobKind for Reports {
+    type Args = u64;
+    fn name(&self) -> &str {
+        "report"
+    }
+    fn settings(&self) -> leasehold::JobSettings {
+        leasehold::JobSettings::new(Schedule::Manual)
+    }
+    async fn run(&self, _tenant: u64, _guard: leasehold::FenceGuard) -> Result<(), leasehold::JobError> {
+        Ok(())
+    }
+}
+
+/// The limit in force and who set it.
+async fn report_limit(db: &support::TestDb) -> Option<(u32, String)> {
+    let store = leasehold::store::LeaseStore::new(db.pool.clone());
+    let limits = store.controls().limits().await.expect("limits");
+    limits
+        .into_iter()
+        .find(|l| l.job == "report")
+        .map(|l| (l.limit, l.set_by))
+}
+
+/// A limit declared in code (`RuntimeBuilder::fleet_limit`) is set as its
+/// runtime starts — for a kind with no key yet too — recorded as that
+/// replica's; a replica declaring another value sets its own as it starts;
+/// an operator's change stands until a declaring replica starts again; a
+/// start whose limit is in force writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_declared_in_code_is_set_as_its_replica_starts() {
+    let db = support::db().await;
+    let start = |holder: &'static str, limit: u32| {
+        let pool = db.pool.clone();
+        async move {
+            Runtime::builder(pool)
+                .holder(holder)
+                .register_kind(Reports)
+                .fleet_limit("report", limit)
+                .start()
+                .await
+                .expect("runtime starts")
+        }
+    };
+    let first = start("r1", 4).await;
+    assert_eq!(report_limit(&db).await, Some((4, "r1 (declared in code)".to_owned())));
+    support::eventually(Duration::from_secs(10), || {
+        (first.health().fleet_limits == [("report".to_owned(), 4)]).then_some(())
+    })
+    .await;
+
+    // A replica of the next version declares 6: the fleet follows it.
+    let second = start("r2", 6).await;
+    assert_eq!(report_limit(&db).await, Some((6, "r2 (declared in code)".to_owned())));
+    support::eventually(Duration::from_secs(10), || {
+        (first.health().fleet_limits == [("report".to_owned(), 6)]).then_some(())
+    })
+    .await;
+
+    // An operator lowers it; a restart declaring the value in force writes
+    // nothing, one declaring another sets it again.
+    let operator = leasehold::operator::Operator::new(first.store().clone(), "alice").expect("operator");
+    let set = operator.set_limit("report", 2).await.expect("set");
+    assert_eq!(
+        set,
+        LimitSet::Set { previous: Some(6) },
+        "a limit set is known, keys or not"
+    );
+    second.shutdown().await;
+    let again = start("r2", 2).await;
+    assert_eq!(
+        report_limit(&db).await,
+        Some((2, "alice".to_owned())),
+        "nothing written"
+    );
+    again.shutdown().await;
+    let again = start("r2", 6).await;
+    assert_eq!(report_limit(&db).await, Some((6, "r2 (declared in code)".to_owned())));
+
+    // Each set is on the job's record, the declarations under their
+    // replicas' names.
+    let actions = leasehold::store::LeaseStore::new(db.pool.clone())
+        .records()
+        .job_actions("report", 10)
+        .await
+        .expect("the job's record");
+    let by: Vec<&str> = actions.iter().rev().map(|a| a.actor.as_str()).collect();
+    assert_eq!(
+        by,
+        [
+            "r1 (declared in code)",
+            "r2 (declared in code)",
+            "alice",
+            "r2 (declared in code)"
+        ]
+    );
+    again.shutdown().await;
+    first.shutdown().await;
+}
+
+/// A declared limit of 0, above the largest, given twice, or on a name not
+/// registered is refused at start, naming the value and what to do.
+#[tokio::test]
+async fn a_declared_limit_of_zero_too_large_twice_or_on_an_unknown_name_is_refused() {
+    let refused =
+        |builder: leasehold::RuntimeBuilder| async move { builder.start().await.expect_err("refused").to_string() };
+    let base = || Runtime::builder(support::unreachable_pool()).register_kind(Reports);
+    let text = refused(base().fleet_limit("report", 0)).await;
+    assert!(text.contains("fleet_limit") && text.contains("1 to 10000"), "{text}");
+    let text = refused(base().fleet_limit("report", 10_001)).await;
+    assert!(text.contains("10001") && text.contains("1 to 10000"), "{text}");
+    let text = refused(base().fleet_limit("report", 2).fleet_limit("report", 3)).await;
+    assert!(text.contains("declare each name's once"), "{text}");
+    let text = refused(base().fleet_limit("reports", 2)).await;
+    assert!(
+        text.contains("\"reports\"") && text.contains("registered: report"),
+        "{text}"
+    );
+}
+
 /// A replica that has not read a new limit yet — it does not listen, and
 /// its next poll is a minute away — claims without the limits' steps.
 /// That claim refuses the limited job's key: `report:b` does not start
