@@ -66,6 +66,9 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     let mut failure_told = false;
     loop {
         let outcome = listen(&shared, &own, &mark, &stop).await;
+        // A first attempt that did not register is over too: the scheduler
+        // waits no longer (its runs fall back to their leases).
+        shared.liveness.settle();
         if matches!(outcome, Stopped::Stop) {
             break;
         }
@@ -192,6 +195,8 @@ async fn start_listening(shared: &Arc<Shared>, own: &sqlx::PgPool, mark: &str) -
     match shared.store.register_liveness(&mut listener, &shared.holder).await {
         Ok(registration) => {
             shared.liveness.confirmed(registration, sent);
+            // Claims stamp from here: the scheduler's first may go.
+            shared.liveness.settle();
             liveness::adopt(shared, registration).await;
         }
         Err(error) => {
@@ -200,6 +205,7 @@ async fn start_listening(shared: &Arc<Shared>, own: &sqlx::PgPool, mark: &str) -
             tracing::warn!(holder = %shared.holder, %error,
                 "could not register this replica's liveness session; a crash of this replica hands its runs \
                  over when their leases expire");
+            shared.liveness.settle();
         }
     }
     shared.set_listening(true);

@@ -59,6 +59,12 @@ const CLAIM_TIMEOUT: Duration = Duration::from_secs(10);
 const WINDOW_OVERLAP: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
 
 /// Runs until shutdown begins; claims nothing after that.
+/// The longest the first claim waits for the listener's first
+/// registration; a listener that takes longer (a slow server, a lost
+/// probe) registers later, and the runs claimed meanwhile fall back to
+/// their leases.
+const FIRST_REGISTRATION_WAIT: Duration = Duration::from_secs(2);
+
 pub(crate) async fn run(shared: Arc<Shared>, since: DateTime<Utc>, kinds: Vec<Arc<KindEntry>>) {
     let mut scheduler = Scheduler {
         fleet: FleetSync::new(&kinds),
@@ -67,6 +73,16 @@ pub(crate) async fn run(shared: Arc<Shared>, since: DateTime<Utc>, kinds: Vec<Ar
         errors: 0,
         missing: Vec::new(),
     };
+    // The first claim waits for the listener's first registration (tens of
+    // milliseconds): a run claimed before it would not be stamped, and a
+    // crash of this replica would then hand that run over only when its
+    // lease expires (invariant 10) — the runs a replica starts as it
+    // comes up, often overdue ones after a deploy, are the likeliest to
+    // meet a crash of a bad release.
+    tokio::select! {
+        () = shared.liveness.first_settled(FIRST_REGISTRATION_WAIT) => {}
+        () = shared.stopping.cancelled() => return,
+    }
     loop {
         if shared.stopping.is_cancelled() {
             return;

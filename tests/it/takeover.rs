@@ -111,6 +111,29 @@ async fn a_stamped_run(db: &support::TestDb, gate: &Gate, holder: &str) -> (leas
     (replica, run)
 }
 
+/// A replica that comes up with its key overdue (a deploy after the slot
+/// passed) claims it in its first pass — after its listener registered:
+/// the run is stamped, so a crash of this replica (a bad release dies in
+/// its first run) hands it over in about a second, not at its lease's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_claimed_as_its_replica_comes_up_is_stamped() {
+    let db = support::db().await;
+    let gate = Gate::default();
+    // The key's row, then the replica gone, and the key due.
+    let first = support::replica(&db, "before", 2, vec![manual(&gate)]).await;
+    first.shutdown().await;
+    support::free_and_due_now(&db.pool, KEY).await;
+
+    let replica = support::replica(&db, "deployed", 2, vec![manual(&gate)]).await;
+    gate.runs().wait_started(1, Duration::from_secs(10)).await;
+    assert!(
+        stamped(&db.pool).await,
+        "the run claimed at start is stamped with its replica's registration"
+    );
+    gate.finish_one();
+    replica.shutdown().await;
+}
+
 /// Ends `holder`'s liveness session from the server, as a pooler,
 /// `pg_terminate_backend` or a reset would.
 async fn terminate_session(pool: &PgPool, holder: &str) {

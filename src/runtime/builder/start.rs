@@ -449,6 +449,10 @@ fn start_services(
     let stop_finisher = CancellationToken::new();
     let stop_heartbeat = CancellationToken::new();
     let stop_listener = CancellationToken::new();
+    if !listen {
+        // No liveness session to wait for: the scheduler claims at once.
+        shared.liveness.settle();
+    }
     Tasks {
         listener: listen.then(|| tokio::spawn(listen::run(shared.clone(), stop_listener.clone()))),
         stop_listener,

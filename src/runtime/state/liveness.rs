@@ -12,9 +12,16 @@
 //!   only see the session gone after its last confirmation, so no replica
 //!   can take a run stamped with it over before that instant plus the
 //!   grace, by any clock that runs at the real rate.
+//! - `settled` turns true once, when the listener's first attempt to
+//!   register is over (registered, or failed, or there is no listener):
+//!   the scheduler's first claim waits for it, so the runs a replica
+//!   starts as it comes up are stamped like the others.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::lease::Registration;
@@ -22,6 +29,8 @@ use crate::lease::Registration;
 #[derive(Default)]
 pub(crate) struct Liveness {
     current: Mutex<Option<(Registration, Instant)>>,
+    settled: AtomicBool,
+    settled_now: Notify,
 }
 
 impl Liveness {
@@ -45,5 +54,26 @@ impl Liveness {
     /// it had and when it was last confirmed.
     pub(crate) fn failed(&self) -> Option<(Registration, Instant)> {
         self.lock().take()
+    }
+
+    /// The first attempt to register is over, whatever came of it.
+    pub(crate) fn settle(&self) {
+        if !self.settled.swap(true, Ordering::SeqCst) {
+            self.settled_now.notify_waiters();
+        }
+    }
+
+    /// Waits, at most `limit`, for the first attempt to register to be
+    /// over ([`settle`](Self::settle)).
+    pub(crate) async fn first_settled(&self, limit: Duration) {
+        let notified = self.settled_now.notified();
+        tokio::pin!(notified);
+        // Registered as a waiter before the flag is read: a `settle` in
+        // between is not missed.
+        notified.as_mut().enable();
+        if self.settled.load(Ordering::SeqCst) {
+            return;
+        }
+        let _ = tokio::time::timeout(limit, notified).await;
     }
 }
