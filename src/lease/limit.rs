@@ -381,6 +381,19 @@ impl Controls<'_> {
         Ok(gone > 0)
     }
 
+    /// Each limit in force, `(job, limit)`, without the counts
+    /// [`limits`](Self::limits) reads (those scan the job's lease rows): a
+    /// starting runtime compares its declared limits with these.
+    pub(crate) async fn limits_in_force(self) -> Result<Vec<(String, u32)>> {
+        const IN_FORCE: &str = "SELECT job_name, fleet_limit FROM leasehold_limit";
+        let rows: Vec<(String, i32)> =
+            connection::run!(&self.store.conns, |conn| sqlx::query_as(IN_FORCE).fetch_all(conn))?;
+        Ok(rows
+            .into_iter()
+            .map(|(job, limit)| (job, u32::try_from(limit).unwrap_or(0)))
+            .collect())
+    }
+
     /// Every fleet-wide limit in force, by job name, each with its runs in
     /// progress and its keys waiting. Cancel-safe: one statement.
     pub async fn limits(self) -> Result<Vec<FleetLimit>> {

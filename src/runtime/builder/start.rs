@@ -520,13 +520,23 @@ fn default_holder() -> String {
 /// Sets each fleet-wide limit `declared` by the code
 /// ([`RuntimeBuilder::fleet_limit`]) that is not in force as declared,
 /// recorded as set by `<holder> (declared in code)`. One read of the
-/// limits, and one set per limit that changes: a restart whose limits are
+/// limits in force, and one set per limit that changes: a restart whose limits are
 /// in force writes nothing (a set waits for the fleet's claims in flight).
 async fn declare_fleet_limits(store: &LeaseStore, holder: &str, declared: &[(Arc<str>, u32)]) -> Result<()> {
-    let in_force = store.controls().limits().await?;
-    let operator = Operator::new(store.clone(), format!("{holder} (declared in code)"))?;
+    let in_force = store.controls().limits_in_force().await?;
+    // A holder id near the actor's length limit is recorded alone.
+    let actor = format!("{holder} (declared in code)");
+    let actor = if rules::actor(&actor).is_ok() {
+        actor
+    } else {
+        holder.to_owned()
+    };
+    let operator = Operator::new(store.clone(), actor)?;
     for (name, limit) in declared {
-        let before = in_force.iter().find(|l| *l.job == **name).map(|l| l.limit);
+        let before = in_force
+            .iter()
+            .find(|(job, _)| **job == **name)
+            .map(|(_, limit)| *limit);
         if before == Some(*limit) {
             continue;
         }
