@@ -16,7 +16,7 @@ pub(crate) use leasehold_testkit::stats::{reset_statement_stats, statement_total
 /// `LIKE` patterns that identify leasehold's statements (texts from
 /// src/lease/): the runtime's batch claim (`claim_due`), batch release
 /// (`finish_many`, also behind `LeaseStore::release`) and heartbeat.
-pub(crate) const CLAIM_SQL: &str = "%guard:claim_due.skip_locked%";
+pub(crate) const CLAIM_SQL: &str = "%AS t(key, ttl, job, run_timeout, head_start)%";
 pub(crate) const RELEASE_SQL: &str = "%GREATEST(clock_timestamp(), l.acquired_at%";
 pub(crate) const RENEW_SQL: &str = "%AS t(key, fence, ttl)%";
 pub(crate) const ANY_SQL: &str = "%";

@@ -724,7 +724,10 @@ async fn an_owned_connection_prepares_the_statements_of_every_run_as_it_opens() 
             "claim (without and with the limits' steps), heartbeat and release: {statements:#?}"
         );
         for (statement, fragment) in [
-            ("the claim of due keys", "guard:claim_due.limited_refused"),
+            (
+                "the claim of due keys",
+                "t.job NOT IN (SELECT m.job_name FROM leasehold_limit AS m)",
+            ),
             ("the claim with the fleet-wide limits' steps", ", full_jobs AS ("),
             ("the heartbeat", "), renewed AS ("),
             ("the release", "), woken AS ("),

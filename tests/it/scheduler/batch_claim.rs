@@ -90,7 +90,7 @@ async fn sixteen_replicas_run_each_key_once_per_slot() {
             of_key.len()
         );
     }
-    let claims = support::statement_calls(&db.pool, "guard:claim_due.skip_locked").await;
+    let claims = support::statement_calls(&db.pool, "AS t(key, ttl, job, run_timeout, head_start)").await;
     let holders: std::collections::BTreeSet<&str> = all.iter().map(|r| r.holder.as_str()).collect();
     println!(
         "measured: {} runs of 20 keys in {elapsed:.1} s by {} of 16 replicas; {claims} claim statements ({:.2} per run)",

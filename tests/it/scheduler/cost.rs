@@ -28,8 +28,9 @@ const REGISTRATION: &str =
     "INSERT INTO leasehold_lease (key, holder, fence, acquired_at, expires_at, next_due_at, slot_at, job_name)";
 
 /// Text only the scheduler's batch claim has (both its texts, with and
-/// without the fleet-wide limits' steps).
-const CLAIM_DUE: &str = "guard:claim_due.skip_locked";
+/// without the fleet-wide limits' steps), marker comments aside: clause
+/// removal's rewriter strips those.
+const CLAIM_DUE: &str = "AS t(key, ttl, job, run_timeout, head_start)";
 
 /// Three polls later, still no claim sent: every key was filed at its due
 /// time (a key whose due time the replica did not learn would be proposed).
