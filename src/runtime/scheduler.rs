@@ -58,13 +58,13 @@ const CLAIM_TIMEOUT: Duration = Duration::from_secs(10);
 /// to cover transactions that read the clock before they committed.
 const WINDOW_OVERLAP: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
 
-/// Runs until shutdown begins; claims nothing after that.
 /// The longest the first claim waits for the listener's first
 /// registration; a listener that takes longer (a slow server, a lost
 /// probe) registers later, and the runs claimed meanwhile fall back to
 /// their leases.
 const FIRST_REGISTRATION_WAIT: Duration = Duration::from_secs(2);
 
+/// Runs until shutdown begins; claims nothing after that.
 pub(crate) async fn run(shared: Arc<Shared>, since: DateTime<Utc>, kinds: Vec<Arc<KindEntry>>) {
     let mut scheduler = Scheduler {
         fleet: FleetSync::new(&kinds),
