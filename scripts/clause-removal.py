@@ -483,6 +483,10 @@ liveness_mutations = [
 # The fleet-wide limit's rules (src/lease/limit.rs, invariant 11), expanded
 # in the batch claim, the renewals and the releases.
 limit_mutations = [
+ ("set_limit.frozen_bounded",
+  "set_limit: a set frozen holding its lock holds every claim, renewal and release of the fleet up for as long as it is frozen",
+  "SET LOCAL idle_in_transaction_session_timeout = '1s';", "",
+  "scheduler::fleet_limit::a_set_frozen_holding_its_lock_holds_the_claims_up_for_at_most_a_second"),
  ("set_limit.claims_drained",
   "set_limit: the set does not wait for the claims in flight (a run claimed beside the set holds no place: N + 1 at once)",
   "LOCK TABLE leasehold_lease IN SHARE MODE", "SELECT 1",

@@ -202,14 +202,7 @@ impl Operator {
     /// ```
     pub async fn set_limit(&self, job: &str, limit: u32) -> Result<LimitSet> {
         validate::existing_job_name(job)?;
-        let action = OperatorAction::SetLimit;
-        let record = self.record(action, limit_set_words(limit));
-        let done = self
-            .store
-            .controls()
-            .set_limit_recorded(job, limit, &self.actor, Some(&record), false)
-            .await;
-        self.failed(&[Target::job(job)], action, done).await
+        self.set_limit_of(job, limit, false).await
     }
 
     /// [`set_limit`](Self::set_limit) for a limit a runtime's code declares
@@ -217,12 +210,18 @@ impl Operator {
     /// `job` is registered with it, so the limit is set even before any of
     /// its keys exists. Recorded on the job as [`OperatorAction::SetLimit`].
     pub(crate) async fn declare_limit(&self, job: &str, limit: u32) -> Result<LimitSet> {
+        self.set_limit_of(job, limit, true).await
+    }
+
+    /// The set of both, recorded; `registered` as
+    /// `Controls::set_limit_recorded` takes it.
+    async fn set_limit_of(&self, job: &str, limit: u32, registered: bool) -> Result<LimitSet> {
         let action = OperatorAction::SetLimit;
         let record = self.record(action, limit_set_words(limit));
         let done = self
             .store
             .controls()
-            .set_limit_recorded(job, limit, &self.actor, Some(&record), true)
+            .set_limit_recorded(job, limit, &self.actor, Some(&record), registered)
             .await;
         self.failed(&[Target::job(job)], action, done).await
     }

@@ -200,6 +200,24 @@ pub(crate) fn check_limit(limit: u32) -> Result<i32> {
 }
 
 impl Controls<'_> {
+    /// The first statements of [`Controls::set_limit`]'s transaction: the
+    /// lock that holds the fleet's claims (and renewals, releases) back
+    /// while the limit is set, bounded both ways — at most `lock_timeout`
+    /// waiting for it (a transaction left open on a lease row would
+    /// otherwise stall every renewal queued behind the set), and at most
+    /// `idle_in_transaction_session_timeout` held by a client that went
+    /// silent holding it (frozen, cut off): the server then ends its
+    /// session, which releases the lock and commits nothing.
+    pub(crate) const DRAIN_CLAIMS: &'static str = "SET LOCAL lock_timeout = '1s';
+            /* guard:set_limit.frozen_bounded */ SET LOCAL idle_in_transaction_session_timeout = '1s';
+            /* guard:set_limit.claims_drained */ LOCK TABLE leasehold_lease IN SHARE MODE";
+
+    /// [`Controls::DRAIN_CLAIMS`], for the scenario that freezes a set
+    /// holding its lock.
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub const DRAIN_CLAIMS_SQL: &'static str = Self::DRAIN_CLAIMS;
+
     /// Sets the fleet-wide limit of the job (or kind) `job` to `limit` runs
     /// at once (1 to [`MAX_FLEET_LIMIT`]), for every replica, from their
     /// next claim: no restart. Lowering it never stops a run in progress;
@@ -313,14 +331,10 @@ impl Controls<'_> {
         // the set commits; those then take their snapshot, which has the
         // limit, once they have the lock (PostgreSQL locks a statement's
         // tables before it takes its snapshot). The set then reads every
-        // run started before it. At most `lock_timeout` of waiting: a
-        // transaction left open on a lease row would otherwise stall every
-        // renewal queued behind the set.
-        const DRAIN_CLAIMS: &str = "SET LOCAL lock_timeout = '1s';
-            /* guard:set_limit.claims_drained */ LOCK TABLE leasehold_lease IN SHARE MODE";
+        // run started before it.
         let (action, actor, words) = Record::binds(record);
         let mut tx = connection::begin(&self.store.conns).await?;
-        sqlx::raw_sql(DRAIN_CLAIMS).execute(&mut *tx).await?;
+        sqlx::raw_sql(Self::DRAIN_CLAIMS).execute(&mut *tx).await?;
         let (known, previous, _told): (bool, Option<i32>, i64) = sqlx::query_as(SET_LIMIT)
             .bind(job)
             .bind(limit)

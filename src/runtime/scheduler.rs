@@ -333,7 +333,7 @@ impl Scheduler {
         // The claim's fleet-wide limits' steps only when a candidate's job
         // has a limit as the last poll read them: the claim without them
         // refuses a limited job's key, so knowledge a poll old is safe.
-        let with_limits = proposal.jobs.iter().any(|j| shared.limits.fleet_limited(&j.name));
+        let with_limits = shared.limits.any_fleet_limited(proposal.jobs.iter().map(|j| &*j.name));
         let answer = bounded(
             CLAIM_TIMEOUT,
             "claim",

@@ -160,6 +160,46 @@ async fn a_stalled_holder_stops_before_takeover_and_its_late_writes_are_rejected
     a.shutdown().await;
 }
 
+/// Replica `a` in connection `mode` on a pool of 2, polling every `poll`,
+/// runs the manual job `long` (lease `lease`, `work` long) once triggered,
+/// after its liveness session registered: its run is stamped with it, so
+/// it is stopped unless the registration is renewed in time after its
+/// session ends. Returns the replica and its runs, the run started.
+async fn a_stamped_long_run(
+    db: &support::TestDb,
+    mode: leasehold::runtime::Connections,
+    poll: Duration,
+    lease: Duration,
+    work: Duration,
+) -> (Runtime, Runs) {
+    let runs = Runs::default();
+    let rt = support::replica_in(
+        mode,
+        db.pool_with(2).await,
+        "a",
+        poll,
+        vec![job("long", quick(Schedule::Manual, lease), runs.body(work))],
+    )
+    .await;
+    eventually(Duration::from_secs(10), || rt.health().listening.then_some(())).await;
+    rt.trigger("long").await.unwrap();
+    runs.wait_started(1, Duration::from_secs(10)).await;
+    let stamped: bool = sqlx::query_scalar("SELECT owner IS NOT NULL FROM leasehold_lease WHERE key = 'long'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(stamped, "the run is vouched for by the runtime's liveness session");
+    (rt, runs)
+}
+
+/// The run of [`a_stamped_long_run`], once it ended.
+async fn ended_run(runs: &Runs) -> support::RunRecord {
+    eventually(Duration::from_secs(10), || {
+        runs.all()[0].ended.map(|_| runs.all().remove(0))
+    })
+    .await
+}
+
 /// Killing every connection of the runtime's statement pool (and its
 /// listener's) three times mid-run does not cost the run its lease:
 /// heartbeats reconnect and the run completes. On connections of its own,
@@ -167,25 +207,14 @@ async fn a_stalled_holder_stops_before_takeover_and_its_late_writes_are_rejected
 /// renewal finding its connection gone retries at once on another.
 async fn terminated_backends_do_not_cost_the_lease(mode: leasehold::runtime::Connections) {
     let db = support::db().await;
-    let runs = Runs::default();
-    let rt = support::replica_in(
+    let (rt, runs) = a_stamped_long_run(
+        &db,
         mode,
-        db.pool_with(2).await,
-        "a",
         Duration::from_millis(100),
-        vec![job(
-            "long",
-            quick(Schedule::Manual, Duration::from_secs(2)),
-            runs.body(Duration::from_secs(4)),
-        )],
+        Duration::from_secs(2),
+        Duration::from_secs(4),
     )
     .await;
-    // Registered for liveness first, so the run is stamped and must be
-    // vouched for again after each termination (the claim would otherwise
-    // race the registration).
-    eventually(Duration::from_secs(10), || rt.health().listening.then_some(())).await;
-    rt.trigger("long").await.unwrap();
-    runs.wait_started(1, Duration::from_secs(10)).await;
     let mut killed_total = 0;
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(600)).await;
@@ -193,10 +222,7 @@ async fn terminated_backends_do_not_cost_the_lease(mode: leasehold::runtime::Con
     }
     // (The pool reconnects lazily, so a later round may find nothing to kill.)
     assert!(killed_total >= 1, "the runtime's connections were terminated");
-    let run = eventually(Duration::from_secs(10), || {
-        runs.all()[0].ended.map(|_| runs.all().remove(0))
-    })
-    .await;
+    let run = ended_run(&runs).await;
     assert!(run.cancelled.is_none(), "the run kept its lease: {run:?}");
     rt.shutdown().await;
 }
@@ -211,29 +237,14 @@ support::in_both_connection_modes!(terminated_backends_do_not_cost_the_lease);
 /// sent again at once on a fresh one.
 async fn a_quiet_runtimes_connections_terminated_at_once_cost_no_run(mode: leasehold::runtime::Connections) {
     let db = support::db().await;
-    let runs = Runs::default();
-    let rt = support::replica_in(
+    let (rt, runs) = a_stamped_long_run(
+        &db,
         mode,
-        db.pool_with(2).await,
-        "a",
         Duration::from_secs(60),
-        vec![job(
-            "long",
-            quick(Schedule::Manual, Duration::from_secs(60)),
-            runs.body(Duration::from_secs(3)),
-        )],
+        Duration::from_secs(60),
+        Duration::from_secs(3),
     )
     .await;
-    // Registered for liveness first, so the claim stamps the run with it:
-    // the run is then stopped unless the registration is renewed in time.
-    eventually(Duration::from_secs(10), || rt.health().listening.then_some(())).await;
-    rt.trigger("long").await.unwrap();
-    runs.wait_started(1, Duration::from_secs(10)).await;
-    let stamped: bool = sqlx::query_scalar("SELECT owner IS NOT NULL FROM leasehold_lease WHERE key = 'long'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert!(stamped, "the run is vouched for by the runtime's liveness session");
     // The runtime's statements since the trigger are done: its
     // connections wait idle in its pool.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -242,10 +253,7 @@ async fn a_quiet_runtimes_connections_terminated_at_once_cost_no_run(mode: lease
         killed >= 2,
         "the listener's and the pool's connections were terminated: {killed}"
     );
-    let run = eventually(Duration::from_secs(10), || {
-        runs.all()[0].ended.map(|_| runs.all().remove(0))
-    })
-    .await;
+    let run = ended_run(&runs).await;
     assert!(run.cancelled.is_none(), "the run was vouched for again: {run:?}");
     rt.shutdown().await;
 }

@@ -184,25 +184,14 @@ impl RuntimeBuilder {
     /// each at least 1, each name given once and registered here, as a job
     /// (`jobs`) or a kind.
     fn check_limits(&self, jobs: &[Arc<JobEntry>]) -> Result<NameLimits> {
-        let mut limits: Vec<(Arc<str>, usize)> = Vec::with_capacity(self.limits_of.len());
-        for (name, runs) in &self.limits_of {
-            validate::job_name(name)?;
-            let problem = if *runs == 0 {
-                Some(format!(
+        let limits = self.per_name(PerName::LIMIT, &self.limits_of, jobs, |name, runs| {
+            (runs == 0).then(|| {
+                format!(
                     "max_concurrent_runs_of({name:?}, 0) would never run it here: give at least 1, or do not \
                      register {name:?} on this replica"
-                ))
-            } else if limits.iter().any(|(n, _)| **n == **name) {
-                Some(format!("{name:?} has a limit already: give each name one limit"))
-            } else {
-                None
-            };
-            if let Some(problem) = problem {
-                return Err(Error::invalid("max_concurrent_runs_of", runs, problem));
-            }
-            let known = self.registered_name("max_concurrent_runs_of name", name, jobs)?;
-            limits.push((known, *runs));
-        }
+                )
+            })
+        })?;
         Ok(NameLimits::new(limits))
     }
 
@@ -218,25 +207,14 @@ impl RuntimeBuilder {
                 "one level of priority is worth 1ms to 24h of waiting (default 1 minute)",
             ));
         }
-        let mut priorities: Vec<(Arc<str>, u8)> = Vec::with_capacity(self.priorities_of.len());
-        for (name, priority) in &self.priorities_of {
-            validate::job_name(name)?;
-            let problem = if *priority > MAX_PRIORITY {
-                Some(format!(
+        let priorities = self.per_name(PerName::PRIORITY, &self.priorities_of, jobs, |_, priority| {
+            (priority > MAX_PRIORITY).then(|| {
+                format!(
                     "a priority is 0 (the default, the lowest) to {MAX_PRIORITY}; each level is worth {aging:?} of \
                      waiting (priority_aging)"
-                ))
-            } else if priorities.iter().any(|(n, _)| **n == **name) {
-                Some(format!("{name:?} has a priority already: give each name one priority"))
-            } else {
-                None
-            };
-            if let Some(problem) = problem {
-                return Err(Error::invalid("priority_of", priority, problem));
-            }
-            let known = self.registered_name("priority_of name", name, jobs)?;
-            priorities.push((known, *priority));
-        }
+                )
+            })
+        })?;
         Ok(Priorities::new(priorities, aging))
     }
 
@@ -244,28 +222,45 @@ impl RuntimeBuilder {
     /// ([`RuntimeBuilder::fleet_limit`]): each 1 to `MAX_FLEET_LIMIT`, each
     /// name given once and registered here.
     fn check_fleet_limits(&self, jobs: &[Arc<JobEntry>]) -> Result<Vec<(Arc<str>, u32)>> {
-        let mut declared: Vec<(Arc<str>, u32)> = Vec::with_capacity(self.fleet_limits.len());
-        for (name, limit) in &self.fleet_limits {
-            validate::job_name(name)?;
-            let problem = if !(1..=MAX_FLEET_LIMIT).contains(limit) {
-                Some(format!(
+        self.per_name(PerName::FLEET_LIMIT, &self.fleet_limits, jobs, |_, limit| {
+            (!(1..=MAX_FLEET_LIMIT).contains(&limit)).then(|| {
+                format!(
                     "a fleet-wide limit is 1 to {MAX_FLEET_LIMIT} runs at once; to pause a job, use \
                      `leasehold pause --job`"
-                ))
-            } else if declared.iter().any(|(n, _)| **n == **name) {
-                Some(format!(
-                    "{name:?} has a fleet-wide limit already: declare each name's once"
-                ))
-            } else {
-                None
-            };
+                )
+            })
+        })
+    }
+
+    /// The settings `given` per job or kind name, of the builder option
+    /// `option`: each value passes `problem` (`None`: fine, else what is
+    /// wrong and what to do), each name is given once and registered here.
+    /// The first refusal names the option and the value.
+    fn per_name<T: Copy + std::fmt::Debug>(
+        &self,
+        option: PerName,
+        given: &[(String, T)],
+        jobs: &[Arc<JobEntry>],
+        problem: impl Fn(&str, T) -> Option<String>,
+    ) -> Result<Vec<(Arc<str>, T)>> {
+        let mut checked: Vec<(Arc<str>, T)> = Vec::with_capacity(given.len());
+        for (name, value) in given {
+            validate::job_name(name)?;
+            let problem = problem(name, *value).or_else(|| {
+                checked.iter().any(|(n, _)| **n == **name).then(|| {
+                    format!(
+                        "{name:?} has a {noun} already: give each name one {noun}",
+                        noun = option.noun
+                    )
+                })
+            });
             if let Some(problem) = problem {
-                return Err(Error::invalid("fleet_limit", limit, problem));
+                return Err(Error::invalid(option.option, value, problem));
             }
-            let known = self.registered_name("fleet_limit name", name, jobs)?;
-            declared.push((known, *limit));
+            let known = self.registered_name(option.name, name, jobs)?;
+            checked.push((known, *value));
         }
-        Ok(declared)
+        Ok(checked)
     }
 
     /// `name` as a job (`jobs`) or kind registered here; refused, naming
@@ -545,4 +540,33 @@ async fn declare_fleet_limits(store: &LeaseStore, holder: &str, declared: &[(Arc
             "set the fleet-wide limit this runtime's code declares");
     }
     Ok(())
+}
+
+/// A builder option set per job or kind name, as its refusals name it.
+#[derive(Clone, Copy)]
+struct PerName {
+    /// The option, as the builder spells it.
+    option: &'static str,
+    /// What its name argument is called.
+    name: &'static str,
+    /// What one value is.
+    noun: &'static str,
+}
+
+impl PerName {
+    const LIMIT: PerName = PerName {
+        option: "max_concurrent_runs_of",
+        name: "max_concurrent_runs_of name",
+        noun: "limit",
+    };
+    const PRIORITY: PerName = PerName {
+        option: "priority_of",
+        name: "priority_of name",
+        noun: "priority",
+    };
+    const FLEET_LIMIT: PerName = PerName {
+        option: "fleet_limit",
+        name: "fleet_limit name",
+        noun: "fleet-wide limit",
+    };
 }

@@ -79,6 +79,13 @@ impl NameLimits {
         lock(&self.fleet).contains_key(name)
     }
 
+    /// Whether any of `names` has a fleet-wide limit, as the last poll read
+    /// them: one look, for a claim's candidates.
+    pub(crate) fn any_fleet_limited<'a>(&self, mut names: impl Iterator<Item = &'a str>) -> bool {
+        let fleet = lock(&self.fleet);
+        !fleet.is_empty() && names.any(|name| fleet.contains_key(name))
+    }
+
     /// The fleet-wide limits in force, by name, as the last poll read them.
     pub(crate) fn fleet_limits(&self) -> Vec<(Arc<str>, u32)> {
         let mut all: Vec<_> = lock(&self.fleet).iter().map(|(n, l)| (n.clone(), *l)).collect();

@@ -18,19 +18,19 @@
 //!   starts as it comes up are stamped like the others.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::lease::Registration;
 
 #[derive(Default)]
 pub(crate) struct Liveness {
     current: Mutex<Option<(Registration, Instant)>>,
-    settled: AtomicBool,
-    settled_now: Notify,
+    /// Cancelled once the first attempt to register is over: a flag that
+    /// can be awaited.
+    settled: CancellationToken,
 }
 
 impl Liveness {
@@ -58,22 +58,12 @@ impl Liveness {
 
     /// The first attempt to register is over, whatever came of it.
     pub(crate) fn settle(&self) {
-        if !self.settled.swap(true, Ordering::SeqCst) {
-            self.settled_now.notify_waiters();
-        }
+        self.settled.cancel();
     }
 
     /// Waits, at most `limit`, for the first attempt to register to be
     /// over ([`settle`](Self::settle)).
     pub(crate) async fn first_settled(&self, limit: Duration) {
-        let notified = self.settled_now.notified();
-        tokio::pin!(notified);
-        // Registered as a waiter before the flag is read: a `settle` in
-        // between is not missed.
-        notified.as_mut().enable();
-        if self.settled.load(Ordering::SeqCst) {
-            return;
-        }
-        let _ = tokio::time::timeout(limit, notified).await;
+        let _ = tokio::time::timeout(limit, self.settled.cancelled()).await;
     }
 }

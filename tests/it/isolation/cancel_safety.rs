@@ -280,6 +280,16 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
         }
     })
     .await;
+    // A set takes a lock on the lease table in its transaction: a set
+    // dropped holding it must not leave it held (every claim waits on it).
+    let limits = sweep(&db, &pool, step, "set_limit+clear_limit", |_| {
+        let store = store.clone();
+        async move {
+            store.controls().set_limit("op", 2, "sweeper").await?;
+            store.controls().clear_limit("op").await.map(drop)
+        }
+    })
+    .await;
     let mut runtime = Vec::new();
     for mode in [Connections::default(), Connections::SharedWithService] {
         let rt = Runtime::builder(pool.clone())
@@ -303,8 +313,8 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
     }
     println!(
         "measured: dropped pause+resume at {pause}, trigger at {trigger}, revoke at {revoke}, schema_version at \
-         {version}, list at {read}, operator actions at {recorded}, console reads at {pages}, runtime \
-         pause+resume (owned, shared) at {runtime:?} cut points"
+         {version}, list at {read}, operator actions at {recorded}, console reads at {pages}, set_limit+clear_limit \
+         at {limits}, runtime pause+resume (owned, shared) at {runtime:?} cut points"
     );
     proxy.set(Mode::Normal);
 }

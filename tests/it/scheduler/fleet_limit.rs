@@ -471,7 +471,7 @@ async fn a_declared_limit_of_zero_too_large_twice_or_on_an_unknown_name_is_refus
     let text = refused(base().fleet_limit("report", 10_001)).await;
     assert!(text.contains("10001") && text.contains("1 to 10000"), "{text}");
     let text = refused(base().fleet_limit("report", 2).fleet_limit("report", 3)).await;
-    assert!(text.contains("declare each name's once"), "{text}");
+    assert!(text.contains("give each name one fleet-wide limit"), "{text}");
     let text = refused(base().fleet_limit("reports", 2)).await;
     assert!(
         text.contains("\"reports\"") && text.contains("registered: report"),
@@ -541,15 +541,8 @@ async fn a_replica_that_has_not_read_a_new_limit_yet_starts_no_run_beyond_it() {
 /// never go on under a limit of 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_set_beside_a_claim_in_flight_counts_the_run_it_starts() {
-    let db = support::db().await;
-    let gate = support::Gate::default();
-    // Rows for two keys of `report`, both due, no limit yet.
-    let rt = gated(&db, "r0", &["report:a", "report:b"], &gate, Duration::from_secs(5)).await;
-    rt.shutdown().await;
-    sqlx::query("UPDATE leasehold_lease SET next_due_at = clock_timestamp() WHERE key LIKE 'report:%'")
-        .execute(&db.pool)
-        .await
-        .expect("make both due");
+    // Two keys of `report`, both due, no limit yet.
+    let db = due_reports(&["report:a", "report:b"], None).await;
 
     let mut in_flight = db.pool.begin().await.expect("begin");
     let claimed = claim(
@@ -589,15 +582,7 @@ async fn a_limit_set_beside_a_claim_in_flight_counts_the_run_it_starts() {
 /// of `report` writes at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_registration_died_commits_nothing_once_its_place_is_taken() {
-    let db = support::db().await;
-    let gate = support::Gate::default();
-    let rt = gated(&db, "r0", &["report:a", "report:b"], &gate, Duration::from_secs(5)).await;
-    limit_report(&[&rt], 1).await;
-    rt.shutdown().await;
-    sqlx::query("UPDATE leasehold_lease SET next_due_at = clock_timestamp() WHERE key LIKE 'report:%'")
-        .execute(&db.pool)
-        .await
-        .expect("make both due");
+    let db = due_reports(&["report:a", "report:b"], Some(1)).await;
     sqlx::query("CREATE TABLE warehouse_load (key TEXT NOT NULL)")
         .execute(&db.pool)
         .await
@@ -667,6 +652,63 @@ async fn a_run_whose_registration_died_commits_nothing_once_its_place_is_taken()
     assert_eq!(landed, 0, "nothing the frozen run wrote landed");
 }
 
+/// A set frozen (or cut off) while it holds its lock on the lease table —
+/// the lock every claim, renewal and release of the fleet waits on — does
+/// not hold the fleet up for longer than a second: the server ends the
+/// silent session, the lock goes with it, and a claim waiting on it goes
+/// through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_frozen_holding_its_lock_holds_the_claims_up_for_at_most_a_second() {
+    let db = due_reports(&["report:a"], None).await;
+
+    // The set's first statements, then the client freezes inside them.
+    let mut frozen = db.pool.begin().await.expect("begin");
+    sqlx::raw_sql(leasehold::store::Controls::DRAIN_CLAIMS_SQL)
+        .execute(&mut *frozen)
+        .await
+        .expect("take the lock");
+    let waited = Instant::now();
+    let mut conn = db.pool.acquire().await.expect("connection");
+    let claimed = tokio::time::timeout(
+        Duration::from_secs(10),
+        claim(
+            &mut conn,
+            leasehold::store::LeaseStore::CLAIM_DUE_UNLIMITED_SQL,
+            "report:a",
+        ),
+    )
+    .await
+    .expect("the claim went through once the frozen set's session ended");
+    assert_eq!(claimed, [("report:a".to_owned(), true)]);
+    let held_up = waited.elapsed();
+    assert!(
+        held_up >= Duration::from_millis(900) && held_up < Duration::from_secs(3),
+        "the claim waited {held_up:?} on the frozen set's lock"
+    );
+    assert!(
+        frozen.commit().await.is_err(),
+        "the frozen set's session was ended: nothing it did commits"
+    );
+}
+
+/// The rows of `report`'s `keys` in a fresh database, all due and free,
+/// under a fleet-wide limit of `limit` (`None`: no limit), with no replica
+/// running: the setup of the scenarios that send claims themselves.
+async fn due_reports(keys: &[&str], limit: Option<u32>) -> support::TestDb {
+    let db = support::db().await;
+    let gate = support::Gate::default();
+    let rt = gated(&db, "r0", keys, &gate, Duration::from_secs(5)).await;
+    if let Some(limit) = limit {
+        limit_report(&[&rt], limit).await;
+    }
+    rt.shutdown().await;
+    sqlx::query("UPDATE leasehold_lease SET next_due_at = clock_timestamp() WHERE key LIKE 'report:%'")
+        .execute(&db.pool)
+        .await
+        .expect("make them due");
+    db
+}
+
 /// Runs the batch claim `statement` for `key` of job `report` on `conn`
 /// (holder `claimer`, a 30 s lease, no liveness stamp): each candidate's
 /// key and whether it was acquired.
@@ -708,16 +750,8 @@ async fn claim_stamped(
 /// again (a place read free on the snapshot is re-checked once locked).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_concurrent_claims_never_take_one_place() {
-    let db = support::db().await;
-    let gate = support::Gate::default();
-    // Rows for two keys of `report`, then a limit of 1; both keys due.
-    let rt = gated(&db, "r0", &["report:a", "report:b"], &gate, Duration::from_secs(5)).await;
-    limit_report(&[&rt], 1).await;
-    rt.shutdown().await;
-    sqlx::query("UPDATE leasehold_lease SET next_due_at = clock_timestamp() WHERE key LIKE 'report:%'")
-        .execute(&db.pool)
-        .await
-        .expect("make both due");
+    // Two keys of `report` under a limit of 1, both due.
+    let db = due_reports(&["report:a", "report:b"], Some(1)).await;
 
     let mut first = db.pool.begin().await.expect("begin");
     assert_eq!(
