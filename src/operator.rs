@@ -28,6 +28,7 @@
 use std::fmt;
 
 use crate::error::Result;
+use crate::key::{IntoKey, Key};
 pub use crate::lease::{
     ActionRecord, FleetLimit, Forgotten, LimitSet, MAX_FLEET_LIMIT, Pause, Resumed, Revoke, Revoked, Target, Triggered,
 };
@@ -76,17 +77,16 @@ impl Operator {
     /// One statement, which makes the key due and writes the record:
     /// cancel-safe in the sense of [`LeaseStore`], both committed or
     /// neither.
-    pub async fn trigger(&self, key: &str) -> Result<Triggered> {
-        validate::existing_key(key)?;
-        self.trigger_checked(key).await
+    pub async fn trigger(&self, key: impl IntoKey) -> Result<Triggered> {
+        self.trigger_checked(key.into_key()?).await
     }
 
     /// [`trigger`](Self::trigger) of a key checked where it entered.
-    async fn trigger_checked(&self, key: &str) -> Result<Triggered> {
+    async fn trigger_checked(&self, key: Key) -> Result<Triggered> {
         let action = OperatorAction::Trigger;
         let record = self.record(action, Triggered::words());
-        let done = self.store.controls().trigger_recorded(key, Some(&record)).await;
-        self.failed(&[Target::key(key)], action, done).await
+        let done = self.store.controls().trigger_recorded(&key, Some(&record)).await;
+        self.failed(&[Target::Key(key)], action, done).await
     }
 
     /// [`trigger`](Self::trigger) on every key of the job named `job`
@@ -100,7 +100,7 @@ impl Operator {
             let page = self.store.records().list_page(&filter).await?;
             for status in &page.keys {
                 // A key read from its row: what a row holds is a key.
-                if self.trigger_checked(&status.lease.key).await? != Triggered::NotFound {
+                if self.trigger_checked(Key::checked(status.lease.key.clone())).await? != Triggered::NotFound {
                     triggered += 1;
                 }
             }
@@ -144,8 +144,8 @@ impl Operator {
     /// [`OperatorAction::ForceRevoke`] with [`Revoke::Force`], with the
     /// fence it gave the key. One statement, cancel-safe as
     /// [`trigger`](Self::trigger).
-    pub async fn revoke(&self, key: &str, revoke: Revoke, resources: &[&str]) -> Result<Revoked> {
-        validate::existing_key(key)?;
+    pub async fn revoke(&self, key: impl IntoKey, revoke: Revoke, resources: &[&str]) -> Result<Revoked> {
+        let key = key.into_key()?;
         let action = match revoke {
             Revoke::Force => OperatorAction::ForceRevoke,
             Revoke::IfFree => OperatorAction::Revoke,
@@ -154,9 +154,9 @@ impl Operator {
         let done = self
             .store
             .controls()
-            .revoke_recorded(key, revoke, resources, Some(&record))
+            .revoke_recorded(&key, revoke, resources, Some(&record))
             .await;
-        self.failed(&[Target::key(key)], action, done).await
+        self.failed(&[Target::Key(key)], action, done).await
     }
 
     /// [`Controls::forget`](crate::store::Controls::forget), recorded as [`OperatorAction::Forget`]: the
@@ -174,12 +174,12 @@ impl Operator {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn forget(&self, key: &str) -> Result<Forgotten> {
-        validate::existing_key(key)?;
+    pub async fn forget(&self, key: impl IntoKey) -> Result<Forgotten> {
+        let key = key.into_key()?;
         let action = OperatorAction::Forget;
         let record = self.record(action, Forgotten::words());
-        let targets = [Target::key(key)];
-        let done = self.store.controls().forget_recorded(key, Some(&record)).await;
+        let done = self.store.controls().forget_recorded(&key, Some(&record)).await;
+        let targets = [Target::Key(key)];
         let (forgotten, recorded) = self.failed(&targets, action, done).await?;
         if !recorded {
             self.record_apart(&targets, action, &forgotten.to_string()).await;
@@ -248,7 +248,7 @@ impl Operator {
         let record = self.record(action, words);
         let done = self.store.keys().add_recorded(keys, Some(&record)).await;
         if done.is_err() {
-            let targets: Vec<Target> = keys.iter().map(|k| Target::key(k.key())).collect();
+            let targets: Vec<Target> = keys.iter().map(|k| Target::from(k.key().clone())).collect();
             return self.failed(&targets, action, done).await;
         }
         done
@@ -261,18 +261,18 @@ impl Operator {
         let action = OperatorAction::Update;
         let record = self.record(action, updated_words(key));
         let done = self.store.keys().update_recorded(key, Some(&record)).await;
-        self.failed(&[Target::key(key.key())], action, done).await
+        self.failed(&[Target::from(key.key().clone())], action, done).await
     }
 
     /// [`Keys::remove`](crate::store::Keys::remove), recorded as [`OperatorAction::Remove`].
     /// One statement, cancel-safe as [`trigger`](Self::trigger).
-    pub async fn remove_key(&self, kind: &str, key: &str) -> Result<bool> {
+    pub async fn remove_key(&self, kind: &str, key: impl IntoKey) -> Result<bool> {
         validate::job_name(kind)?;
-        validate::key(key)?;
+        let key = key.into_key()?;
         let action = OperatorAction::Remove;
         let record = self.record(action, removed_words(kind));
-        let done = self.store.keys().remove_recorded(kind, key, Some(&record)).await;
-        self.failed(&[Target::key(key)], action, done).await
+        let done = self.store.keys().remove_recorded(kind, &key, Some(&record)).await;
+        self.failed(&[Target::Key(key)], action, done).await
     }
 
     /// The record `action`'s statement writes, with the words of each of

@@ -112,3 +112,38 @@ pub(crate) fn check_name(what: &'static str, value: &str) -> Result<(), Failure>
 pub(crate) fn check_actor(option: &'static str, value: &str) -> Result<(), Failure> {
     leasehold_rules::actor(value).map_err(|e| broken(leasehold_rules::RuleError { what: option, ..e }))
 }
+
+/// Parses a lease key argument into the library's [`leasehold::Key`]: the
+/// key is checked here, once, by the library's rule, and trusted from then
+/// on (the library does not check a `Key` again). A refusal is clap's usage
+/// error (exit 2) in the library's words, the value shown escaped — clap's
+/// own "invalid value" message would print it raw.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeyArg;
+
+impl clap::builder::TypedValueParser for KeyArg {
+    type Value = leasehold::Key;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<leasehold::Key, clap::Error> {
+        use clap::error::ErrorKind;
+        let refuse = |kind, message: String| clap::Error::raw(kind, format!("{message}\n")).with_cmd(cmd);
+        let Some(text) = value.to_str() else {
+            return Err(refuse(
+                ErrorKind::InvalidUtf8,
+                "invalid lease key: it is not UTF-8".to_owned(),
+            ));
+        };
+        leasehold::Key::new(text).map_err(|e| match e {
+            leasehold::Error::InvalidInput { what, value, problem } => refuse(
+                ErrorKind::ValueValidation,
+                format!("invalid {what} {}: {problem}", text::cell(&value)),
+            ),
+            other => refuse(ErrorKind::ValueValidation, text::cell(&other.to_string())),
+        })
+    }
+}

@@ -16,12 +16,13 @@
 //! - `leasehold_fence` rows (fenced resources) are left alone: they only
 //!   reject fences lower than any the sequence hands out from now on.
 
+use leasehold::Key;
 use leasehold::operator::{Forgotten, OperatorAction, Target};
 use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
-use crate::failure::check_name;
+use crate::failure::KeyArg;
 use crate::ops::{self, LeaseJson, Row, said};
 use crate::out;
 use crate::text;
@@ -30,18 +31,12 @@ use crate::text;
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The lease key.
-    key: String,
+    #[arg(value_parser = KeyArg)]
+    key: Key,
     /// Print the outcome as JSON on standard output (in every outcome; the
     /// exit code is the same as without --json).
     #[arg(long)]
     json: bool,
-}
-
-impl Args {
-    /// Checks the key before anything is sent (or even connected).
-    pub(crate) fn validate(&self) -> Result<(), Failure> {
-        check_name("lease key", &self.key)
-    }
 }
 
 /// `--json` output.
@@ -59,7 +54,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     db.require_schema().await?;
     // Through `Operator`, so the key's history records who forgot it.
     let outcome = ops::operator(db)?.forget(&args.key).await.map_err(|e| db.failure(e))?;
-    let line = said(OperatorAction::Forget, &Target::key(args.key.as_str()), &outcome);
+    let line = said(OperatorAction::Forget, &Target::from(args.key.clone()), &outcome);
     match outcome {
         Forgotten::Deleted => {
             if args.json {

@@ -6,12 +6,13 @@
 //! clock, and whether the key has a lease row); no SQL of its own.
 
 use chrono::{DateTime, Utc};
+use leasehold::Key;
 use leasehold::store::{LeaseStore, RunRecord};
 use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
-use crate::failure::check_name;
+use crate::failure::KeyArg;
 use crate::out;
 use crate::runs::{EARLIER_LIFE, RunJson, outcome_text};
 use crate::text::{self, Align};
@@ -26,7 +27,8 @@ const ERROR_CHARS: usize = 60;
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The lease key.
-    key: String,
+    #[arg(value_parser = KeyArg)]
+    key: Key,
     /// Show at most N runs, the latest (1 to 10000).
     #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=MAX_LIMIT))]
     limit: u64,
@@ -38,7 +40,6 @@ pub(crate) struct Args {
 impl Args {
     /// Checks the key before anything is sent (or even connected).
     pub(crate) fn validate(&self) -> Result<(), Failure> {
-        check_name("lease key", &self.key)?;
         if !(1..=MAX_LIMIT).contains(&self.limit) {
             return Err(Failure::usage(format!(
                 "--limit {}: ask for 1 to {MAX_LIMIT} runs",

@@ -4,13 +4,13 @@
 //! CLI prints; no SQL of its own).
 
 use leasehold::{
-    CatchUp, NewKey, Schedule,
+    CatchUp, Key, NewKey, Schedule,
     operator::{OperatorAction, Target},
 };
 use serde::Serialize;
 
 use crate::db::Db;
-use crate::failure::{Failure, check_name};
+use crate::failure::{Failure, KeyArg, check_name};
 use crate::ops::{operator, said};
 use crate::out;
 use crate::text;
@@ -21,7 +21,8 @@ pub(crate) struct KeyArgs {
     /// The job kind (the name its `JobKind` gives).
     kind: String,
     /// The lease key.
-    key: String,
+    #[arg(value_parser = KeyArg)]
+    key: Key,
     /// Print the outcome as JSON on standard output (in every outcome; the
     /// exit code is the same as without --json).
     #[arg(long)]
@@ -87,16 +88,18 @@ pub(crate) struct DefineArgs {
 
 impl KeyArgs {
     pub(crate) fn validate(&self) -> Result<(), Failure> {
-        check_name("job kind", &self.kind)?;
-        check_name("lease key", &self.key)
+        // The key was checked as it was parsed (`KeyArg`).
+        check_name("job kind", &self.kind)
     }
 }
 
 impl DefineArgs {
-    /// Checks everything before anything is sent (or even connected).
-    pub(crate) fn validate(&self) -> Result<(), Failure> {
-        self.key.validate()?;
-        self.new_key().map(drop)
+    /// The key to send, with every check of it (its name by the rule for a
+    /// key a row is made for, its arguments, schedule and limit) made
+    /// before anything is sent, or even connected (`run`, in `main.rs`).
+    pub(crate) fn checked(&self) -> Result<NewKey, Failure> {
+        check_name("job kind", &self.key.kind)?;
+        self.new_key()
     }
 
     /// The schedule in its text form (`leasehold::Schedule`'s), so it is
@@ -139,9 +142,9 @@ impl DefineArgs {
     }
 }
 
-/// `leasehold add`: exits 3 if the key exists (use `update`).
-pub(crate) async fn add(db: &Db, args: &DefineArgs) -> Result<(), Failure> {
-    let key = args.new_key()?;
+/// `leasehold add` of `key` (`DefineArgs::checked`): exits 3 if the key
+/// exists (use `update`).
+pub(crate) async fn add(db: &Db, args: &DefineArgs, key: NewKey) -> Result<(), Failure> {
     db.require_schema().await?;
     let added = operator(db)?
         .add_keys(std::slice::from_ref(&key))
@@ -149,7 +152,7 @@ pub(crate) async fn add(db: &Db, args: &DefineArgs) -> Result<(), Failure> {
         .map_err(|e| db.failure(e))?;
     let line = said(
         OperatorAction::Add,
-        &Target::key(key.key()),
+        &Target::from(key.key().clone()),
         leasehold::operator::added(&key, added, 1),
     );
     args.key.json(if added == 0 { "exists" } else { "added" }, None)?;
@@ -164,14 +167,14 @@ pub(crate) async fn add(db: &Db, args: &DefineArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `leasehold update`: exits 4 if there is no such key of the kind.
-pub(crate) async fn update(db: &Db, args: &DefineArgs) -> Result<(), Failure> {
-    let key = args.new_key()?;
+/// `leasehold update` of `key` (`DefineArgs::checked`): exits 4 if there
+/// is no such key of the kind.
+pub(crate) async fn update(db: &Db, args: &DefineArgs, key: NewKey) -> Result<(), Failure> {
     db.require_schema().await?;
     let version = operator(db)?.update_key(&key).await.map_err(|e| db.failure(e))?;
     let line = said(
         OperatorAction::Update,
-        &Target::key(key.key()),
+        &Target::from(key.key().clone()),
         leasehold::operator::updated(&key, version),
     );
     args.key
@@ -197,7 +200,7 @@ pub(crate) async fn remove(db: &Db, args: &KeyArgs) -> Result<(), Failure> {
         .map_err(|e| db.failure(e))?;
     let line = said(
         OperatorAction::Remove,
-        &Target::key(args.key.as_str()),
+        &Target::from(args.key.clone()),
         leasehold::operator::removed(&args.kind, removed),
     );
     args.json(if removed { "removed" } else { "not-found" }, None)?;

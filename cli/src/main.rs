@@ -240,18 +240,21 @@ fn init_logging() {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
+    // Every argument is checked before connecting; `add` and `update`
+    // build the key they send as they check it.
+    let mut new_key = None;
     match &cli.command {
         Command::Completions { shell } => return completions(*shell),
         Command::Revoke(args) => args.validate()?,
-        Command::Forget(args) => args.validate()?,
         Command::History(args) => args.validate()?,
         Command::Pause(args) => args.validate()?,
         Command::Resume(args) => args.validate()?,
-        Command::Trigger(args) => args.validate()?,
         Command::Limit { command } => command.validate()?,
         Command::Console(args) => args.validate()?,
-        Command::Add(args) | Command::Update(args) => args.validate()?,
+        Command::Add(args) | Command::Update(args) => new_key = Some(args.checked()?),
         Command::Remove(args) => args.validate()?,
+        // Their keys were checked as they were parsed (`failure::KeyArg`).
+        Command::Forget(_) | Command::Trigger(_) => {}
         Command::Status(_) | Command::Migrate(_) | Command::Check(_) => {}
     }
     let target = match cli.database_url.as_deref() {
@@ -273,14 +276,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Resume(args) => pause::resume(&db, &args).await,
         Command::Trigger(args) => trigger::run(&db, &args).await,
         Command::Limit { command } => command.run(&db).await,
-        Command::Add(args) => keys::add(&db, &args).await,
-        Command::Update(args) => keys::update(&db, &args).await,
+        Command::Add(args) => keys::add(&db, &args, checked(new_key)?).await,
+        Command::Update(args) => keys::update(&db, &args, checked(new_key)?).await,
         Command::Remove(args) => keys::remove(&db, &args).await,
         Command::Migrate(args) => db.migrate(&args).await,
         Command::Check(args) => check::run(&db, &args).await,
         Command::Console(args) => console::run(&db, &args).await,
         Command::Completions { shell } => completions(shell),
     }
+}
+
+/// The key `add` or `update` checked before connecting.
+fn checked(new_key: Option<leasehold::NewKey>) -> Result<leasehold::NewKey, Failure> {
+    new_key.ok_or_else(|| Failure::error("internal error: the key to send was not checked; please report it"))
 }
 
 /// Writes the completion script for `shell`, generated from the same

@@ -9,6 +9,7 @@
 //! outcome in the library's words (as the key's history records it).
 
 use leasehold::{
+    Key,
     operator::{Operator, OperatorAction, Pause, Resumed, Target},
     store::LeaseStore,
 };
@@ -16,7 +17,7 @@ use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
-use crate::failure::{check_actor, check_name};
+use crate::failure::{KeyArg, check_actor, check_name};
 use crate::ops::{self, PauseJson, default_by, said};
 use crate::out;
 use crate::text;
@@ -26,7 +27,8 @@ use crate::text;
 #[group(required = true, multiple = false)]
 pub(crate) struct TargetArgs {
     /// The lease key.
-    key: Option<String>,
+    #[arg(value_parser = KeyArg)]
+    key: Option<Key>,
     /// Every key of the job with this name (`FencedJob::name`), including
     /// keys registered later.
     #[arg(long, value_name = "NAME")]
@@ -36,7 +38,8 @@ pub(crate) struct TargetArgs {
 impl TargetArgs {
     fn validate(&self) -> Result<(), Failure> {
         match (&self.key, &self.job) {
-            (Some(key), None) => check_name("lease key", key),
+            // The key was checked as it was parsed (`KeyArg`).
+            (Some(_), None) => Ok(()),
             (None, Some(job)) => check_name("job name", job),
             // clap's group makes this unreachable; say so plainly anyway.
             _ => Err(Failure::usage("name exactly one of KEY or --job NAME")),
@@ -47,7 +50,7 @@ impl TargetArgs {
     /// before anything was sent (`run`, in `main.rs`), and trusted after.
     fn target(&self) -> Result<Target, Failure> {
         match (&self.key, &self.job) {
-            (Some(key), None) => Ok(Target::key(key.as_str())),
+            (Some(key), None) => Ok(Target::from(key.clone())),
             (None, Some(job)) => Ok(Target::job(job.as_str())),
             _ => Err(Failure::usage("name exactly one of KEY or --job NAME")),
         }

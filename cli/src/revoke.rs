@@ -12,11 +12,12 @@
 //! running under it, but a paused ex-holder may still wake up and write, and
 //! this fences it out. A held lease needs `--force`.
 
+use leasehold::Key;
 use leasehold::operator::{OperatorAction, Revoke, Revoked, Target};
 use serde::Serialize;
 
 use crate::db::Db;
-use crate::failure::{Failure, check_name};
+use crate::failure::{Failure, KeyArg, check_name};
 use crate::ops::{self, LeaseJson, Row, said};
 use crate::out;
 
@@ -24,7 +25,8 @@ use crate::out;
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The lease key.
-    key: String,
+    #[arg(value_parser = KeyArg)]
+    key: Key,
     /// Revoke even though the lease is held: the holder's run is cancelled
     /// at its next heartbeat and its fenced writes are rejected.
     #[arg(long)]
@@ -63,7 +65,6 @@ struct RevokeJson<'a> {
 impl Args {
     /// Checks the names before anything is sent (or even connected).
     pub(crate) fn validate(&self) -> Result<(), Failure> {
-        check_name("lease key", &self.key)?;
         for resource in &self.resources {
             check_name("fenced resource", resource)?;
         }
@@ -83,7 +84,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
         .revoke(&args.key, revoke, &resources)
         .await
         .map_err(|e| db.failure(e))?;
-    let line = said(action, &Target::key(args.key.as_str()), &outcome);
+    let line = said(action, &Target::from(args.key.clone()), &outcome);
     match outcome {
         Revoked::Ended { fence, previous } => {
             let mut raised = vec![args.key.as_str()];

@@ -3,12 +3,13 @@
 //! wakes the listening replicas, recorded in the key's history; no SQL of
 //! its own). The outcome is said in the library's words.
 
+use leasehold::Key;
 use leasehold::operator::{OperatorAction, Target, Triggered};
 use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::Failure;
-use crate::failure::check_name;
+use crate::failure::KeyArg;
 use crate::ops::{self, said};
 use crate::out;
 
@@ -16,18 +17,12 @@ use crate::out;
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The lease key.
-    key: String,
+    #[arg(value_parser = KeyArg)]
+    key: Key,
     /// Print the outcome as JSON (in every outcome; the exit code is the
     /// same as without --json).
     #[arg(long)]
     json: bool,
-}
-
-impl Args {
-    /// Checks the key before anything is sent (or even connected).
-    pub(crate) fn validate(&self) -> Result<(), Failure> {
-        check_name("lease key", &self.key)
-    }
 }
 
 #[derive(Serialize)]
@@ -44,7 +39,7 @@ pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
     // Through `Operator`, so the key's history records who triggered it.
     let operator = ops::operator(db)?;
     let outcome = operator.trigger(&args.key).await.map_err(|e| db.failure(e))?;
-    let line = said(OperatorAction::Trigger, &Target::key(args.key.as_str()), outcome);
+    let line = said(OperatorAction::Trigger, &Target::from(args.key.clone()), outcome);
     let (name, paused) = match outcome {
         Triggered::Due => ("due", false),
         Triggered::Paused => ("paused", true),

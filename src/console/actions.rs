@@ -80,10 +80,7 @@ fn explain(action: OperatorAction, target: &Target) -> &'static str {
 /// request) says what is wrong.
 fn target_of(key: &str, job: &str) -> Result<Target, &'static str> {
     match (key.is_empty(), job.is_empty()) {
-        (false, true) => match crate::validate::existing_key(key) {
-            Ok(()) => Ok(Target::key(key)),
-            Err(_) => Err(NOT_A_KEY),
-        },
+        (false, true) => Target::key(key).map_err(|_| NOT_A_KEY),
         (true, false) => match crate::validate::existing_job_name(job) {
             Ok(()) => Ok(Target::job(job)),
             Err(_) => Err(NOT_A_JOB),

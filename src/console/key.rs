@@ -16,6 +16,7 @@ use super::layout::{self, Base, During, Tab, enc, span, when};
 use super::reads::ReadError;
 use super::timeline::{self, Timeline};
 use super::viewer::Viewer;
+use crate::key::Key;
 use crate::lease::{ActionRecord, KeyState, KeyStatus, Pause, RunRecord, StoredKey, Target};
 use crate::operator::OperatorAction;
 
@@ -41,10 +42,14 @@ pub(super) async fn page(
     Query(query): Query<KeyQuery>,
 ) -> Response {
     let viewer = console.access.viewer(&console.options, &parts);
-    let key = query.key.as_str();
-    if let Err(refusal) = layout::check_params(&base, &viewer, &[("key", key)]) {
+    if let Err(refusal) = layout::check_params(&base, &viewer, &[("key", &query.key)]) {
         return *refusal;
     }
+    // The key is checked here, where it enters, and trusted by every read.
+    let Ok(key) = Key::new(query.key.as_str()) else {
+        return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, NOT_A_KEY);
+    };
+    let key = &key;
     let Ok(window) = timeline::parse_window(&query.window) else {
         return layout::error(&base, &viewer, StatusCode::BAD_REQUEST, timeline::NOT_A_WINDOW);
     };
@@ -73,7 +78,7 @@ pub(super) async fn page(
         }
         Err(err) => return layout::unavailable(&base, &viewer, err, during),
     };
-    let done = console.access.take_flash(&viewer, &Target::key(key));
+    let done = console.access.take_flash(&viewer, &Target::from(key.clone()));
     let Some(status) = status else {
         return no_row(&base, &viewer, key, done, &pauses, stored.as_ref(), now);
     };
@@ -120,13 +125,13 @@ pub(super) async fn page(
 fn no_row(
     base: &Base,
     viewer: &Viewer,
-    key: &str,
+    key: &Key,
     done: Option<Done>,
     pauses: &[Pause],
     stored: Option<&StoredKey>,
     now: DateTime<Utc>,
 ) -> Response {
-    let own = Target::key(key);
+    let own = Target::from(key.clone());
     let paused = pauses.iter().find(|p| p.target == own);
     if done.is_none() && paused.is_none() && stored.is_none() {
         return layout::error(
@@ -149,7 +154,7 @@ fn no_row(
             }
             @if let Viewer::Actor { .. } = viewer {
                 nav.actions {
-                    a.action #action-resume href=(confirm_page(&Target::key(key), OperatorAction::Resume)) { "Resume" }
+                    a.action #action-resume href=(confirm_page(&own, OperatorAction::Resume)) { "Resume" }
                 }
             }
         }
@@ -219,7 +224,7 @@ fn tenure(status: &KeyStatus, covering: &[&Pause], actions: &[ActionRecord]) -> 
 /// The key's actions. Resume is offered only for a pause of the key's own
 /// name: a pause through its job is lifted on the job's page (the tenure
 /// box links to it), and a key-level Resume could not lift it.
-fn actions_bar(viewer: &Viewer, key: &str, covering: &[&Pause]) -> Markup {
+fn actions_bar(viewer: &Viewer, key: &Key, covering: &[&Pause]) -> Markup {
     let own = covering.iter().any(|p| matches!(p.target, Target::Key(_)));
     let offered: Vec<OperatorAction> = OFFERED
         .into_iter()
@@ -229,7 +234,7 @@ fn actions_bar(viewer: &Viewer, key: &str, covering: &[&Pause]) -> Markup {
             _ => true,
         })
         .collect();
-    let target = Target::key(key);
+    let target = Target::from(key.clone());
     html! {
         @if let Viewer::Actor { .. } = viewer {
             nav.actions {

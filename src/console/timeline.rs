@@ -561,7 +561,7 @@ mod tests {
     #[test]
     fn revokes_are_marked_and_pauses_shaded_until_their_resume() {
         let now = now();
-        let target = crate::lease::Target::key("k");
+        let target = crate::lease::Target::key("k").unwrap();
         let action = |name: &str, ago: i64, outcome: &str, fence: Option<i64>| ActionRecord {
             target: target.clone(),
             action: name.to_owned(),

@@ -14,6 +14,7 @@ use chrono::{DateTime, Utc};
 use super::{Records, Target};
 use crate::connection;
 use crate::error::{Error, Result};
+use crate::key::IntoKey;
 use crate::validate;
 
 /// Most actions one [`Records::actions`](crate::store::Records::actions) call returns.
@@ -133,8 +134,8 @@ impl Records<'_> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn actions(self, key: &str, limit: usize) -> Result<Vec<ActionRecord>> {
-        validate::existing_key(key)?;
+    pub async fn actions(self, key: impl IntoKey, limit: usize) -> Result<Vec<ActionRecord>> {
+        let key = key.into_key()?;
         if limit == 0 || limit > MAX_ACTIONS {
             return Err(Error::invalid(
                 "actions limit",
@@ -149,7 +150,7 @@ impl Records<'_> {
                 /* guard:actions.job_scope */ OR (scope = 'job' AND name = (SELECT job_name FROM leasehold_lease WHERE key = $1))
              ORDER BY id DESC LIMIT $2";
         let rows: Vec<ActionRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(ACTIONS)
-            .bind(key)
+            .bind(key.as_str())
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(conn))?;
         Ok(rows.into_iter().map(ActionRow::into_record).collect())

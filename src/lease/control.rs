@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use super::{LeaseStore, Record, WAKE_CHANNEL};
 use crate::connection;
 use crate::error::Result;
+use crate::key::{IntoKey, Key};
 use crate::validate;
 
 /// What an operator action targets: one key, or every key of a job (by
@@ -23,15 +24,16 @@ use crate::validate;
 #[non_exhaustive]
 pub enum Target {
     /// One lease key.
-    Key(String),
+    Key(Key),
     /// Every key whose job has this name.
     Job(String),
 }
 
 impl Target {
-    /// One lease key.
-    pub fn key(key: impl Into<String>) -> Self {
-        Target::Key(key.into())
+    /// One lease key, checked as [`Key::new`] checks it (a [`Key`] is
+    /// not checked again).
+    pub fn key(key: impl IntoKey) -> Result<Self> {
+        Ok(Target::Key(key.into_key()?))
     }
 
     /// Every key of the job named `name`.
@@ -50,7 +52,8 @@ impl Target {
     /// The key or the job name.
     pub fn name(&self) -> &str {
         match self {
-            Target::Key(name) | Target::Job(name) => name,
+            Target::Key(key) => key.as_str(),
+            Target::Job(name) => name,
         }
     }
 
@@ -61,23 +64,24 @@ impl Target {
     /// ```
     /// use leasehold::operator::Target;
     /// assert!(Target::job("billing").covers("billing:acme", Some("billing")));
-    /// assert!(Target::key("billing:acme").covers("billing:acme", None));
+    /// assert!(Target::key("billing:acme")?.covers("billing:acme", None));
     /// assert!(!Target::job("billing").covers("reindex", Some("reindex")));
+    /// # Ok::<(), leasehold::Error>(())
     /// ```
     pub fn covers(&self, key: &str, job: Option<&str>) -> bool {
         match self {
-            Target::Key(name) => name == key,
+            Target::Key(name) => name.as_str() == key,
             Target::Job(name) => job == Some(name.as_str()),
         }
     }
 
     /// The one check of a target where it enters (the public calls that
-    /// take one): what a row can hold.
+    /// take one): a job's name, by what a row can hold (a row stored
+    /// before hidden characters were refused can still be paused and
+    /// resumed). A key was checked when it became a [`Key`].
     pub(crate) fn check(&self) -> Result<()> {
         match self {
-            // Existing keys and jobs (a row stored before hidden
-            // characters were refused can still be paused and resumed).
-            Target::Key(key) => validate::existing_key(key),
+            Target::Key(_) => Ok(()),
             Target::Job(name) => validate::existing_job_name(name),
         }
     }
@@ -85,8 +89,14 @@ impl Target {
     pub(super) fn from_row(scope: &str, name: String) -> Self {
         match scope {
             "job" => Target::Job(name),
-            _ => Target::Key(name),
+            _ => Target::Key(Key::checked(name)),
         }
+    }
+}
+
+impl From<Key> for Target {
+    fn from(key: Key) -> Self {
+        Target::Key(key)
     }
 }
 
@@ -396,14 +406,13 @@ impl Controls<'_> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn trigger(self, key: &str) -> Result<Triggered> {
-        validate::existing_key(key)?;
-        self.trigger_recorded(key, None).await
+    pub async fn trigger(self, key: impl IntoKey) -> Result<Triggered> {
+        self.trigger_recorded(&key.into_key()?, None).await
     }
 
     /// [`trigger`](Self::trigger) of a key checked where it entered,
     /// writing `record` (if any) in the same statement.
-    pub(crate) async fn trigger_recorded(self, key: &str, record: Option<&Record<'_>>) -> Result<Triggered> {
+    pub(crate) async fn trigger_recorded(self, key: &Key, record: Option<&Record<'_>>) -> Result<Triggered> {
         // $1 key, $2 the wake-up channel; the record: $3 action, $4 actor,
         // $5 words ([1] due, [2] due but paused, [3] not found). `recorded`:
         // the action's row, in the statement that makes the key due, so
@@ -439,7 +448,7 @@ impl Controls<'_> {
         );
         let (action, actor, words) = Record::binds(record);
         let (found, paused): (i64, bool) = connection::run!(&self.store.conns, |conn| sqlx::query_as(TRIGGER)
-            .bind(key)
+            .bind(key.as_str())
             .bind(WAKE_CHANNEL)
             .bind(action)
             .bind(actor)

@@ -3,7 +3,7 @@
 use super::{Controls, LeaseInfo, LeaseRow, Record};
 use crate::connection;
 use crate::error::Result;
-use crate::validate;
+use crate::key::{IntoKey, Key};
 
 /// What [`Controls::forget`](crate::store::Controls::forget) did.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,9 +48,8 @@ impl Controls<'_> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn forget(self, key: &str) -> Result<Forgotten> {
-        validate::existing_key(key)?;
-        Ok(self.forget_recorded(key, None).await?.0)
+    pub async fn forget(self, key: impl IntoKey) -> Result<Forgotten> {
+        Ok(self.forget_recorded(&key.into_key()?, None).await?.0)
     }
 
     /// [`forget`](Self::forget) of a key checked where it entered, writing
@@ -59,7 +58,7 @@ impl Controls<'_> {
     /// it (a claim committed while it ran): the answer then comes from a
     /// read after it, which the statement cannot know, and the caller
     /// records that answer itself.
-    pub(crate) async fn forget_recorded(self, key: &str, record: Option<&Record<'_>>) -> Result<(Forgotten, bool)> {
+    pub(crate) async fn forget_recorded(self, key: &Key, record: Option<&Record<'_>>) -> Result<(Forgotten, bool)> {
         // $1 key. The expiry clause is the whole safety of this statement:
         // deleting a live lease would let another replica claim it while its
         // run goes on. The key's history goes with it: its run numbers
@@ -93,7 +92,7 @@ impl Controls<'_> {
              WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM gone)";
         let (action, actor, words) = Record::binds(record);
         let row: Option<ForgetRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(FORGET)
-            .bind(key)
+            .bind(key.as_str())
             .bind(action)
             .bind(actor)
             .bind(words)

@@ -15,8 +15,8 @@ use super::{LeaseInfo, LeaseRow, LeaseStore};
 use crate::cancel::CancelReason;
 use crate::connection;
 use crate::error::{Error, Result};
+use crate::key::IntoKey;
 use crate::outcome::RunOutcome;
-use crate::validate;
 
 /// Longest error message kept in a run's history row, in bytes; longer
 /// messages are cut at a character boundary and end with `…`.
@@ -385,8 +385,8 @@ impl Records<'_> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn history(self, key: &str, limit: usize) -> Result<Vec<RunRecord>> {
-        validate::existing_key(key)?;
+    pub async fn history(self, key: impl IntoKey, limit: usize) -> Result<Vec<RunRecord>> {
+        let key = key.into_key()?;
         if limit == 0 || limit > MAX_HISTORY {
             return Err(Error::invalid(
                 "history limit",
@@ -402,7 +402,7 @@ impl Records<'_> {
             " AS earlier_life FROM leasehold_run AS run WHERE run.key = $1 ORDER BY run.run_no DESC LIMIT $2"
         );
         let rows: Vec<RunRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(HISTORY)
-            .bind(key)
+            .bind(key.as_str())
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(conn))?;
         Ok(rows.into_iter().map(RunRecord::from).collect())
@@ -418,10 +418,9 @@ impl Records<'_> {
 
     /// One key as [`list`](Self::list) reads it (lease row, paused, latest
     /// runs), or `None` if it has no lease row. Two statements; cancel-safe.
-    pub async fn status(self, key: &str) -> Result<Option<KeyStatus>> {
-        validate::existing_key(key)?;
+    pub async fn status(self, key: impl IntoKey) -> Result<Option<KeyStatus>> {
         let mut filter = KeyFilter::new().limit(1);
-        filter.only = Some(key.to_owned());
+        filter.only = Some(key.into_key()?.into_string());
         Ok(self.list_page(&filter).await?.keys.pop())
     }
 
@@ -557,7 +556,7 @@ impl LeaseStore {
         run_nos: std::ops::RangeInclusive<i64>,
         ring: u32,
     ) -> Result<()> {
-        validate::key(key)?;
+        crate::validate::key(key)?;
         let now = DateTime::<Utc>::UNIX_EPOCH;
         let items: Vec<super::Finish> = run_nos
             .map(|run_no| super::Finish {

@@ -34,6 +34,7 @@ use serde::Serialize;
 use super::{LeaseStore, Record};
 use crate::connection;
 use crate::error::{Error, Result};
+use crate::key::{IntoKey, Key};
 use crate::schedule::{CatchUp, Schedule, first_due};
 use crate::validate;
 
@@ -67,7 +68,7 @@ pub const MAX_ARGS_BYTES: usize = 64 * 1024;
 #[derive(Debug, Clone)]
 pub struct NewKey {
     kind: String,
-    key: String,
+    key: Key,
     args: String,
     schedule: Schedule,
     catch_up: CatchUp,
@@ -98,7 +99,7 @@ impl NewKey {
         }
         Ok(NewKey {
             kind: kind.to_owned(),
-            key: key.to_owned(),
+            key: Key::checked(key.to_owned()),
             args,
             schedule,
             catch_up: CatchUp::Once,
@@ -164,7 +165,7 @@ impl NewKey {
     }
 
     /// The lease key.
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> &Key {
         &self.key
     }
 
@@ -548,7 +549,7 @@ impl Keys<'_> {
             SELECT u.version FROM updated AS u, notified";
         let (action, actor, words) = Record::binds(record);
         connection::run!(&self.store.conns, |conn| sqlx::query_scalar(UPDATE_KEY)
-            .bind(&key.key)
+            .bind(key.key.as_str())
             .bind(&key.kind)
             .bind(&key.args)
             .bind(key.schedule.to_string())
@@ -567,15 +568,14 @@ impl Keys<'_> {
     /// cancelled (reason *removed*), given its grace, and released. Its
     /// lease row and history stay until [`forget`](crate::store::Controls::forget).
     /// Cancel-safe as described on [`LeaseStore`].
-    pub async fn remove(self, kind: &str, key: &str) -> Result<bool> {
+    pub async fn remove(self, kind: &str, key: impl IntoKey) -> Result<bool> {
         validate::job_name(kind)?;
-        validate::key(key)?;
-        self.remove_recorded(kind, key, None).await
+        self.remove_recorded(kind, &key.into_key()?, None).await
     }
 
     /// [`remove`](Self::remove) of a kind and key checked where they
     /// entered, writing `record` (if any) in the same statement.
-    pub(crate) async fn remove_recorded(self, kind: &str, key: &str, record: Option<&Record<'_>>) -> Result<bool> {
+    pub(crate) async fn remove_recorded(self, kind: &str, key: &Key, record: Option<&Record<'_>>) -> Result<bool> {
         // $1 key, $2 kind, $3 channel; the record: $4 action, $5 actor, $6
         // words ([1] removed, [2] not found). `kind = $2`: never deletes a key of
         // another kind; the kind's count moves by the row deleted.
@@ -610,7 +610,7 @@ impl Keys<'_> {
             SELECT g.kind FROM gone AS g, notified WHERE EXISTS (SELECT 1 FROM life)";
         let (action, actor, words) = Record::binds(record);
         let gone: Option<String> = connection::run!(&self.store.conns, |conn| sqlx::query_scalar(REMOVE_KEY)
-            .bind(key)
+            .bind(key.as_str())
             .bind(kind)
             .bind(KIND_CHANNEL)
             .bind(action)
@@ -622,8 +622,9 @@ impl Keys<'_> {
 
     /// The stored key `key`, if it is a key of a job kind.
     /// Cancel-safe as described on [`LeaseStore`].
-    pub async fn get(self, key: &str) -> Result<Option<StoredKey>> {
-        Ok(self.get_many(&[key]).await?.pop())
+    pub async fn get(self, key: impl IntoKey) -> Result<Option<StoredKey>> {
+        let key = key.into_key()?;
+        Ok(self.stored(&[key.as_str()]).await?.pop())
     }
 
     /// Those of `keys` (at most 1,000) that are keys of job kinds, by key,
@@ -651,6 +652,11 @@ impl Keys<'_> {
         for key in keys {
             validate::existing_key(key)?;
         }
+        self.stored(keys).await
+    }
+
+    /// [`get_many`](Self::get_many) of keys checked where they entered.
+    async fn stored(self, keys: &[&str]) -> Result<Vec<StoredKey>> {
         // A kind is live while the vouch of its latest replica lasts, as
         // `kinds` reads it; a kind with no row was never registered.
         const STORED_KEYS: &str = "

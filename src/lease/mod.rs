@@ -52,6 +52,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::connection::{self, Conns, PoisonCount};
 use crate::error::Result;
+use crate::key::IntoKey;
 use crate::validate;
 
 // The pause rule's SQL, once (invariant 8): the statements below and in
@@ -304,11 +305,12 @@ impl LeaseStore {
 
     /// Reads the row of `key` as the server sees it now, or `None` if the key
     /// was never claimed (or its row was deleted).
-    pub async fn get(&self, key: &str) -> Result<Option<LeaseInfo>> {
-        validate::existing_key(key)?;
+    pub async fn get(&self, key: impl IntoKey) -> Result<Option<LeaseInfo>> {
+        let key = key.into_key()?;
         const GET: &str = "SELECT l.*, clock_timestamp() AS server_now FROM leasehold_lease l WHERE l.key = $1";
-        let row: Option<LeaseRow> =
-            connection::run!(&self.conns, |conn| sqlx::query_as(GET).bind(key).fetch_optional(conn))?;
+        let row: Option<LeaseRow> = connection::run!(&self.conns, |conn| sqlx::query_as(GET)
+            .bind(key.as_str())
+            .fetch_optional(conn))?;
         Ok(row.map(LeaseRow::into_info))
     }
 }

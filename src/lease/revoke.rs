@@ -21,6 +21,7 @@ use sqlx::FromRow;
 use super::{Controls, LeaseInfo, LeaseRow, Record};
 use crate::connection;
 use crate::error::Result;
+use crate::key::{IntoKey, Key};
 use crate::validate;
 
 /// Whether [`Controls::revoke`](crate::store::Controls::revoke) may end a tenure that is live.
@@ -85,20 +86,20 @@ impl Controls<'_> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn revoke(self, key: &str, revoke: Revoke, resources: &[&str]) -> Result<Revoked> {
-        validate::existing_key(key)?;
-        self.revoke_recorded(key, revoke, resources, None).await
+    pub async fn revoke(self, key: impl IntoKey, revoke: Revoke, resources: &[&str]) -> Result<Revoked> {
+        self.revoke_recorded(&key.into_key()?, revoke, resources, None).await
     }
 
     /// [`revoke`](Self::revoke) of a key checked where it entered, writing
     /// `record` (if any) in the same statement.
     pub(crate) async fn revoke_recorded(
         self,
-        key: &str,
+        key: &Key,
         revoke: Revoke,
         resources: &[&str],
         record: Option<&Record<'_>>,
     ) -> Result<Revoked> {
+        let key = key.as_str();
         let mut raise = vec![key];
         for &resource in resources {
             validate::resource(resource)?;

@@ -676,13 +676,17 @@ async fn the_paused_gauge_follows_pauses_of_keys_and_jobs() {
         .unwrap();
     store
         .controls()
-        .pause(&leasehold::operator::Target::key(format!("{name}:1")), false, "test")
+        .pause(
+            &leasehold::operator::Target::key(format!("{name}:1")).unwrap(),
+            false,
+            "test",
+        )
         .await
         .unwrap();
     eventually(Duration::from_secs(5), || (paused(m) == Some(1.0)).then_some(())).await;
     store
         .controls()
-        .resume(&leasehold::operator::Target::key(format!("{name}:1")))
+        .resume(&leasehold::operator::Target::key(format!("{name}:1")).unwrap())
         .await
         .unwrap();
     eventually(Duration::from_secs(5), || (paused(m) == Some(0.0)).then_some(())).await;
@@ -730,7 +734,7 @@ async fn a_removed_paused_key_is_no_longer_counted_paused() {
         .start()
         .await
         .unwrap();
-    let key = leasehold::operator::Target::key(format!("{name}:1"));
+    let key = leasehold::operator::Target::key(format!("{name}:1")).unwrap();
     store.controls().pause(&key, false, "test").await.unwrap();
     eventually(Duration::from_secs(5), || (paused(m) == Some(1.0)).then_some(())).await;
     assert!(store.keys().remove(name, &format!("{name}:1")).await.unwrap());

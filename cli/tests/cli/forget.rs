@@ -171,3 +171,51 @@ async fn a_forgotten_key_claimed_again_gets_a_higher_fence() {
         again.fence
     );
 }
+
+/// A key is checked once, as the argument is parsed, by the library's rule
+/// for a key that may have a row (`leasehold::Key`): a row stored before
+/// hidden characters were refused can be triggered, read and forgotten
+/// from the CLI, as from the console; a key no row can hold is refused
+/// before connecting (exit 2), its value escaped in the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_key_with_a_hidden_character_can_be_acted_on_and_a_bad_one_is_refused_escaped() {
+    let db = migrated_db().await;
+    let store = LeaseStore::new(db.pool.clone());
+    released_row(&store, "plain", "web-1").await;
+    let legacy = "tenant\u{202e}42";
+    // Written past the library, as an older version would have.
+    sqlx::query("UPDATE leasehold_lease SET key = $1 WHERE key = 'plain'")
+        .bind(legacy)
+        .execute(&db.pool)
+        .await
+        .expect("store a legacy row");
+    let url = url(&db);
+
+    let out = leasehold(Some(&url), &["trigger", legacy]).await;
+    assert_exit(&out, 0);
+    assert!(!stdout(&out).contains('\u{202e}'), "escaped: {}", stdout(&out));
+    let out = leasehold(Some(&url), &["history", legacy, "--json"]).await;
+    assert_exit(&out, 0);
+    let out = leasehold(Some(&url), &["forget", legacy]).await;
+    assert_exit(&out, 0);
+    assert!(store.get(legacy).await.unwrap().is_none(), "the legacy row is gone");
+
+    // Refused before connecting: the URL points at no server.
+    let nowhere = Some("postgres://u@127.0.0.1:1/d");
+    let long = format!("\u{1b}[31m{}", "k".repeat(300));
+    for args in [
+        &["trigger", long.as_str()][..],
+        &["pause", &long],
+        &["revoke", &long],
+        &["remove", "kind", &long],
+    ] {
+        let out = leasehold(nowhere, args).await;
+        assert_exit(&out, 2);
+        let err = stderr(&out);
+        assert!(
+            err.contains("invalid lease key") && err.contains("the limit is 255 bytes"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains('\u{1b}'), "{args:?}: the value is escaped: {err:?}");
+    }
+}

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use super::Sighting;
 use crate::connection;
 use crate::error::Result;
+use crate::key::Key;
 use crate::lease::{KindGenerations, LeaseStore, Target};
 
 /// What a poll ([`LeaseStore::due_since`]) learned.
@@ -130,7 +131,7 @@ impl LeaseStore {
                     .zip(std::mem::take(&mut first.names))
                     .map(|(scope, name)| match scope.as_str() {
                         "job" => Target::Job(name),
-                        _ => Target::Key(name),
+                        _ => Target::Key(Key::checked(name)),
                     })
                     .collect(),
                 KindGenerations {

@@ -144,7 +144,7 @@ async fn every_pause_in_force_is_listed_and_a_key_without_a_row_keeps_its_messag
     let (db, store) = support::store().await;
     store.claim("ledger", "replica-1", LONG).await.expect("claim");
     let op = Operator::new(store.clone(), "bob").expect("operator");
-    op.pause(&Target::key("ledger"), false).await.expect("pause");
+    op.pause(&Target::key("ledger").unwrap(), false).await.expect("pause");
     op.pause(&Target::job("invoices"), true).await.expect("pause");
     let app = behind_proxy(&db.pool);
 

@@ -27,7 +27,7 @@ async fn five_keys(store: &LeaseStore) {
     }
     let op = Operator::new(store.clone(), "alice").expect("operator");
     for key in ["a-paused", "a-paused-held"] {
-        op.pause(&Target::key(key), false).await.expect("pause");
+        op.pause(&Target::key(key).unwrap(), false).await.expect("pause");
     }
 }
 

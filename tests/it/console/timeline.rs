@@ -68,8 +68,8 @@ async fn the_key_page_draws_each_run_of_the_last_hour_with_its_fence_and_marks_t
     old_runs(&db, &store, key, 1..=2).await;
     runs(&store, key, 3..=8, &["replica-a", HOSTILE_HOLDER]).await;
     let op = Operator::new(store.clone(), "alice").expect("operator");
-    op.pause(&Target::key(key), false).await.expect("pause");
-    op.resume(&Target::key(key)).await.expect("resume");
+    op.pause(&Target::key(key).unwrap(), false).await.expect("pause");
+    op.resume(&Target::key(key).unwrap()).await.expect("resume");
     store.claim(key, "replica-a", LONG).await.expect("claim");
     let Revoked::Ended { fence: forced, .. } = op.revoke(key, Revoke::Force, &[]).await.expect("revoke") else {
         panic!("the forced revoke ends the tenure")
@@ -162,7 +162,9 @@ async fn a_jobs_page_draws_the_runs_of_all_its_keys_their_revokes_and_its_pauses
             other => panic!("the forced revoke ends the tenure: {other:?}"),
         }
     }
-    op.pause(&Target::key("billing:zeta"), false).await.expect("pause");
+    op.pause(&Target::key("billing:zeta").unwrap(), false)
+        .await
+        .expect("pause");
     op.pause(&billing, false).await.expect("pause");
     let app = console(&db.pool, ConsoleOptions::new());
 

@@ -138,7 +138,7 @@ async fn a_new_schedule_never_postpones_a_due_run() {
     store.keys().add(&[tenant("k", "basic", "manual")]).await.unwrap();
     let a = replica(&db, "a", &kind, Duration::from_millis(100), true).await;
     support::eventually(Duration::from_secs(5), || (a.health().registered == 1).then_some(())).await;
-    let key = Target::key("k");
+    let key = Target::key("k").unwrap();
     store.controls().pause(&key, false, "test").await.unwrap();
     store.controls().trigger("k").await.unwrap();
     store.keys().update(&tenant("k", "basic", "every 1h")).await.unwrap();

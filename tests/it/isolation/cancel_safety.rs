@@ -232,7 +232,7 @@ async fn operator_calls_dropped_at_every_await_leave_no_open_transaction() {
     let pause = sweep(&db, &pool, step, "pause+resume", |n| {
         let store = store.clone();
         async move {
-            let target = Target::key(format!("op:{n}"));
+            let target = Target::key(format!("op:{n}")).unwrap();
             store.controls().pause(&target, n % 2 == 0, "sweeper").await?;
             store.controls().resume(&target).await.map(drop)
         }

@@ -17,10 +17,13 @@ async fn each_action_is_recorded_with_its_actor_outcome_and_fence() {
     let alice = Operator::new(store.clone(), "alice@laptop").expect("operator");
     let bob = Operator::new(store.clone(), "bob (console)").expect("operator");
 
-    alice.pause(&Target::key("billing:eu"), true).await.expect("pause");
+    alice
+        .pause(&Target::key("billing:eu").unwrap(), true)
+        .await
+        .expect("pause");
     bob.trigger("billing:eu").await.expect("trigger");
     bob.trigger("billing:us").await.expect("another key");
-    alice.resume(&Target::key("billing:eu")).await.expect("resume");
+    alice.resume(&Target::key("billing:eu").unwrap()).await.expect("resume");
     let Revoked::Ended { fence, .. } = bob.revoke("billing:eu", Revoke::Force, &[]).await.expect("revoke") else {
         panic!("a held lease is ended by a forced revoke");
     };
@@ -199,9 +202,12 @@ async fn a_runtimes_own_trigger_pause_and_resume_are_recorded_with_its_holder_id
     )
     .await;
 
-    runtime.pause(&Target::key("report:a"), false).await.expect("pause");
+    runtime
+        .pause(&Target::key("report:a").unwrap(), false)
+        .await
+        .expect("pause");
     runtime.trigger("report:a").await.expect("trigger");
-    runtime.resume(&Target::key("report:a")).await.expect("resume");
+    runtime.resume(&Target::key("report:a").unwrap()).await.expect("resume");
 
     let actions = store.records().actions("report:a", 10).await.expect("actions");
     let seen: Vec<(&str, &str, bool)> = actions
@@ -254,14 +260,14 @@ async fn hidden_characters_are_refused_in_every_name_and_who_acted_follows_one_r
         assert!(matches!(err, Error::InvalidInput { .. }), "{class}: {err}");
         let err = store
             .controls()
-            .pause(&Target::key("ledger"), false, &sample)
+            .pause(&Target::key("ledger").unwrap(), false, &sample)
             .await
             .expect_err("paused by");
         assert!(err.to_string().contains("paused by"), "{class}: {err}");
     }
     let err = store
         .controls()
-        .pause(&Target::key("ledger"), false, hostile::FAKE_ADMIN)
+        .pause(&Target::key("ledger").unwrap(), false, hostile::FAKE_ADMIN)
         .await
         .expect_err("admin + INVISIBLE TIMES");
     assert!(err.to_string().contains("\\u{2062}"), "{err}");
@@ -284,7 +290,7 @@ async fn an_action_and_its_record_with_its_outcome_are_one_statement() {
     let (db, store) = support::store().await;
     store.claim("report:a", "replica-1", LONG).await.expect("claim");
     let alice = Operator::new(store.clone(), "alice@laptop").expect("operator");
-    let target = Target::key("report:a");
+    let target = Target::key("report:a").unwrap();
     for (what, statements) in [("pause", 1), ("trigger", 1), ("resume", 1)] {
         support::reset_statement_stats(&db.pool).await;
         match what {
@@ -333,12 +339,16 @@ async fn every_answer_is_recorded_in_the_words_it_says() {
         .execute(&db.pool)
         .await
         .expect("job");
-    let (a1, a2, job) = (Target::key("a:1"), Target::key("a:2"), Target::job("a"));
+    let (a1, a2, job) = (
+        Target::key("a:1").unwrap(),
+        Target::key("a:2").unwrap(),
+        Target::job("a"),
+    );
     let mut said: Vec<(Target, String)> = Vec::new();
 
     // Trigger: not found, due, paused.
     said.push((
-        Target::key("nowhere"),
+        Target::key("nowhere").unwrap(),
         op.trigger("nowhere").await.expect("trigger").to_string(),
     ));
     assert_eq!(op.trigger("a:1").await.expect("trigger"), Triggered::Due);
@@ -375,14 +385,17 @@ async fn every_answer_is_recorded_in_the_words_it_says() {
     ));
     assert!(said.last().expect("said").1.contains(", already free); new fence "));
     said.push((
-        Target::key("gone"),
+        Target::key("gone").unwrap(),
         op.revoke("gone", Revoke::IfFree, &[])
             .await
             .expect("revoke")
             .to_string(),
     ));
     // Forget: refused, deleted, not found.
-    said.push((Target::key("b:1"), op.forget("b:1").await.expect("forget").to_string()));
+    said.push((
+        Target::key("b:1").unwrap(),
+        op.forget("b:1").await.expect("forget").to_string(),
+    ));
     assert!(
         said.last()
             .expect("said")
@@ -394,7 +407,7 @@ async fn every_answer_is_recorded_in_the_words_it_says() {
     said.push((a1.clone(), op.forget("a:1").await.expect("forget").to_string()));
     // Add, update (found, not found), remove (not found, removed), with `%`
     // in a kind and in arguments.
-    let pct = Target::key("pct:1");
+    let pct = Target::key("pct:1").unwrap();
     let key = NewKey::new("pct", "pct:1", &"50%s off, 100%% sure", Schedule::Manual).expect("key");
     let added = op.add_keys(std::slice::from_ref(&key)).await.expect("add");
     said.push((pct.clone(), leasehold::operator::added(&key, added, 1)));
@@ -417,12 +430,12 @@ async fn every_answer_is_recorded_in_the_words_it_says() {
 
     // Each target's records, oldest first, are what was said on it.
     let targets = [
-        Target::key("nowhere"),
+        Target::key("nowhere").unwrap(),
         a1,
         a2,
         job,
-        Target::key("gone"),
-        Target::key("b:1"),
+        Target::key("gone").unwrap(),
+        Target::key("b:1").unwrap(),
         pct,
     ];
     for target in targets {
@@ -471,7 +484,7 @@ async fn a_failed_action_takes_no_effect_and_is_recorded_with_its_error() {
     let mallory = Operator::new(store.clone(), "mallory").expect("operator");
 
     let err = mallory
-        .pause(&Target::key("ledger"), true)
+        .pause(&Target::key("ledger").unwrap(), true)
         .await
         .expect_err("the record is refused, so is the pause");
     assert!(err.to_string().contains("no record for mallory"), "{err}");
@@ -508,7 +521,10 @@ async fn a_failed_action_takes_no_effect_and_is_recorded_with_its_error() {
 
     // Another operator's actions are recorded as ever.
     let alice = Operator::new(store.clone(), "alice").expect("operator");
-    alice.pause(&Target::key("ledger"), false).await.expect("pause");
+    alice
+        .pause(&Target::key("ledger").unwrap(), false)
+        .await
+        .expect("pause");
     assert_eq!(store.controls().pauses().await.expect("pauses").len(), 1);
 }
 

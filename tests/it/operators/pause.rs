@@ -43,7 +43,7 @@ async fn a_paused_key_runs_on_no_replica_until_resumed() {
 
     let pause = store
         .controls()
-        .pause(&Target::key("nightly"), false, "test")
+        .pause(&Target::key("nightly").unwrap(), false, "test")
         .await
         .unwrap();
     assert_eq!((pause.keys, pause.cancel), (1, false));
@@ -76,7 +76,7 @@ async fn a_paused_key_runs_on_no_replica_until_resumed() {
 
     let resumed_at = Instant::now();
     assert!(matches!(
-        store.controls().resume(&Target::key("nightly")).await.unwrap(),
+        store.controls().resume(&Target::key("nightly").unwrap()).await.unwrap(),
         Resumed::Yes { .. }
     ));
     support::eventually(Duration::from_secs(3), || {
@@ -104,7 +104,7 @@ async fn a_paused_key_runs_on_no_replica_until_resumed() {
         slots.len()
     );
     assert_eq!(
-        store.controls().resume(&Target::key("nightly")).await.unwrap(),
+        store.controls().resume(&Target::key("nightly").unwrap()).await.unwrap(),
         Resumed::NotPaused
     );
     for rt in fleet {
@@ -135,7 +135,7 @@ async fn a_pause_lets_the_run_finish_unless_it_cancels_it() {
     rt.trigger("long:b").await.unwrap();
     runs.wait_started(2, Duration::from_secs(5)).await;
 
-    rt.pause(&Target::key("short:a"), false).await.unwrap();
+    rt.pause(&Target::key("short:a").unwrap(), false).await.unwrap();
     let paused_at = Instant::now();
     let cancelling = rt.pause(&Target::job("long"), true).await.unwrap();
     assert_eq!((cancelling.keys, cancelling.running), (1, 1));
@@ -283,7 +283,7 @@ async fn every_claim_refuses_a_paused_key() {
 
     store
         .controls()
-        .pause(&Target::key("k:new"), false, "test")
+        .pause(&Target::key("k:new").unwrap(), false, "test")
         .await
         .unwrap();
     assert!(
@@ -305,7 +305,7 @@ async fn every_claim_refuses_a_paused_key() {
     assert!(store.release(&lease.key, "h1", lease.fence).await.unwrap());
     store
         .controls()
-        .pause(&Target::key("k:old"), false, "test")
+        .pause(&Target::key("k:old").unwrap(), false, "test")
         .await
         .unwrap();
     assert!(
@@ -317,7 +317,7 @@ async fn every_claim_refuses_a_paused_key() {
         "takeover path, claim_run"
     );
 
-    store.controls().resume(&Target::key("k:old")).await.unwrap();
+    store.controls().resume(&Target::key("k:old").unwrap()).await.unwrap();
     assert!(
         store
             .claim_run("k:old", "h2", ttl, Due::Now)

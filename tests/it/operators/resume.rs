@@ -79,7 +79,7 @@ async fn a_resume_wakes_only_the_overdue_keys_of_its_target() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pausing_again_without_cancel_keeps_the_cancel() {
     let (_db, store) = support::store().await;
-    let target = Target::key("billing");
+    let target = Target::key("billing").unwrap();
     assert!(store.controls().pause(&target, true, "alice").await.unwrap().cancel);
     let again = store.controls().pause(&target, false, "bob").await.unwrap();
     assert!(again.cancel, "the second pause kept the cancel: {again:?}");
@@ -111,7 +111,7 @@ async fn a_resume_while_the_key_runs_adds_no_run() {
     rt.trigger("ledger").await.unwrap();
     gate.runs().wait_started(1, Duration::from_secs(10)).await;
 
-    let target = Target::key("ledger");
+    let target = Target::key("ledger").unwrap();
     store.controls().pause(&target, false, "test").await.unwrap();
     let resumed = store.controls().resume(&target).await.unwrap();
     gate.finish_one();

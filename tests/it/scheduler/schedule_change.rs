@@ -256,7 +256,7 @@ async fn a_new_schedule_never_postpones_an_owed_slot() {
     let (_db, store, kind, a) = one_key("every 1s", Duration::from_millis(10)).await;
     let slot = run_starts(&kind, |_| true).await;
     released(&store, slot).await;
-    let key = Target::key("k");
+    let key = Target::key("k").unwrap();
     store.controls().pause(&key, false, "test").await.unwrap();
     // The next slot passes while paused: owed.
     support::eventually_async(Duration::from_secs(5), || async {

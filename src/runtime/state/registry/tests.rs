@@ -207,13 +207,13 @@ async fn a_resume_wakes_its_targets_keys_and_pauses_are_counted_per_job() {
     for (job, key) in [("billing", "billing:1"), ("billing", "billing:2"), ("mail", "mail:1")] {
         registry.insert(entry_of(job, key), later);
     }
-    let pauses = [Target::job("billing"), Target::key("mail:2")];
+    let pauses = [Target::job("billing"), Target::key("mail:2").unwrap()];
     let counts = registry.paused_per_job(&pauses);
     assert_eq!((counts["billing"], counts["mail"]), (2, 0));
 
     registry.wake_target(&Target::job("billing"), Instant::now());
     assert_eq!(proposed(&registry, Instant::now()), ["billing:1", "billing:2"]);
-    registry.wake_target(&Target::key("mail:1"), Instant::now());
+    registry.wake_target(&Target::key("mail:1").unwrap(), Instant::now());
     assert_eq!(
         proposed(&registry, Instant::now()),
         ["billing:1", "billing:2", "mail:1"]
