@@ -26,6 +26,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (13, include_str!("../migrations/0013_run_timeout.sql")),
     (14, include_str!("../migrations/0014_fleet_limit.sql")),
     (15, include_str!("../migrations/0015_commit_check_owner.sql")),
+    (16, include_str!("../migrations/0016_schema_check.sql")),
 ];
 
 /// The schema version this library needs and knows.

@@ -27,7 +27,7 @@
 
 use std::fmt;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::key::{IntoKey, Key};
 pub use crate::lease::{
     ActionRecord, FleetLimit, Forgotten, LimitSet, MAX_FLEET_LIMIT, Pause, Resumed, Revoke, Revoked, Target, Triggered,
@@ -54,18 +54,48 @@ const TRIGGER_PAGE: usize = 500;
 pub struct Operator {
     store: LeaseStore,
     actor: String,
+    /// The schema version every action's statement checks, if asked
+    /// ([`checking_schema`](Self::checking_schema)).
+    schema: Option<i32>,
 }
 
 impl Operator {
     /// An operator named `actor` (1 to 255 bytes: `user@host`, an SSO
     /// login…) acting through `store`. Fails with
-    /// [`Error::InvalidInput`](crate::Error::InvalidInput) on an empty or too
+    /// [`Error::InvalidInput`] on an empty or too
     /// long name, or one with a control, invisible or text-direction
     /// character (which would let it display as another name).
     pub fn new(store: LeaseStore, actor: impl Into<String>) -> Result<Self> {
         let actor = actor.into();
         validate::actor("actor", &actor)?;
-        Ok(Operator { store, actor })
+        Ok(Operator {
+            store,
+            actor,
+            schema: None,
+        })
+    }
+
+    /// This operator, acting only on the schema this library was built for
+    /// ([`SCHEMA_VERSION`](crate::schema::SCHEMA_VERSION)): each action's
+    /// own statement checks the version where it writes the action's
+    /// record, and on another writes nothing and fails with
+    /// [`Error::SchemaOutdated`] (run
+    /// `migrate`) or [`Error::SchemaTooNew`]
+    /// (upgrade leasehold). No statement of its own: an action stays one
+    /// statement. The CLI acts this way. Without it an operator also acts on
+    /// a newer schema, as its replica's runtime goes on running during a
+    /// rolling upgrade.
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: sqlx::PgPool) -> leasehold::Result<()> {
+    /// use leasehold::{operator::Operator, store::LeaseStore};
+    /// let tool = Operator::new(LeaseStore::new(pool), "deploy-bot")?.checking_schema();
+    /// tool.trigger("nightly-reconcile").await?; // Err(SchemaTooNew) once a newer leasehold migrated
+    /// # Ok(()) }
+    /// ```
+    pub fn checking_schema(mut self) -> Self {
+        self.schema = Some(crate::schema::SCHEMA_VERSION);
+        self
     }
 
     /// Who this operator is, as the history records it.
@@ -282,6 +312,7 @@ impl Operator {
             action: action.as_str(),
             actor: &self.actor,
             words,
+            schema: self.schema,
         }
     }
 
@@ -289,12 +320,21 @@ impl Operator {
     /// `targets`: the action's statement, which records it, did not commit
     /// (or was never sent), so nothing else will. Best effort, in a second
     /// statement: a failure to record is logged, and the action's own
-    /// error returned.
+    /// error returned. An error of the schema ([`schema_error`]) is
+    /// returned as such and recorded nowhere: there is no schema of this
+    /// version to record it in.
     async fn failed<T>(&self, targets: &[Target], action: OperatorAction, done: Result<T>) -> Result<T> {
-        if let Err(err) = &done {
+        let Err(err) = done else {
+            return done;
+        };
+        let err = schema_error(&self.store, err).await;
+        if !matches!(
+            err,
+            Error::SchemaMissing | Error::SchemaOutdated { .. } | Error::SchemaTooNew { .. }
+        ) {
             self.record_apart(targets, action, &format!("error: {err}")).await;
         }
-        done
+        Err(err)
     }
 
     /// Records `outcome` of `action` on `targets` in a statement of its
@@ -303,12 +343,33 @@ impl Operator {
         let recorded = self
             .store
             .records()
-            .record_apart(targets, action.as_str(), &self.actor, outcome)
+            .record_apart(targets, action.as_str(), &self.actor, outcome, self.schema)
             .await;
         if let Err(err) = recorded {
             let target = targets.first().map(Target::to_string).unwrap_or_default();
             tracing::warn!(%target, targets = targets.len(), %action, error = %err, "the action's outcome was not recorded");
         }
+    }
+}
+
+/// An action's statement's error `err` as the schema tells it, when it is
+/// one of the schema: the statement met a schema other than the one its
+/// operator acts on (SQLSTATE `LH002`, [`Operator::checking_schema`]), or
+/// none, or one without a table, column or function of this version
+/// (`42P01`, `42703`, `42883`). Then it is [`Error::SchemaMissing`],
+/// [`Error::SchemaOutdated`] or [`Error::SchemaTooNew`], from a read of the
+/// version (a statement more, on this failure only); otherwise `err`.
+async fn schema_error(store: &LeaseStore, err: Error) -> Error {
+    let Error::Database(db) = &err else {
+        return err;
+    };
+    let code = db.as_database_error().and_then(|e| e.code());
+    if !matches!(code.as_deref(), Some("LH002" | "42P01" | "42703" | "42883")) {
+        return err;
+    }
+    match crate::migrate::check_schema(store.pool()).await {
+        Err(schema @ (Error::SchemaMissing | Error::SchemaOutdated { .. } | Error::SchemaTooNew { .. })) => schema,
+        _ => err,
     }
 }
 

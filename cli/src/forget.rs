@@ -51,7 +51,6 @@ struct ForgetJson<'a> {
 }
 
 pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
-    db.require_schema().await?;
     // Through `Operator`, so the key's history records who forgot it.
     let outcome = ops::operator(db)?.forget(&args.key).await.map_err(|e| db.failure(e))?;
     let line = said(OperatorAction::Forget, &Target::from(args.key.clone()), &outcome);

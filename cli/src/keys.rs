@@ -145,7 +145,6 @@ impl DefineArgs {
 /// `leasehold add` of `key` (`DefineArgs::checked`): exits 3 if the key
 /// exists (use `update`).
 pub(crate) async fn add(db: &Db, args: &DefineArgs, key: NewKey) -> Result<(), Failure> {
-    db.require_schema().await?;
     let added = operator(db)?
         .add_keys(std::slice::from_ref(&key))
         .await
@@ -170,7 +169,6 @@ pub(crate) async fn add(db: &Db, args: &DefineArgs, key: NewKey) -> Result<(), F
 /// `leasehold update` of `key` (`DefineArgs::checked`): exits 4 if there
 /// is no such key of the kind.
 pub(crate) async fn update(db: &Db, args: &DefineArgs, key: NewKey) -> Result<(), Failure> {
-    db.require_schema().await?;
     let version = operator(db)?.update_key(&key).await.map_err(|e| db.failure(e))?;
     let line = said(
         OperatorAction::Update,
@@ -193,7 +191,6 @@ pub(crate) async fn update(db: &Db, args: &DefineArgs, key: NewKey) -> Result<()
 
 /// `leasehold remove`: exits 4 if there is no such key of the kind.
 pub(crate) async fn remove(db: &Db, args: &KeyArgs) -> Result<(), Failure> {
-    db.require_schema().await?;
     let removed = operator(db)?
         .remove_key(&args.kind, &args.key)
         .await

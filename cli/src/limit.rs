@@ -12,13 +12,13 @@
 //! `limit-clear`, shown by `leasehold history` with the job's other
 //! actions), by `--by`, in the statement that changes the limit.
 
-use leasehold::operator::{FleetLimit, LimitSet, MAX_FLEET_LIMIT, Operator};
+use leasehold::operator::{FleetLimit, LimitSet, MAX_FLEET_LIMIT};
 use leasehold::store::LeaseStore;
 use serde::Serialize;
 
 use crate::db::Db;
 use crate::failure::{Failure, check_actor, check_name};
-use crate::ops::{LimitJson, default_by, limits_note, render_limits};
+use crate::ops::{self, LimitJson, default_by, limits_note, render_limits};
 use crate::out;
 use crate::text;
 
@@ -176,10 +176,8 @@ struct SetJson<'a> {
 
 async fn set(db: &Db, args: &SetArgs) -> Result<(), Failure> {
     let limit = args.validate()?;
-    db.require_schema().await?;
     let store = LeaseStore::new(db.pool.clone());
-    let by = args.by.clone().unwrap_or_else(default_by);
-    let operator = Operator::new(store.clone(), by).map_err(|e| db.failure(e))?;
+    let operator = ops::operator_by(db, args.by.clone().unwrap_or_else(default_by))?;
     let outcome = operator.set_limit(&args.job, limit).await.map_err(|e| db.failure(e))?;
     let job = text::cell(&format!("{:?}", args.job));
     let previous = match outcome {
@@ -296,10 +294,7 @@ struct ClearJson<'a> {
 
 async fn clear(db: &Db, args: &ClearArgs) -> Result<(), Failure> {
     check_name("job name", &args.job)?;
-    db.require_schema().await?;
-    let store = LeaseStore::new(db.pool.clone());
-    let by = args.by.clone().unwrap_or_else(default_by);
-    let operator = Operator::new(store, by).map_err(|e| db.failure(e))?;
+    let operator = ops::operator_by(db, args.by.clone().unwrap_or_else(default_by))?;
     let cleared = operator.clear_limit(&args.job).await.map_err(|e| db.failure(e))?;
     if args.json {
         out::json(&ClearJson {

@@ -20,7 +20,16 @@ use crate::text::{self, Align};
 /// The operator the CLI acts as ([`default_by`]), on `db`: every action
 /// goes through it, so the key's history records who took it.
 pub(crate) fn operator(db: &Db) -> Result<Operator, Failure> {
-    Operator::new(LeaseStore::new(db.pool.clone()), default_by()).map_err(|e| db.failure(e))
+    operator_by(db, default_by())
+}
+
+/// The operator `by` acting on `db`, only on the schema this CLI was built
+/// for: each action's own statement checks the version, so an action is
+/// one statement (`Operator::checking_schema`).
+pub(crate) fn operator_by(db: &Db, by: String) -> Result<Operator, Failure> {
+    Ok(Operator::new(LeaseStore::new(db.pool.clone()), by)
+        .map_err(|e| db.failure(e))?
+        .checking_schema())
 }
 
 /// What a command prints for an action's answer: the action, what it was

@@ -10,7 +10,7 @@
 
 use leasehold::{
     Key,
-    operator::{Operator, OperatorAction, Pause, Resumed, Target},
+    operator::{OperatorAction, Pause, Resumed, Target},
     store::LeaseStore,
 };
 use serde::Serialize;
@@ -106,12 +106,10 @@ struct PausedJson<'a> {
 
 pub(crate) async fn pause(db: &Db, args: &PauseArgs) -> Result<(), Failure> {
     let target = args.target.target()?;
-    db.require_schema().await?;
-    let store = LeaseStore::new(db.pool.clone());
-    let by = args.by.clone().unwrap_or_else(default_by);
-    // Through `Operator`, so the key's history records who paused it. The
-    // pause's own statement says whether it was paused already.
-    let operator = Operator::new(store, by).map_err(|e| db.failure(e))?;
+    // Through `Operator`, so the key's history records who paused it. One
+    // statement: it checks the schema version, pauses, says whether it was
+    // paused already and records the action.
+    let operator = ops::operator_by(db, args.by.clone().unwrap_or_else(default_by))?;
     let pause = operator.pause(&target, args.cancel).await.map_err(|e| db.failure(e))?;
     if args.json {
         let doc = PausedJson {
@@ -206,7 +204,6 @@ struct ResumeJson<'a> {
 
 pub(crate) async fn resume(db: &Db, args: &ResumeArgs) -> Result<(), Failure> {
     let target = args.target.target()?;
-    db.require_schema().await?;
     let store = LeaseStore::new(db.pool.clone());
     let operator = ops::operator(db)?;
     let resumed = operator.resume(&target).await.map_err(|e| db.failure(e))?;

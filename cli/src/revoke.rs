@@ -73,7 +73,6 @@ impl Args {
 }
 
 pub(crate) async fn run(db: &Db, args: &Args) -> Result<(), Failure> {
-    db.require_schema().await?;
     let (revoke, action) = if args.force {
         (Revoke::Force, OperatorAction::ForceRevoke)
     } else {

@@ -78,19 +78,28 @@ pub(crate) struct Record<'a> {
     pub(crate) actor: &'a str,
     /// The words of each answer, in the order the statement reads them.
     pub(crate) words: Vec<String>,
+    /// The schema version the operator acts only on
+    /// (`Operator::checking_schema`), or `None`: the statement's
+    /// `leasehold_schema_is(…)`, beside its record, fails with SQLSTATE
+    /// `LH002` on another and writes nothing (schema 16).
+    pub(crate) schema: Option<i32>,
 }
 
+/// A record's parameters: the action, the actor, the words, the schema
+/// version asked for ([`Record::binds`]).
+pub(crate) type RecordBinds<'r> = (Option<&'r str>, Option<&'r str>, Option<&'r [String]>, Option<i32>);
+
 impl Record<'_> {
-    /// The three parameters a statement takes for its record (the action,
-    /// the actor, the words): NULLs when there is no record to write, and
-    /// the statement's `WHERE <action> IS NOT NULL` writes none — the
-    /// [`Controls`](crate::store::Controls)' and [`Keys`](crate::store::Keys)' own calls record nothing.
-    pub(crate) fn binds<'r>(
-        record: Option<&'r Record<'_>>,
-    ) -> (Option<&'r str>, Option<&'r str>, Option<&'r [String]>) {
+    /// The four parameters a statement takes for its record (the action,
+    /// the actor, the words, the schema version asked for): NULLs when
+    /// there is no record to write, and the statement's `WHERE <action> IS
+    /// NOT NULL` writes none — the [`Controls`](crate::store::Controls)'
+    /// and [`Keys`](crate::store::Keys)' own calls record nothing and check
+    /// no version.
+    pub(crate) fn binds<'r>(record: Option<&'r Record<'_>>) -> RecordBinds<'r> {
         match record {
-            Some(r) => (Some(r.action), Some(r.actor), Some(&r.words)),
-            None => (None, None, None),
+            Some(r) => (Some(r.action), Some(r.actor), Some(&r.words), r.schema),
+            None => (None, None, None, None),
         }
     }
 }
@@ -102,16 +111,27 @@ impl Records<'_> {
     /// (`error: …`), and for a forget's answer read after its statement.
     /// Best effort: the caller logs a failure. The targets and the actor
     /// were checked where they entered.
-    pub(crate) async fn record_apart(self, targets: &[Target], action: &str, actor: &str, outcome: &str) -> Result<()> {
+    /// With `schema`, written only on that schema version, as the action's
+    /// own statement (`Record::schema`).
+    pub(crate) async fn record_apart(
+        self,
+        targets: &[Target],
+        action: &str,
+        actor: &str,
+        outcome: &str,
+        schema: Option<i32>,
+    ) -> Result<()> {
         let scopes: Vec<&str> = targets.iter().map(Target::scope).collect();
         let names: Vec<&str> = targets.iter().map(Target::name).collect();
         // The column's limit is the history's error limit.
         let outcome = super::storable_text(outcome.to_owned());
-        // $1 scopes, $2 names, $3 action, $4 actor, $5 outcome. Rows are
-        // inserted in the targets' order, so their ids rise in it.
+        // $1 scopes, $2 names, $3 action, $4 actor, $5 outcome, $6 the
+        // schema version asked for. Rows are inserted in the targets'
+        // order, so their ids rise in it.
         const RECORD_APART: &str = "
             INSERT INTO leasehold_action (scope, name, action, actor, outcome)
             SELECT scope, name, $3, $4, $5 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(scope, name, n)
+             WHERE leasehold_schema_is($6::int)
              ORDER BY n";
         connection::run!(&self.store.conns, |conn| sqlx::query(RECORD_APART)
             .bind(&scopes)
@@ -119,6 +139,7 @@ impl Records<'_> {
             .bind(action)
             .bind(actor)
             .bind(&outcome)
+            .bind(schema)
             .execute(conn))?;
         Ok(())
     }

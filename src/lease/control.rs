@@ -267,11 +267,11 @@ impl Controls<'_> {
                               CASE WHEN s.keys = 1 THEN format(($7::text[])[2]) ELSE format(($7::text[])[3], s.keys) END,
                               s.running)
                   FROM said AS s
-                 WHERE /* guard:pause.recorded */ $5::text IS NOT NULL
+                 WHERE /* guard:pause.recorded */ $5::text IS NOT NULL AND leasehold_schema_is($8::int)
             )
             SELECT * FROM said"
         );
-        let (action, actor, words) = Record::binds(record);
+        let (action, actor, words, schema) = Record::binds(record);
         let row: PauseRow = connection::run!(&self.store.conns, |conn| sqlx::query_as(PAUSE)
             .bind(target.scope())
             .bind(target.name())
@@ -280,6 +280,7 @@ impl Controls<'_> {
             .bind(action)
             .bind(actor)
             .bind(words)
+            .bind(schema)
             .fetch_one(conn))?;
         Ok(row.into())
     }
@@ -335,11 +336,11 @@ impl Controls<'_> {
                             ELSE format(($6::text[])[2], CASE WHEN s.woken = 1 THEN format(($6::text[])[3])
                                                               ELSE format(($6::text[])[4], s.woken) END) END
                   FROM said AS s
-                 WHERE /* guard:resume.recorded */ $4::text IS NOT NULL
+                 WHERE /* guard:resume.recorded */ $4::text IS NOT NULL AND leasehold_schema_is($7::int)
             )
             SELECT resumed, woken FROM said"
         );
-        let (action, actor, words) = Record::binds(record);
+        let (action, actor, words, schema) = Record::binds(record);
         let (resumed, woken): (i64, i64) = connection::run!(&self.store.conns, |conn| sqlx::query_as(RESUME)
             .bind(target.scope())
             .bind(target.name())
@@ -347,6 +348,7 @@ impl Controls<'_> {
             .bind(action)
             .bind(actor)
             .bind(words)
+            .bind(schema)
             .fetch_one(conn))?;
         Ok(if resumed == 0 {
             Resumed::NotPaused
@@ -442,17 +444,18 @@ impl Controls<'_> {
                 SELECT 'key', $1, $3, $4,
                        format(($5::text[])[CASE WHEN s.found = 0 THEN 3 WHEN s.paused THEN 2 ELSE 1 END])
                   FROM said AS s
-                 WHERE /* guard:trigger.recorded */ $3::text IS NOT NULL
+                 WHERE /* guard:trigger.recorded */ $3::text IS NOT NULL AND leasehold_schema_is($6::int)
             )
             SELECT found, paused FROM said"
         );
-        let (action, actor, words) = Record::binds(record);
+        let (action, actor, words, schema) = Record::binds(record);
         let (found, paused): (i64, bool) = connection::run!(&self.store.conns, |conn| sqlx::query_as(TRIGGER)
             .bind(key.as_str())
             .bind(WAKE_CHANNEL)
             .bind(action)
             .bind(actor)
             .bind(words)
+            .bind(schema)
             .fetch_one(conn))?;
         Ok(match (found, paused) {
             (0, _) => Triggered::NotFound,

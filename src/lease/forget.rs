@@ -82,7 +82,7 @@ impl Controls<'_> {
                             WHEN k.key IS NULL THEN format(($4::text[])[2])
                             ELSE format(($4::text[])[3], k.holder, k.fence) END
                   FROM (VALUES (1)) AS one(n) LEFT JOIN leasehold_lease AS k ON k.key = $1
-                 WHERE /* guard:forget.recorded */ $2::text IS NOT NULL
+                 WHERE /* guard:forget.recorded */ $2::text IS NOT NULL AND leasehold_schema_is($5::int)
                    AND (EXISTS (SELECT 1 FROM gone) OR k.key IS NULL OR k.expires_at > clock_timestamp())
             )
             SELECT true AS deleted, l.*, clock_timestamp() AS server_now
@@ -90,12 +90,13 @@ impl Controls<'_> {
             UNION ALL
             SELECT false, l.*, clock_timestamp() FROM leasehold_lease AS l
              WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM gone)";
-        let (action, actor, words) = Record::binds(record);
+        let (action, actor, words, schema) = Record::binds(record);
         let row: Option<ForgetRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(FORGET)
             .bind(key.as_str())
             .bind(action)
             .bind(actor)
             .bind(words)
+            .bind(schema)
             .fetch_optional(conn))?;
         Ok(match row {
             Some(ForgetRow { deleted: true, .. }) => (Forgotten::Deleted, true),

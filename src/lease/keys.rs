@@ -477,12 +477,12 @@ impl Keys<'_> {
                 INSERT INTO leasehold_action (scope, name, action, actor, outcome)
                 SELECT 'key', r.key, $9, $10, format(r.words, coalesce((SELECT sum(n) FROM counted), 0))
                   FROM unnest($12::text[], $11::text[]) WITH ORDINALITY AS r(key, words, n)
-                 WHERE /* guard:add_keys.recorded */ $9::text IS NOT NULL
+                 WHERE /* guard:add_keys.recorded */ $9::text IS NOT NULL AND leasehold_schema_is($13::int)
                  ORDER BY r.n
             )
             SELECT coalesce((SELECT sum(n) FROM counted), 0)::bigint + 0 * (SELECT n FROM notified)
                    + 0 * (SELECT count(*) FROM new_life)";
-        let (action, actor, words) = Record::binds(record);
+        let (action, actor, words, schema) = Record::binds(record);
         let in_order: Vec<&str> = keys.iter().map(|k| &*k.key).collect();
         let added: i64 = connection::run!(&self.store.conns, |conn| sqlx::query_scalar(ADD_KEYS)
             .bind(&names)
@@ -497,6 +497,7 @@ impl Keys<'_> {
             .bind(actor)
             .bind(words)
             .bind(&in_order)
+            .bind(schema)
             .fetch_one(conn))?;
         Ok(u64::try_from(added).unwrap_or_default())
     }
@@ -544,10 +545,10 @@ impl Keys<'_> {
                        CASE WHEN u.version IS NULL THEN format(($10::text[])[2])
                             ELSE format(($10::text[])[1], u.version) END
                   FROM (VALUES (1)) AS one(n) LEFT JOIN updated AS u ON true
-                 WHERE /* guard:update_key.recorded */ $8::text IS NOT NULL
+                 WHERE /* guard:update_key.recorded */ $8::text IS NOT NULL AND leasehold_schema_is($11::int)
             )
             SELECT u.version FROM updated AS u, notified";
-        let (action, actor, words) = Record::binds(record);
+        let (action, actor, words, schema) = Record::binds(record);
         connection::run!(&self.store.conns, |conn| sqlx::query_scalar(UPDATE_KEY)
             .bind(key.key.as_str())
             .bind(&key.kind)
@@ -559,6 +560,7 @@ impl Keys<'_> {
             .bind(action)
             .bind(actor)
             .bind(words)
+            .bind(schema)
             .fetch_optional(conn))
     }
 
@@ -605,10 +607,10 @@ impl Keys<'_> {
             ), recorded AS (
                 INSERT INTO leasehold_action (scope, name, action, actor, outcome)
                 SELECT 'key', $1, $4, $5, format(($6::text[])[CASE WHEN EXISTS (SELECT 1 FROM gone) THEN 1 ELSE 2 END])
-                 WHERE /* guard:remove_key.recorded */ $4::text IS NOT NULL
+                 WHERE /* guard:remove_key.recorded */ $4::text IS NOT NULL AND leasehold_schema_is($7::int)
             )
             SELECT g.kind FROM gone AS g, notified WHERE EXISTS (SELECT 1 FROM life)";
-        let (action, actor, words) = Record::binds(record);
+        let (action, actor, words, schema) = Record::binds(record);
         let gone: Option<String> = connection::run!(&self.store.conns, |conn| sqlx::query_scalar(REMOVE_KEY)
             .bind(key.as_str())
             .bind(kind)
@@ -616,6 +618,7 @@ impl Keys<'_> {
             .bind(action)
             .bind(actor)
             .bind(words)
+            .bind(schema)
             .fetch_optional(conn))?;
         Ok(gone.is_some())
     }

@@ -317,7 +317,7 @@ impl Controls<'_> {
                             WHEN b.fleet_limit IS NULL THEN format(($7::text[])[2])
                             ELSE format(($7::text[])[1], b.fleet_limit) END
                   FROM known AS k LEFT JOIN before AS b ON true
-                 WHERE /* guard:set_limit.recorded */ $5::text IS NOT NULL
+                 WHERE /* guard:set_limit.recorded */ $5::text IS NOT NULL AND leasehold_schema_is($9::int)
             )
             SELECT (SELECT known FROM known) AS known, (SELECT fleet_limit FROM before) AS previous,
                    (SELECT count(*) FROM (SELECT pg_notify($4, job_name) FROM set) AS n) AS told";
@@ -332,7 +332,7 @@ impl Controls<'_> {
         // limit, once they have the lock (PostgreSQL locks a statement's
         // tables before it takes its snapshot). The set then reads every
         // run started before it.
-        let (action, actor, words) = Record::binds(record);
+        let (action, actor, words, schema) = Record::binds(record);
         let mut tx = connection::begin(&self.store.conns).await?;
         sqlx::raw_sql(Self::DRAIN_CLAIMS).execute(&mut *tx).await?;
         let (known, previous, _told): (bool, Option<i32>, i64) = sqlx::query_as(SET_LIMIT)
@@ -344,6 +344,7 @@ impl Controls<'_> {
             .bind(actor)
             .bind(words)
             .bind(registered)
+            .bind(schema)
             .fetch_one(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -381,16 +382,17 @@ impl Controls<'_> {
                 SELECT 'job', $1, $3, $4,
                        CASE WHEN EXISTS (SELECT 1 FROM gone) THEN format(($5::text[])[1])
                             ELSE format(($5::text[])[2]) END
-                 WHERE /* guard:clear_limit.recorded */ $3::text IS NOT NULL
+                 WHERE /* guard:clear_limit.recorded */ $3::text IS NOT NULL AND leasehold_schema_is($6::int)
             )
             SELECT count(*) FROM (SELECT pg_notify($2, job_name) FROM gone) AS told";
-        let (action, actor, words) = Record::binds(record);
+        let (action, actor, words, schema) = Record::binds(record);
         let gone: i64 = connection::run!(&self.store.conns, |conn| sqlx::query_scalar(CLEAR_LIMIT)
             .bind(job)
             .bind(KIND_CHANNEL)
             .bind(action)
             .bind(actor)
             .bind(words)
+            .bind(schema)
             .fetch_one(conn))?;
         Ok(gone > 0)
     }

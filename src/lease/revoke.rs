@@ -167,12 +167,12 @@ impl Controls<'_> {
                                         e.fence) END,
                        e.fence
                   FROM (VALUES (1)) AS one(n) LEFT JOIN old AS o ON true LEFT JOIN ended AS e ON true
-                 WHERE /* guard:revoke.recorded */ $4::text IS NOT NULL
+                 WHERE /* guard:revoke.recorded */ $4::text IS NOT NULL AND leasehold_schema_is($7::int)
             )
             SELECT (SELECT fence FROM ended) AS new_fence, (SELECT count(*) FROM told) AS told, old.* FROM old"
         );
         let force = revoke == Revoke::Force;
-        let (action, actor, words) = Record::binds(record);
+        let (action, actor, words, schema) = Record::binds(record);
         let row: Option<RevokeRow> = connection::run!(&self.store.conns, |conn| sqlx::query_as(REVOKE)
             .bind(key)
             .bind(force)
@@ -180,6 +180,7 @@ impl Controls<'_> {
             .bind(action)
             .bind(actor)
             .bind(words)
+            .bind(schema)
             .fetch_optional(conn))?;
         Ok(match row {
             None => Revoked::NotFound,

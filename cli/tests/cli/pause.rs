@@ -230,3 +230,69 @@ async fn pause_and_resume_of_a_job() {
     assert!(store.controls().pauses().await.unwrap().is_empty());
     rt.shutdown().await;
 }
+
+/// `leasehold pause` is one statement: it checks the schema version,
+/// pauses, says whether the target was paused already and records the
+/// action, all in the pause's own statement. On a schema newer than this
+/// CLI knows it writes nothing and says to upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_is_one_statement_and_refuses_a_newer_schema_writing_nothing() {
+    use leasehold_testkit::stats::{reset_statement_stats, statement_totals};
+
+    let db = migrated_db().await;
+    let url = url(&db);
+    let store = LeaseStore::new(db.pool.clone());
+    released_row(&store, "tenant-1:sync", "web-1").await;
+
+    reset_statement_stats(&db.pool).await;
+    let out = leasehold(Some(&url), &["pause", "tenant-1:sync", "--by", "alice@laptop"]).await;
+    assert_exit(&out, 0);
+    let sent = statement_totals(&db.pool, "%").await.calls;
+    let texts: Vec<String> = sqlx::query_scalar(
+        "SELECT s.query FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+          WHERE d.datname = current_database() AND s.query NOT LIKE '%pg_stat_statements%'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(sent, 1, "the pause sent {sent} statements: {texts:#?}");
+    assert!(texts[0].contains("INSERT INTO leasehold_pause"), "{texts:#?}");
+
+    // A newer leasehold migrated the database: this CLI writes nothing.
+    sqlx::query("INSERT INTO leasehold_schema_version (version, description) VALUES ($1, 'from the future')")
+        .bind(leasehold::schema::SCHEMA_VERSION + 1)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let before: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_action")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    for args in [
+        &["pause", "--job", "sync"][..],
+        &["resume", "tenant-1:sync"],
+        &["trigger", "tenant-1:sync"],
+        &["forget", "tenant-1:sync"],
+        &["revoke", "tenant-1:sync", "--force"],
+        &["limit", "set", "sync", "2"],
+    ] {
+        let out = leasehold(Some(&url), args).await;
+        assert_exit(&out, 1);
+        assert!(
+            stderr(&out).contains("newer than this CLI knows") && stderr(&out).contains("upgrade leasehold-cli"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let after: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_action")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(after, before, "no action recorded");
+    let pauses: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_pause")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(pauses, 1, "only the first pause: the key's");
+    assert!(store.get("tenant-1:sync").await.unwrap().is_some(), "not forgotten");
+}

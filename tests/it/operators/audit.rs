@@ -609,3 +609,93 @@ async fn a_fleet_limit_set_changed_and_lifted_is_recorded_on_its_job() {
     );
     assert!(store.controls().limits().await.expect("limits").is_empty());
 }
+
+/// An operator that checks the schema (`Operator::checking_schema`, as the
+/// CLI does) acts on the schema its library was built for, and on any
+/// other every action fails in its own statement — `SchemaTooNew` or
+/// `SchemaOutdated`, not a database error — having written nothing: no
+/// effect, no record. An operator that does not check acts on a newer
+/// schema, as its replica's runtime does during a rolling upgrade.
+#[tokio::test]
+async fn an_operator_checking_the_schema_refuses_another_in_each_actions_own_statement() {
+    let (db, store) = support::store().await;
+    let version = leasehold::schema::SCHEMA_VERSION;
+    store.claim("billing:eu", "replica-1", LONG).await.expect("claim");
+    let key = NewKey::new("invoice", "invoice:acme", &1, Schedule::Manual).expect("key");
+    let tool = Operator::new(store.clone(), "deploy-bot")
+        .expect("operator")
+        .checking_schema();
+    assert_eq!(
+        tool.trigger("billing:eu").await.expect("on its own schema"),
+        Triggered::Due
+    );
+    assert_eq!(tool.add_keys(std::slice::from_ref(&key)).await.expect("add"), 1);
+
+    let written = || async {
+        let actions: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_action")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        let effects: (i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM leasehold_pause), (SELECT count(*) FROM leasehold_limit),
+                    (SELECT count(*) FROM leasehold_lease), (SELECT max(version) FROM leasehold_key)",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        (actions, effects)
+    };
+    let every_action = |op: Operator| {
+        let key = key.clone();
+        async move {
+            let job = Target::job("billing");
+            vec![
+                ("trigger", op.trigger("billing:eu").await.err()),
+                ("pause", op.pause(&job, true).await.err()),
+                ("resume", op.resume(&job).await.err()),
+                ("revoke", op.revoke("billing:eu", Revoke::Force, &[]).await.err()),
+                ("forget", op.forget("billing:eu").await.err()),
+                ("set_limit", op.set_limit("invoice", 2).await.err()),
+                ("clear_limit", op.clear_limit("invoice").await.err()),
+                ("add_keys", op.add_keys(std::slice::from_ref(&key)).await.err()),
+                ("update_key", op.update_key(&key).await.err()),
+                ("remove_key", op.remove_key("invoice", "invoice:acme").await.err()),
+            ]
+        }
+    };
+
+    // A newer leasehold migrated the database.
+    sqlx::query("INSERT INTO leasehold_schema_version (version, description) VALUES ($1, 'from the future')")
+        .bind(version + 1)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let before = written().await;
+    for (action, err) in every_action(tool.clone()).await {
+        assert!(
+            matches!(err, Some(Error::SchemaTooNew { found, supported }) if found == version + 1 && supported == version),
+            "{action}: {err:?}"
+        );
+    }
+    assert_eq!(written().await, before, "nothing written, nothing recorded");
+
+    // An older one: this library's version is not applied yet.
+    sqlx::query("DELETE FROM leasehold_schema_version WHERE version >= $1")
+        .bind(version)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    for (action, err) in every_action(tool.clone()).await {
+        assert!(
+            matches!(err, Some(Error::SchemaOutdated { found, needed }) if found == version - 1 && needed == version),
+            "{action}: {err:?}"
+        );
+    }
+    assert_eq!(written().await, before, "nothing written, nothing recorded");
+
+    // Without the check, the same operator acts (and records).
+    let service = Operator::new(store.clone(), "billing-service").expect("operator");
+    let job = Target::job("billing");
+    service.pause(&job, false).await.expect("pause on another schema");
+    assert_ne!(written().await, before);
+}
