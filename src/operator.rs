@@ -94,7 +94,7 @@ impl Operator {
     /// # Ok(()) }
     /// ```
     pub fn checking_schema(mut self) -> Self {
-        self.schema = Some(crate::schema::SCHEMA_VERSION);
+        self.schema = Some(crate::migrate::SCHEMA_VERSION);
         self
     }
 

@@ -102,7 +102,7 @@ pub use catalog::{buckets, describe, names};
 /// this call fails at start). [`Error::Metrics`](crate::Error::Metrics) if
 /// another `metrics` recorder is already installed.
 #[cfg(feature = "prometheus")]
-pub fn prometheus_handle() -> crate::Result<PrometheusHandle> {
+pub fn prometheus_handle() -> crate::error::Result<PrometheusHandle> {
     exporter::handle()
 }
 
