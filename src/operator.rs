@@ -61,10 +61,10 @@ pub struct Operator {
 
 impl Operator {
     /// An operator named `actor` (1 to 255 bytes: `user@host`, an SSO
-    /// login…) acting through `store`. Fails with
-    /// [`Error::InvalidInput`] on an empty or too
-    /// long name, or one with a control, invisible or text-direction
-    /// character (which would let it display as another name).
+    /// login…) acting through `store`. Fails with [`Error::InvalidInput`]
+    /// on an empty or too long name, or one with a control, invisible or
+    /// text-direction character (which would let it display as another
+    /// name).
     pub fn new(store: LeaseStore, actor: impl Into<String>) -> Result<Self> {
         let actor = actor.into();
         validate::actor("actor", &actor)?;
@@ -79,11 +79,10 @@ impl Operator {
     /// ([`SCHEMA_VERSION`](crate::schema::SCHEMA_VERSION)): each action's
     /// own statement checks the version where it writes the action's
     /// record, and on another writes nothing and fails with
-    /// [`Error::SchemaOutdated`] (run
-    /// `migrate`) or [`Error::SchemaTooNew`]
+    /// [`Error::SchemaOutdated`] (run `migrate`) or [`Error::SchemaTooNew`]
     /// (upgrade leasehold). No statement of its own: an action stays one
-    /// statement. The CLI acts this way. Without it an operator also acts on
-    /// a newer schema, as its replica's runtime goes on running during a
+    /// statement. The CLI acts this way. Without it an operator also acts
+    /// on a newer schema, as its replica's runtime goes on running during a
     /// rolling upgrade.
     ///
     /// ```no_run
