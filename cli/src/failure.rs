@@ -98,7 +98,13 @@ impl From<sqlx::Error> for Failure {
 /// A broken rule as a usage failure, in the library's words, the value
 /// shown safely on a terminal.
 fn broken(e: leasehold_rules::RuleError) -> Failure {
-    Failure::usage(format!("invalid {} {}: {}", e.what, text::cell(&e.value), e.problem))
+    Failure::usage(refusal(e.what, &e.value, &e.problem))
+}
+
+/// The words of a refused value: what it is, the value escaped for a
+/// terminal, and the rule's problem.
+fn refusal(what: &str, value: &str, problem: &str) -> String {
+    format!("invalid {what} {}: {problem}", text::cell(value))
 }
 
 /// A lease key, job name or fenced resource, checked before anything is
@@ -139,10 +145,9 @@ impl clap::builder::TypedValueParser for KeyArg {
             ));
         };
         leasehold::Key::new(text).map_err(|e| match e {
-            leasehold::Error::InvalidInput { what, value, problem } => refuse(
-                ErrorKind::ValueValidation,
-                format!("invalid {what} {}: {problem}", text::cell(&value)),
-            ),
+            leasehold::Error::InvalidInput { what, value, problem } => {
+                refuse(ErrorKind::ValueValidation, refusal(what, &value, &problem))
+            }
             other => refuse(ErrorKind::ValueValidation, text::cell(&other.to_string())),
         })
     }

@@ -86,6 +86,8 @@ impl Target {
         }
     }
 
+    /// The target a row names by its `scope` and `name` (a pause, an
+    /// action): what a row holds passed the rule when it was written.
     pub(super) fn from_row(scope: &str, name: String) -> Self {
         match scope {
             "job" => Target::Job(name),
@@ -234,7 +236,7 @@ impl Controls<'_> {
     ) -> Result<Pause> {
         // $1 scope, $2 name, $3 cancel, $4 by; the record: $5 action, $6
         // actor, $7 words ([1] `paused: %s, %s running`, of keys [2] one,
-        // [3] `%s`, and runs in progress). The pause takes effect when
+        // [3] `%s`, and runs in progress), $8 the schema version asked for (`leasehold_schema_is`, NULL: none). The pause takes effect when
         // this commits: every later claim checks it after its row lock.
         // `before` reads the statement's snapshot, taken before its insert:
         // the pause that was already there, if any, for the answer (a pause
@@ -301,7 +303,7 @@ impl Controls<'_> {
     pub(crate) async fn resume_recorded(self, target: &Target, record: Option<&Record<'_>>) -> Result<Resumed> {
         // $1 scope, $2 name, $3 the wake-up channel; the record: $4 action,
         // $5 actor, $6 words ([1] not paused, [2] `resumed: %s woken`, of
-        // overdue keys [3] one, [4] `%s`).
+        // overdue keys [3] one, [4] `%s`), $7 the schema version asked for (`leasehold_schema_is`, NULL: none).
         // - `woken`: an overdue key's due time moves to now, so pollers'
         //   windows (`due_since`) see it; slot_at keeps the slot it owes, so
         //   catch-up still knows which slots were missed.
@@ -416,7 +418,8 @@ impl Controls<'_> {
     /// writing `record` (if any) in the same statement.
     pub(crate) async fn trigger_recorded(self, key: &Key, record: Option<&Record<'_>>) -> Result<Triggered> {
         // $1 key, $2 the wake-up channel; the record: $3 action, $4 actor,
-        // $5 words ([1] due, [2] due but paused, [3] not found). `recorded`:
+        // $5 words ([1] due, [2] due but paused, [3] not found), $6 the
+        // schema version asked for (`leasehold_schema_is`). `recorded`:
         // the action's row, in the statement that makes the key due, so
         // the two commit together; its words are the answer's (`said`).
         // The notify rides in the same

@@ -66,7 +66,8 @@ impl Controls<'_> {
         // lets a lower run number overwrite a higher one. The UNION half
         // reports the row that was kept.
         // `recorded` (the record: $2 action, $3 actor, $4 words: [1]
-        // deleted, [2] not found, [3] `refused: held by %s (fence %s)`): the
+        // deleted, [2] not found, [3] `refused: held by %s (fence %s)`; $5
+        // the schema version asked for (`leasehold_schema_is`, NULL: none)): the
         // action's row, in the statement that deletes, so the two commit
         // together — a deleted row always has its record. Not written for a
         // row found free but kept (see `forget_recorded`).

@@ -429,7 +429,7 @@ impl Keys<'_> {
         // $1..$5 the keys' columns, $6 the kinds' channel, $7 each key's
         // first slot, $8 each key's own time limit (seconds, NULL: none);
         // the record: $9 action, $10 actor, $11 each key's words, $12 the
-        // keys in the caller's order (the words' order).
+        // keys in the caller's order (the words' order), $13 the schema version asked for (`leasehold_schema_is`, NULL: none).
         // - ON CONFLICT DO NOTHING: an existing key keeps its arguments.
         // - `version`: one more than the last version of the key's earlier
         //   life, if it had one (`leasehold_key_life`): a key name's
@@ -520,7 +520,7 @@ impl Keys<'_> {
         // $1 key, $2 kind, $3 args, $4 schedule, $5 catch-up, $6 channel,
         // $7 time limit (seconds, NULL: the kind's); the record: $8
         // action, $9 actor, $10 words ([1] `updated to version %s…`, [2]
-        // not found).
+        // not found), $11 the schema version asked for (`leasehold_schema_is`, NULL: none).
         // - `kind = $2`: never rewrites a key of another kind.
         // - `args_error = NULL`: a report was about the old version.
         // - the generation moves: every replica reloads the kind.
@@ -579,7 +579,7 @@ impl Keys<'_> {
     /// entered, writing `record` (if any) in the same statement.
     pub(crate) async fn remove_recorded(self, kind: &str, key: &Key, record: Option<&Record<'_>>) -> Result<bool> {
         // $1 key, $2 kind, $3 channel; the record: $4 action, $5 actor, $6
-        // words ([1] removed, [2] not found). `kind = $2`: never deletes a key of
+        // words ([1] removed, [2] not found), $7 the schema version asked for (`leasehold_schema_is`, NULL: none). `kind = $2`: never deletes a key of
         // another kind; the kind's count moves by the row deleted.
         // `recorded`: the action's row, in the statement that removes, so
         // the two commit together; one row, found or not.

@@ -269,8 +269,9 @@ impl Controls<'_> {
         // once, so they learn the limit now rather than at their next poll.
         // - `recorded` (the record: $5 action, $6 actor, $7 words: [1] set,
         //   with the limit it replaced, [2] set where none was, [3] unknown
-        //   job): the action's row on the job, in the statement that sets
-        //   the limit, so the two commit together.
+        //   job; $9 the schema version asked for (`leasehold_schema_is`, NULL: none)): the action's row on the
+        //   job, in the statement that sets the limit, so the two commit
+        //   together.
         // - `known`: a name some key has (its row's job, or a stored key's
         //   kind), one a runtime registers ($8), or one with a limit
         //   already (a kind whose code declares it, before its first key),
@@ -370,7 +371,7 @@ impl Controls<'_> {
     pub(crate) async fn clear_limit_recorded(self, job: &str, record: Option<&Record<'_>>) -> Result<bool> {
         // $1 job, $2 the kinds' channel (replicas poll at once); `recorded`
         // (the record: $3 action, $4 actor, $5 words: [1] lifted, [2] not
-        // limited) in the same statement. The slot rows go with the limit: a job without a limit
+        // limited; $6 the schema version asked for (`leasehold_schema_is`, NULL: none)) in the same statement. The slot rows go with the limit: a job without a limit
         // has none, and its claims look for none.
         const CLEAR_LIMIT: &str = "
             WITH gone AS (

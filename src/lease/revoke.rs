@@ -125,7 +125,7 @@ impl Controls<'_> {
         // - `recorded` (the record: $4 action, $5 actor, $6 words: [1] not
         //   found, [2] `refused: held by %s (fence %s)`, [3] `ended the
         //   tenure of %s (fence %s, %s); new fence %s`, the old tenure [4]
-        //   held, [5] free): the action's row with the new fence, in the
+        //   held, [5] free; $7 the schema version asked for (`leasehold_schema_is`, NULL: none)): the action's row with the new fence, in the
         //   statement that ends the tenure, so the two commit together; one
         //   row whether or not a lease row was found, its words the answer's.
         const REVOKE: &str = concat!(

@@ -83,3 +83,16 @@ pub async fn statement_totals(pool: &PgPool, like: &str) -> StatementTotals {
 pub async fn statement_calls(pool: &PgPool, needle: &str) -> i64 {
     statement_totals(pool, &format!("%{needle}%")).await.calls
 }
+
+/// The text of each statement of this database that ran since
+/// [`reset_statement_stats`] (the statistics queries themselves left out),
+/// for an assertion's message.
+pub async fn statement_texts(pool: &PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT s.query FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+          WHERE d.datname = current_database() AND s.query NOT LIKE '%pg_stat_statements%'",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read pg_stat_statements")
+}

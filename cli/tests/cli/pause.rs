@@ -237,7 +237,7 @@ async fn pause_and_resume_of_a_job() {
 /// CLI knows it writes nothing and says to upgrade.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_is_one_statement_and_refuses_a_newer_schema_writing_nothing() {
-    use leasehold_testkit::stats::{reset_statement_stats, statement_totals};
+    use leasehold_testkit::stats::{reset_statement_stats, statement_texts, statement_totals};
 
     let db = migrated_db().await;
     let url = url(&db);
@@ -248,15 +248,12 @@ async fn a_pause_is_one_statement_and_refuses_a_newer_schema_writing_nothing() {
     let out = leasehold(Some(&url), &["pause", "tenant-1:sync", "--by", "alice@laptop"]).await;
     assert_exit(&out, 0);
     let sent = statement_totals(&db.pool, "%").await.calls;
-    let texts: Vec<String> = sqlx::query_scalar(
-        "SELECT s.query FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-          WHERE d.datname = current_database() AND s.query NOT LIKE '%pg_stat_statements%'",
-    )
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
+    let texts = statement_texts(&db.pool).await;
     assert_eq!(sent, 1, "the pause sent {sent} statements: {texts:#?}");
-    assert!(texts[0].contains("INSERT INTO leasehold_pause"), "{texts:#?}");
+    assert!(
+        texts.first().is_some_and(|t| t.contains("INSERT INTO leasehold_pause")),
+        "{texts:#?}"
+    );
 
     // A newer leasehold migrated the database: this CLI writes nothing.
     sqlx::query("INSERT INTO leasehold_schema_version (version, description) VALUES ($1, 'from the future')")

@@ -8,7 +8,6 @@ use chrono::{DateTime, Utc};
 use super::Sighting;
 use crate::connection;
 use crate::error::Result;
-use crate::key::Key;
 use crate::lease::{KindGenerations, LeaseStore, Target};
 
 /// What a poll ([`LeaseStore::due_since`]) learned.
@@ -129,10 +128,7 @@ impl LeaseStore {
                 std::mem::take(&mut first.scopes)
                     .into_iter()
                     .zip(std::mem::take(&mut first.names))
-                    .map(|(scope, name)| match scope.as_str() {
-                        "job" => Target::Job(name),
-                        _ => Target::Key(Key::checked(name)),
-                    })
+                    .map(|(scope, name)| Target::from_row(&scope, name))
                     .collect(),
                 KindGenerations {
                     generations: std::mem::take(&mut first.kinds)
