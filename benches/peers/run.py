@@ -24,6 +24,9 @@ Environment (all optional):
   PEERS_PERF      1 to profile every window with `perf record -e cpu-clock` (the
                   server's processes and the client apart; flat, by symbol)
   PEERS_PROBES    probes per latency measurement (default 60)
+  PEERS_LIGHT     keys (leasehold) or jobs (River, graphile-worker) per 100 ms
+                  for the light-load phase, each system once: CPU per run
+                  when batches hold a run or two (default 2; 0 skips it)
   PEERS_OUT       directory for the raw outputs (default: a new temporary one)
 """
 
@@ -57,6 +60,7 @@ LATENCY = os.environ.get("PEERS_LATENCY", "1") != "0"
 EXPLAIN = os.environ.get("PEERS_EXPLAIN", "1") != "0"
 PERF = os.environ.get("PEERS_PERF", "0") != "0"
 PROBES = int(os.environ.get("PEERS_PROBES", "60"))
+LIGHT = int(os.environ.get("PEERS_LIGHT", "2"))
 OUT = os.environ.get("PEERS_OUT") or tempfile.mkdtemp(prefix="peers-out-")
 # leasehold: 4 runtimes × 16,000 keys every 100 ms (160,000 runs/s demanded),
 # as the ceiling of benches/leasehold's throughput scenario.
@@ -468,6 +472,7 @@ def report(out_dir):
               and r["mode"] == "ceiling" and not r.get("drained")]
         ceil[system] = statistics.median(xs) if xs else 0
     print(table(results, ceil))
+    print(light_table(results))
     print(breakdown(results))
     print(wal_kinds(results))
 
@@ -515,6 +520,12 @@ def main():
             else:
                 feed = max(100, int(round(target / 10 / 100)) * 100)
                 results.append(measure(cluster, system, 0, "load80", 1, 0, feed, PROBES))
+    if LIGHT:
+        for system in [s for s in SYSTEMS if s not in ("leasehold_full", "leasehold_limited")]:
+            if system.startswith("leasehold"):
+                results.append(measure(cluster, system, 0, "light", 1, LIGHT, 0))
+            else:
+                results.append(measure(cluster, system, 0, "light", 1, 0, LIGHT))
     if EXPLAIN and "leasehold" in SYSTEMS:
         explain_phase(cluster)
     if PERF:
@@ -522,6 +533,7 @@ def main():
     with open(os.path.join(OUT, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     print(table(results, ceil if LATENCY else {}))
+    print(light_table(results))
     print(breakdown(results))
     print(wal_kinds(results))
     log(f"done; uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
@@ -578,6 +590,22 @@ def table(results, ceil):
                 f"| {fmt_range([per(r, 'wal_bytes') for r in rs])} | {idle} | {load} |"
             )
     return "\n".join(rows) + "\n\nMedian of the rounds (lowest–highest in brackets); per run = over the window ÷ runs started in it.\n"
+
+
+def light_table(results):
+    """The light-load phase: CPU per run when each batch holds a run or two."""
+    rs = [r for r in results if r["mode"] == "light"]
+    if not rs:
+        return ""
+    rows = [f"Light load ({LIGHT} keys or jobs every 100 ms; River's and graphile-worker's CPU includes "
+            "their feed's inserts):\n",
+            "| system | runs/s | client CPU µs/run | server CPU µs/run | WAL bytes/run |",
+            "|---|---|---|---|---|"]
+    for r in rs:
+        n = max(r["runs"], 1)
+        rows.append(f"| {NAMES[r['system']]} | {r['runs_per_s']:.0f} | {r['client_cpu_s'] * 1e6 / n:.1f} "
+                    f"| {r['server_cpu_s'] * 1e6 / n:.1f} | {r['wal_bytes'] / n:.0f} |")
+    return "\n".join(rows) + "\n"
 
 
 def miss(p):
