@@ -284,7 +284,16 @@ fn in_failed_transaction(error: &sqlx::Error) -> bool {
 /// Cancel-safe: the statement either committed or did not, and a
 /// connection dropped mid-statement is closed rather than returned.
 macro_rules! run {
-    ($conns:expr, |$conn:ident| $statement:expr) => {{
+    ($conns:expr, |$conn:ident| $statement:expr) => {
+        $crate::connection::run!($conns, settling None, |$conn| $statement)
+    };
+    // `settling Some(text)`: `$statement` runs the prepared statement
+    // `text`. The first time it runs on a connection — any connection of
+    // the service's pool, or one of leasehold's own opened before the
+    // schema existed (`lease::session` prepares and settles the others as
+    // they open) — its plans are settled there (`plans::settle_if_new`).
+    ($conns:expr, settling $text:expr, |$conn:ident| $statement:expr) => {{
+        let text: Option<&'static str> = $text;
         let mut outcome = None;
         for _ in 0..$crate::connection::MAX_POISONED_PER_CALL {
             let mut checked = match $crate::connection::acquire($conns).await {
@@ -294,8 +303,12 @@ macro_rules! run {
                     break;
                 }
             };
+            let cached = text.map(|_| sqlx::Connection::cached_statements_size(checked.statement()));
             let $conn = checked.statement();
             let result = $statement.await;
+            if let (Some(text), Some(cached), Ok(_)) = (text, cached, &result) {
+                $crate::plans::settle_if_new(checked.statement(), cached, text).await;
+            }
             if let Some(done) = checked.finish(result) {
                 outcome = Some(done);
                 break;
@@ -315,10 +328,13 @@ pub(crate) use run;
 /// again within its grace, so the statements on that path cannot wait for
 /// a later retry.
 macro_rules! run_resending {
-    ($conns:expr, |$conn:ident| $statement:expr) => {{
+    ($conns:expr, |$conn:ident| $statement:expr) => {
+        $crate::connection::run_resending!($conns, settling None, |$conn| $statement)
+    };
+    ($conns:expr, settling $text:expr, |$conn:ident| $statement:expr) => {{
         let mut retries = ($conns).retries_after_lost_connection();
         loop {
-            match $crate::connection::run!($conns, |$conn| $statement) {
+            match $crate::connection::run!($conns, settling $text, |$conn| $statement) {
                 Err(error) if retries > 0 && $crate::connection::connection_lost(&error) => retries -= 1,
                 result => break result,
             }

@@ -82,6 +82,7 @@ pub mod metrics;
 mod migrate;
 pub mod operator;
 mod outcome;
+mod plans;
 pub mod runtime;
 pub mod schedule;
 mod tenure;

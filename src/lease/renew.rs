@@ -175,7 +175,7 @@ impl LeaseStore {
         // Renewing is safe to send twice (it only extends tenures this
         // holder still holds), so a connection found gone is retried at once
         // rather than costing a heartbeat tick per dead idle connection.
-        let rows: Vec<RenewRow> = connection::run_resending!(&self.conns, |conn| sqlx::query_as(Self::RENEW_MANY)
+        let rows: Vec<RenewRow> = connection::run_resending!(&self.conns, settling Some(Self::RENEW_MANY), |conn| sqlx::query_as(Self::RENEW_MANY)
             .bind(holder)
             .bind(&keys)
             .bind(&fences)

@@ -18,26 +18,15 @@
 //! here, and a run's claim and release on a fresh connection pay only
 //! their execution.
 //!
-//! And their plans. PostgreSQL plans each of a prepared statement's first
-//! five executions for its parameters' values (a "custom plan"), then
-//! compares: it keeps its generic plan for good if that is estimated
-//! cheaper than the custom plans were on average, and otherwise plans
-//! every execution again. A batch of one or a few keys — every run of a
-//! replica under capacity — makes the custom plans look cheap, so each
-//! claim was planned afresh: about 0.6 ms of server CPU per statement of
-//! this size, several times what executing it costs
-//! (docs/benchmarks/plans-2026-12-07/). No session setting is changed to
-//! avoid that (a connection may go through a transaction pooler, design.md
-//! §8): each statement is planned here five times for a batch of 100
-//! items, without being executed (`settle_plans`). Those custom plans are
-//! estimated dearer than the generic one, so from its first execution on
-//! the statement runs its generic plan, which does not depend on the
-//! batch: each item is looked up by key in a nested loop, whatever their
-//! number.
+//! And their plans: each is planned here for a large batch without being
+//! executed (`plans::settle`), so that PostgreSQL runs its generic plan
+//! from its first execution on, rather than planning every small batch
+//! afresh.
 
 use sqlx::{Connection, Executor, PgConnection};
 
 use super::LeaseStore;
+use crate::plans;
 
 /// The statements on the path of every run: its claim (without, then
 /// with, the fleet-wide limits' steps), its heartbeat, its release.
@@ -81,58 +70,10 @@ pub(crate) async fn prepare(conn: &mut PgConnection) {
             return;
         }
     }
-    if let Err(error) = settle_plans(conn).await {
-        tracing::debug!(%error, "a new connection left the plans of its statements to their first uses");
+    for statement in EVERY_RUN {
+        if let Err(error) = plans::settle(conn, statement).await {
+            tracing::debug!(%error, "a new connection left the plans of a statement to PostgreSQL's choice");
+            return;
+        }
     }
-}
-
-/// Plans every statement prepared on the connection — the statements of
-/// every run, just prepared — five times for a batch of 100 items, without
-/// executing them (`EXPLAIN EXECUTE`), so that from then on each runs its
-/// generic plan. One round trip, and side-effect free: `EXPLAIN` without
-/// `ANALYZE` executes nothing.
-///
-/// - Five: the custom plans PostgreSQL makes of a prepared statement before
-///   it considers its generic plan (`choose_custom_plan`, plancache.c).
-/// - A batch of 100: each array parameter is 100 copies of a value, and
-///   its custom plans are estimated dearer than the generic plan, which
-///   counts 10 items for an array parameter.
-/// - Values, not NULLs: a NULL holder or limit would let the planner fold
-///   most of a statement away, and make its custom plans look cheap. A
-///   number is 100, a time the epoch, a boolean false, text empty (no key
-///   is empty: nothing is looked up that exists, not that it matters to a
-///   plan).
-/// - The arguments are built from the statements' parameter types
-///   (`pg_prepared_statements`), so no statement's parameters are written
-///   a second time here. A parameter of a type with no value above (an
-///   interval, say) fails the block: the plans are then left to the
-///   statements' first uses, and
-///   `lease::an_owned_connection_runs_the_statements_of_every_run_on_their_generic_plans`
-///   fails.
-async fn settle_plans(conn: &mut PgConnection) -> sqlx::Result<()> {
-    const SETTLE: &str = "
-        DO $settle$
-        DECLARE
-            prepared record;
-            arguments text;
-        BEGIN
-            FOR prepared IN SELECT name, parameter_types FROM pg_prepared_statements LOOP
-                SELECT string_agg(CASE WHEN a.typcategory = 'A'
-                                       THEN format('array_fill(%s, ARRAY[100])', v.value)
-                                       ELSE v.value END, ', ' ORDER BY p.n)
-                  INTO arguments
-                  FROM unnest(prepared.parameter_types) WITH ORDINALITY AS p(type, n)
-                  JOIN pg_type AS a ON a.oid = p.type
-                  JOIN pg_type AS t ON t.oid = CASE WHEN a.typcategory = 'A' THEN a.typelem ELSE a.oid END,
-                       LATERAL (SELECT format('%L::%s', CASE t.typcategory WHEN 'N' THEN '100' WHEN 'D' THEN 'epoch'
-                                                                           WHEN 'B' THEN 'false' ELSE '' END,
-                                              t.oid::regtype) AS value) AS v;
-                FOR i IN 1..5 LOOP
-                    EXECUTE format('EXPLAIN EXECUTE %I%s', prepared.name,
-                                   CASE WHEN arguments IS NULL THEN '' ELSE '(' || arguments || ')' END);
-                END LOOP;
-            END LOOP;
-        END
-        $settle$";
-    conn.execute(SETTLE).await.map(drop)
 }

@@ -844,36 +844,105 @@ async fn an_owned_connection_runs_the_statements_of_every_run_on_their_generic_p
 async fn a_runtime_claims_and_releases_one_key_at_a_time_on_generic_plans() {
     let db = support::db().await;
     let runs = support::Runs::default();
-    let settings = support::quick(leasehold::Schedule::Manual, Duration::from_secs(5));
-    let solo = support::job("solo", settings, runs.body(Duration::from_millis(1)));
-    let rt = support::replica(&db, "a", 2, vec![solo]).await;
-    for n in 1..=3 {
-        rt.trigger("solo").await.expect("trigger");
-        runs.wait_started(n, Duration::from_secs(10)).await;
-    }
-    let [claim, release] = [EVERY_RUN[0], EVERY_RUN[3]];
-    let settled = support::eventually_async(Duration::from_secs(10), || async {
-        let of = |fragment: &str, connections: &[Vec<(String, i64, i64)>]| -> Vec<(i64, i64)> {
-            connections
-                .iter()
-                .flatten()
-                .filter(|(text, _, _)| text.contains(fragment))
-                .map(|(_, generic, custom)| (*generic, *custom))
-                .collect()
-        };
-        let connections = plans(rt.store()).await;
-        let (claims, releases) = (of(claim, &connections), of(release, &connections));
-        let generic = |plans: &[(i64, i64)]| plans.iter().map(|(generic, _)| generic).sum::<i64>();
-        (generic(&claims) >= 3 && generic(&releases) >= 3).then_some((claims, releases))
-    })
-    .await;
-    for (statement, plans) in [("the claim of due keys", &settled.0), ("the release", &settled.1)] {
+    let rt = support::replica(&db, "a", 2, vec![solo(&runs)]).await;
+    let (claims, releases) = three_runs_on_generic_plans(&rt, &runs).await;
+    for (statement, plans) in [("the claim of due keys", &claims), ("the release", &releases)] {
         assert!(
             plans.iter().all(|(_, custom)| *custom == 5),
             "{statement} was planned for its values after the connection opened: {plans:?}"
         );
     }
     rt.shutdown().await;
+}
+
+/// On the service's pool (`Connections::SharedWithService`) the claim and
+/// the release are settled on each connection the first time they run
+/// there: after three runs of one key, each has had 5 custom plans (the
+/// settling) and runs its generic plan. The service's own prepared
+/// statement on the same connections keeps its plans: it was planned for
+/// its own execution only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_services_pool_the_statements_of_every_run_are_settled_at_first_use_and_no_other() {
+    let db = support::db().await;
+    let pool = db.pool_with(2).await;
+    const SERVICE: &str = "SELECT 1 + $1::int4";
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(pool.acquire().await.expect("a connection of the service's pool"));
+    }
+    for conn in &mut held {
+        let two: i32 = sqlx::query_scalar(SERVICE)
+            .bind(1)
+            .fetch_one(&mut **conn)
+            .await
+            .expect("the service's statement");
+        assert_eq!(two, 2);
+    }
+    drop(held);
+    let runs = support::Runs::default();
+    let rt = support::replica_in(
+        leasehold::runtime::Connections::SharedWithService,
+        pool.clone(),
+        "a",
+        Duration::from_millis(100),
+        vec![solo(&runs)],
+    )
+    .await;
+    let (claims, releases) = three_runs_on_generic_plans(&rt, &runs).await;
+    for (statement, plans) in [("the claim of due keys", &claims), ("the release", &releases)] {
+        assert!(
+            plans.iter().all(|(_, custom)| *custom == 5),
+            "{statement} was not settled, or planned for its values since: {plans:?}"
+        );
+    }
+    let service: Vec<(i64, i64)> = plans(rt.store())
+        .await
+        .into_iter()
+        .flatten()
+        .filter(|(text, _, _)| text == SERVICE)
+        .map(|(_, generic, custom)| (generic, custom))
+        .collect();
+    assert!(!service.is_empty(), "the service's statement is still prepared");
+    assert!(
+        service.iter().all(|(generic, custom)| generic + custom == 1),
+        "the service's statement was planned for its one execution only: {service:?}"
+    );
+    rt.shutdown().await;
+}
+
+/// The manual job `solo`, whose runs `runs` records.
+fn solo(runs: &support::Runs) -> support::ScriptedJob {
+    let settings = support::quick(leasehold::Schedule::Manual, Duration::from_secs(5));
+    support::job("solo", settings, runs.body(Duration::from_millis(1)))
+}
+
+/// Triggers `solo` three times, one run after the other, and waits until
+/// its claims and releases ran at least 3 times on generic plans, across
+/// `rt`'s connections. Returns each connection's (generic, custom) plan
+/// counts of the claim of due keys, then of the release.
+async fn three_runs_on_generic_plans(
+    rt: &leasehold::Runtime,
+    runs: &support::Runs,
+) -> (Vec<(i64, i64)>, Vec<(i64, i64)>) {
+    for n in 1..=3 {
+        rt.trigger("solo").await.expect("trigger");
+        runs.wait_started(n, Duration::from_secs(10)).await;
+    }
+    let of = |fragment: &str, connections: &[Vec<(String, i64, i64)>]| -> Vec<(i64, i64)> {
+        connections
+            .iter()
+            .flatten()
+            .filter(|(text, _, _)| text.contains(fragment))
+            .map(|(_, generic, custom)| (*generic, *custom))
+            .collect()
+    };
+    let generic = |plans: &[(i64, i64)]| plans.iter().map(|(generic, _)| generic).sum::<i64>();
+    support::eventually_async(Duration::from_secs(10), || async {
+        let connections = plans(rt.store()).await;
+        let (claims, releases) = (of(EVERY_RUN[0], &connections), of(EVERY_RUN[3], &connections));
+        (generic(&claims) >= 3 && generic(&releases) >= 3).then_some((claims, releases))
+    })
+    .await
 }
 
 /// A fragment of each statement of every run's text: the claim of due keys

@@ -445,7 +445,7 @@ impl LeaseStore {
         } else {
             Self::CLAIM_DUE_UNLIMITED
         };
-        let rows: Vec<DueRow> = connection::run!(&self.conns, |conn| sqlx::query_as(statement)
+        let rows: Vec<DueRow> = connection::run!(&self.conns, settling Some(statement), |conn| sqlx::query_as(statement)
             .bind(holder)
             .bind(&keys)
             .bind(&ttls)

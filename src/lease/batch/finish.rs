@@ -238,8 +238,7 @@ impl LeaseStore {
         if items.is_empty() {
             return Ok(Vec::new());
         }
-        let done: Vec<(String, i64, bool, bool)> =
-            connection::run!(&self.conns, |conn| sqlx::query_as(Self::FINISH_MANY)
+        let done: Vec<(String, i64, bool, bool)> = connection::run!(&self.conns, settling Some(Self::FINISH_MANY), |conn| sqlx::query_as(Self::FINISH_MANY)
                 .bind(&keys)
                 .bind(&holders)
                 .bind(&fences)
