@@ -32,12 +32,14 @@
 use sha2::{Digest, Sha256};
 use sqlx::{Connection, Executor, PgConnection};
 
-/// Plans `statement`, as prepared on `conn`, five times for a batch of 100
-/// items without executing it, so that from then on it runs its generic
-/// plan. One round trip. Does nothing if the text is not prepared on
-/// `conn`. The statement is found by its text's SHA-256: the block does not
-/// carry the text, so it is not counted as the statement by a
-/// `pg_stat_statements` query that looks for a piece of it.
+/// Plans each of `statements`, as prepared on `conn`, five times for a
+/// batch of 100 items without executing it, so that from then on it runs
+/// its generic plan. One round trip for all of them, which first performs
+/// `first` if given (its error ignored, rolled back alone): a connection
+/// that opens through a slow link pays one round trip for both. A text not
+/// prepared on `conn` is passed over. Each statement is found by its text's
+/// SHA-256: the block does not carry the texts, so it is not counted as one
+/// of them by a `pg_stat_statements` query that looks for a piece of it.
 ///
 /// - Five: the custom plans PostgreSQL makes of a prepared statement before
 ///   it considers its generic plan (`choose_custom_plan`, plancache.c).
@@ -52,11 +54,22 @@ use sqlx::{Connection, Executor, PgConnection};
 ///   interval, say) fails the block, and the plans are left to PostgreSQL's
 ///   choice: `lease::an_owned_connection_runs_the_statements_of_every_run_on_their_generic_plans`
 ///   then fails.
-pub(crate) async fn settle(conn: &mut PgConnection, statement: &str) -> sqlx::Result<()> {
-    let digest: String = Sha256::digest(statement.as_bytes())
+pub(crate) async fn settle(conn: &mut PgConnection, statements: &[&str], first: Option<&str>) -> sqlx::Result<()> {
+    let digests: Vec<String> = statements
         .iter()
-        .map(|byte| format!("{byte:02x}"))
+        .map(|statement| {
+            let hex: String = Sha256::digest(statement.as_bytes())
+                .iter()
+                .map(|byte| format!("{byte:02x}"))
+                .collect();
+            format!("'\\x{hex}'::bytea")
+        })
         .collect();
+    let digests = digests.join(", ");
+    let first = match first {
+        Some(query) => format!("BEGIN PERFORM {query}; EXCEPTION WHEN OTHERS THEN NULL; END;"),
+        None => String::new(),
+    };
     let block = format!(
         "
         DO $settle$
@@ -64,8 +77,9 @@ pub(crate) async fn settle(conn: &mut PgConnection, statement: &str) -> sqlx::Re
             prepared record;
             arguments text;
         BEGIN
+            {first}
             FOR prepared IN SELECT name, parameter_types FROM pg_prepared_statements
-                             WHERE sha256(convert_to(statement, 'UTF8')) = '\\x{digest}'::bytea LOOP
+                             WHERE sha256(convert_to(statement, 'UTF8')) IN ({digests}) LOOP
                 SELECT string_agg(CASE WHEN a.typcategory = 'A'
                                        THEN format('array_fill(%s, ARRAY[100])', v.value)
                                        ELSE v.value END, ', ' ORDER BY p.n)
@@ -92,7 +106,7 @@ pub(crate) async fn settle(conn: &mut PgConnection, statement: &str) -> sqlx::Re
 /// errors are logged and ignored (invariant 3).
 pub(crate) async fn settle_if_new(conn: &mut PgConnection, cached: usize, statement: &str) {
     if conn.cached_statements_size() > cached
-        && let Err(error) = settle(conn, statement).await
+        && let Err(error) = settle(conn, &[statement], None).await
     {
         tracing::debug!(%error, "a statement's plans were left to PostgreSQL's choice on this connection");
     }

@@ -39,8 +39,8 @@ const EVERY_RUN: [&str; 4] = [
     LeaseStore::CLAIM_DUE,
 ];
 
-/// Draws one fence and drops it, so the session's timeline check is done,
-/// prepares the statements of every run, and settles their plans.
+/// Prepares the statements of every run, settles their plans, and draws
+/// one fence and drops it, so the session's timeline check is done.
 ///
 /// The fence is wasted, which the lease invariants allow (fences must only
 /// grow, and a sequence never repeats a value): one per connection opened,
@@ -50,30 +50,36 @@ const EVERY_RUN: [&str; 4] = [
 /// checks at its first fence once promoted), and `LeaseStore::connect` does
 /// not check that the schema exists, so a store may open before it does.
 pub(crate) async fn prepare(conn: &mut PgConnection) {
-    const FIRST_FENCE: &str = "SELECT leasehold_next_fence()";
-    if let Err(error) = conn.execute(FIRST_FENCE).await {
+    let drawn = if prepare_every_run(conn).await {
+        // The fence rides in the settling block: one round trip for both,
+        // which counts on a slow link (`isolation::late_claim`).
+        plans::settle(conn, &EVERY_RUN, Some("leasehold_next_fence()")).await
+    } else {
+        conn.execute("SELECT leasehold_next_fence()").await.map(drop)
+    };
+    if let Err(error) = drawn {
         tracing::debug!(%error, "a new connection left its timeline check to its first claim");
     }
+}
+
+/// Prepares the statements of every run into the connection's statement
+/// cache; whether all were.
+async fn prepare_every_run(conn: &mut PgConnection) -> bool {
     for statement in EVERY_RUN {
         let cached = conn.cached_statements_size();
         // Before the schema exists this fails, and the first execution
         // prepares the statement as it would have.
         if let Err(error) = conn.prepare(sqlx::SqlStr::from_static(statement)).await {
             tracing::debug!(%error, "a new connection left a statement to be prepared by its first use");
-            return;
+            return false;
         }
         // With the statement cache off (`statement_cache_capacity(0)`) a
         // query would not find it: nothing to gain, and what is prepared
         // stays on the server for the connection's life (sqlx offers no
         // way to close it), so stop after this first one.
         if conn.cached_statements_size() == cached {
-            return;
+            return false;
         }
     }
-    for statement in EVERY_RUN {
-        if let Err(error) = plans::settle(conn, statement).await {
-            tracing::debug!(%error, "a new connection left the plans of a statement to PostgreSQL's choice");
-            return;
-        }
-    }
+    true
 }
