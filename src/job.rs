@@ -171,7 +171,8 @@ impl JobSettings {
         self
     }
 
-    /// The time limit of a run: a run still going `limit` after it started
+    /// The time limit of a run: a run still going `limit` after its body
+    /// started (its first poll; never less than `limit` of the body's own time)
     /// is cancelled with [`CancelReason::Timeout`](crate::CancelReason::Timeout)
     /// (its guard's [`cancelled`](crate::FenceGuard::cancelled) fires), dropped
     /// if it has not returned within its [`grace`](JobSettings::grace), and

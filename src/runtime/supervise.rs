@@ -152,19 +152,32 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (Ending, 
     tracing::debug!(job = %job.name, key = %job.key, holder = %tenure.holder, fence = tenure.fence, "lease acquired; run starting");
     let span = run_span(job, tenure);
     let started = Instant::now();
-    // The run's time limit, on the local monotonic clock (`None`: no limit,
-    // or one too far ahead to represent).
-    let limit_at = job.settings.timeout.and_then(|limit| started.checked_add(limit));
+    // The run's time limit, on the local monotonic clock, counted from the
+    // body's first poll — not from here: under load the spawned task may
+    // start milliseconds later, and the body is owed its whole limit.
+    // `None` until the body begins, or with no limit, or one too far ahead
+    // to represent.
+    let mut limit_at = None;
+    let (began, mut body_began) = oneshot::channel();
+    let body = job.body.clone().run_owned(FenceGuard::new(tenure.clone()));
     let mut handle = tokio::spawn(
-        job.body
-            .clone()
-            .run_owned(FenceGuard::new(tenure.clone()))
-            .instrument(span.clone()),
+        async move {
+            // The receiver is gone only once the run is over.
+            let _ = began.send(Instant::now());
+            body.await
+        }
+        .instrument(span.clone()),
     );
+    let mut waiting_for_body = true;
 
     let finished = loop {
         tokio::select! {
             result = &mut handle => break Some(result),
+            // Once: a oneshot is not polled again after its answer.
+            at = &mut body_began, if waiting_for_body => {
+                waiting_for_body = false;
+                limit_at = at.ok().zip(job.settings.timeout).and_then(|(at, limit)| at.checked_add(limit));
+            }
             _ = tenure.token().cancelled() => break wind_down(shared, job, tenure, &mut handle).await,
             // Only until the run is cancelled: a deadline in the past stays
             // ready on every later turn, and `select!` picks among ready
