@@ -52,7 +52,7 @@ use sqlx::{Connection, Executor, PgConnection};
 ///   (`pg_prepared_statements`), so no statement's parameters are written a
 ///   second time here. A parameter of a type with no value above (an
 ///   interval, say) fails the block, and the plans are left to PostgreSQL's
-///   choice: `lease::an_owned_connection_runs_the_statements_of_every_run_on_their_generic_plans`
+///   choice: `plans::an_owned_connection_runs_the_statements_of_every_run_on_their_generic_plans`
 ///   then fails.
 pub(crate) async fn settle(conn: &mut PgConnection, statements: &[&str], first: Option<&str>) -> sqlx::Result<()> {
     let digests: Vec<String> = statements

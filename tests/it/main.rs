@@ -17,6 +17,7 @@ mod metrics;
 mod migrate;
 mod operators;
 mod pgbouncer;
+mod plans;
 mod record;
 mod runtime;
 mod scheduler;
