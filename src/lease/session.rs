@@ -50,12 +50,15 @@ const EVERY_RUN: [&str; 4] = [
 /// checks at its first fence once promoted), and `LeaseStore::connect` does
 /// not check that the schema exists, so a store may open before it does.
 pub(crate) async fn prepare(conn: &mut PgConnection) {
+    const FIRST_FENCE: &str = "leasehold_next_fence()";
     let drawn = if prepare_every_run(conn).await {
         // The fence rides in the settling block: one round trip for both,
         // which counts on a slow link (`isolation::late_claim`).
-        plans::settle(conn, &EVERY_RUN, Some("leasehold_next_fence()")).await
+        plans::settle(conn, &EVERY_RUN, Some(FIRST_FENCE)).await
     } else {
-        conn.execute("SELECT leasehold_next_fence()").await.map(drop)
+        conn.execute(sqlx::AssertSqlSafe(format!("SELECT {FIRST_FENCE}")))
+            .await
+            .map(drop)
     };
     if let Err(error) = drawn {
         tracing::debug!(%error, "a new connection left its timeline check to its first claim");

@@ -780,25 +780,14 @@ async fn an_owned_connection_prepares_the_statements_of_every_run_as_it_opens() 
     );
 }
 
-/// The statements prepared on each open connection of `store`, oldest
-/// first (read unprepared, so that reading adds none).
+/// The texts of the statements prepared on each open connection of
+/// `store`, oldest first.
 async fn prepared(store: &LeaseStore) -> Vec<Vec<String>> {
-    // Held together until every connection of the pool is held, so that
-    // each is read once, one still on its way back to the pool included.
-    let mut held = Vec::new();
-    while held.len() < store.pool().size().max(1) as usize {
-        held.push(store.pool().acquire().await.expect("a connection of the store"));
-    }
-    let mut each = Vec::new();
-    for conn in &mut held {
-        let statements = sqlx::query_scalar("SELECT statement FROM pg_prepared_statements ORDER BY prepare_time")
-            .persistent(false)
-            .fetch_all(&mut **conn)
-            .await
-            .expect("the prepared statements read");
-        each.push(statements);
-    }
-    each
+    support::prepared_statements(store)
+        .await
+        .into_iter()
+        .map(|statements| statements.into_iter().map(|(text, _, _)| text).collect())
+        .collect()
 }
 
 /// The due clause is re-checked on the latest row after the lock wait: a

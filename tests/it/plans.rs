@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use leasehold::store::{Claim, Lease, LeaseStore, Renewal};
+use leasehold::store::{Claim, Lease, Renewal};
 
 use crate::support::{self, LONG};
 
@@ -32,7 +32,7 @@ async fn an_owned_connection_runs_the_statements_of_every_run_on_their_generic_p
         .fetch_one(&db.pool)
         .await
         .expect("the lease rows count");
-    for connection in plans(&store).await {
+    for connection in support::prepared_statements(&store).await {
         for fragment in EVERY_RUN {
             let settled: Vec<_> = connection
                 .iter()
@@ -50,7 +50,7 @@ async fn an_owned_connection_runs_the_statements_of_every_run_on_their_generic_p
             Renewal::Renewed(_)
         ));
     }
-    let heartbeats: Vec<(i64, i64)> = plans(&store)
+    let heartbeats: Vec<(i64, i64)> = support::prepared_statements(&store)
         .await
         .into_iter()
         .flatten()
@@ -132,7 +132,7 @@ async fn on_the_services_pool_the_statements_of_every_run_are_settled_at_first_u
             "{statement} was not settled, or planned for its values since: {plans:?}"
         );
     }
-    let service: Vec<(i64, i64)> = plans(rt.store())
+    let service: Vec<(i64, i64)> = support::prepared_statements(rt.store())
         .await
         .into_iter()
         .flatten()
@@ -175,7 +175,7 @@ async fn three_runs_on_generic_plans(
     };
     let generic = |plans: &[(i64, i64)]| plans.iter().map(|(generic, _)| generic).sum::<i64>();
     support::eventually_async(Duration::from_secs(10), || async {
-        let connections = plans(rt.store()).await;
+        let connections = support::prepared_statements(rt.store()).await;
         let (claims, releases) = (of(EVERY_RUN[0], &connections), of(EVERY_RUN[3], &connections));
         (generic(&claims) >= 3 && generic(&releases) >= 3).then_some((claims, releases))
     })
@@ -191,24 +191,3 @@ const EVERY_RUN: [&str; 4] = [
     "), renewed AS (",
     "), overwritten AS (",
 ];
-
-/// Each open connection of `store`'s prepared statements with the number
-/// of generic and custom plans each has run.
-async fn plans(store: &LeaseStore) -> Vec<Vec<(String, i64, i64)>> {
-    let mut held = Vec::new();
-    while held.len() < store.pool().size().max(1) as usize {
-        held.push(store.pool().acquire().await.expect("a connection of the store"));
-    }
-    let mut each = Vec::new();
-    for conn in &mut held {
-        let statements = sqlx::query_as(
-            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements ORDER BY prepare_time",
-        )
-        .persistent(false)
-        .fetch_all(&mut **conn)
-        .await
-        .expect("the prepared statements read");
-        each.push(statements);
-    }
-    each
-}

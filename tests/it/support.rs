@@ -584,3 +584,27 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LogCounts {
 
 // A primary with a streaming standby and the steps of a failover.
 pub use leasehold_testkit::standby::Replicated;
+
+/// The statements prepared on each open connection of `store`, oldest
+/// first, each with the number of generic and custom plans it has run
+/// (`pg_prepared_statements`, read unprepared, so that reading adds none).
+/// Every connection of the pool is held at once, so that each is read
+/// once, one still on its way back to the pool included.
+pub async fn prepared_statements(store: &leasehold::store::LeaseStore) -> Vec<Vec<(String, i64, i64)>> {
+    let mut held = Vec::new();
+    while held.len() < store.pool().size().max(1) as usize {
+        held.push(store.pool().acquire().await.expect("a connection of the store"));
+    }
+    let mut each = Vec::new();
+    for conn in &mut held {
+        let statements = sqlx::query_as(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements ORDER BY prepare_time",
+        )
+        .persistent(false)
+        .fetch_all(&mut **conn)
+        .await
+        .expect("the prepared statements read");
+        each.push(statements);
+    }
+    each
+}
