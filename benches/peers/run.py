@@ -22,12 +22,17 @@ Environment (all optional):
   PEERS_LATENCY   0 to skip the trigger → start phases (default 1)
   PEERS_EXPLAIN   0 to skip the auto_explain run of leasehold (default 1)
   PEERS_PERF      1 to profile every window with `perf record -e cpu-clock` (the
-                  server's processes and the client apart; flat, by symbol)
+                  server's processes and the client apart; flat, by symbol);
+                  callgraph: the client's with DWARF call graphs, reported with
+                  each function's inclusive share
   PEERS_PROBES    probes per latency measurement (default 60)
   PEERS_LIGHT     keys (leasehold) or jobs (River, graphile-worker) per 100 ms
                   for the light-load phase, each system once: CPU per run
                   when batches hold a run or two (default 2; 0 skips it)
   PEERS_OUT       directory for the raw outputs (default: a new temporary one)
+  PEERS_PGCONF    extra postgresql.conf lines, separated by ";" (e.g.
+                  "autovacuum_naptime = 1"): the server's settings for a
+                  what-if run, printed with the table
 """
 
 import atexit
@@ -59,8 +64,10 @@ BODIES = [int(b) for b in os.environ.get("PEERS_BODIES", "0,1000").split(",")]
 LATENCY = os.environ.get("PEERS_LATENCY", "1") != "0"
 EXPLAIN = os.environ.get("PEERS_EXPLAIN", "1") != "0"
 PERF = os.environ.get("PEERS_PERF", "0") != "0"
+CALLGRAPH = os.environ.get("PEERS_PERF") == "callgraph"
 PROBES = int(os.environ.get("PEERS_PROBES", "60"))
 LIGHT = int(os.environ.get("PEERS_LIGHT", "2"))
+PGCONF = [line.strip() for line in os.environ.get("PEERS_PGCONF", "").split(";") if line.strip()]
 OUT = os.environ.get("PEERS_OUT") or tempfile.mkdtemp(prefix="peers-out-")
 # leasehold: 4 runtimes × 16,000 keys every 100 ms (160,000 runs/s demanded),
 # as the ceiling of benches/leasehold's throughput scenario.
@@ -139,6 +146,9 @@ class Cluster:
                 # makes one), so full-page images count the same for all.
                 "max_wal_size = 32GB\ncheckpoint_timeout = 1h\n"
             )
+            # Last, so they override the lines above.
+            for line in PGCONF:
+                f.write(line + "\n")
         opts = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir}"
         self.cmd("pg_ctl", "-D", self.data, "start", "-w", "-t", "60", "-l", os.path.join(self.dir, "server.log"),
                  "-o", opts)
@@ -296,6 +306,7 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
         cluster.sql("SELECT pg_stat_statements_reset()")
         w0 = cluster.wal()
         lsn0 = cluster.sql("SELECT pg_current_wal_lsn()")
+        n0 = int(cluster.sql(f"SELECT sessions FROM pg_stat_database WHERE datname = '{db}'") or 0)
         s0 = cluster.cpu_ticks()
         c0 = client_ticks(c.p.pid)
         r0, t0 = c.mark()
@@ -306,9 +317,18 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
         r1, t1 = c.mark()
         c1 = client_ticks(c.p.pid)
         s1 = cluster.cpu_ticks()
+        n1 = int(cluster.sql(f"SELECT sessions FROM pg_stat_database WHERE datname = '{db}'") or 0)
         w1 = cluster.wal()
         lsn1 = cluster.sql("SELECT pg_current_wal_lsn()")
         stmts = cluster.sql(STMTS.format(db=db))
+        # The busiest tables' row versions and vacuums since the database
+        # was created (cumulative; the statistics lag by up to a second).
+        tables = cluster.sql(
+            "SELECT relname, n_live_tup, n_dead_tup, n_tup_ins, n_tup_upd, n_tup_hot_upd, autovacuum_count "
+            "FROM pg_stat_user_tables WHERE n_tup_upd + n_tup_ins > 0 ORDER BY n_tup_upd + n_tup_ins DESC LIMIT 6", db=db)
+        with open(os.path.join(OUT, f"tables-{db}.tsv"), "w") as f:
+            f.write("table\tlive\tdead\tinserted\tupdated\thot_updated\tautovacuums\n" + tables + "\n")
+        res["tables"] = [line.split("\t") for line in tables.splitlines() if line]
         # The window's WAL by record type (pg_walinspect), read after the
         # CPU and WAL counters.
         # (A window that wrote no WAL, an idle one, has nothing to read:
@@ -327,7 +347,7 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
             "runs_total_at_end": r1,
             "client_cpu_s": (c1 - c0) / TICK, "server_cpu_s": (s1 - s0) / TICK,
             "wal_records": w1[0] - w0[0], "wal_fpi": w1[1] - w0[1], "wal_bytes": w1[2] - w0[2],
-            "load_after": loadavg(),
+            "load_after": loadavg(), "sessions_opened": n1 - n0,
         })
         # The backlog must outlast the window, or the figure is not a ceiling.
         res["drained"] = not system.startswith("leasehold") and mode == "ceiling" and r1 >= size - 1
@@ -352,6 +372,9 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
         f"server {res['server_cpu_s'] * 1e6 / per:.1f}; WAL/run {res['wal_records'] / per:.2f} rec "
         f"{res['wal_bytes'] / per:.0f} B" + (" DRAINED" if res.get("drained") else "")
         + (f"; probes p50 {pct(res['probes_us'], 50) / 1000:.1f} ms" if res.get("probes_us") else ""))
+    log(f"   sessions opened in the window: {res.get('sessions_opened')}")
+    for t in res.get("tables", [])[:2]:
+        log(f"   {t[0]}: {t[1]} live, {t[2]} dead, {t[4]} updated ({t[5]} HOT), {t[6]} autovacuums")
     with open(os.path.join(OUT, "results.jsonl"), "a") as f:
         f.write(json.dumps({k: v for k, v in res.items() if k != "statements"}) + "\n")
     return res
@@ -364,16 +387,21 @@ def start_perf(cluster, c, db):
               and int(st[1]) == cluster.pid] + [cluster.pid]
     out = []
     for who, pids in (("server", server), ("client", [c.p.pid])):
+        # DWARF call graphs are heavy: a lower rate for them.
+        rate = ["-F", "499", "--call-graph", "dwarf,32768"] if CALLGRAPH and who == "client" else ["-F", "997"]
         out.append(subprocess.Popen(
-            ["perf", "record", "-q", "-e", "cpu-clock", "-F", "997", "-o", os.path.join(OUT, f"perf-{who}-{db}.data"),
+            ["perf", "record", "-q", "-e", "cpu-clock", *rate, "-o", os.path.join(OUT, f"perf-{who}-{db}.data"),
              "-p", ",".join(map(str, pids))], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     return out
 
 
 def perf_reports():
     for data in sorted(glob.glob(os.path.join(OUT, "perf-*.data"))):
-        r = subprocess.run(["perf", "report", "--stdio", "--no-children", "-i", data, "--sort", "dso,sym",
-                            "--percent-limit", "0.05"], capture_output=True, text=True)
+        if CALLGRAPH and "perf-client-" in data:
+            how = ["--children", "--sort", "sym", "-g", "none", "--percent-limit", "0.3"]
+        else:
+            how = ["--no-children", "--sort", "dso,sym", "--percent-limit", "0.05"]
+        r = subprocess.run(["perf", "report", "--stdio", "-i", data, *how], capture_output=True, text=True)
         with open(data[:-5] + ".txt", "w") as f:
             f.write(r.stdout)
         os.remove(data)
@@ -482,6 +510,8 @@ def main():
         return report(sys.argv[2])
     cluster = Cluster()
     log(f"PostgreSQL {cluster.version} on port {cluster.port} (loopback), data {cluster.data}; raw outputs in {OUT}")
+    if PGCONF:
+        log(f"extra server settings (PEERS_PGCONF): {'; '.join(PGCONF)}")
     log(f"machine: {os.cpu_count()} CPUs; uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     results = []
     # A first backlog guess; then each system's is sized from its own rate.
