@@ -186,6 +186,10 @@ class Cluster:
             raise RuntimeError(f"psql: {query[:200]}: {r.stderr}")
         return r.stdout.strip()
 
+    def sessions(self, db):
+        """Sessions opened on `db` since its statistics began."""
+        return int(self.sql(f"SELECT sessions FROM pg_stat_database WHERE datname = '{db}'") or 0)
+
     def cpu_ticks(self):
         """utime + stime of every process of the cluster, and of the
         children the postmaster reaped (cutime + cstime): backends that
@@ -306,7 +310,7 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
         cluster.sql("SELECT pg_stat_statements_reset()")
         w0 = cluster.wal()
         lsn0 = cluster.sql("SELECT pg_current_wal_lsn()")
-        n0 = int(cluster.sql(f"SELECT sessions FROM pg_stat_database WHERE datname = '{db}'") or 0)
+        n0 = cluster.sessions(db)
         s0 = cluster.cpu_ticks()
         c0 = client_ticks(c.p.pid)
         r0, t0 = c.mark()
@@ -317,7 +321,7 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
         r1, t1 = c.mark()
         c1 = client_ticks(c.p.pid)
         s1 = cluster.cpu_ticks()
-        n1 = int(cluster.sql(f"SELECT sessions FROM pg_stat_database WHERE datname = '{db}'") or 0)
+        n1 = cluster.sessions(db)
         w1 = cluster.wal()
         lsn1 = cluster.sql("SELECT pg_current_wal_lsn()")
         stmts = cluster.sql(STMTS.format(db=db))

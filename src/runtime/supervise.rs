@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::OptionFuture;
 use tokio::sync::oneshot;
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
@@ -156,26 +157,34 @@ async fn run(shared: &Shared, job: &JobEntry, tenure: &Arc<Tenure>) -> (Ending, 
     // body's first poll — not from here: under load the spawned task may
     // start milliseconds later, and the body is owed its whole limit.
     // `None` until the body begins, or with no limit, or one too far ahead
-    // to represent.
+    // to represent. Only a run with a limit asks its body when it began
+    // (`body_began`, `None` once answered).
     let mut limit_at = None;
-    let (began, mut body_began) = oneshot::channel();
+    let (began, mut body_began) = match job.settings.timeout {
+        Some(_) => {
+            let (began, body_began) = oneshot::channel();
+            (Some(began), Some(body_began))
+        }
+        None => (None, None),
+    };
     let body = job.body.clone().run_owned(FenceGuard::new(tenure.clone()));
     let mut handle = tokio::spawn(
         async move {
             // The receiver is gone only once the run is over.
-            let _ = began.send(Instant::now());
+            if let Some(began) = began {
+                let _ = began.send(Instant::now());
+            }
             body.await
         }
         .instrument(span.clone()),
     );
-    let mut waiting_for_body = true;
 
     let finished = loop {
         tokio::select! {
             result = &mut handle => break Some(result),
             // Once: a oneshot is not polled again after its answer.
-            at = &mut body_began, if waiting_for_body => {
-                waiting_for_body = false;
+            Some(at) = OptionFuture::from(body_began.as_mut()), if body_began.is_some() => {
+                body_began = None;
                 limit_at = at.ok().zip(job.settings.timeout).and_then(|(at, limit)| at.checked_add(limit));
             }
             _ = tenure.token().cancelled() => break wind_down(shared, job, tenure, &mut handle).await,
