@@ -208,6 +208,36 @@ class Cluster:
                 total += int(st[11]) + int(st[12])
         return total
 
+    def ticks_by_pid(self):
+        """utime + stime of each live process of the cluster, by pid."""
+        out = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and (st := proc_stat(int(entry))) is not None and int(st[1]) == self.pid:
+                out[int(entry)] = int(st[11]) + int(st[12])
+        return out
+
+    def backends_split(self, before, after, db):
+        """The window's server CPU by process, grouped by what the process
+        is (pg_stat_activity: backend type, and for a client backend the
+        first words of its last statement), as (group, processes, ticks),
+        busiest first. Processes that exited inside the window are not in
+        it (cpu_ticks counts them)."""
+        rows = self.sql("SELECT pid, backend_type, coalesce(datname, ''), "
+                        "left(regexp_replace(query, '\\s+', ' ', 'g'), 48) FROM pg_stat_activity")
+        label = {}
+        for line in rows.splitlines():
+            pid, kind, dat, query = (line.split("\t") + ["", "", "", ""])[:4]
+            if kind == "client backend":
+                kind = f"client backend: {query.strip()}" if dat == db else f"client backend ({dat or '-'})"
+            label[int(pid)] = kind
+        groups = {}
+        for pid, t in after.items():
+            d = t - before.get(pid, 0)
+            g = groups.setdefault(label.get(pid, "other (no pg_stat_activity row)"), [0, 0])
+            g[0] += 1
+            g[1] += d
+        return sorted(((k, n, t) for k, (n, t) in groups.items()), key=lambda x: -x[2])
+
     def wal(self):
         r, f, b = self.sql("SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal").split("\t")
         return int(r), int(f), int(b)
@@ -312,6 +342,7 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
         lsn0 = cluster.sql("SELECT pg_current_wal_lsn()")
         n0 = cluster.sessions(db)
         s0 = cluster.cpu_ticks()
+        p0 = cluster.ticks_by_pid()
         c0 = client_ticks(c.p.pid)
         r0, t0 = c.mark()
         perfs = start_perf(cluster, c, db) if PERF else []
@@ -321,10 +352,20 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
         r1, t1 = c.mark()
         c1 = client_ticks(c.p.pid)
         s1 = cluster.cpu_ticks()
+        p1 = cluster.ticks_by_pid()
         n1 = cluster.sessions(db)
         w1 = cluster.wal()
         lsn1 = cluster.sql("SELECT pg_current_wal_lsn()")
         stmts = cluster.sql(STMTS.format(db=db))
+        # Where the server's CPU went, by process kind (the listeners, the
+        # pool's connections, the WAL writer…).
+        split = cluster.backends_split(p0, p1, db)
+        with open(os.path.join(OUT, f"backends-{db}.tsv"), "w") as f:
+            f.write("process\tcount\tcpu_s\tshare\n")
+            total = max(sum(t for _, _, t in split), 1)
+            for k, n, t in split:
+                f.write(f"{k}\t{n}\t{t / TICK:.2f}\t{100 * t / total:.1f} %\n")
+        res["backends"] = [[k, n, t / TICK] for k, n, t in split]
         # The busiest tables' row versions and vacuums since the database
         # was created (cumulative; the statistics lag by up to a second).
         tables = cluster.sql(

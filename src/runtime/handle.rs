@@ -130,7 +130,8 @@ pub struct Health {
     /// How long ago the database last answered a claim, heartbeat or
     /// release.
     pub last_database_contact: Option<Duration>,
-    /// Runs in progress on this replica.
+    /// Runs in progress on this replica: job bodies running (a run whose
+    /// body ended and whose release is out no longer counts).
     pub running: usize,
     /// At most this many runs at once on this replica
     /// ([`RuntimeBuilder::max_concurrent_runs`](crate::RuntimeBuilder::max_concurrent_runs)).

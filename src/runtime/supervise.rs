@@ -70,8 +70,9 @@ async fn supervise(mut slot: RunSlot, run_no: i64, pending: Option<DateTime<Utc>
     };
     let after = ending.aftermath();
     let (next, basis) = next_due(&shared, &job, &tenure, &after, planned);
-    // Stop renewing before releasing, so a renewal never races the release.
-    slot.stop_renewing();
+    // Stop renewing before releasing, so a renewal never races the release;
+    // the body is over, so its concurrency slot is free for the next claim.
+    slot.releasing();
     let report = RunReport {
         job_name: job.name.to_string(),
         run_no,

@@ -145,13 +145,22 @@ impl FencedJob for Jobs {
 
 async fn start_leasehold(url: &str, keys: usize, work: Duration, counters: &Arc<Counters>) -> Vec<Runtime> {
     let mut runtimes = Vec::new();
-    for i in 0..RUNTIMES {
+    // PEERS_RUNTIMES: another fleet size, for a what-if run.
+    let runtimes_n = std::env::var("PEERS_RUNTIMES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(RUNTIMES);
+    for i in 0..runtimes_n {
         let pool = PgPoolOptions::new()
             .max_connections(LEASEHOLD_POOL)
             .connect(url)
             .await
             .expect("connect");
         let mut b = Runtime::builder(pool).holder(format!("peers-r{i}"));
+        // PEERS_MAX_RUNS: another `max_concurrent_runs`, for a what-if run.
+        if let Some(runs) = std::env::var("PEERS_MAX_RUNS").ok().and_then(|n| n.parse().ok()) {
+            b = b.max_concurrent_runs(runs);
+        }
         for k in 0..keys {
             b = b.register(Jobs::Leasehold(LhJob {
                 key: format!("peers-{k}"),

@@ -218,10 +218,14 @@ impl RuntimeBuilder {
     }
 
     /// At most `runs` runs at once on this replica (default
-    /// 100). The scheduler claims only as many keys as it has room for and
-    /// leaves the rest to other replicas; `Runtime::health` and the
-    /// `leasehold_runs_in_progress` / `leasehold_max_concurrent_runs` gauges
-    /// show how full it is. Must be at least 1.
+    /// 100): job bodies running. The scheduler claims only as many keys as
+    /// it has room for and leaves the rest to other replicas;
+    /// `Runtime::health` and the `leasehold_runs_in_progress` /
+    /// `leasehold_max_concurrent_runs` gauges show how full it is. A run's
+    /// slot frees as its body ends, while its release goes out (the key is
+    /// claimed again only once that release answered); as many releases
+    /// again may await their answer before the replica stops claiming.
+    /// Must be at least 1.
     pub fn max_concurrent_runs(mut self, runs: usize) -> Self {
         self.max_concurrent_runs = runs;
         self

@@ -134,9 +134,13 @@ pub(crate) struct Shared {
     registry: Mutex<Registry>,
     /// The tenures to renew: runs from claim until just before release.
     held: Mutex<FastMap<Arc<str>, Arc<Tenure>>>,
-    /// Runs in progress, counted until their release is done (what the
-    /// concurrency limit counts). Changed only by [`RunSlot`].
+    /// Runs in progress: bodies running, counted from claim until the body
+    /// ended (what the concurrency limit counts). Changed only by
+    /// [`RunSlot`].
     in_progress: AtomicUsize,
+    /// Runs whose body ended and whose release is not answered yet (their
+    /// keys still out of the due queue). Changed only by [`RunSlot`].
+    releasing: AtomicUsize,
     /// Keys removed while running, until their run has ended and been
     /// released: cancelled (through its `Arc`, which tells one removal from
     /// a later one of the same key) when it has.
@@ -193,6 +197,7 @@ impl Shared {
             registry: Mutex::new(setup.registry),
             held: Mutex::new(FastMap::default()),
             in_progress: AtomicUsize::new(0),
+            releasing: AtomicUsize::new(0),
             removing: Mutex::default(),
             stopping: CancellationToken::new(),
             poll_interval: setup.poll_interval,
@@ -225,14 +230,22 @@ impl Shared {
         lock(&self.held).get(key).cloned()
     }
 
-    /// Runs in progress: from claim until their release is done.
+    /// Runs in progress: from claim until their body ended.
     pub(crate) fn running(&self) -> usize {
         self.in_progress.load(Ordering::SeqCst)
     }
 
-    /// How many more runs may start now under `max_concurrent_runs`.
+    /// How many more runs may start now: room under `max_concurrent_runs`
+    /// for the bodies running, less the releases awaiting an answer beyond
+    /// as many again. A run's slot frees when its body ends, not when its
+    /// release answers, so a busy replica claims while its releases are out
+    /// and both go in larger batches (each statement's fixed cost shared by
+    /// more runs); the second bound keeps the leases it has claimed and not
+    /// released within twice the limit when releases are slow.
     pub(crate) fn room(&self) -> usize {
-        self.max_concurrent_runs.saturating_sub(self.running())
+        let limit = self.max_concurrent_runs;
+        let backlog = self.releasing.load(Ordering::SeqCst).saturating_sub(limit);
+        limit.saturating_sub(self.running()).saturating_sub(backlog)
     }
 
     pub(crate) fn removing(&self) -> MutexGuard<'_, HashMap<Arc<str>, Arc<CancellationToken>>> {

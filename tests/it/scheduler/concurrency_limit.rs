@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use leasehold::store::LeaseStore;
 use leasehold::{Error, Runtime, Schedule};
 
 use crate::support::{self, Runs, job, quick};
@@ -58,6 +59,58 @@ async fn a_full_replica_leaves_keys_to_the_others() {
     assert_eq!((health.running, health.max_concurrent_runs), (2, 2));
     small.shutdown().await;
     big.shutdown().await;
+}
+
+/// With room for one run, a run whose release is held up (an outside
+/// session holds its lease row locked) gives its slot back as its body
+/// ends: a second key triggered then runs at once, not after the release
+/// (which would wait for the lock, or for the release's 5 s bound). The
+/// first key keeps its lease meanwhile and is released once the lock goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_held_up_gives_the_slot_back_but_keeps_the_lease() {
+    let db = support::db().await;
+    let runs = Runs::default();
+    let settings = quick(Schedule::Manual, Duration::from_secs(30));
+    let mut builder = Runtime::builder(db.pool_with(2).await)
+        .holder("r1")
+        .poll_interval(Duration::from_millis(200))
+        .max_concurrent_runs(1);
+    for key in ["first", "second"] {
+        builder = builder.register(job(key, settings.clone(), runs.body(Duration::from_millis(300))));
+    }
+    let rt = builder.start().await.expect("runtime starts");
+    let store = LeaseStore::new(db.pool.clone());
+    rt.trigger("first").await.expect("trigger");
+    support::eventually(Duration::from_secs(5), || (rt.health().running == 1).then_some(())).await;
+    let lock = support::lock_lease_row(&db.pool, "first").await;
+    let first_ended = support::eventually(Duration::from_secs(5), || {
+        runs.all().iter().find(|r| r.key == "first").and_then(|r| r.ended)
+    })
+    .await;
+    rt.trigger("second").await.expect("trigger");
+    let second = support::eventually(Duration::from_secs(10), || {
+        runs.all().into_iter().find(|r| r.key == "second" && r.ended.is_some())
+    })
+    .await;
+    assert!(
+        second.started.duration_since(first_ended) < Duration::from_secs(3),
+        "the second key waited for the first's release: it started {:?} after the first's body ended",
+        second.started.duration_since(first_ended)
+    );
+    let first = store.get("first").await.expect("read the row").expect("a row");
+    assert!(
+        first.is_held(),
+        "the first run's release has not gone through: {first:?}"
+    );
+    drop(lock);
+    let first = support::until_free(&store, "first").await;
+    assert_eq!(
+        runs.all().iter().filter(|r| r.key == "first").count(),
+        1,
+        "the first key did not run again under its unreleased lease"
+    );
+    assert_eq!(first.holder, "r1");
+    rt.shutdown().await;
 }
 
 /// A zero limit is refused at start, naming the setting.
@@ -157,7 +210,7 @@ async fn a_limited_job_runs_at_most_its_limit_here_and_the_other_slots_go_to_oth
             billing.key
         );
     }
-    // A run's place comes back when its release is done, just after its body returned.
+    // A run's place comes back as its body returns, before its release is done.
     support::eventually(Duration::from_secs(5), || {
         (rt.health().limited[0].running == 0).then_some(())
     })
