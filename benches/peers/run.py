@@ -30,6 +30,8 @@ Environment (all optional):
                   for the light-load phase, each system once: CPU per run
                   when batches hold a run or two (default 2; 0 skips it)
   PEERS_OUT       directory for the raw outputs (default: a new temporary one)
+  PEERS_ANALYZE   0 to skip the ANALYZE of each round's database after its
+                  warm-up (default 1)
   PEERS_PGCONF    extra postgresql.conf lines, separated by ";" (e.g.
                   "autovacuum_naptime = 1"): the server's settings for a
                   what-if run, printed with the table
@@ -67,6 +69,7 @@ PERF = os.environ.get("PEERS_PERF", "0") != "0"
 CALLGRAPH = os.environ.get("PEERS_PERF") == "callgraph"
 PROBES = int(os.environ.get("PEERS_PROBES", "60"))
 LIGHT = int(os.environ.get("PEERS_LIGHT", "2"))
+ANALYZE = os.environ.get("PEERS_ANALYZE", "1") != "0"
 PGCONF = [line.strip() for line in os.environ.get("PEERS_PGCONF", "").split(";") if line.strip()]
 OUT = os.environ.get("PEERS_OUT") or tempfile.mkdtemp(prefix="peers-out-")
 # leasehold: 4 runtimes × 16,000 keys every 100 ms (160,000 runs/s demanded),
@@ -337,6 +340,15 @@ def measure(cluster, system, body_us, mode, round_no, size, feed=0, probes=0):
            "load_before": load0, "setup_s": round(setup_s, 1)}
     try:
         time.sleep(WARMUP)
+        if ANALYZE:
+            # What autovacuum does within a minute of a fresh database in
+            # production, and what River's set-up does after its backlog
+            # (`VACUUM ANALYZE river_job`): the tables' statistics taken as
+            # they are now. It invalidates the plans cached while the
+            # tables were empty, so the window measures plans made for the
+            # tables' real sizes (leasehold's release had planned a scan of
+            # its whole history table, then a few pages long).
+            cluster.sql("ANALYZE", db=db)
         cluster.sql("SELECT pg_stat_statements_reset()")
         w0 = cluster.wal()
         lsn0 = cluster.sql("SELECT pg_current_wal_lsn()")
