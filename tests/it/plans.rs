@@ -6,9 +6,71 @@
 
 use std::time::Duration;
 
-use leasehold::store::{Claim, Lease, Renewal};
+use leasehold::store::{Claim, Lease, LeaseStore, Renewal};
 
 use crate::support::{self, LONG};
+
+/// The release planned on a connection while the history table held a
+/// hundred runs — a new schema's first runs, when connections open and
+/// settle their plans — still finds each history place through the primary
+/// key once the table holds 20,000: PostgreSQL keeps that plan until the
+/// table's next `ANALYZE`, and a hash join over a scan of the whole table
+/// (the cheaper plan for a table a page or two long, chosen when the places
+/// were matched with `=`) would read every page of it at every release.
+#[tokio::test]
+async fn the_release_planned_on_a_short_history_finds_places_by_key_once_it_is_long() {
+    let db = support::db().await;
+    let mut conn = db.pool.acquire().await.expect("a connection");
+    let prepare = format!(
+        "SET plan_cache_mode = force_generic_plan;
+         PREPARE release(text[], text[], int8[], timestamptz[], float8[], text, text[], int8[],
+                         timestamptz[], timestamptz[], text[], text[], text[], int4[]) AS {}",
+        LeaseStore::FINISH_MANY_SQL
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(prepare))
+        .execute(&mut *conn)
+        .await
+        .expect("prepare the release");
+    async fn plan(conn: &mut sqlx::PgConnection) -> String {
+        let lines: Vec<String> = sqlx::query_scalar(
+            "EXPLAIN EXECUTE release('{}', '{}', '{}', '{}', '{}', 'leasehold', '{}', '{}', \
+                                     '{}', '{}', '{}', '{}', '{}', '{}')",
+        )
+        .fetch_all(conn)
+        .await
+        .expect("the release's plan");
+        lines.join("\n")
+    }
+    // The first runs recorded: a history a page or two long.
+    let record = |from: i64, to: i64| {
+        sqlx::query(
+            "INSERT INTO leasehold_run (key, slot, run_no, job_name, fence, holder, started_at, ended_at, outcome)
+             SELECT 'tenant:' || (i / 100), i % 100, i, 'job', i, 'a', clock_timestamp(), clock_timestamp(), 'succeeded'
+               FROM generate_series($1::int8, $2::int8) AS i",
+        )
+        .bind(from)
+        .bind(to)
+    };
+    record(0, 99).execute(&mut *conn).await.expect("100 runs recorded");
+    // Planned now: the generic plan is made and cached.
+    let early = plan(&mut conn).await;
+    record(100, 19_999)
+        .execute(&mut *conn)
+        .await
+        .expect("20,000 runs recorded");
+    let full = plan(&mut conn).await;
+    for (when, plan) in [("100 runs long", &early), ("20,000 runs long", &full)] {
+        let overwrite = plan
+            .split("CTE overwritten")
+            .nth(1)
+            .and_then(|rest| rest.split("CTE recorded").next())
+            .unwrap_or_else(|| panic!("the overwrite step in the plan:\n{plan}"));
+        assert!(
+            overwrite.contains("Index Scan using leasehold_run_pkey") && !overwrite.contains("Seq Scan"),
+            "with the history table {when}, the overwrite looks places up by key:\n{plan}"
+        );
+    }
+}
 
 fn acquired(claim: Claim) -> Lease {
     match claim {
