@@ -181,6 +181,17 @@ async fn a_run_of_the_old_life_released_after_the_add_leaves_the_new_schedule() 
     let db = support::db().await;
     let kind = TenantKind::working(Duration::from_millis(1500));
     let (a, store) = old_life(&db, &kind, Duration::from_secs(30), false).await;
+    // A release that wrongly names the old schedule's next slot would look
+    // right if that slot were the new schedule's first too (an even second
+    // that is a multiple of 5): act early in a run whose next old slot is
+    // not one.
+    support::eventually(Duration::from_secs(10), || {
+        let runs = runs_of(&kind.log, "k");
+        let last = runs.last()?;
+        let next_old = last.slot?.timestamp() + 2;
+        (last.started.elapsed() < Duration::from_millis(300) && next_old % 5 != 0).then_some(())
+    })
+    .await;
     assert!(store.get("k").await.unwrap().unwrap().is_held(), "a run is in progress");
 
     let before = runs_of(&kind.log, "k").len();
