@@ -197,26 +197,18 @@ class Cluster:
         """utime + stime of every process of the cluster, and of the
         children the postmaster reaped (cutime + cstime): backends that
         exited inside a window count too."""
-        total = 0
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            st = proc_stat(int(entry))
-            if st is None:
-                continue
-            pid, ppid = int(entry), int(st[1])
-            if pid == self.pid:
-                total += int(st[11]) + int(st[12]) + int(st[13]) + int(st[14])
-            elif ppid == self.pid:
-                total += int(st[11]) + int(st[12])
-        return total
+        st = proc_stat(self.pid)
+        reaped = int(st[13]) + int(st[14]) if st else 0
+        return reaped + sum(self.ticks_by_pid().values())
 
     def ticks_by_pid(self):
-        """utime + stime of each live process of the cluster, by pid."""
+        """utime + stime of the postmaster and of each of its live
+        children, by pid."""
         out = {}
         for entry in os.listdir("/proc"):
-            if entry.isdigit() and (st := proc_stat(int(entry))) is not None and int(st[1]) == self.pid:
-                out[int(entry)] = int(st[11]) + int(st[12])
+            pid = int(entry) if entry.isdigit() else None
+            if pid and (st := proc_stat(pid)) is not None and (pid == self.pid or int(st[1]) == self.pid):
+                out[pid] = int(st[11]) + int(st[12])
         return out
 
     def backends_split(self, before, after, db):
@@ -227,7 +219,7 @@ class Cluster:
         it (cpu_ticks counts them)."""
         rows = self.sql("SELECT pid, backend_type, coalesce(datname, ''), "
                         "left(regexp_replace(query, '\\s+', ' ', 'g'), 48) FROM pg_stat_activity")
-        label = {}
+        label = {self.pid: "postmaster"}
         for line in rows.splitlines():
             pid, kind, dat, query = (line.split("\t") + ["", "", "", ""])[:4]
             if kind == "client backend":

@@ -20,7 +20,9 @@ use crate::support::{self, LONG};
 #[tokio::test]
 async fn the_release_planned_on_a_short_history_finds_places_by_key_once_it_is_long() {
     let db = support::db().await;
-    let mut conn = db.pool.acquire().await.expect("a connection");
+    // Detached: its session's setting and prepared statement never go back
+    // to the pool.
+    let mut conn = db.pool.acquire().await.expect("a connection").detach();
     let prepare = format!(
         "SET plan_cache_mode = force_generic_plan;
          PREPARE release(text[], text[], int8[], timestamptz[], float8[], text, text[], int8[],
@@ -28,7 +30,7 @@ async fn the_release_planned_on_a_short_history_finds_places_by_key_once_it_is_l
         LeaseStore::FINISH_MANY_SQL
     );
     sqlx::raw_sql(sqlx::AssertSqlSafe(prepare))
-        .execute(&mut *conn)
+        .execute(&mut conn)
         .await
         .expect("prepare the release");
     async fn plan(conn: &mut sqlx::PgConnection) -> String {
@@ -51,11 +53,11 @@ async fn the_release_planned_on_a_short_history_finds_places_by_key_once_it_is_l
         .bind(from)
         .bind(to)
     };
-    record(0, 99).execute(&mut *conn).await.expect("100 runs recorded");
+    record(0, 99).execute(&mut conn).await.expect("100 runs recorded");
     // Planned now: the generic plan is made and cached.
     let early = plan(&mut conn).await;
     record(100, 19_999)
-        .execute(&mut *conn)
+        .execute(&mut conn)
         .await
         .expect("20,000 runs recorded");
     let full = plan(&mut conn).await;

@@ -16,8 +16,8 @@ use super::{Ran, TenantKind, replica, runs_of, tenant};
 use crate::support::{self, TestDb};
 
 /// The old life: every 2 s; the new one: every 5 s (slots aligned to the
-/// epoch, so no slot of the new schedule is one the old one owed after
-/// the add).
+/// epoch). Their slots coincide every 10 s: a scenario that tells the two
+/// schedules apart by a slot acts where the next one is not shared.
 const OLD: &str = "every 2s";
 const NEW: &str = "every 5s";
 
@@ -182,9 +182,9 @@ async fn a_run_of_the_old_life_released_after_the_add_leaves_the_new_schedule() 
     let kind = TenantKind::working(Duration::from_millis(1500));
     let (a, store) = old_life(&db, &kind, Duration::from_secs(30), false).await;
     // A release that wrongly names the old schedule's next slot would look
-    // right if that slot were the new schedule's first too (an even second
-    // that is a multiple of 5): act early in a run whose next old slot is
-    // not one.
+    // right if that slot were the new schedule's first too (`OLD` and `NEW`
+    // share every tenth second): act early in a run whose next old slot is
+    // not one of `NEW`'s.
     support::eventually(Duration::from_secs(10), || {
         let runs = runs_of(&kind.log, "k");
         let last = runs.last()?;
